@@ -1,0 +1,1 @@
+//! prova coordinator (modules land here).

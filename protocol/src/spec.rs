@@ -1,0 +1,111 @@
+//! What a worker is asked to execute: a [`TaskSpec`], fully resolved by the coordinator (no
+//! config lookups left for the worker), and what it reports back: an [`ExecReport`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::TaskId;
+
+/// How a task's command is given in config: a string run by `sh -c`, or an argv list run
+/// directly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CommandLine {
+    /// `sh -c <string>`; forwarded args become `"$@"` of the shell.
+    Shell(String),
+    /// Program and arguments, no shell; forwarded args are appended.
+    Argv(Vec<String>),
+}
+
+impl CommandLine {
+    /// The command as the user wrote it, for display.
+    pub fn display(&self) -> String {
+        match self {
+            Self::Shell(s) => s.clone(),
+            Self::Argv(v) => v.join(" "),
+        }
+    }
+}
+
+/// A task resolved for execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// `project#task`.
+    pub id: TaskId,
+    /// The project directory, workspace-relative (`""` for the workspace root). The command
+    /// runs there.
+    pub project_dir: String,
+    /// What to run.
+    pub command: CommandLine,
+    /// Arguments forwarded from the command line (`prova run lint -- --fix`); only the
+    /// requested tasks get them.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment variables to set on top of the executor's baseline, in order: the task's
+    /// declared `env` that are set, then `pass_env` that are set, then the task's literal
+    /// `env` assignments.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Wall-clock limit in milliseconds; `None` is no limit.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Extra attempts after a failure.
+    #[serde(default)]
+    pub retries: u32,
+    /// Output patterns as written in config (project-relative or `//`).
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    /// A long-running task (dev server): never cached, torn down when the graph is done.
+    #[serde(default)]
+    pub persistent: bool,
+    /// For a persistent task, a regex its output must match before dependents may start.
+    #[serde(default)]
+    pub ready_when: Option<String>,
+    /// Whether the sandbox keeps the network.
+    #[serde(default)]
+    pub network: bool,
+}
+
+/// How one execution of a process ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitKind {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal (not by us).
+    Signal(i32),
+    /// Killed by us because it overran its timeout.
+    TimedOut,
+    /// Killed by us because the run was interrupted (Ctrl-C, SIGTERM, cancelled).
+    Aborted,
+    /// Could not be started at all.
+    SpawnFailed(String),
+}
+
+impl ExitKind {
+    /// Whether this is a clean exit 0.
+    pub fn success(&self) -> bool {
+        matches!(self, Self::Code(0))
+    }
+
+    /// A short description for summaries.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Code(c) => format!("exit code {c}"),
+            Self::Signal(s) => format!("killed by signal {s}"),
+            Self::TimedOut => "timed out".to_owned(),
+            Self::Aborted => "aborted".to_owned(),
+            Self::SpawnFailed(e) => format!("could not start: {e}"),
+        }
+    }
+}
+
+/// Resource use of one execution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecStats {
+    /// Wall time in milliseconds.
+    pub wall_ms: u64,
+    /// User CPU time of the process and its waited-for descendants, in milliseconds.
+    pub cpu_user_ms: u64,
+    /// System CPU time, in milliseconds.
+    pub cpu_sys_ms: u64,
+    /// Peak resident set size of the largest process, in KiB.
+    pub max_rss_kb: u64,
+}

@@ -1,0 +1,1 @@
+//! prova integration harness.

@@ -1,0 +1,1 @@
+//! prova worker (modules land here).
