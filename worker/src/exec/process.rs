@@ -1,0 +1,320 @@
+//! Supervising one child from spawn to reaped: output pumping, timeout and cancel, the
+//! SIGTERM → grace → SIGKILL sequence on its process group, exit status and rusage.
+//!
+//! The order matters for safety. The child is first waited for with `waitid(WNOWAIT)`, which
+//! reports the exit but leaves a zombie: as long as the zombie exists its pid — which is also
+//! the process group id — cannot be reused, so signalling the group afterwards can only reach
+//! the task's own leftovers. Only then is it reaped with `wait4`, which also yields the rusage.
+
+use std::future::Future;
+use std::io;
+use std::pin::{Pin, pin};
+use std::time::{Duration, Instant as StdInstant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
+use prova_protocol::spec::{ExecStats, ExitKind};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::output::{self, OutputState};
+use super::{
+    DRAIN_TIMEOUT, ExecError, KILL_WAIT_LIMIT, ProcessIo, ProcessRequest, ProcessResult, spawn,
+};
+
+/// Run `req` to completion (see [`super::Executor::run`]).
+pub(crate) async fn run(
+    req: ProcessRequest,
+    io: ProcessIo,
+    cancel: CancellationToken,
+) -> Result<ProcessResult, ExecError> {
+    let ProcessIo { output, ready } = io;
+    if cancel.is_cancelled() {
+        // Already aborted: don't start something only to kill it.
+        return Ok(ProcessResult {
+            exit: ExitKind::Aborted,
+            stats: ExecStats::default(),
+            log: Default::default(),
+        });
+    }
+    let cmd = match spawn::build(&req) {
+        Ok(cmd) => cmd,
+        Err(msg) => return Ok(spawn_failed(msg, StdInstant::now())),
+    };
+    let start = StdInstant::now();
+    let mut child = match spawn::spawn(cmd).await? {
+        Ok(child) => child,
+        Err(e) => {
+            let program = req.argv.first().map_or("", String::as_str);
+            return Ok(spawn_failed(format!("{program}: {e}"), start));
+        }
+    };
+    let raw_pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    let pid = Pid::from_raw(raw_pid);
+    // From here on, leaving early (error or drop) kills the group.
+    let mut guard = GroupGuard { pid, armed: true };
+    let pipes =
+        attach_pipes(&mut child).map_err(|source| ExecError::Pipes { pid: raw_pid, source })?;
+    // We reap the child ourselves (wait4, for rusage); std's handle has nothing left to do.
+    drop(child);
+
+    let ready = match (req.ready.clone(), ready) {
+        (Some(pattern), Some(fire)) => Some((pattern, fire)),
+        (None, Some(fire)) => {
+            let _ = fire.send(());
+            None
+        }
+        (_, None) => None,
+    };
+    let mut out = OutputState::new(req.log_limit, output, ready);
+    let outcome = {
+        let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
+        let exit_wait = tokio::task::spawn_blocking(move || wait_exit(pid));
+        let mut sup = Supervisor { pid, pump, pump_done: false, exit_wait, exited: None };
+        sup.supervise(&req, &cancel, &mut guard).await
+    };
+    let log = out.finish();
+    let (exit, status_time, rusage) = outcome?;
+    let stats = ExecStats {
+        wall_ms: millis(status_time.saturating_duration_since(start)),
+        cpu_user_ms: timeval_ms(rusage.ru_utime),
+        cpu_sys_ms: timeval_ms(rusage.ru_stime),
+        max_rss_kb: u64::try_from(rusage.ru_maxrss).unwrap_or(0),
+    };
+    Ok(ProcessResult { exit, stats, log })
+}
+
+fn spawn_failed(msg: String, start: StdInstant) -> ProcessResult {
+    ProcessResult {
+        exit: ExitKind::SpawnFailed(msg),
+        stats: ExecStats { wall_ms: millis(start.elapsed()), ..ExecStats::default() },
+        log: Default::default(),
+    }
+}
+
+type Pipes = (tokio::process::ChildStdout, tokio::process::ChildStderr);
+
+fn attach_pipes(child: &mut std::process::Child) -> io::Result<Pipes> {
+    let stdout = child.stdout.take().ok_or_else(|| io::Error::other("stdout was not piped"))?;
+    let stderr = child.stderr.take().ok_or_else(|| io::Error::other("stderr was not piped"))?;
+    Ok((
+        tokio::process::ChildStdout::from_std(stdout)?,
+        tokio::process::ChildStderr::from_std(stderr)?,
+    ))
+}
+
+/// Why supervision stopped waiting for a natural exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Exited,
+    TimedOut,
+    Cancelled,
+}
+
+struct Supervisor<'a, P> {
+    pid: Pid,
+    /// Reads the pipes to EOF; polled alongside everything else so output never stalls.
+    pump: Pin<&'a mut P>,
+    pump_done: bool,
+    /// `waitid(WNOWAIT)` on a blocking thread; yields when the child has exited.
+    exit_wait: JoinHandle<io::Result<StdInstant>>,
+    /// When the exit was observed.
+    exited: Option<StdInstant>,
+}
+
+impl<P: Future<Output = ()>> Supervisor<'_, P> {
+    /// Returns the exit kind, when the child exited, and its rusage.
+    async fn supervise(
+        &mut self,
+        req: &ProcessRequest,
+        cancel: &CancellationToken,
+        guard: &mut GroupGuard,
+    ) -> Result<(ExitKind, StdInstant, libc::rusage), ExecError> {
+        let stop = self.until_stop(req.timeout, cancel).await?;
+
+        // Terminate: the whole group after a timeout or cancel; after a natural exit, whatever
+        // the task left behind in its group (a backgrounded server holding stdout). Those get
+        // the grace to finish, ended early once the child is gone and the pipes are closed.
+        signal_group(self.pid, Signal::SIGTERM);
+        let grace_end = Instant::now() + req.kill_grace;
+        self.wait_for(grace_end, |s| s.exited.is_some() && s.pump_done).await?;
+        signal_group(self.pid, Signal::SIGKILL);
+        if !self.wait_for(Instant::now() + KILL_WAIT_LIMIT, |s| s.exited.is_some()).await? {
+            return Err(ExecError::Unkillable { pid: self.pid.as_raw(), waited: KILL_WAIT_LIMIT });
+        }
+
+        // The group is dead; the child is a zombie. Reap it; after this its pid (and group
+        // id) may be reused, so nothing may signal the group any more.
+        guard.armed = false;
+        let (status, rusage) =
+            reap(self.pid).map_err(|source| ExecError::Wait { pid: self.pid.as_raw(), source })?;
+
+        // Only a process that escaped the group, or a receiver that stopped reading, can
+        // hold the output open now.
+        if !self.wait_for(Instant::now() + DRAIN_TIMEOUT, |s| s.pump_done).await? {
+            tracing::warn!(
+                pid = self.pid.as_raw(),
+                "output still open {DRAIN_TIMEOUT:?} after the process group died; not waiting for the rest"
+            );
+        }
+
+        let exit = match stop {
+            Stop::Exited => decode_status(status),
+            Stop::TimedOut => ExitKind::TimedOut,
+            Stop::Cancelled => ExitKind::Aborted,
+        };
+        let exited = self.exited.unwrap_or_else(StdInstant::now);
+        Ok((exit, exited, rusage))
+    }
+
+    /// Pump output until the child exits, the timeout elapses or the run is cancelled.
+    async fn until_stop(
+        &mut self,
+        timeout: Option<Duration>,
+        cancel: &CancellationToken,
+    ) -> Result<Stop, ExecError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut timed_out = pin!(async move {
+            match deadline {
+                Some(d) => sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        });
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut self.exit_wait => {
+                    self.exited = Some(joined(r, self.pid)?);
+                    return Ok(Stop::Exited);
+                }
+                () = cancel.cancelled() => return Ok(Stop::Cancelled),
+                () = &mut timed_out => return Ok(Stop::TimedOut),
+                () = self.pump.as_mut(), if !self.pump_done => self.pump_done = true,
+            }
+        }
+    }
+
+    /// Keep pumping output and watching for the exit until `done` holds (`true`) or
+    /// `deadline` passes (`false`).
+    async fn wait_for(
+        &mut self,
+        deadline: Instant,
+        done: fn(&Self) -> bool,
+    ) -> Result<bool, ExecError> {
+        loop {
+            if done(self) {
+                return Ok(true);
+            }
+            tokio::select! {
+                biased;
+                r = &mut self.exit_wait, if self.exited.is_none() => {
+                    self.exited = Some(joined(r, self.pid)?);
+                }
+                () = self.pump.as_mut(), if !self.pump_done => self.pump_done = true,
+                () = sleep_until(deadline) => return Ok(false),
+            }
+        }
+    }
+}
+
+fn joined(
+    r: Result<io::Result<StdInstant>, tokio::task::JoinError>,
+    pid: Pid,
+) -> Result<StdInstant, ExecError> {
+    r.map_err(ExecError::Join)?.map_err(|source| ExecError::Wait { pid: pid.as_raw(), source })
+}
+
+/// Block until `pid` has exited, without reaping it. Returns when the exit was seen.
+fn wait_exit(pid: Pid) -> io::Result<StdInstant> {
+    loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Ok(_) => return Ok(StdInstant::now()),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reap `pid` (an exited child), returning its raw wait status and resource use.
+fn reap(pid: Pid) -> io::Result<(libc::c_int, libc::rusage)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is a plain C struct of integers, for which all-zero bytes are valid.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both pointers are to live, writable locals of the right types for the
+        // duration of the call.
+        let r = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage) };
+        if r == pid.as_raw() {
+            return Ok((status, rusage));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+fn decode_status(status: libc::c_int) -> ExitKind {
+    if libc::WIFEXITED(status) {
+        ExitKind::Code(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        ExitKind::Signal(libc::WTERMSIG(status))
+    } else {
+        // wait4 without WUNTRACED/WCONTINUED reports only exits and deaths.
+        tracing::warn!(status, "unexpected wait status");
+        ExitKind::Code(-1)
+    }
+}
+
+/// Signal the whole group; a group that is already empty is fine.
+fn signal_group(pgid: Pid, sig: Signal) {
+    match killpg(pgid, sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::debug!(pgid = pgid.as_raw(), ?sig, error = %e, "killpg failed"),
+    }
+}
+
+/// Kills the group if supervision ends without reaping the child (an internal error, or the
+/// run's future dropped mid-way), and reaps the child in the background.
+struct GroupGuard {
+    pid: Pid,
+    /// Cleared just before the child is reaped: from then on its pid may be reused.
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        signal_group(self.pid, Signal::SIGKILL);
+        let pid = self.pid;
+        let reap_it = move || {
+            if let Err(e) = reap(pid) {
+                tracing::debug!(pid = pid.as_raw(), error = %e, "background reap failed");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(reap_it)),
+            Err(_) => {
+                let spawned =
+                    std::thread::Builder::new().name("prova-reaper".to_owned()).spawn(reap_it);
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "could not start a reaper thread; a zombie may remain");
+                }
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn timeval_ms(tv: libc::timeval) -> u64 {
+    let ms = i128::from(tv.tv_sec) * 1000 + i128::from(tv.tv_usec) / 1000;
+    u64::try_from(ms).unwrap_or(0)
+}
