@@ -1,0 +1,254 @@
+//! The whole load, in order: find the root, read `[workspace]` and the task defaults, find
+//! the project directories, read each project's `prova.toml` and `package.json`, settle the
+//! names (unique), resolve the project deps (known names), merge the tasks. The first error
+//! stops the load; files are visited in a fixed order (projects by directory, tables in file
+//! order) so the same broken workspace always reports the same error.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::discover::{self, Root};
+use super::error::ConfigError;
+use super::package_json;
+use super::parse::{Source, read_file};
+use super::schema::{ProjectFile, ProjectTable, TableKind, TaskTable, WorkspaceFile};
+use super::suggest::did_you_mean;
+use super::task::{self, TaskLayer, check_globs, check_name, check_name_at};
+use super::{CONFIG_FILE, Located, Location};
+use crate::workspace::{Project, TaskDef, Workspace, WorkspaceSettings};
+
+/// The name of the workspace root when it is a project and names itself nowhere: fixed, so
+/// task ids (and keys) do not depend on where the repository is checked out.
+pub const ROOT_PROJECT_NAME: &str = "//";
+
+/// Loads the workspace whose root is at or above `start_dir`.
+pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
+    let found = discover::find_root(start_dir)?;
+    let Root { dir: root, file: config_file, text } = &found;
+    let src = Source { root, file: config_file, text };
+    let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
+    let ws = file.workspace.unwrap_or_default();
+    let settings = WorkspaceSettings {
+        projects: ws.projects.iter().map(|p| p.get_ref().clone()).collect(),
+        fingerprint: check_globs(&src, "fingerprint", ws.fingerprint)?,
+        inputs: check_globs(&src, "inputs", ws.inputs)?,
+    };
+    let defaults = check_tasks(&src, file.tasks)?;
+    let dirs = discover::project_dirs(&src, &ws.projects)?;
+    let mut root_table = file.project;
+    if let Some(table) = &root_table
+        && dirs.first().is_none_or(|(dir, _)| !dir.is_empty())
+    {
+        return Err(ConfigError::MisplacedProjectTable {
+            at: src.at(table.span()).into(),
+            help: Some(
+                "add \".\" to [workspace] projects to make the root a project, or move \
+                 [project] into a project directory's prova.toml"
+                    .to_owned(),
+            ),
+        });
+    }
+    let mut drafts = Vec::with_capacity(dirs.len());
+    for (dir, matched_at) in dirs {
+        let own_table = if dir.is_empty() { root_table.take() } else { None };
+        drafts.push(read_project(&src, dir, &matched_at, own_table)?);
+    }
+    check_unique_names(&drafts)?;
+    let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
+    let known: HashSet<&str> = names.iter().copied().collect();
+    let mut projects = Vec::with_capacity(drafts.len());
+    for draft in &drafts {
+        projects.push(Project {
+            deps: resolve_deps(draft, &names, &known)?,
+            tasks: merge_tasks(&draft.name, &defaults, &draft.own_tasks)?,
+            name: draft.name.clone(),
+            dir: draft.dir.clone(),
+            config_file: draft.config_file.clone(),
+        });
+    }
+    Ok(Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects })
+}
+
+/// A project as read, before names are known to be unique and deps are checked.
+struct Draft {
+    dir: String,
+    name: String,
+    config_file: Option<PathBuf>,
+    /// `[project] deps`.
+    declared_deps: Vec<Located<String>>,
+    /// `package.json` dependency names, workspace or not.
+    package_deps: Vec<Located<String>>,
+    /// The project's own `[tasks.X]`.
+    own_tasks: BTreeMap<String, TaskLayer>,
+}
+
+/// Reads the project at `dir`. The root project's `[project]` table comes from the workspace
+/// file (`root_table`); its tasks are the workspace defaults, so it has no own tasks.
+fn read_project(
+    ws: &Source<'_>,
+    dir: String,
+    matched_at: &Location,
+    root_table: Option<Spanned<ProjectTable>>,
+) -> Result<Draft, ConfigError> {
+    let abs = if dir.is_empty() { ws.root.to_path_buf() } else { ws.root.join(&dir) };
+    let package = package_json::read(ws.root, &abs)?;
+    let own_file = abs.join(CONFIG_FILE);
+    let (config_file, own_tasks, (name, declared_deps)) = if dir.is_empty() {
+        (Some(ws.file.to_path_buf()), BTreeMap::new(), project_table(ws, root_table)?)
+    } else if own_file.is_file() {
+        let text = read_file(ws.root, &own_file)?;
+        let src = Source { root: ws.root, file: &own_file, text: &text };
+        let parsed: ProjectFile = src.parse(TableKind::ProjectTop)?;
+        let tasks = check_tasks(&src, parsed.tasks)?;
+        let table = project_table(&src, parsed.project)?;
+        (Some(own_file), tasks, table)
+    } else {
+        (None, BTreeMap::new(), (None, Vec::new()))
+    };
+    let set_name_help = || {
+        let file =
+            if dir.is_empty() { CONFIG_FILE.to_owned() } else { format!("{dir}/{CONFIG_FILE}") };
+        Some(format!("set `name` under [project] in {file}"))
+    };
+    let name = match (name, package.as_ref().and_then(|p| p.name.clone())) {
+        (Some(n), _) => n,
+        (None, Some(n)) => {
+            check_name_at("project", &n.value, || n.at.clone(), set_name_help())?;
+            n.value
+        }
+        (None, None) => {
+            // The directory's own name (`libs/strings` → `strings`), like moon: short ids
+            // for `-p` and `deps`; two projects with one basename must name themselves.
+            let n = match dir.rsplit('/').next() {
+                Some(base) if !dir.is_empty() => base.to_owned(),
+                _ => ROOT_PROJECT_NAME.to_owned(),
+            };
+            check_name_at("project", &n, || matched_at.clone(), set_name_help())?;
+            n
+        }
+    };
+    Ok(Draft {
+        dir,
+        name,
+        config_file,
+        declared_deps,
+        package_deps: package.map(|p| p.deps).unwrap_or_default(),
+        own_tasks,
+    })
+}
+
+/// The checked `name` and the located `deps` of a `[project]` table in `src`.
+fn project_table(
+    src: &Source<'_>,
+    table: Option<Spanned<ProjectTable>>,
+) -> Result<(Option<String>, Vec<Located<String>>), ConfigError> {
+    let Some(table) = table.map(Spanned::into_inner) else { return Ok((None, Vec::new())) };
+    if let Some(name) = &table.name {
+        check_name(src, "project", name)?;
+    }
+    let deps = table
+        .deps
+        .into_iter()
+        .map(|d| Located::new(d.get_ref().clone(), src.at(d.span())))
+        .collect();
+    Ok((table.name.map(Spanned::into_inner), deps))
+}
+
+/// Checks every `[tasks.X]` table of a file, in file order.
+fn check_tasks(
+    src: &Source<'_>,
+    tables: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
+) -> Result<BTreeMap<String, TaskLayer>, ConfigError> {
+    let mut tables: Vec<_> = tables.into_iter().collect();
+    tables.sort_by_key(|(name, _)| name.span().start);
+    let mut out = BTreeMap::new();
+    for (name, table) in tables {
+        let layer = TaskLayer::check(src, &name, table)?;
+        out.insert(name.into_inner(), layer);
+    }
+    Ok(out)
+}
+
+fn check_unique_names(drafts: &[Draft]) -> Result<(), ConfigError> {
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for d in drafts {
+        if let Some(first) = seen.insert(&d.name, &d.dir) {
+            return Err(ConfigError::DuplicateProject {
+                name: d.name.clone(),
+                first: show_dir(first),
+                second: show_dir(&d.dir),
+                help: Some(
+                    "project names must be unique: set a different `name` under [project] in \
+                     one of their prova.toml files"
+                        .to_owned(),
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `[project] deps` (each must name a project other than this one), then the `package.json`
+/// dependencies that name workspace projects; first mention wins.
+fn resolve_deps(
+    draft: &Draft,
+    names: &[&str],
+    known: &HashSet<&str>,
+) -> Result<Vec<Located<String>>, ConfigError> {
+    let mut seen = HashSet::new();
+    let mut deps = Vec::new();
+    for dep in &draft.declared_deps {
+        if dep.value == draft.name {
+            return Err(ConfigError::InvalidValue {
+                at: dep.at.clone().into(),
+                field: "deps".to_owned(),
+                message: format!("project `{}` lists itself as a dependency", draft.name),
+                help: None,
+            });
+        }
+        if !known.contains(dep.value.as_str()) {
+            return Err(ConfigError::UnknownProject {
+                at: dep.at.clone().into(),
+                project: draft.name.clone(),
+                name: dep.value.clone(),
+                help: did_you_mean(&dep.value, names.iter().copied()),
+            });
+        }
+        if seen.insert(dep.value.as_str()) {
+            deps.push(dep.clone());
+        }
+    }
+    for dep in &draft.package_deps {
+        let name = dep.value.as_str();
+        if name != draft.name && known.contains(name) && seen.insert(name) {
+            deps.push(dep.clone());
+        }
+    }
+    Ok(deps)
+}
+
+/// Every workspace task (overridden where the project says so) plus the project-only ones.
+fn merge_tasks(
+    project: &str,
+    defaults: &BTreeMap<String, TaskLayer>,
+    own: &BTreeMap<String, TaskLayer>,
+) -> Result<BTreeMap<String, TaskDef>, ConfigError> {
+    let mut tasks = BTreeMap::new();
+    for (name, default) in defaults {
+        let def = match own.get(name) {
+            Some(layer) => task::with_override(project, name, Some(default), layer)?,
+            None => task::from_default(project, name, default)?,
+        };
+        tasks.insert(name.clone(), def);
+    }
+    for (name, layer) in own.iter().filter(|(n, _)| !defaults.contains_key(*n)) {
+        tasks.insert(name.clone(), task::with_override(project, name, None, layer)?);
+    }
+    Ok(tasks)
+}
+
+fn show_dir(dir: &str) -> String {
+    if dir.is_empty() { ".".to_owned() } else { dir.to_owned() }
+}

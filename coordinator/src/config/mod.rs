@@ -1,0 +1,142 @@
+//! Reading prova's configuration files into the resolved [`Workspace`](crate::workspace)
+//! model (brief §3).
+//!
+//! # Layout
+//! - [`schema`]: the typed shape of each file kind (`deny_unknown_fields`, spans kept), with
+//!   every field's default and unit documented.
+//! - [`parse`]: one TOML file → its schema struct; syntax, unknown-key and wrong-type errors
+//!   are turned into [`ConfigError`]s with a `file:line:col`.
+//! - [`task`]: checks each `[tasks.X]` table and merges project overrides over the workspace
+//!   defaults field by field into a [`TaskDef`](crate::workspace::TaskDef).
+//! - [`discover`]: finds the workspace root (upward search) and the project directories (the
+//!   `projects` globs, honouring `.gitignore`).
+//! - [`package_json`]: a project's name and workspace dependencies from its `package.json`.
+//! - [`load`]: the whole load, in order: root → projects → names → deps → tasks.
+//! - [`error`]: [`ConfigError`]; [`suggest()`]: the did-you-mean helper.
+
+pub mod discover;
+pub mod error;
+pub mod load;
+pub mod package_json;
+pub mod parse;
+pub mod schema;
+pub mod suggest;
+pub mod task;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use error::ConfigError;
+pub use suggest::suggest;
+
+/// The name of every prova config file: the workspace root's and each project's.
+pub const CONFIG_FILE: &str = "prova.toml";
+
+/// A place in a config file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    /// The file, absolute.
+    pub file: PathBuf,
+    /// The file as messages show it: workspace-relative when it lies inside the workspace,
+    /// else as given. Kept beside `file` so a location prints without knowing the root.
+    pub shown: PathBuf,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column, in characters.
+    pub col: u32,
+}
+
+impl Location {
+    /// A location in `file` (absolute), shown relative to the workspace `root` when inside it.
+    pub fn new(root: &Path, file: &Path, line: u32, col: u32) -> Self {
+        Self { file: file.to_path_buf(), shown: shown_path(root, file), line, col }
+    }
+
+    /// The location of byte `offset` of `text`, the contents of `file`.
+    pub fn at_offset(root: &Path, file: &Path, text: &str, offset: usize) -> Self {
+        let (line, col) = line_col(text, offset);
+        Self::new(root, file, line, col)
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.shown.display(), self.line, self.col)
+    }
+}
+
+/// A value and where it was written.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Located<T> {
+    /// The value.
+    pub value: T,
+    /// Where it was written.
+    pub at: Location,
+}
+
+impl<T> Located<T> {
+    /// Pairs `value` with `at`.
+    pub fn new(value: T, at: Location) -> Self {
+        Self { value, at }
+    }
+}
+
+/// `path` relative to `root` when inside it (the root itself shows as `.`), else unchanged.
+pub fn shown_path(root: &Path, path: &Path) -> PathBuf {
+    match path.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => PathBuf::from("."),
+        Ok(rel) => rel.to_path_buf(),
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`. An offset past the
+/// end, or inside a character, is clamped to the nearest character boundary before it.
+pub fn line_col(text: &str, offset: usize) -> (u32, u32) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
+    let col = before[line_start..].chars().count() + 1;
+    (saturate(line), saturate(col))
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::*;
+
+    #[test]
+    fn line_col_is_one_based_and_counts_characters() {
+        let text = "a = 1\n[tasks.é]\nx";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 4), (1, 5));
+        assert_eq!(line_col(text, 6), (2, 1));
+        // `]` after the two-byte `é` is the 9th character of line 2.
+        let bracket = text.find(']').unwrap();
+        assert_eq!(line_col(text, bracket), (2, 9));
+        assert_eq!(line_col(text, 10_000), (3, 2));
+        // Inside the `é`: clamped back to its start.
+        let e = text.find('é').unwrap();
+        assert_eq!(line_col(text, e + 1), (2, 8));
+    }
+
+    #[test]
+    fn locations_show_workspace_relative_paths() {
+        let root = Path::new("/ws");
+        let at = Location::new(root, Path::new("/ws/apps/web/prova.toml"), 4, 1);
+        assert_eq!(at.to_string(), "apps/web/prova.toml:4:1");
+        assert_eq!(at.file, Path::new("/ws/apps/web/prova.toml"));
+        let outside = Location::new(root, Path::new("/elsewhere/prova.toml"), 1, 2);
+        assert_eq!(outside.to_string(), "/elsewhere/prova.toml:1:2");
+    }
+}

@@ -1,0 +1,251 @@
+//! The typed shape of prova's two config file kinds, as written (brief §3). Every table denies
+//! unknown keys; values whose place an error may need to name are `Spanned`. Nothing here is
+//! resolved: defaults are applied when tasks are merged ([`super::task`]).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The workspace root's `prova.toml`. Its `[workspace]` table is what marks the root.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceFile {
+    /// Workspace-wide settings.
+    pub workspace: Option<WorkspaceTable>,
+    /// Name and deps of the root directory as a project; only allowed when a `projects`
+    /// glob (such as `"."`) makes the root a project.
+    pub project: Option<Spanned<ProjectTable>>,
+    /// Task defaults: every project gets every task defined here.
+    #[serde(default)]
+    pub tasks: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
+}
+
+/// `[workspace]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceTable {
+    /// Globs of project directories, workspace-relative; `!` excludes; `"."` is the root.
+    /// Default: none (no projects).
+    #[serde(default)]
+    pub projects: Vec<Spanned<String>>,
+    /// Workspace files folded into every key. Default: none.
+    #[serde(default)]
+    pub fingerprint: Vec<Spanned<String>>,
+    /// Workspace files every task reads. Default: none.
+    #[serde(default)]
+    pub inputs: Vec<Spanned<String>>,
+}
+
+/// A project directory's own `prova.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectFile {
+    /// Name and deps of the project.
+    pub project: Option<Spanned<ProjectTable>>,
+    /// Overrides of the workspace task defaults, field by field, and project-only tasks.
+    #[serde(default)]
+    pub tasks: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
+}
+
+/// `[project]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectTable {
+    /// Default: the `package.json` `name`, else the directory relative to the workspace.
+    pub name: Option<Spanned<String>>,
+    /// Names of workspace projects this one depends on, on top of those its `package.json`
+    /// names. Default: none.
+    #[serde(default)]
+    pub deps: Vec<Spanned<String>>,
+}
+
+/// `[tasks.NAME]`. Every field is optional at both levels; the defaults named here apply when
+/// neither the project nor the workspace sets a field.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskTable {
+    /// What to run. Default: none, a group task that only runs its deps.
+    pub command: Option<Spanned<CommandValue>>,
+    /// `^X` (task X of each project dependency), `X` (same project), `p#X`. Default: none.
+    pub deps: Option<Vec<Spanned<String>>>,
+    /// Globs of the files the task reads. Default: every file of the project but outputs.
+    pub inputs: Option<Vec<Spanned<String>>>,
+    /// Globs of what the task writes. Default: none.
+    pub outputs: Option<Vec<Spanned<String>>>,
+    /// Environment variables the task reads: keyed and passed. Default: none.
+    pub env: Option<Vec<Spanned<String>>>,
+    /// Environment variables passed through, not keyed. Default: none.
+    pub pass_env: Option<Vec<Spanned<String>>>,
+    /// Wall-clock limit, a humantime string (`"90s"`, `"1h 30m"`). Default: no limit.
+    pub timeout: Option<Spanned<String>>,
+    /// Extra attempts after a failure. Default: 0.
+    pub retries: Option<Spanned<u32>>,
+    /// Whether outputs are cached. Default: true (false for a persistent task).
+    pub cache: Option<Spanned<bool>>,
+    /// A long-running task (dev server). Default: false.
+    pub persistent: Option<Spanned<bool>>,
+    /// Regex the output of a persistent task matches once it is ready. Default: none.
+    pub ready_when: Option<Spanned<String>>,
+    /// The platform is not folded into the key. Default: false.
+    pub portable: Option<Spanned<bool>>,
+    /// The sandbox keeps the network. Default: false.
+    pub network: Option<Spanned<bool>>,
+}
+
+/// `command = "npm run build"` (run by `sh -c`) or `command = ["tsc", "-p", "."]` (argv).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CommandValue {
+    /// A shell string.
+    Shell(String),
+    /// Program and arguments.
+    Argv(Vec<String>),
+}
+
+/// Which table of which file kind a key sits in: what keys it allows and what type each
+/// value must have, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    /// The top level of the workspace root's `prova.toml`.
+    WorkspaceTop,
+    /// The top level of a project's `prova.toml`.
+    ProjectTop,
+    /// `[workspace]`.
+    Workspace,
+    /// `[project]`.
+    Project,
+    /// `[tasks]`, whose keys are task names.
+    Tasks,
+    /// `[tasks.NAME]`.
+    Task,
+}
+
+const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks"];
+const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
+const WORKSPACE_KEYS: &[&str] = &["projects", "fingerprint", "inputs"];
+const PROJECT_KEYS: &[&str] = &["name", "deps"];
+const TASK_KEYS: &[&str] = &[
+    "command",
+    "deps",
+    "inputs",
+    "outputs",
+    "env",
+    "pass_env",
+    "timeout",
+    "retries",
+    "cache",
+    "persistent",
+    "ready_when",
+    "portable",
+    "network",
+];
+
+const STRINGS: &str = "an array of strings";
+const TABLE: &str = "a table";
+const BOOL: &str = "a boolean (`true` or `false`)";
+
+impl TableKind {
+    /// The keys this table allows; empty for `[tasks]`, where any task name goes.
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            Self::WorkspaceTop => WORKSPACE_TOP_KEYS,
+            Self::ProjectTop => PROJECT_TOP_KEYS,
+            Self::Workspace => WORKSPACE_KEYS,
+            Self::Project => PROJECT_KEYS,
+            Self::Tasks => &[],
+            Self::Task => TASK_KEYS,
+        }
+    }
+
+    /// The kind of the table under `key`, if that key holds a table.
+    pub fn child(self, key: &str) -> Option<Self> {
+        match (self, key) {
+            (Self::WorkspaceTop, "workspace") => Some(Self::Workspace),
+            (Self::WorkspaceTop | Self::ProjectTop, "project") => Some(Self::Project),
+            (Self::WorkspaceTop | Self::ProjectTop, "tasks") => Some(Self::Tasks),
+            (Self::Tasks, _) => Some(Self::Task),
+            _ => None,
+        }
+    }
+
+    /// What the value of `key` must be, in words.
+    pub fn expected(self, key: &str) -> &'static str {
+        match (self, key) {
+            (Self::WorkspaceTop | Self::ProjectTop | Self::Tasks, _) => TABLE,
+            (Self::Project, "name") => "a string",
+            (Self::Task, "command") => {
+                "a string (run by `sh -c`) or an array of strings (program and arguments)"
+            }
+            (Self::Task, "timeout") => "a duration string such as \"90s\", \"10m\" or \"1h 30m\"",
+            (Self::Task, "retries") => "a non-negative integer",
+            (Self::Task, "cache" | "persistent" | "portable" | "network") => BOOL,
+            (Self::Task, "ready_when") => "a string (a regular expression)",
+            _ => STRINGS,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each key list names exactly the fields serde accepts: an empty document with one key
+    /// set to a table of the wrong shape fails on the value, never as an unknown key.
+    #[test]
+    fn key_lists_match_the_structs() {
+        for key in TASK_KEYS {
+            let src = format!("[tasks.t]\n{key} = {{ x = 1 }}\n");
+            let err = toml::from_str::<WorkspaceFile>(&src).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        for key in WORKSPACE_KEYS {
+            let src = format!("[workspace]\n{key} = {{ x = 1 }}\n");
+            let err = toml::from_str::<WorkspaceFile>(&src).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        for key in PROJECT_KEYS {
+            let src = format!("[project]\n{key} = {{ x = 1 }}\n");
+            let err = toml::from_str::<ProjectFile>(&src).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        for key in WORKSPACE_TOP_KEYS {
+            let err = toml::from_str::<WorkspaceFile>(&format!("{key} = 1")).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        for key in PROJECT_TOP_KEYS {
+            let err = toml::from_str::<ProjectFile>(&format!("{key} = 1")).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        let err = toml::from_str::<ProjectFile>("workspace = 1").unwrap_err();
+        assert!(err.message().starts_with("unknown field"));
+    }
+
+    #[test]
+    fn a_full_task_table_parses() {
+        let src = r#"
+            [tasks.build]
+            command = ["tsc", "-p", "."]
+            deps = ["^build"]
+            inputs = ["src/**"]
+            outputs = ["dist/**"]
+            env = ["NODE_ENV"]
+            pass_env = ["SSH_AUTH_SOCK"]
+            timeout = "10m"
+            retries = 2
+            cache = false
+            persistent = true
+            ready_when = "listening"
+            portable = true
+            network = true
+        "#;
+        let file: WorkspaceFile = toml::from_str(src).unwrap();
+        let (name, task) = file.tasks.iter().next().unwrap();
+        assert_eq!(name.get_ref(), "build");
+        let task = task.get_ref();
+        assert!(
+            matches!(task.command.as_ref().unwrap().get_ref(), CommandValue::Argv(v) if v.len() == 3)
+        );
+        assert_eq!(*task.retries.as_ref().unwrap().get_ref(), 2);
+    }
+}

@@ -1,0 +1,476 @@
+//! Whole-workspace loads on temporary directories: discovery, names, deps, merging, and every
+//! error kind as the user sees it (file, `line:col`, help).
+
+use std::path::Path;
+use std::time::Duration;
+
+use prova_protocol::spec::CommandLine;
+use tempfile::TempDir;
+
+use super::ConfigError;
+use crate::workspace::Workspace;
+
+struct Ws(TempDir);
+
+impl Ws {
+    fn new(root_toml: &str) -> Self {
+        let ws = Self(tempfile::tempdir().unwrap());
+        ws.file("prova.toml", root_toml);
+        ws
+    }
+
+    fn file(&self, rel: &str, text: &str) -> &Self {
+        let path = self.0.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        self
+    }
+
+    fn dir(&self, rel: &str) -> &Self {
+        std::fs::create_dir_all(self.0.path().join(rel)).unwrap();
+        self
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn load(&self) -> Workspace {
+        Workspace::load(self.path()).unwrap_or_else(|e| panic!("load failed: {e}"))
+    }
+
+    fn err(&self) -> ConfigError {
+        Workspace::load(self.path()).expect_err("load should fail")
+    }
+}
+
+fn names(ws: &Workspace) -> Vec<(&str, &str)> {
+    ws.projects.iter().map(|p| (p.dir.as_str(), p.name.as_str())).collect()
+}
+
+fn deps(values: &[super::Located<String>]) -> Vec<&str> {
+    values.iter().map(|d| d.value.as_str()).collect()
+}
+
+const DEFAULTS: &str = r#"[workspace]
+projects = ["packages/*", "apps/*"]
+fingerprint = ["pnpm-lock.yaml"]
+inputs = ["//tsconfig.base.json"]
+
+[tasks.build]
+command = "npm run build"
+deps = ["^build", "codegen"]
+outputs = ["dist/**"]
+env = ["NODE_ENV"]
+timeout = "10m"
+
+[tasks.codegen]
+command = ["gen", "--out", "src/gen"]
+
+[tasks.check]
+deps = ["build", "lint"]
+"#;
+
+#[test]
+fn project_overrides_apply_field_by_field() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file("apps/web/prova.toml", "[tasks.build]\noutputs = [\".next/**\"]\n")
+        .file(
+            "packages/ui/prova.toml",
+            "[tasks.build]\ndeps = [\"codegen\"]\n\n[tasks.lint]\ncommand = \"eslint .\"\n",
+        )
+        .dir("packages/utils");
+    let ws = ws.load();
+    assert_eq!(ws.settings.fingerprint, ["pnpm-lock.yaml"]);
+    assert_eq!(ws.settings.inputs, ["//tsconfig.base.json"]);
+    assert_eq!(
+        names(&ws),
+        [
+            ("apps/web", "web"),
+            ("packages/ui", "ui"),
+            ("packages/utils", "utils")
+        ]
+    );
+
+    let web = ws.project("web").unwrap().task("build").unwrap();
+    assert_eq!(web.outputs, [".next/**"]);
+    assert_eq!(web.command, Some(CommandLine::Shell("npm run build".into())));
+    assert_eq!(deps(&web.deps), ["^build", "codegen"]);
+    assert!(!web.deps_from_project);
+    assert_eq!(web.env, ["NODE_ENV"]);
+    assert_eq!(web.timeout, Some(Duration::from_secs(600)));
+    assert_eq!(web.defined_at.to_string(), "apps/web/prova.toml:1:1");
+    // Deps inherited from the workspace point at the workspace file.
+    assert_eq!(web.deps[0].at.to_string(), "prova.toml:8:9");
+
+    let ui = ws.project("ui").unwrap();
+    let build = ui.task("build").unwrap();
+    assert_eq!(deps(&build.deps), ["codegen"]);
+    assert!(build.deps_from_project);
+    assert_eq!(build.deps[0].at.to_string(), "packages/ui/prova.toml:2:9");
+    assert_eq!(build.outputs, ["dist/**"]);
+    // A project-only task, and every workspace task.
+    assert_eq!(ui.tasks.keys().collect::<Vec<_>>(), ["build", "check", "codegen", "lint"]);
+    assert!(!ui.task("lint").unwrap().deps_from_project);
+    assert_eq!(ui.task("lint").unwrap().defined_at.to_string(), "packages/ui/prova.toml:4:1");
+
+    // No prova.toml: all workspace tasks, exactly the defaults.
+    let utils = ws.project("utils").unwrap();
+    assert_eq!(utils.config_file, None);
+    assert_eq!(utils.tasks.len(), 3);
+    assert_eq!(utils.task("build").unwrap().defined_at.to_string(), "prova.toml:6:1");
+}
+
+#[test]
+fn command_string_array_or_group() {
+    let ws = Ws::new(DEFAULTS);
+    ws.dir("apps/web");
+    let ws = ws.load();
+    let p = ws.project("web").unwrap();
+    assert_eq!(p.task("build").unwrap().command, Some(CommandLine::Shell("npm run build".into())));
+    assert_eq!(
+        p.task("codegen").unwrap().command,
+        Some(CommandLine::Argv(vec!["gen".into(), "--out".into(), "src/gen".into()]))
+    );
+    let check = p.task("check").unwrap();
+    assert!(check.is_group());
+    // Every default applied.
+    assert_eq!(check.inputs, None);
+    assert!(check.outputs.is_empty() && check.env.is_empty() && check.pass_env.is_empty());
+    assert_eq!((check.timeout, check.retries), (None, 0));
+    assert!(check.cache && !check.persistent && !check.portable && !check.network);
+    assert_eq!(check.ready_when, None);
+}
+
+#[test]
+fn package_json_deps_keep_workspace_projects_only() {
+    let ws = Ws::new("[workspace]\nprojects = [\"packages/*\", \"apps/*\"]\n");
+    ws.file("packages/ui/package.json", r#"{"name": "@acme/ui"}"#)
+        .file("packages/utils/package.json", r#"{"name": "utils"}"#)
+        .file("packages/types/package.json", r#"{"name": "types"}"#)
+        .file("packages/icons/package.json", r#"{"name": "icons"}"#)
+        .file(
+            "apps/web/package.json",
+            r#"{
+  "name": "web",
+  "dependencies": { "@acme/ui": "workspace:*", "react": "^18", "web": "*" },
+  "devDependencies": { "utils": "workspace:*", "typescript": "5" },
+  "peerDependencies": { "types": "*" },
+  "optionalDependencies": { "icons": "*" }
+}"#,
+        )
+        .file("apps/web/prova.toml", "[project]\ndeps = [\"utils\", \"types\"]\n");
+    let ws = ws.load();
+    let web = ws.project("web").unwrap();
+    // Declared first, then package.json in section order; no duplicates, no externals,
+    // no peers (types is only here because prova.toml names it), never itself.
+    assert_eq!(deps(&web.deps), ["utils", "types", "@acme/ui", "icons"]);
+    assert_eq!(web.deps[0].at.to_string(), "apps/web/prova.toml:2:9");
+    assert_eq!(web.deps[2].at.to_string(), "apps/web/package.json:3:21");
+}
+
+#[test]
+fn project_names_come_from_prova_toml_then_package_json_then_dir() {
+    let ws = Ws::new("[workspace]\nprojects = [\".\", \"packages/*\"]\n");
+    ws.file("packages/a/prova.toml", "[project]\nname = \"alpha\"\n")
+        .file("packages/a/package.json", r#"{"name": "not-used"}"#)
+        .file("packages/b/package.json", r#"{"name": "@scope/beta"}"#)
+        .dir("packages/c");
+    let loaded = ws.load();
+    assert_eq!(
+        names(&loaded),
+        [
+            ("", "//"),
+            ("packages/a", "alpha"),
+            ("packages/b", "@scope/beta"),
+            ("packages/c", "c")
+        ]
+    );
+    assert_eq!(loaded.project_in("packages/b").unwrap().name, "@scope/beta");
+    // The root named by its package.json, or by its own [project].
+    ws.file("package.json", r#"{"name": "monorepo"}"#);
+    assert_eq!(ws.load().projects[0].name, "monorepo");
+    ws.file("prova.toml", "[workspace]\nprojects = [\".\", \"packages/*\"]\n[project]\nname = \"root\"\ndeps = [\"alpha\"]\n");
+    let loaded = ws.load();
+    assert_eq!(loaded.projects[0].name, "root");
+    assert_eq!(deps(&loaded.projects[0].deps), ["alpha"]);
+    assert_eq!(loaded.projects[0].config_file.as_deref(), Some(loaded.config_file.as_path()));
+}
+
+#[test]
+fn root_project_tasks_are_the_defaults() {
+    let ws = Ws::new(
+        "[workspace]\nprojects = [\".\"]\n[tasks.lint]\ncommand = \"eslint\"\ndeps = [\"fmt\"]\n",
+    );
+    let ws = ws.load();
+    assert_eq!(names(&ws), [("", "//")]);
+    let lint = ws.projects[0].task("lint").unwrap();
+    assert!(!lint.deps_from_project);
+}
+
+#[test]
+fn duplicate_project_names_name_both_dirs() {
+    let ws = Ws::new("[workspace]\nprojects = [\"packages/*\", \"legacy/*\"]\n");
+    ws.file("packages/ui/package.json", r#"{"name": "ui"}"#)
+        .file("legacy/ui-old/prova.toml", "[project]\nname = \"ui\"\n");
+    let msg = ws.err().to_string();
+    assert!(
+        msg.starts_with("two projects are named `ui`: `legacy/ui-old` and `packages/ui`"),
+        "{msg}"
+    );
+    assert!(msg.contains("help: project names must be unique"), "{msg}");
+}
+
+#[test]
+fn discovery_expands_nested_globs_and_skips_ignored_dirs() {
+    let ws = Ws::new(
+        "[workspace]\nprojects = [\"libs/**\", \"packages/*\", \"!packages/legacy\", \"tools/gen\"]\n",
+    );
+    ws.dir("libs/a")
+        .dir("libs/a/b")
+        .dir("libs/node_modules/x")
+        .dir("libs/generated/y")
+        .dir("libs/.prova/z")
+        .file(".gitignore", "libs/generated/\n")
+        .dir("packages/one")
+        .dir("packages/legacy")
+        .dir("packages/node_modules")
+        .dir("packages/one/src")
+        .dir("tools/gen")
+        .dir("tools/other")
+        .dir("docs/deep/deeper")
+        .dir("packages/.cache")
+        .file("packages/file.txt", "not a dir");
+    let ws = ws.load();
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    assert_eq!(dirs, ["libs/a", "libs/a/b", "packages/one", "tools/gen"]);
+}
+
+#[test]
+fn gitignore_in_a_subdirectory_is_honoured() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\"]\n");
+    ws.dir("apps/web").dir("apps/scratch").file("apps/.gitignore", "scratch\n");
+    assert_eq!(names(&ws.load()), [("apps/web", "web")]);
+}
+
+#[test]
+fn root_is_found_upward_past_project_files() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file("apps/web/prova.toml", "[project]\nname = \"web\"\n").dir("apps/web/src/deep");
+    let loaded = Workspace::load(&ws.path().join("apps/web/src/deep")).unwrap();
+    assert_eq!(loaded.root, ws.path().canonicalize().unwrap());
+    assert_eq!(loaded.config_file, loaded.root.join("prova.toml"));
+    assert_eq!(names(&loaded), [("apps/web", "web")]);
+}
+
+#[test]
+fn no_workspace_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+    std::fs::write(dir.path().join("a/prova.toml"), "[project]\nname = \"x\"\n").unwrap();
+    let err = Workspace::load(&dir.path().join("a/b")).unwrap_err();
+    assert!(matches!(err, ConfigError::NoWorkspace { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("no workspace found: no prova.toml with a [workspace] table in "),
+        "{msg}"
+    );
+    assert!(msg.contains("a/prova.toml has no [workspace] table"), "{msg}");
+
+    let err = Workspace::load(&dir.path().join("missing")).unwrap_err();
+    assert!(matches!(err, ConfigError::Io { .. }), "{err:?}");
+}
+
+#[test]
+fn broken_root_file_reports_its_syntax_error() {
+    let ws = Ws::new("[workspace\nprojects = []\n");
+    ws.dir("sub");
+    let err = Workspace::load(&ws.path().join("sub")).unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
+    assert!(err.to_string().contains("prova.toml:1:11: invalid TOML"), "{err}");
+}
+
+#[test]
+fn error_unknown_key_in_project_file() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file(
+        "apps/web/prova.toml",
+        "[project]\nname = \"web\"\n\n[tasks.build]\ncomand = \"next build\"\n",
+    );
+    assert_eq!(
+        ws.err().to_string(),
+        "apps/web/prova.toml:5:1: unknown key `comand` in [tasks.build]\n  help: did you mean `command`?"
+    );
+}
+
+#[test]
+fn error_syntax_and_wrong_type_in_project_file() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file("apps/web/prova.toml", "[tasks.build]\noutputs = [\"a\"\n");
+    let msg = ws.err().to_string();
+    assert!(msg.starts_with("apps/web/prova.toml:2:") && msg.contains("invalid TOML"), "{msg}");
+    ws.file("apps/web/prova.toml", "[tasks.build]\nretries = \"3\"\n");
+    assert_eq!(
+        ws.err().to_string(),
+        "apps/web/prova.toml:2:11: `retries` in [tasks.build] must be a non-negative integer, found a string `\"3\"`"
+    );
+}
+
+#[test]
+fn error_unknown_project_dep_suggests_a_name() {
+    let ws = Ws::new("[workspace]\nprojects = [\"packages/*\"]\n");
+    ws.file("packages/web/prova.toml", "[project]\nname = \"web\"\ndeps = [\"utils\", \"uii\"]\n")
+        .file("packages/ui/package.json", r#"{"name": "ui"}"#)
+        .dir("packages/utils")
+        .file("packages/utils/prova.toml", "[project]\nname = \"utils\"\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::UnknownProject { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "packages/web/prova.toml:3:18: project `web` depends on unknown project `uii`\n  help: did you mean `ui`?"
+    );
+}
+
+#[test]
+fn error_self_dependency() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\"]\n");
+    ws.file("apps/web/prova.toml", "[project]\nname = \"web\"\ndeps = [\"web\"]\n");
+    assert!(
+        ws.err()
+            .to_string()
+            .starts_with("apps/web/prova.toml:3:9: `deps`: project `web` lists itself")
+    );
+}
+
+#[test]
+fn error_invalid_projects_glob() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\", \"packages/[ab\"]\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::InvalidGlob { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with(
+            "prova.toml:2:23: invalid pattern in `projects`: invalid glob `packages/[ab`"
+        ),
+        "{msg}"
+    );
+    let ws = Ws::new("[workspace]\nprojects = [\"../elsewhere/*\"]\n");
+    assert!(ws.err().to_string().contains("leaves the workspace"));
+}
+
+#[test]
+fn error_literal_project_dir_missing() {
+    let ws = Ws::new("[workspace]\nprojects = [\"tools/genn\"]\n");
+    ws.dir("tools/gen");
+    assert_eq!(
+        ws.err().to_string(),
+        "prova.toml:2:13: `projects` entry `tools/genn` names no directory\n  help: did you mean `gen`?"
+    );
+}
+
+#[test]
+fn error_invalid_globs_in_workspace_settings() {
+    let ws = Ws::new("[workspace]\nfingerprint = [\"a\", \"/etc/passwd\"]\n");
+    assert!(ws.err().to_string().starts_with("prova.toml:2:21: invalid pattern in `fingerprint`"));
+    let ws = Ws::new("[workspace]\ninputs = [\"//x/{a\"]\n");
+    assert!(ws.err().to_string().starts_with("prova.toml:2:11: invalid pattern in `inputs`"));
+}
+
+#[test]
+fn error_project_table_in_root_that_is_not_a_project() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\"]\n\n[project]\nname = \"root\"\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::MisplacedProjectTable { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("prova.toml:4:1: [project] in the workspace root"),
+        "{err}"
+    );
+    assert!(err.help().unwrap().contains("\".\""));
+}
+
+#[test]
+fn error_ready_when_without_persistent_points_where_it_was_written() {
+    let ws = Ws::new(
+        "[workspace]\nprojects = [\"apps/*\"]\n\n[tasks.dev]\ncommand = \"vite\"\npersistent = true\nready_when = \"ready in\"\n",
+    );
+    ws.file("apps/web/prova.toml", "[tasks.dev]\npersistent = false\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::ReadyWhenWithoutPersistent { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(
+            "prova.toml:7:14: `ready_when` in task `web#dev` needs `persistent = true`"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_persistent_cached_points_at_the_override() {
+    let ws = Ws::new(
+        "[workspace]\nprojects = [\"apps/*\"]\n\n[tasks.dev]\ncommand = \"vite\"\npersistent = true\n",
+    );
+    ws.file("apps/web/prova.toml", "[tasks.dev]\ncache = true\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::PersistentCached { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("apps/web/prova.toml:2:9: task `web#dev` is persistent"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_invalid_timeout_and_regex_in_workspace_defaults() {
+    let ws = Ws::new("[workspace]\n\n[tasks.build]\ntimeout = \"ten minutes\"\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::InvalidTimeout { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("prova.toml:4:11: invalid timeout \"ten minutes\""),
+        "{err}"
+    );
+    let ws = Ws::new("[workspace]\n\n[tasks.dev]\npersistent = true\nready_when = \"(\"\n");
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::InvalidRegex { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("prova.toml:5:14: invalid `ready_when` regex"), "{err}");
+}
+
+#[test]
+fn error_malformed_package_json() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\"]\n");
+    ws.file(
+        "apps/web/package.json",
+        "{\n  \"name\": \"web\",\n  \"dependencies\": {\n    \"ui\": \"*\",\n  }\n}\n",
+    );
+    let err = ws.err();
+    assert!(matches!(err, ConfigError::PackageJson { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("apps/web/package.json:5:3: invalid package.json: trailing comma"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_invalid_project_name_from_package_json() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*\"]\n");
+    ws.file("apps/web/package.json", "{\n  \"name\": \"web#1\"\n}\n");
+    let err = ws.err();
+    assert!(
+        err.to_string().starts_with("apps/web/package.json:2:3: invalid project name `web#1`"),
+        "{err}"
+    );
+    assert_eq!(err.help(), Some("set `name` under [project] in apps/web/prova.toml"));
+}
+
+#[test]
+fn error_workspace_table_in_project_file() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file("apps/web/prova.toml", "[workspace]\nprojects = []\n");
+    // Searching upward from the root finds the real root; the nested file is then a
+    // project file that may not carry [workspace].
+    let err = ws.err();
+    assert!(
+        err.to_string()
+            .starts_with("apps/web/prova.toml:1:2: unknown key `workspace` in the top level"),
+        "{err}"
+    );
+}

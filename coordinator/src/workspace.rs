@@ -1,0 +1,155 @@
+//! The resolved workspace: what every later stage (task graph, keys, scheduling) reads. Built
+//! by [`Workspace::load`] from the workspace root's `prova.toml`, each project's own
+//! `prova.toml` and `package.json` (the reading lives in [`crate::config`]). Every field is
+//! public plain data so other modules' tests can build a workspace by hand.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use prova_protocol::spec::CommandLine;
+
+use crate::config::{ConfigError, Located, Location};
+
+/// A loaded workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workspace {
+    /// The directory holding the root `prova.toml`, absolute and canonical.
+    pub root: PathBuf,
+    /// The root `prova.toml`, absolute.
+    pub config_file: PathBuf,
+    /// `[workspace]`.
+    pub settings: WorkspaceSettings,
+    /// Every project, sorted by directory.
+    pub projects: Vec<Project>,
+}
+
+impl Workspace {
+    /// Finds the workspace root at or above `start_dir` (the nearest `prova.toml` with a
+    /// `[workspace]` table) and loads it with all its projects.
+    pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
+        crate::config::load::load(start_dir)
+    }
+
+    /// The project named `name`. A linear scan: build a map once when looking up many.
+    pub fn project(&self, name: &str) -> Option<&Project> {
+        self.projects.iter().find(|p| p.name == name)
+    }
+
+    /// The project whose directory is `dir` (workspace-relative, `""` for the root).
+    pub fn project_in(&self, dir: &str) -> Option<&Project> {
+        self.projects.binary_search_by(|p| p.dir.as_str().cmp(dir)).ok().map(|i| &self.projects[i])
+    }
+
+    /// Every project name, in directory order.
+    pub fn project_names(&self) -> impl Iterator<Item = &str> {
+        self.projects.iter().map(|p| p.name.as_str())
+    }
+}
+
+/// `[workspace]`, patterns as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceSettings {
+    /// Globs of project directories.
+    pub projects: Vec<String>,
+    /// Workspace files folded into every key.
+    pub fingerprint: Vec<String>,
+    /// Workspace files every task reads.
+    pub inputs: Vec<String>,
+}
+
+/// A project: a directory with its own tasks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Project {
+    /// From `[project] name`, else `package.json` `name`, else the directory (`//` for the
+    /// workspace root, so the name does not depend on where the repo is checked out).
+    pub name: String,
+    /// Workspace-relative, `/`-separated, `""` for the root.
+    pub dir: String,
+    /// Names of the workspace projects this one depends on: `[project] deps` first, then the
+    /// `package.json` dependencies that name workspace projects; no duplicates, never itself.
+    pub deps: Vec<Located<String>>,
+    /// Every workspace task plus the project's own, by name.
+    pub tasks: BTreeMap<String, TaskDef>,
+    /// The project's own `prova.toml`, absolute, if it has one (the root project's is the
+    /// workspace file).
+    pub config_file: Option<PathBuf>,
+}
+
+impl Project {
+    /// The task named `name`.
+    pub fn task(&self, name: &str) -> Option<&TaskDef> {
+        self.tasks.get(name)
+    }
+}
+
+/// One task of one project, merged from the workspace default and the project's override,
+/// with every default applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskDef {
+    /// The task name (`build`).
+    pub name: String,
+    /// What to run; `None` for a group task that only runs its deps.
+    pub command: Option<CommandLine>,
+    /// As written: `^build` | `lint` | `proj#build`, each located.
+    pub deps: Vec<Located<String>>,
+    /// Whether `deps` came from the project's own `prova.toml` rather than the workspace
+    /// default.
+    pub deps_from_project: bool,
+    /// Input globs; `None` means every file of the project but its outputs.
+    pub inputs: Option<Vec<String>>,
+    /// Output globs.
+    pub outputs: Vec<String>,
+    /// Environment variables read: keyed and passed.
+    pub env: Vec<String>,
+    /// Environment variables passed through, not keyed.
+    pub pass_env: Vec<String>,
+    /// Wall-clock limit; `None` is no limit.
+    pub timeout: Option<Duration>,
+    /// Extra attempts after a failure.
+    pub retries: u32,
+    /// Whether outputs are cached.
+    pub cache: bool,
+    /// A long-running task (dev server).
+    pub persistent: bool,
+    /// For a persistent task, a regex its output matches once it is ready.
+    pub ready_when: Option<String>,
+    /// The platform is not folded into the key.
+    pub portable: bool,
+    /// The sandbox keeps the network.
+    pub network: bool,
+    /// The `[tasks.X]` header that defines it last: the project's override if any, else the
+    /// workspace default.
+    pub defined_at: Location,
+}
+
+impl TaskDef {
+    /// A task with every field at its default: no command, no deps, default inputs, no
+    /// outputs, no env, no timeout, no retries, cached, not persistent, not portable, no
+    /// network.
+    pub fn new(name: impl Into<String>, defined_at: Location) -> Self {
+        Self {
+            name: name.into(),
+            command: None,
+            deps: Vec::new(),
+            deps_from_project: false,
+            inputs: None,
+            outputs: Vec::new(),
+            env: Vec::new(),
+            pass_env: Vec::new(),
+            timeout: None,
+            retries: 0,
+            cache: true,
+            persistent: false,
+            ready_when: None,
+            portable: false,
+            network: false,
+            defined_at,
+        }
+    }
+
+    /// Whether the task only groups its deps.
+    pub fn is_group(&self) -> bool {
+        self.command.is_none()
+    }
+}
