@@ -137,3 +137,16 @@ mod lossy_text {
         }
     }
 }
+
+/// The end of a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Every task succeeded (and, in verify runs, every proof held).
+    pub ok: bool,
+    /// The run was interrupted (Ctrl-C, SIGTERM, the client went away).
+    pub interrupted: bool,
+    /// Wall time of the run in milliseconds.
+    pub wall_ms: u64,
+    /// One report per task, in graph order.
+    pub tasks: Vec<TaskReport>,
+}

@@ -9,6 +9,8 @@
 //! - [`manifest`]: output manifests, fingerprints and tree diffs.
 //! - [`artifact`]: deterministic tar+zstd packing and safe, bounded restore.
 //! - [`events`]: the run event stream a client renders.
+//! - [`task`]: `OwnedTask`, the one way prova spawns: named, spanned, aborted on drop.
+//! - [`work`]: the worker link: assignments, cancels, and what workers report.
 
 pub mod artifact;
 pub mod digest;
@@ -17,6 +19,8 @@ pub mod globs;
 pub mod ids;
 pub mod manifest;
 pub mod spec;
+pub mod task;
+pub mod work;
 
 pub use digest::Digest;
 pub use ids::{AttemptId, RunId, TaskId, WorkerId};

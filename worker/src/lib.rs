@@ -1,1 +1,18 @@
-//! prova worker (modules land here).
+//! prova's worker: runs tasks. It never depends on the coordinator crate: work arrives as
+//! `prova_protocol::work::ToWorker` messages and reports leave as `FromWorker`, over an
+//! in-process channel (local mode) or a QUIC session (farm).
+//!
+//! # Layout
+//! - [`exec`]: the process executor — runs one command in its own process group with a
+//!   cleared environment; timeout/cancel (SIGTERM → grace → SIGKILL on the group), rusage,
+//!   merged line-chunked output, bounded log capture, `ready_when`; the [`exec::Executor`] seam.
+//! - [`runner`]: one assignment end to end: command line, environment (baseline + task +
+//!   perturbations), tries with retries, output collection and packing.
+//! - [`outputs`]: cleaning declared outputs before a try; collecting, fingerprinting and
+//!   packing them after.
+//! - [`actor`]: the worker actor — slots, live attempts, cancel.
+
+pub mod actor;
+pub mod exec;
+pub mod outputs;
+pub mod runner;

@@ -1,0 +1,21 @@
+//! One module per subcommand. Each resolves its arguments into settings, acts, and returns
+//! an exit code; errors returned here are usage/config/infrastructure errors (exit 2).
+
+pub mod common;
+pub mod graph;
+pub mod run;
+
+use crate::args::{Cli, Command};
+use crate::exit::Code;
+
+/// Runs the parsed command line.
+pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
+    let start = match &cli.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    };
+    match cli.command {
+        Command::Run(args) => run::run(&start, args),
+        Command::Graph(args) => graph::graph(&start, args),
+    }
+}

@@ -1,0 +1,45 @@
+//! The `prova` command line: argument parsing, the wiring of coordinator and workers, and
+//! rendering (prefixed or grouped output, summaries, `--json`).
+//!
+//! # Layout
+//! - [`args`]: the clap definitions (what a user can type).
+//! - [`commands`]: one module per subcommand; each resolves its arguments and acts.
+//! - [`local`]: local single-node mode: the in-process worker link.
+//! - [`render`]: turning run events into terminal output or JSON lines, and the summary.
+//! - [`exit`]: exit codes (0 ok, 1 a task or proof failed, 2 usage/config/infrastructure).
+
+pub mod args;
+pub mod commands;
+pub mod exit;
+pub mod local;
+pub mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    init_tracing(cli.verbose);
+    let code = match commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("prova: {e:#}");
+            exit::Code::Usage
+        }
+    };
+    code.into()
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PROVA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,92 @@
+//! Local single-node mode: the coordinator's run actor and an in-process worker actor,
+//! joined by the same link messages a farm worker speaks (`ToWorker` / `FromWorker`) over
+//! bounded channels instead of QUIC.
+
+use std::sync::Arc;
+
+use kameo::prelude::*;
+use prova_coordinator::run::{Interrupt, RunActor, RunArgs, RunOptions, RunPlan};
+use prova_protocol::WorkerId;
+use prova_protocol::events::{RunEvent, RunSummary};
+use prova_protocol::task::OwnedTask;
+use prova_protocol::work::{FromWorker, ToWorker};
+use prova_worker::actor::{WorkerActor, WorkerArgs};
+use prova_worker::exec::LocalExecutor;
+use prova_worker::runner::RunnerConfig;
+use tokio::sync::{mpsc, oneshot};
+
+/// Bound on link messages in flight in each direction.
+const LINK_QUEUE: usize = 256;
+
+/// Runs `plan` on an in-process worker with `options.concurrency` slots. Run events go to
+/// `events`; Ctrl-C and SIGTERM interrupt the run (running tasks get SIGTERM, a grace, then
+/// SIGKILL, and are reported aborted).
+pub async fn run(
+    plan: RunPlan,
+    options: RunOptions,
+    events: mpsc::Sender<RunEvent>,
+) -> anyhow::Result<RunSummary> {
+    let (to_worker, mut worker_inbox) = mpsc::channel::<ToWorker>(LINK_QUEUE);
+    let (worker_outbox, mut from_worker) = mpsc::channel::<FromWorker>(LINK_QUEUE);
+    let worker = WorkerActor::spawn(WorkerArgs {
+        executor: Arc::new(LocalExecutor),
+        config: RunnerConfig::from_host(),
+        slots: options.concurrency.max(1),
+        link: worker_outbox,
+    });
+    let worker_ref = worker.clone();
+    let _to_worker_pump = OwnedTask::spawn("local.to_worker", async move {
+        while let Some(msg) = worker_inbox.recv().await {
+            if worker_ref.tell(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let (done_tx, done_rx) = oneshot::channel();
+    let run = RunActor::spawn(RunArgs {
+        plan,
+        options,
+        weights: Vec::new(),
+        work: Arc::new(to_worker),
+        worker: WorkerId::local(),
+        events,
+        done: done_tx,
+        first_attempt: 1,
+    });
+    let run_ref = run.clone();
+    let _from_worker_pump = OwnedTask::spawn("local.from_worker", async move {
+        while let Some(msg) = from_worker.recv().await {
+            if run_ref.tell(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let run_ref = run.clone();
+    let _signals = OwnedTask::spawn("local.signals", async move {
+        wait_for_signal().await;
+        let _ = run_ref.tell(Interrupt).await;
+    });
+
+    run.tell(prova_coordinator::run::actor::Begin)
+        .await
+        .map_err(|e| anyhow::anyhow!("run actor: {e}"))?;
+    let summary =
+        done_rx.await.map_err(|_| anyhow::anyhow!("the run actor stopped without a summary"))?;
+    worker.kill();
+    Ok(summary)
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,145 @@
+//! Turning run events into output: prefixed lines, grouped blocks, or JSON lines; and the
+//! end-of-run summary from the same data.
+
+pub mod summary;
+
+use std::collections::HashMap;
+use std::io::{self, IsTerminal, Write};
+
+use prova_protocol::TaskId;
+use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus};
+
+use crate::args::OutputMode;
+
+/// How events are shown.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    /// Prefixed or grouped.
+    pub mode: OutputMode,
+    /// JSON lines instead of text.
+    pub json: bool,
+    /// ANSI colours.
+    pub color: bool,
+}
+
+impl Style {
+    /// The style for a terminal or a pipe.
+    pub fn new(mode: OutputMode, json: bool) -> Self {
+        let color = !json && io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Self { mode, json, color }
+    }
+}
+
+/// Renders events to a writer as they arrive.
+pub struct Renderer<W: Write> {
+    out: W,
+    style: Style,
+    /// Grouped mode: output held until the task finishes.
+    held: HashMap<TaskId, Vec<u8>>,
+    /// Prefixed mode: width of the widest prefix seen, for alignment.
+    width: usize,
+}
+
+const PALETTE: [&str; 6] = ["36", "33", "32", "35", "34", "96"];
+
+impl<W: Write> Renderer<W> {
+    /// A renderer writing to `out`.
+    pub fn new(out: W, style: Style) -> Self {
+        Self { out, style, held: HashMap::new(), width: 0 }
+    }
+
+    /// Renders one event. A closed pipe is not an error worth stopping the run for.
+    pub fn event(&mut self, ev: &RunEvent) -> io::Result<()> {
+        if self.style.json {
+            serde_json::to_writer(&mut self.out, ev)?;
+            return self.out.write_all(b"\n");
+        }
+        match ev {
+            RunEvent::TaskStarted { task, attempt, .. } => {
+                if *attempt > 1 {
+                    let line = format!("retrying (attempt {attempt})\n");
+                    self.lines(task, line.as_bytes())?;
+                }
+            }
+            RunEvent::Output { task, text } => match self.style.mode {
+                OutputMode::Prefixed => self.lines(task, text)?,
+                OutputMode::Grouped => {
+                    self.held.entry(task.clone()).or_default().extend_from_slice(text)
+                }
+            },
+            RunEvent::TaskReady { task } => self.lines(task, b"ready\n")?,
+            RunEvent::TaskFinished(r) => {
+                if let Some(held) = self.held.remove(&r.task) {
+                    let header =
+                        format!("{} {}\n", self.paint("1", "──"), self.paint("1", r.task.as_str()));
+                    self.out.write_all(header.as_bytes())?;
+                    self.out.write_all(&held)?;
+                    if !held.ends_with(b"\n") && !held.is_empty() {
+                        self.out.write_all(b"\n")?;
+                    }
+                }
+                let line = match (r.status, &r.cache) {
+                    (TaskStatus::Failed, _) => Some(
+                        self.paint("31", &format!("failed: {}", r.note.as_deref().unwrap_or(""))),
+                    ),
+                    (TaskStatus::Aborted, _) => Some(self.paint("33", "aborted")),
+                    (TaskStatus::Succeeded, CacheStatus::NotSaved { reason }) => {
+                        Some(self.paint("33", &format!("not cached: {reason}")))
+                    }
+                    _ => None,
+                };
+                if let Some(line) = line {
+                    self.lines(&r.task, format!("{line}\n").as_bytes())?;
+                }
+            }
+            RunEvent::Notice { task, level, message } => {
+                let tag = match level {
+                    NoticeLevel::Info => self.paint("2", "note"),
+                    NoticeLevel::Warn => self.paint("33", "warning"),
+                };
+                match task {
+                    Some(t) => self.lines(t, format!("{tag}: {message}\n").as_bytes())?,
+                    None => writeln!(self.out, "{tag}: {message}")?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `text` line by line with the task's prefix.
+    fn lines(&mut self, task: &TaskId, text: &[u8]) -> io::Result<()> {
+        self.width = self.width.max(task.as_str().len()).min(40);
+        let prefix = format!("{:<w$}", task.as_str(), w = self.width);
+        let colour = PALETTE[(xxhash(task.as_str()) % PALETTE.len() as u64) as usize];
+        let prefix = self.paint(colour, &prefix);
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            self.out.write_all(prefix.as_bytes())?;
+            self.out.write_all(b" | ")?;
+            self.out.write_all(line)?;
+            if !line.ends_with(b"\n") {
+                self.out.write_all(b"\n")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.style.color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+    }
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// The style in use.
+    pub fn style(&self) -> Style {
+        self.style
+    }
+}
+
+fn xxhash(s: &str) -> u64 {
+    s.bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}

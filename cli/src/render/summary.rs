@@ -1,0 +1,108 @@
+//! The end-of-run summary: counts, cache meter, time, slowest tasks, failures.
+
+use std::fmt::Write as _;
+
+use prova_protocol::events::{CacheStatus, RunSummary, TaskStatus};
+
+/// Counts of a run, from its reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Succeeded (executed or restored).
+    pub succeeded: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Skipped.
+    pub skipped: usize,
+    /// Aborted.
+    pub aborted: usize,
+    /// Executed (at least one attempt).
+    pub ran: usize,
+    /// Cache hits.
+    pub hits: usize,
+    /// Executed cacheable tasks (misses).
+    pub misses: usize,
+    /// Milliseconds of execution the hits saved.
+    pub saved_ms: u64,
+}
+
+impl Counts {
+    /// Tallies a summary.
+    pub fn of(s: &RunSummary) -> Self {
+        let mut c = Self::default();
+        for t in &s.tasks {
+            match t.status {
+                TaskStatus::Succeeded => c.succeeded += 1,
+                TaskStatus::Failed => c.failed += 1,
+                TaskStatus::Skipped => c.skipped += 1,
+                TaskStatus::Aborted => c.aborted += 1,
+            }
+            if t.attempts > 0 {
+                c.ran += 1;
+            }
+            match &t.cache {
+                CacheStatus::Hit { saved_ms, .. } => {
+                    c.hits += 1;
+                    c.saved_ms += saved_ms;
+                }
+                CacheStatus::Saved | CacheStatus::NotSaved { .. } => c.misses += 1,
+                CacheStatus::Uncached => {}
+            }
+        }
+        c
+    }
+}
+
+/// The human summary.
+pub fn text(s: &RunSummary) -> String {
+    let c = Counts::of(s);
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        " Tasks:   {} succeeded, {} failed, {} skipped, {} aborted ({} total, {} ran)",
+        c.succeeded,
+        c.failed,
+        c.skipped,
+        c.aborted,
+        s.tasks.len(),
+        c.ran
+    );
+    if c.hits + c.misses > 0 {
+        let _ = writeln!(
+            out,
+            " Cache:   {} hit, {} miss ({}% hit), {} saved",
+            c.hits,
+            c.misses,
+            100 * c.hits / (c.hits + c.misses).max(1),
+            fmt_ms(c.saved_ms)
+        );
+    }
+    let _ = writeln!(
+        out,
+        " Time:    {}{}",
+        fmt_ms(s.wall_ms),
+        if s.interrupted { " (interrupted)" } else { "" }
+    );
+    let mut ran: Vec<_> = s.tasks.iter().filter(|t| t.attempts > 0).collect();
+    ran.sort_by(|a, b| b.stats.wall_ms.cmp(&a.stats.wall_ms).then_with(|| a.task.cmp(&b.task)));
+    if ran.len() > 1 {
+        let slow: Vec<String> =
+            ran.iter().take(3).map(|t| format!("{} {}", t.task, fmt_ms(t.stats.wall_ms))).collect();
+        let _ = writeln!(out, " Slowest: {}", slow.join(", "));
+    }
+    for t in s.tasks.iter().filter(|t| t.status == TaskStatus::Failed) {
+        let _ = writeln!(out, " Failed:  {} ({})", t.task, t.note.as_deref().unwrap_or("failed"));
+    }
+    out
+}
+
+/// `1.23s`, `45ms`, `2m03s`.
+pub fn fmt_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.2}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}

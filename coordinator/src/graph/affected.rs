@@ -1,0 +1,124 @@
+//! `--affected REF`: the projects whose files changed since a git ref (committed, staged,
+//! unstaged and untracked changes alike), plus every project that depends on them. A change
+//! to a workspace-level file that every task reads (`prova.toml`, `fingerprint`, `inputs`)
+//! affects every project.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+use prova_protocol::globs::{PathGlobs, is_within};
+
+use crate::workspace::Workspace;
+
+/// Git could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum AffectedError {
+    /// git is missing or failed.
+    #[error("--affected {git_ref}: `git {args}` failed: {message}")]
+    Git {
+        /// The ref given.
+        git_ref: String,
+        /// The git arguments.
+        args: String,
+        /// What git said.
+        message: String,
+    },
+}
+
+/// Files changed since `git_ref`, workspace-relative.
+pub fn changed_files(root: &Path, git_ref: &str) -> Result<BTreeSet<String>, AffectedError> {
+    let mut files = BTreeSet::new();
+    // The merge base makes `origin/main` mean "since this branch forked", as CI expects;
+    // fall back to the ref itself when there is no common ancestor.
+    let base = git(root, git_ref, &["merge-base", git_ref, "HEAD"])
+        .ok()
+        .and_then(|s| s.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| git_ref.to_owned());
+    for args in [
+        vec!["diff", "--name-only", "--no-renames", "-z", base.as_str()],
+        vec!["ls-files", "--others", "--exclude-standard", "-z"],
+    ] {
+        let out = git(root, git_ref, &args)?;
+        files.extend(out.split('\0').filter(|s| !s.is_empty()).map(str::to_owned));
+    }
+    Ok(files)
+}
+
+fn git(root: &Path, git_ref: &str, args: &[&str]) -> Result<String, AffectedError> {
+    let fail = |message: String| AffectedError::Git {
+        git_ref: git_ref.to_owned(),
+        args: args.join(" "),
+        message,
+    };
+    // `--relative` paths are relative to the cwd for diff; run at the root and ask for
+    // paths relative to it.
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["-c", "core.quotepath=off"])
+        .args(args)
+        .args(if args[0] == "diff" { &["--relative"][..] } else { &[][..] })
+        .output()
+        .map_err(|e| fail(e.to_string()))?;
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
+    }
+    String::from_utf8(out.stdout).map_err(|e| fail(e.to_string()))
+}
+
+/// Project indices affected since `git_ref`: owners of changed files and their dependents.
+pub fn affected_projects(ws: &Workspace, git_ref: &str) -> Result<BTreeSet<usize>, AffectedError> {
+    let files = changed_files(&ws.root, git_ref)?;
+    Ok(projects_for_files(ws, &files))
+}
+
+/// The projects owning `files` (deepest project dir wins), plus their transitive dependents;
+/// every project when a workspace-wide file changed.
+pub fn projects_for_files(ws: &Workspace, files: &BTreeSet<String>) -> BTreeSet<usize> {
+    let mut wide: Vec<String> = ws.settings.fingerprint.clone();
+    wide.extend(ws.settings.inputs.iter().cloned());
+    let wide = PathGlobs::new("", &wide).unwrap_or_else(|_| PathGlobs::empty());
+    let root_config =
+        ws.config_file.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("prova.toml");
+    if files.iter().any(|f| f == root_config || wide.is_match(f)) {
+        return (0..ws.projects.len()).collect();
+    }
+    let mut direct = BTreeSet::new();
+    for f in files {
+        let owner = ws
+            .projects
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| is_within(f, &p.dir))
+            .max_by_key(|(_, p)| p.dir.len());
+        if let Some((i, _)) = owner {
+            direct.insert(i);
+        }
+    }
+    with_dependents(ws, direct)
+}
+
+/// `set` plus every project that depends on one of them, transitively.
+pub fn with_dependents(ws: &Workspace, set: BTreeSet<usize>) -> BTreeSet<usize> {
+    let by_name: HashMap<&str, usize> =
+        ws.projects.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
+    let mut dependents = vec![Vec::new(); ws.projects.len()];
+    for (i, p) in ws.projects.iter().enumerate() {
+        for d in &p.deps {
+            if let Some(&q) = by_name.get(d.value.as_str()) {
+                dependents[q].push(i);
+            }
+        }
+    }
+    let mut out = set.clone();
+    let mut stack: Vec<usize> = set.into_iter().collect();
+    while let Some(p) = stack.pop() {
+        for &d in &dependents[p] {
+            if out.insert(d) {
+                stack.push(d);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,100 @@
+//! The task graph: `project#task` nodes and their edges, built from a loaded
+//! [`Workspace`](crate::workspace::Workspace), then narrowed to what a run asked for.
+//!
+//! - [`build`]: resolve every task's `deps` (`^task`, `task`, `project#task`) into edges;
+//!   unknown names and cycles are errors with the file and line.
+//! - [`select`]: the subgraph for task names + `--all` / `-p` / `--filter` / `--affected`.
+//! - [`affected`]: projects touched since a git ref, plus their dependents.
+//! - [`render`]: `--dry-run` order, `--dot`, `--json`.
+
+pub mod affected;
+pub mod build;
+pub mod render;
+pub mod select;
+
+use std::collections::HashMap;
+
+use prova_protocol::TaskId;
+
+use crate::config::Location;
+
+pub use build::{GraphError, build_graph};
+pub use select::{ProjectFilter, Selection, select};
+
+/// Index of a node in a [`TaskGraph`].
+pub type NodeIdx = usize;
+
+/// One task of one project.
+#[derive(Clone, Debug)]
+pub struct TaskNode {
+    /// `project#task`.
+    pub id: TaskId,
+    /// Index of the project in `Workspace::projects`.
+    pub project: usize,
+    /// The task name.
+    pub name: String,
+    /// The nodes this one waits for, sorted, without duplicates.
+    pub deps: Vec<NodeIdx>,
+    /// Where each edge was declared (parallel to `deps`), for cycle messages.
+    pub dep_at: Vec<Location>,
+    /// Whether the user asked for this task (not only pulled in as a dependency): forwarded
+    /// arguments go to requested tasks only.
+    pub requested: bool,
+}
+
+/// A set of task nodes with edges; acyclic once built.
+#[derive(Clone, Debug, Default)]
+pub struct TaskGraph {
+    /// The nodes.
+    pub nodes: Vec<TaskNode>,
+    /// Node by id.
+    pub index: HashMap<TaskId, NodeIdx>,
+}
+
+impl TaskGraph {
+    /// The node with this id.
+    pub fn get(&self, id: &TaskId) -> Option<&TaskNode> {
+        self.index.get(id).map(|&i| &self.nodes[i])
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Reverse edges: `dependents[n]` are the nodes that wait for `n`.
+    pub fn dependents(&self) -> Vec<Vec<NodeIdx>> {
+        let mut out = vec![Vec::new(); self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for &d in &n.deps {
+                out[d].push(i);
+            }
+        }
+        out
+    }
+
+    /// A topological order (dependencies first); ties broken by node index, so the order is
+    /// stable for a given graph.
+    pub fn topo_order(&self) -> Vec<NodeIdx> {
+        let dependents = self.dependents();
+        let mut unmet: Vec<usize> = self.nodes.iter().map(|n| n.deps.len()).collect();
+        let mut ready: std::collections::BTreeSet<NodeIdx> =
+            (0..self.nodes.len()).filter(|&i| unmet[i] == 0).collect();
+        let mut order = Vec::with_capacity(self.nodes.len());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for &d in &dependents[n] {
+                unmet[d] -= 1;
+                if unmet[d] == 0 {
+                    ready.insert(d);
+                }
+            }
+        }
+        order
+    }
+}

@@ -1,0 +1,140 @@
+//! From a selected task graph to a [`RunPlan`]: one fully resolved [`TaskSpec`] per node
+//! (environment values read once, forwarded args on requested tasks only) plus the
+//! scheduler's view of the graph.
+
+use std::path::PathBuf;
+
+use prova_protocol::TaskId;
+use prova_protocol::spec::TaskSpec;
+
+use crate::graph::TaskGraph;
+use crate::scheduler::core::Plan;
+use crate::workspace::{TaskDef, Workspace};
+
+/// What kind of execution a node needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    /// No command: done when its deps are.
+    Group,
+    /// A command that runs to completion.
+    Command,
+    /// A long-running command (dev server).
+    Persistent,
+}
+
+/// One node, resolved.
+#[derive(Clone, Debug)]
+pub struct PlannedTask {
+    /// `project#task`.
+    pub id: TaskId,
+    /// Group, command or persistent.
+    pub kind: TaskKind,
+    /// What the worker runs (for groups: an empty command that is never sent).
+    pub spec: TaskSpec,
+    /// Whether its outputs may be cached (`cache = true`, not persistent, has a command).
+    pub cacheable: bool,
+    /// Node indices this waits for.
+    pub deps: Vec<usize>,
+    /// Whether the user asked for it.
+    pub requested: bool,
+}
+
+/// Everything a run needs that does not change while it runs.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// One entry per node, in graph order.
+    pub tasks: Vec<PlannedTask>,
+}
+
+impl RunPlan {
+    /// Resolves `graph` (a selection from `ws`) into specs. `env` reads the invoking
+    /// environment; `args` are forwarded to requested tasks.
+    pub fn new(
+        ws: &Workspace,
+        graph: &TaskGraph,
+        args: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
+        let tasks = graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let project = &ws.projects[n.project];
+                let def = project.tasks.get(&n.name);
+                let kind = match def {
+                    Some(d) if d.command.is_none() => TaskKind::Group,
+                    Some(d) if d.persistent => TaskKind::Persistent,
+                    Some(_) => TaskKind::Command,
+                    None => TaskKind::Group,
+                };
+                let spec =
+                    spec_for(&n.id, &project.dir, def, if n.requested { args } else { &[] }, env);
+                PlannedTask {
+                    id: n.id.clone(),
+                    kind,
+                    cacheable: kind == TaskKind::Command && def.is_some_and(|d| d.cache),
+                    spec,
+                    deps: n.deps.clone(),
+                    requested: n.requested,
+                }
+            })
+            .collect();
+        Self { root: ws.root.clone(), tasks }
+    }
+
+    /// The scheduler's view: edges, weights (`history` gives recorded durations in ms) and
+    /// persistent flags.
+    pub fn sched_plan(&self, history: &dyn Fn(&TaskId) -> Option<u64>) -> Plan {
+        Plan {
+            deps: self.tasks.iter().map(|t| t.deps.clone()).collect(),
+            weight: self.tasks.iter().map(|t| history(&t.id).unwrap_or(1)).collect(),
+            persistent: self.tasks.iter().map(|t| t.kind == TaskKind::Persistent).collect(),
+        }
+    }
+
+    /// The index of a task.
+    pub fn position(&self, id: &TaskId) -> Option<usize> {
+        self.tasks.iter().position(|t| &t.id == id)
+    }
+}
+
+fn spec_for(
+    id: &TaskId,
+    project_dir: &str,
+    def: Option<&TaskDef>,
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> TaskSpec {
+    let command = def
+        .and_then(|d| d.command.clone())
+        .unwrap_or(prova_protocol::spec::CommandLine::Argv(Vec::new()));
+    let mut vars = Vec::new();
+    if let Some(d) = def {
+        // Declared env first (keyed), then pass-through (not keyed); a name in both is set once.
+        for name in d.env.iter().chain(&d.pass_env) {
+            if vars.iter().any(|(k, _): &(String, String)| k == name) {
+                continue;
+            }
+            if let Some(v) = env(name) {
+                vars.push((name.clone(), v));
+            }
+        }
+    }
+    TaskSpec {
+        id: id.clone(),
+        project_dir: project_dir.to_owned(),
+        command,
+        args: args.to_vec(),
+        env: vars,
+        timeout_ms: def
+            .and_then(|d| d.timeout)
+            .map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
+        retries: def.map_or(0, |d| d.retries),
+        outputs: def.map(|d| d.outputs.clone()).unwrap_or_default(),
+        persistent: def.is_some_and(|d| d.persistent),
+        ready_when: def.and_then(|d| d.ready_when.clone()),
+        network: def.is_some_and(|d| d.network),
+    }
+}

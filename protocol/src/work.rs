@@ -1,0 +1,136 @@
+//! The worker link: what a coordinator asks of a worker and what the worker reports. The
+//! same messages flow over an in-process channel (local mode) and over QUIC (farm), so the
+//! in-process worker is simply another worker link.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::ids::AttemptId;
+use crate::manifest::OutputManifest;
+use crate::spec::{ExecStats, ExitKind, TaskSpec};
+
+/// Where and how an assignment executes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// In the workspace itself (local mode's default): cwd = `<root>/<project_dir>`. Only
+    /// meaningful in-process; a farm worker refuses it.
+    InPlace {
+        /// The workspace root on this machine.
+        workspace_root: PathBuf,
+    },
+}
+
+/// Perturbations of a determinism re-run (brief §7): what no declared input may depend on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Perturb {
+    /// Umask for the task.
+    pub umask: Option<u32>,
+    /// Environment values overriding the baseline when the task does not declare them
+    /// (`TZ`, `LANG`, `LC_ALL`, `USER`, `LOGNAME`, `HOSTNAME`).
+    pub env: Vec<(String, String)>,
+    /// Reverse the environment order.
+    pub reverse_env: bool,
+}
+
+/// One unit of work for a worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The lease: every report about this work carries it.
+    pub attempt: AttemptId,
+    /// What to run.
+    pub spec: TaskSpec,
+    /// Where.
+    pub placement: Placement,
+    /// Remove the declared outputs before each attempt (cached tasks: nothing stale may be
+    /// mistaken for an output).
+    #[serde(default)]
+    pub clean_outputs: bool,
+    /// Collect, fingerprint and (when `pack_to` is set) pack the outputs after a success.
+    #[serde(default)]
+    pub collect_outputs: bool,
+    /// Where to write the packed artifact (local mode: the cache's staging directory).
+    #[serde(default)]
+    pub pack_to: Option<PathBuf>,
+    /// Perturbations (determinism re-runs only).
+    #[serde(default)]
+    pub perturb: Option<Perturb>,
+}
+
+/// Coordinator → worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// Start this work.
+    Assign(Box<Assignment>),
+    /// Stop this attempt (interrupt, or a persistent task's teardown); it still reports
+    /// `Finished`.
+    Cancel {
+        /// Which.
+        attempt: AttemptId,
+    },
+}
+
+/// What a finished attempt produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outputs {
+    /// Every output entry.
+    pub manifest: OutputManifest,
+    /// Its content fingerprint.
+    pub fingerprint: Digest,
+    /// The packed artifact's digest and size, when packed.
+    pub artifact: Option<(Digest, u64)>,
+}
+
+/// The end of an assignment (after its retries).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Finished {
+    /// Which.
+    pub attempt: AttemptId,
+    /// How the last try ended.
+    pub exit: ExitKind,
+    /// Tries made (1 + retries used).
+    pub tries: u32,
+    /// Resource use of the last try.
+    pub stats: ExecStats,
+    /// Combined stdout+stderr of the last try, bounded.
+    #[serde(with = "serde_bytes")]
+    pub log: Vec<u8>,
+    /// Bytes of log dropped from the middle to stay within the bound.
+    pub log_omitted: u64,
+    /// Outputs, when asked for and the task succeeded.
+    pub outputs: Option<Outputs>,
+    /// Outputs declared as literal paths that do not exist after a success.
+    #[serde(default)]
+    pub missing_literals: Vec<String>,
+    /// Why outputs could not be collected or packed, when that failed.
+    #[serde(default)]
+    pub output_error: Option<String>,
+}
+
+/// Worker → coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// A try of the attempt started (1-based).
+    Started {
+        /// Which.
+        attempt: AttemptId,
+        /// Try number.
+        try_no: u32,
+    },
+    /// Output lines.
+    Output {
+        /// Which.
+        attempt: AttemptId,
+        /// Whole lines.
+        #[serde(with = "serde_bytes")]
+        text: Vec<u8>,
+    },
+    /// A persistent task is ready.
+    Ready {
+        /// Which.
+        attempt: AttemptId,
+    },
+    /// The attempt is over.
+    Finished(Box<Finished>),
+}

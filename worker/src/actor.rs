@@ -1,0 +1,135 @@
+//! The worker actor: holds the slots and the live attempts, starts an owned task per
+//! assignment and cancels on request. Every report goes out on the link (a bounded channel
+//! of [`FromWorker`]); the coordinator end of that channel is in-process in local mode and a
+//! QUIC session in the farm.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use kameo::prelude::*;
+use prova_protocol::AttemptId;
+use prova_protocol::spec::{ExecStats, ExitKind};
+use prova_protocol::task::OwnedTask;
+use prova_protocol::work::{Finished, FromWorker, ToWorker};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::Executor;
+use crate::runner::{RunnerConfig, run_assignment};
+
+/// What a worker actor is built from.
+pub struct WorkerArgs {
+    /// How processes are run.
+    pub executor: Arc<dyn Executor>,
+    /// Limits and baseline environment.
+    pub config: RunnerConfig,
+    /// Concurrent assignments this worker accepts.
+    pub slots: usize,
+    /// Where reports go.
+    pub link: mpsc::Sender<FromWorker>,
+}
+
+/// The worker actor.
+pub struct WorkerActor {
+    executor: Arc<dyn Executor>,
+    config: Arc<RunnerConfig>,
+    slots: usize,
+    link: mpsc::Sender<FromWorker>,
+    live: HashMap<AttemptId, (CancellationToken, OwnedTask<()>)>,
+}
+
+impl Actor for WorkerActor {
+    type Args = WorkerArgs;
+    type Error = Infallible;
+
+    async fn on_start(args: Self::Args, _me: ActorRef<Self>) -> Result<Self, Self::Error> {
+        Ok(Self {
+            executor: args.executor,
+            config: Arc::new(args.config),
+            slots: args.slots.max(1),
+            link: args.link,
+            live: HashMap::new(),
+        })
+    }
+
+    async fn on_stop(
+        &mut self,
+        _me: WeakActorRef<Self>,
+        _reason: ActorStopReason,
+    ) -> Result<(), Self::Error> {
+        // Dropping the owned tasks aborts them; cancel first so processes are killed
+        // through the executor's SIGTERM → SIGKILL path rather than orphaned.
+        for (token, _) in self.live.values() {
+            token.cancel();
+        }
+        Ok(())
+    }
+}
+
+/// An attempt's task ended; forget it.
+struct Done(AttemptId);
+
+impl Message<ToWorker> for WorkerActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: ToWorker, ctx: &mut Context<Self, Self::Reply>) {
+        match msg {
+            ToWorker::Assign(a) => {
+                let attempt = a.attempt;
+                if self.live.contains_key(&attempt) {
+                    return; // duplicate delivery
+                }
+                if self.live.len() >= self.slots {
+                    let _ = self
+                        .link
+                        .send(FromWorker::Finished(Box::new(refused(
+                            attempt,
+                            "worker has no free slot",
+                        ))))
+                        .await;
+                    return;
+                }
+                let token = CancellationToken::new();
+                let (executor, config, link, cancel) =
+                    (self.executor.clone(), self.config.clone(), self.link.clone(), token.clone());
+                let me = ctx.actor_ref().clone();
+                let task = OwnedTask::spawn("worker.assignment", async move {
+                    let report = run_assignment(*a, executor, &config, link.clone(), cancel).await;
+                    let _ = link.send(FromWorker::Finished(Box::new(report))).await;
+                    let _ = me.tell(Done(attempt)).await;
+                });
+                self.live.insert(attempt, (token, task));
+            }
+            ToWorker::Cancel { attempt } => {
+                if let Some((token, _)) = self.live.get(&attempt) {
+                    token.cancel();
+                }
+            }
+        }
+    }
+}
+
+impl Message<Done> for WorkerActor {
+    type Reply = ();
+
+    async fn handle(&mut self, Done(attempt): Done, _ctx: &mut Context<Self, Self::Reply>) {
+        if let Some((_, task)) = self.live.remove(&attempt) {
+            drop(task.detach()); // already finished: nothing to abort
+        }
+    }
+}
+
+fn refused(attempt: AttemptId, why: &str) -> Finished {
+    Finished {
+        attempt,
+        exit: ExitKind::SpawnFailed(why.to_owned()),
+        tries: 0,
+        stats: ExecStats::default(),
+        log: Vec::new(),
+        log_omitted: 0,
+        outputs: None,
+        missing_literals: Vec::new(),
+        output_error: None,
+    }
+}
