@@ -1,6 +1,6 @@
 //! Resolving `deps` into edges, and finding cycles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use prova_protocol::TaskId;
 
@@ -82,7 +82,9 @@ pub fn build_graph(ws: &Workspace) -> Result<TaskGraph, GraphError> {
     }
     let project_by_name: HashMap<&str, usize> =
         ws.projects.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
-    let all_task_names: HashSet<&str> =
+    // Ordered, like every candidate list given to `suggest`: ties go to the first candidate,
+    // so hash order would make the did-you-mean vary between runs.
+    let all_task_names: BTreeSet<&str> =
         ws.projects.iter().flat_map(|p| p.tasks.keys().map(String::as_str)).collect();
 
     for node in 0..g.nodes.len() {
@@ -109,8 +111,7 @@ pub fn build_graph(ws: &Workspace) -> Result<TaskGraph, GraphError> {
                         at: Box::new(dep.at.clone()),
                         task: task_id.clone(),
                         name: id.project().to_owned(),
-                        help: suggest(id.project(), project_by_name.keys().copied())
-                            .map(str::to_owned),
+                        help: suggest(id.project(), ws.project_names()).map(str::to_owned),
                     });
                 };
                 match g.index.get(&id) {
@@ -174,7 +175,7 @@ fn upstream_providers(
     out
 }
 
-fn unknown_task(at: Location, task: &TaskId, name: &str, all: &HashSet<&str>) -> GraphError {
+fn unknown_task(at: Location, task: &TaskId, name: &str, all: &BTreeSet<&str>) -> GraphError {
     GraphError::UnknownTask {
         at: Box::new(at),
         task: task.clone(),

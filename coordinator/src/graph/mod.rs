@@ -12,6 +12,9 @@ pub mod build;
 pub mod render;
 pub mod select;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 
 use prova_protocol::TaskId;

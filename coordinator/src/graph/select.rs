@@ -104,9 +104,12 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
                     });
                 }
                 None => {
+                    // Among that project's tasks: the name alone may exist elsewhere, and
+                    // suggesting it back would be no help.
+                    let own = ws.project(id.project()).into_iter().flat_map(|p| p.tasks.keys());
                     return Err(SelectError::UnknownTask {
                         name: t.clone(),
-                        help: suggest(id.task(), all_names.iter().copied()).map(str::to_owned),
+                        help: suggest(id.task(), own.map(String::as_str)).map(str::to_owned),
                     });
                 }
             }
