@@ -28,6 +28,116 @@ pub enum Command {
     Run(RunArgs),
     /// Print the task graph of a selection (dot or JSON).
     Graph(GraphArgs),
+    /// Say which inputs moved since the newest cache entry of a task.
+    Why(TaskArgs),
+    /// Show a task's key, every key component, and its inputs with digests.
+    Show(TaskArgs),
+    /// Inspect or trim the cache.
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+/// Where the cache lives.
+#[derive(Debug, Args, Clone, Default)]
+pub struct CacheDirArgs {
+    /// The cache directory (default: `<workspace>/.prova/cache`); share one across clones.
+    #[arg(long, env = "PROVA_CACHE_DIR", value_name = "DIR", global = true)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// `prova why` / `prova show`.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// The task, `project#task`.
+    #[arg(value_name = "TASK")]
+    pub task: String,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The cache.
+    #[command(flatten)]
+    pub cache: CacheDirArgs,
+}
+
+/// `prova cache ...`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Entries, blobs, bytes.
+    Stats {
+        /// The cache.
+        #[command(flatten)]
+        cache: CacheDirArgs,
+        /// Also run SQLite's full integrity check.
+        #[arg(long)]
+        check: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop least-recently-used entries until the cache fits.
+    Prune {
+        /// The cache.
+        #[command(flatten)]
+        cache: CacheDirArgs,
+        /// Size bound, e.g. `2G`, `500M`, `1048576`.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: u64,
+    },
+    /// Remove every entry and blob.
+    Clean {
+        /// The cache.
+        #[command(flatten)]
+        cache: CacheDirArgs,
+    },
+}
+
+/// Parses `2G`, `500M`, `64k`, `1048576` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M') => (&s[..s.len() - 1], 1 << 20),
+        Some('G') => (&s[..s.len() - 1], 1 << 30),
+        Some('T') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?} (try 2G, 500M)"))?;
+    if n.is_nan() || n < 0.0 {
+        return Err(format!("not a size: {s:?}"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Which cache layers a run reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSpec {
+    /// Read the local layer.
+    pub read: bool,
+    /// Write the local layer.
+    pub write: bool,
+}
+
+/// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither).
+pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, String> {
+    let mut spec = CacheSpec { read: false, write: false };
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (layer, mode) = part
+            .split_once(':')
+            .ok_or_else(|| format!("`{part}`: want LAYER:MODE, e.g. local:rw"))?;
+        if layer != "local" {
+            return Err(format!("unknown cache layer `{layer}` (local mode has `local`)"));
+        }
+        for c in mode.chars() {
+            match c {
+                'r' => spec.read = true,
+                'w' => spec.write = true,
+                _ => return Err(format!("`{part}`: mode is r, w or rw")),
+            }
+        }
+    }
+    Ok(spec)
 }
 
 /// Which tasks of which projects.
@@ -90,6 +200,22 @@ pub struct RunArgs {
     /// Machine-readable output: one JSON event per line, then the summary.
     #[arg(long)]
     pub json: bool,
+
+    /// Execute every task (no cache reads) and overwrite entries.
+    #[arg(long, conflicts_with_all = ["no_cache", "cache"])]
+    pub force: bool,
+
+    /// Neither read nor write the cache.
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+
+    /// Cache layers and modes, e.g. `local:rw` (default), `local:r`, `local:w`.
+    #[arg(long, value_name = "SPEC", value_parser = parse_cache_spec)]
+    pub cache: Option<CacheSpec>,
+
+    /// The cache directory.
+    #[command(flatten)]
+    pub cache_dir: CacheDirArgs,
 
     /// Arguments after `--` go to the requested tasks (not to their dependencies).
     #[arg(last = true, value_name = "ARGS")]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kameo::prelude::*;
-use prova_coordinator::run::{Interrupt, RunActor, RunArgs, RunOptions, RunPlan};
+use prova_coordinator::run::{Begin, Interrupt, RunActor, RunArgs, RunCache, RunOptions, RunPlan};
 use prova_protocol::WorkerId;
 use prova_protocol::events::{RunEvent, RunSummary};
 use prova_protocol::task::OwnedTask;
@@ -25,6 +25,8 @@ pub async fn run(
     plan: RunPlan,
     options: RunOptions,
     events: mpsc::Sender<RunEvent>,
+    cache: Option<RunCache>,
+    weights: Vec<u64>,
 ) -> anyhow::Result<RunSummary> {
     let (to_worker, mut worker_inbox) = mpsc::channel::<ToWorker>(LINK_QUEUE);
     let (worker_outbox, mut from_worker) = mpsc::channel::<FromWorker>(LINK_QUEUE);
@@ -47,12 +49,13 @@ pub async fn run(
     let run = RunActor::spawn(RunArgs {
         plan,
         options,
-        weights: Vec::new(),
+        weights,
         work: Arc::new(to_worker),
         worker: WorkerId::local(),
         events,
         done: done_tx,
         first_attempt: 1,
+        cache,
     });
     let run_ref = run.clone();
     let _from_worker_pump = OwnedTask::spawn("local.from_worker", async move {
@@ -68,9 +71,7 @@ pub async fn run(
         let _ = run_ref.tell(Interrupt).await;
     });
 
-    run.tell(prova_coordinator::run::actor::Begin)
-        .await
-        .map_err(|e| anyhow::anyhow!("run actor: {e}"))?;
+    run.tell(Begin).await.map_err(|e| anyhow::anyhow!("run actor: {e}"))?;
     let summary =
         done_rx.await.map_err(|_| anyhow::anyhow!("the run actor stopped without a summary"))?;
     worker.kill();

@@ -11,9 +11,15 @@
 //!   `--affected`); cycle detection; dot/JSON rendering.
 //! - [`scheduler`]: the sans-IO scheduling core (`(now, event) -> commands`).
 //! - [`run`]: a run's plan (resolved specs) and the run actor that drives the scheduler.
+//! - [`cache`]: the local cache store (SQLite index, blob files, memo) and its owner thread.
 
+pub mod cache;
 pub mod config;
 pub mod graph;
+pub mod inputs;
+pub mod keys;
+pub mod layers;
+pub mod prepare;
 pub mod run;
 pub mod scheduler;
 pub mod workspace;

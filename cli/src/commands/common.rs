@@ -40,3 +40,38 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     let graph = graph::select(&ws, &full, &selection)?;
     Ok(Loaded { ws, graph })
 }
+
+/// The cache directory for `ws`: `--cache-dir` / `PROVA_CACHE_DIR`, else
+/// `<workspace>/.prova/cache`.
+pub fn cache_dir(ws: &Workspace, args: &crate::args::CacheDirArgs) -> std::path::PathBuf {
+    match &args.cache_dir {
+        Some(d) if d.is_absolute() => d.clone(),
+        Some(d) => std::env::current_dir().map(|c| c.join(d)).unwrap_or_else(|_| d.clone()),
+        None => ws.root.join(".prova").join("cache"),
+    }
+}
+
+/// Opens the cache thread for `ws`.
+pub fn open_cache(
+    ws: &Workspace,
+    args: &crate::args::CacheDirArgs,
+) -> anyhow::Result<(prova_coordinator::cache::CacheThread, std::thread::JoinHandle<()>)> {
+    let dir = cache_dir(ws, args);
+    prova_coordinator::cache::CacheThread::open(&dir)
+        .with_context(|| format!("cannot open the cache at {}", dir.display()))
+}
+
+/// A current-thread-free multi-thread runtime for a command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}

@@ -1,8 +1,10 @@
 //! One module per subcommand. Each resolves its arguments into settings, acts, and returns
 //! an exit code; errors returned here are usage/config/infrastructure errors (exit 2).
 
+pub mod cache;
 pub mod common;
 pub mod graph;
+pub mod inspect;
 pub mod run;
 
 use crate::args::{Cli, Command};
@@ -17,5 +19,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
     match cli.command {
         Command::Run(args) => run::run(&start, args),
         Command::Graph(args) => graph::graph(&start, args),
+        Command::Why(args) => inspect::why(&start, args),
+        Command::Show(args) => inspect::show(&start, args),
+        Command::Cache(cmd) => cache::cache(&start, cmd),
     }
 }

@@ -1,13 +1,17 @@
-//! `prova run`: select, plan, then either print the plan (`--dry-run`) or run it in local
-//! mode and report.
+//! `prova run`: select, prepare (keys), then either print the plan (`--dry-run`) or run it
+//! in local mode and report.
 
-use std::io::Write as _;
+use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::Path;
 
-use prova_coordinator::run::{RunOptions, RunPlan, TaskKind};
-use prova_protocol::events::RunEvent;
+use prova_coordinator::layers::LocalLayer;
+use prova_coordinator::prepare::{Prepared, prepare};
+use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind};
+use prova_protocol::events::{NoticeLevel, RunEvent};
 use tokio::sync::mpsc;
 
+use super::common::{self, Loaded};
 use crate::args::RunArgs;
 use crate::exit::Code;
 use crate::render::{Renderer, Style, summary};
@@ -17,21 +21,41 @@ const EVENT_QUEUE: usize = 1024;
 
 /// Runs the selection.
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
-    let loaded = super::common::load(start, &args.select)?;
-    let plan = RunPlan::new(&loaded.ws, &loaded.graph, &args.forward, &|k| std::env::var(k).ok());
-    if args.dry_run {
-        print_dry_run(&loaded.graph, &plan, args.json)?;
-        return Ok(Code::Ok);
-    }
+    let Loaded { ws, graph } = common::load(start, &args.select)?;
+    let (cache, cache_join) = common::open_cache(&ws, &args.cache_dir)?;
+    let policy = if args.no_cache {
+        CachePolicy { read: false, write: false }
+    } else if args.force {
+        CachePolicy { read: false, write: true }
+    } else if let Some(spec) = args.cache {
+        CachePolicy { read: spec.read, write: spec.write }
+    } else {
+        CachePolicy { read: true, write: true }
+    };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let options = RunOptions {
         concurrency: args.concurrency.unwrap_or(cores).max(1),
         continue_on_failure: args.keep_going,
     };
     let style = Style::new(args.output, args.json);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let summary = rt.block_on(async move {
+    let rt = common::runtime()?;
+    let outcome = rt.block_on(async {
+        let env = |k: &str| std::env::var(k).ok();
+        let prepared = prepare(&ws, &graph, &args.forward, &env, &cache).await?;
+        let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root);
+        let hits = if policy.read { probe(&layer, &prepared).await? } else { HashMap::new() };
+        if args.dry_run {
+            common::print(&dry_run(&graph, &prepared, &hits, args.json))?;
+            return Ok::<_, anyhow::Error>(None);
+        }
+        let staging = layer.tmp_dir().await?;
         let (tx, mut rx) = mpsc::channel::<RunEvent>(EVENT_QUEUE);
+        for id in &prepared.matched_nothing {
+            let message = "its declared inputs match no file: the key cannot see any change (a stale-hit trap)";
+            let _ = tx
+                .send(RunEvent::Notice { task: Some(id.clone()), level: NoticeLevel::Warn, message: message.to_owned() })
+                .await;
+        }
         let render = tokio::task::spawn_blocking(move || {
             let mut r = Renderer::new(std::io::stdout().lock(), style);
             let mut broken = false;
@@ -42,27 +66,53 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             }
             let _ = r.finish();
         });
-        let summary = crate::local::run(plan, options, tx).await;
+        let weights = prepared.weights();
+        let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+        let key_stats = prepared.stats;
+        let summary = crate::local::run(prepared.plan, options, tx, Some(run_cache), weights).await;
         let _ = render.await;
-        summary
-    })?;
-    let mut out = std::io::stdout().lock();
+        Ok(Some((summary?, key_stats)))
+    });
+    drop(cache);
+    let outcome = outcome?;
+    // The cache thread closes the index when the last handle is gone.
+    let _ = cache_join.join();
+    let Some((summary, key_stats)) = outcome else { return Ok(Code::Ok) };
     if args.json {
-        let line = serde_json::json!({ "event": "summary", "summary": &summary });
-        let _ = writeln!(out, "{line}");
+        let line =
+            serde_json::json!({ "event": "summary", "summary": &summary, "keys": key_stats });
+        common::print(&format!("{line}\n"))?;
     } else {
-        let _ = write!(out, "{}", summary::text(&summary));
+        common::print(&summary::text(&summary))?;
     }
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
 }
 
-fn print_dry_run(
+/// Cache entries present for the plan's cacheable tasks, by node.
+async fn probe(
+    layer: &LocalLayer,
+    prepared: &Prepared,
+) -> anyhow::Result<HashMap<usize, prova_coordinator::cache::Entry>> {
+    let wanted: Vec<usize> =
+        (0..prepared.plan.tasks.len()).filter(|&i| prepared.plan.tasks[i].cacheable).collect();
+    let keys = wanted.iter().map(|&i| prepared.key(i)).collect();
+    let mut found = layer.probe(keys).await?;
+    Ok(wanted.into_iter().filter_map(|i| found.remove(&prepared.key(i)).map(|e| (i, e))).collect())
+}
+
+fn dry_run(
     graph: &prova_coordinator::graph::TaskGraph,
-    plan: &RunPlan,
+    prepared: &Prepared,
+    hits: &HashMap<usize, prova_coordinator::cache::Entry>,
     json: bool,
-) -> anyhow::Result<()> {
+) -> String {
+    let plan = &prepared.plan;
     let order = graph.topo_order();
-    let mut out = std::io::stdout().lock();
+    let cache_word = |i: usize| match (plan.tasks[i].cacheable, hits.contains_key(&i)) {
+        (false, _) => "uncached",
+        (true, true) => "hit",
+        (true, false) => "miss",
+    };
     if json {
         let tasks: Vec<_> = order
             .iter()
@@ -73,14 +123,15 @@ fn print_dry_run(
                     "kind": format!("{:?}", t.kind).to_lowercase(),
                     "command": (t.kind != TaskKind::Group).then(|| t.spec.command.display()),
                     "dir": t.spec.project_dir,
+                    "key": prepared.key(i),
+                    "cache": cache_word(i),
                     "deps": t.deps.iter().map(|&d| plan.tasks[d].id.as_str()).collect::<Vec<_>>(),
                 })
             })
             .collect();
-        writeln!(out, "{}", serde_json::json!({ "tasks": tasks }))?;
-        return Ok(());
+        return format!("{}\n", serde_json::json!({ "tasks": tasks }));
     }
-    writeln!(out, "{} tasks would run, in this order:", order.len())?;
+    let mut out = format!("{} tasks would run, in this order:\n", order.len());
     for (n, &i) in order.iter().enumerate() {
         let t = &plan.tasks[i];
         let what = match t.kind {
@@ -89,7 +140,16 @@ fn print_dry_run(
             TaskKind::Command => t.spec.command.display(),
         };
         let dir = if t.spec.project_dir.is_empty() { "." } else { t.spec.project_dir.as_str() };
-        writeln!(out, "{:>4}. {}  [{}]  {}", n + 1, t.id, dir, what)?;
+        let _ = writeln!(
+            out,
+            "{:>4}. {}  [{}]  {}  {} {}",
+            n + 1,
+            t.id,
+            dir,
+            what,
+            prepared.key(i).short(),
+            cache_word(i)
+        );
     }
-    Ok(())
+    out
 }

@@ -85,11 +85,7 @@ fn project_overrides_apply_field_by_field() {
     assert_eq!(ws.settings.inputs, ["//tsconfig.base.json"]);
     assert_eq!(
         names(&ws),
-        [
-            ("apps/web", "web"),
-            ("packages/ui", "ui"),
-            ("packages/utils", "utils")
-        ]
+        [("apps/web", "web"), ("packages/ui", "ui"), ("packages/utils", "utils")]
     );
 
     let web = ws.project("web").unwrap().task("build").unwrap();
@@ -179,12 +175,7 @@ fn project_names_come_from_prova_toml_then_package_json_then_dir() {
     let loaded = ws.load();
     assert_eq!(
         names(&loaded),
-        [
-            ("", "//"),
-            ("packages/a", "alpha"),
-            ("packages/b", "@scope/beta"),
-            ("packages/c", "c")
-        ]
+        [("", "//"), ("packages/a", "alpha"), ("packages/b", "@scope/beta"), ("packages/c", "c")]
     );
     assert_eq!(loaded.project_in("packages/b").unwrap().name, "@scope/beta");
     // The root named by its package.json, or by its own [project].

@@ -1,23 +1,30 @@
 //! The run actor: the kameo shell around [`Scheduler`]. It owns one run: feeds scheduler
-//! events, carries out its commands, keeps the attempt → node map (so a report for an attempt
-//! it no longer holds is ignored), and reports events and the final summary.
+//! events, carries out its commands (restore a hit, or hand the task to a worker; skip;
+//! abort), files entries after successful executions, keeps the attempt → node map (a report
+//! for an attempt it no longer holds is ignored), and reports events and the summary.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_protocol::events::{
     CacheStatus, NoticeLevel, RunEvent, RunSummary, TaskReport, TaskStatus,
 };
+use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::{ExecStats, ExitKind};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ToWorker};
-use prova_protocol::{AttemptId, WorkerId};
+use prova_protocol::{AttemptId, Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::WorkSink;
 use super::plan::{RunPlan, TaskKind};
+use crate::cache::Entry;
+use crate::keys::PlanKeys;
+use crate::layers::{LocalLayer, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::{Command, Event, Options, Scheduler, SkipReason};
 
 /// Knobs of a run.
@@ -27,6 +34,29 @@ pub struct RunOptions {
     pub concurrency: usize,
     /// `--continue`.
     pub continue_on_failure: bool,
+}
+
+/// Whether a run reads and writes the cache (`--force`: write only; `--no-cache`: neither).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// Hits are restored.
+    pub read: bool,
+    /// Executions are saved.
+    pub write: bool,
+}
+
+/// The cache side of a run.
+pub struct RunCache {
+    /// The layer entries come from and go to.
+    pub layer: LocalLayer,
+    /// Read/write.
+    pub policy: CachePolicy,
+    /// Every task's key.
+    pub keys: PlanKeys,
+    /// Entries found for cacheable tasks before the run (by node).
+    pub hits: HashMap<usize, Entry>,
+    /// Where workers stage packed artifacts (the cache's `tmp/`).
+    pub staging: PathBuf,
 }
 
 /// What a run actor is built from.
@@ -47,6 +77,8 @@ pub struct RunArgs {
     pub done: oneshot::Sender<RunSummary>,
     /// First attempt id to hand out (distinct per run on a shared worker).
     pub first_attempt: u64,
+    /// The cache, unless the run has none.
+    pub cache: Option<RunCache>,
 }
 
 /// Stop the run: abort running tasks, skip the rest.
@@ -56,6 +88,21 @@ pub struct Interrupt;
 /// Start the run.
 #[derive(Debug)]
 pub struct Begin;
+
+/// A restore finished.
+struct RestoreDone {
+    node: usize,
+    /// The entry's recorded execution time: what the hit saved.
+    saved_ms: u64,
+    result: Result<Option<Restored>, String>,
+}
+
+/// A save finished.
+struct SaveDone {
+    node: usize,
+    result: Result<SaveOutcome, String>,
+    finished: Box<Finished>,
+}
 
 /// The run actor.
 pub struct RunActor {
@@ -71,7 +118,14 @@ pub struct RunActor {
     live: Vec<Option<AttemptId>>,
     reports: Vec<Option<TaskReport>>,
     stopping: Vec<bool>,
+    /// Persistent nodes whose worker reported them ready.
+    ready: Vec<bool>,
     interrupted: bool,
+    cache: Option<RunCache>,
+    /// Restores and saves in flight, by node (aborted if the actor stops).
+    side: HashMap<usize, OwnedTask<()>>,
+    /// Keys of hits, touched in one batch at the end.
+    hit_keys: Vec<Digest>,
 }
 
 impl Actor for RunActor {
@@ -104,7 +158,11 @@ impl Actor for RunActor {
             live: vec![None; n],
             reports: vec![None; n],
             stopping: vec![false; n],
+            ready: vec![false; n],
             interrupted: false,
+            cache: args.cache,
+            side: HashMap::new(),
+            hit_keys: Vec::new(),
         })
     }
 }
@@ -126,7 +184,7 @@ impl RunActor {
     /// synchronously (a group task, a failed send).
     async fn apply(&mut self, cmd: Command, ctx: &mut Context<Self, ()>) -> Option<Event> {
         match cmd {
-            Command::Dispatch(node) => self.dispatch(node).await,
+            Command::Dispatch(node) => self.dispatch(node, ctx).await,
             Command::Skip(node, why) => {
                 let note = match why {
                     SkipReason::DependencyFailed(dep) => {
@@ -137,8 +195,16 @@ impl RunActor {
                     }
                     SkipReason::Interrupted => "the run was interrupted".to_owned(),
                 };
-                self.finish(node, TaskStatus::Skipped, None, 0, ExecStats::default(), Some(note))
-                    .await;
+                let r = self.report(
+                    node,
+                    TaskStatus::Skipped,
+                    CacheStatus::Uncached,
+                    None,
+                    0,
+                    ExecStats::default(),
+                    Some(note),
+                );
+                self.finish(node, r).await;
                 None
             }
             Command::Abort(node) | Command::StopPersistent(node) => {
@@ -151,6 +217,11 @@ impl RunActor {
                 None
             }
             Command::Done { ok } => {
+                if let Some(c) = &self.cache
+                    && !self.hit_keys.is_empty()
+                {
+                    let _ = c.layer.touch(std::mem::take(&mut self.hit_keys)).await;
+                }
                 let summary = RunSummary {
                     ok: ok && !self.interrupted,
                     interrupted: self.interrupted,
@@ -166,23 +237,68 @@ impl RunActor {
         }
     }
 
-    async fn dispatch(&mut self, node: usize) -> Option<Event> {
+    fn cacheable(&self, node: usize) -> bool {
+        self.plan.tasks[node].cacheable && self.cache.is_some()
+    }
+
+    async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
         let task = &self.plan.tasks[node];
         if task.kind == TaskKind::Group {
-            self.finish(node, TaskStatus::Succeeded, None, 0, ExecStats::default(), None).await;
+            let r = self.report(
+                node,
+                TaskStatus::Succeeded,
+                CacheStatus::Uncached,
+                None,
+                0,
+                ExecStats::default(),
+                None,
+            );
+            self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
+        if self.cacheable(node)
+            && let Some(c) = &mut self.cache
+            && c.policy.read
+            && let Some(entry) = c.hits.remove(&node)
+        {
+            let layer = c.layer.clone();
+            let saved_ms = entry.duration_ms;
+            let globs = PathGlobs::new(&task.spec.project_dir, &task.spec.outputs)
+                .unwrap_or_else(|_| PathGlobs::empty());
+            let me = ctx.actor_ref().clone();
+            self.side.insert(
+                node,
+                OwnedTask::spawn("run.restore", async move {
+                    let result = layer.restore(entry, globs).await.map_err(|e| e.to_string());
+                    let _ = me.tell(RestoreDone { node, saved_ms, result }).await;
+                }),
+            );
+            return None;
+        }
+        self.assign(node).await
+    }
+
+    async fn assign(&mut self, node: usize) -> Option<Event> {
+        let task = &self.plan.tasks[node];
         let attempt = AttemptId(self.next_attempt);
         self.next_attempt += 1;
         self.attempts.insert(attempt, node);
         self.live[node] = Some(attempt);
+        let cached = self.cacheable(node);
+        let write = cached && self.cache.as_ref().is_some_and(|c| c.policy.write);
+        let pack_to = match (&self.cache, write) {
+            (Some(c), true) => {
+                Some(c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())))
+            }
+            _ => None,
+        };
         let assignment = Assignment {
             attempt,
             spec: task.spec.clone(),
             placement: Placement::InPlace { workspace_root: self.plan.root.clone() },
-            clean_outputs: false,
-            collect_outputs: false,
-            pack_to: None,
+            clean_outputs: cached,
+            collect_outputs: write,
+            pack_to,
             perturb: None,
         };
         if self.work.send(ToWorker::Assign(Box::new(assignment))).await.is_err() {
@@ -197,64 +313,166 @@ impl RunActor {
             self.attempts.remove(&a);
         }
         let note = "the worker link closed".to_owned();
-        self.finish(node, TaskStatus::Failed, None, 0, ExecStats::default(), Some(note)).await;
+        let r = self.report(
+            node,
+            TaskStatus::Failed,
+            CacheStatus::Uncached,
+            None,
+            0,
+            ExecStats::default(),
+            Some(note),
+        );
+        self.finish(node, r).await;
         Event::Finished { node, ok: false }
     }
 
-    async fn finish(
-        &mut self,
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
         node: usize,
         status: TaskStatus,
+        cache: CacheStatus,
         exit: Option<ExitKind>,
         attempts: u32,
         stats: ExecStats,
         note: Option<String>,
-    ) {
-        let report = TaskReport {
+    ) -> TaskReport {
+        TaskReport {
             task: self.plan.tasks[node].id.clone(),
             status,
-            cache: CacheStatus::Uncached,
+            cache,
             exit,
             attempts,
             stats,
-            key: None,
+            key: self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied()),
             worker: (attempts > 0).then(|| self.worker.clone()),
             note,
-        };
+        }
+    }
+
+    async fn finish(&mut self, node: usize, report: TaskReport) {
         self.reports[node] = Some(report.clone());
         let _ = self.events.send(RunEvent::TaskFinished(report)).await;
     }
 
-    async fn on_finished(&mut self, f: Finished) -> Option<Event> {
+    async fn notice(&self, node: usize, level: NoticeLevel, message: String) {
+        let task = Some(self.plan.tasks[node].id.clone());
+        let _ = self.events.send(RunEvent::Notice { task, level, message }).await;
+    }
+
+    async fn on_finished(
+        &mut self,
+        f: Box<Finished>,
+        ctx: &mut Context<Self, ()>,
+    ) -> Option<Event> {
         let node = self.attempts.remove(&f.attempt)?;
         self.live[node] = None;
+        if f.log_omitted > 0 {
+            let msg = format!("{} bytes of output were omitted from the stored log", f.log_omitted);
+            self.notice(node, NoticeLevel::Info, msg).await;
+        }
+        let status = self.status_of(node, &f.exit);
+        let staged = f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d));
+        let write = self.cacheable(node) && self.cache.as_ref().is_some_and(|c| c.policy.write);
+        if write && status == TaskStatus::Succeeded {
+            let withheld = if let Some(e) = &f.output_error {
+                Some(format!("collecting outputs failed: {e}"))
+            } else if let Some(missing) = f.missing_literals.first() {
+                Some(format!("declared output `{missing}` does not exist"))
+            } else if f.outputs.is_none() {
+                Some("no outputs were collected".to_owned())
+            } else {
+                None
+            };
+            if let Some(reason) = withheld {
+                self.discard_staged(f.attempt);
+                let r = self.report(
+                    node,
+                    status,
+                    CacheStatus::NotSaved { reason },
+                    Some(f.exit.clone()),
+                    f.tries,
+                    f.stats,
+                    None,
+                );
+                self.finish(node, r).await;
+                return Some(Event::Finished { node, ok: true });
+            }
+            let Some(c) = &self.cache else { return None };
+            let Some(outputs) = &f.outputs else { return None };
+            let req = SaveRequest {
+                task: self.plan.tasks[node].id.to_string(),
+                key: c.keys.keys[node],
+                components: c.keys.components[node].clone(),
+                manifest: outputs.manifest.clone(),
+                artifact: staged.map(|d| (self.staged_path(f.attempt), d)),
+                log: f.log.clone(),
+                duration_ms: f.stats.wall_ms,
+                stamps: c.keys.stamps[node].clone(),
+            };
+            let layer = c.layer.clone();
+            let me = ctx.actor_ref().clone();
+            self.side.insert(
+                node,
+                OwnedTask::spawn("run.save", async move {
+                    let result = layer.save(req).await.map_err(|e| e.to_string());
+                    let _ = me.tell(SaveDone { node, result, finished: f }).await;
+                }),
+            );
+            return None;
+        }
+        self.discard_staged(f.attempt);
+        let cache = if self.cacheable(node) && write {
+            CacheStatus::NotSaved { reason: f.exit.describe() }
+        } else {
+            CacheStatus::Uncached
+        };
+        let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
+        let ok = status == TaskStatus::Succeeded;
+        let r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
+        self.finish(node, r).await;
+        Some(Event::Finished { node, ok })
+    }
+
+    fn status_of(&self, node: usize, exit: &ExitKind) -> TaskStatus {
         let persistent = self.plan.tasks[node].kind == TaskKind::Persistent;
-        let status = match &f.exit {
+        match exit {
             _ if persistent && self.stopping[node] && !self.interrupted => TaskStatus::Succeeded,
             ExitKind::Aborted => TaskStatus::Aborted,
+            _ if self.exited_unready(node) => TaskStatus::Failed,
             e if e.success() => TaskStatus::Succeeded,
             _ => TaskStatus::Failed,
-        };
-        let note = match (&status, &f.exit) {
-            (TaskStatus::Failed, e) => Some(e.describe()),
-            _ => None,
-        };
-        if f.log_omitted > 0 {
-            let _ = self
-                .events
-                .send(RunEvent::Notice {
-                    task: Some(self.plan.tasks[node].id.clone()),
-                    level: NoticeLevel::Info,
-                    message: format!(
-                        "{} bytes of output were omitted from the stored log",
-                        f.log_omitted
-                    ),
-                })
-                .await;
         }
-        let ok = status == TaskStatus::Succeeded;
-        self.finish(node, status, Some(f.exit), f.tries, f.stats, note).await;
-        Some(Event::Finished { node, ok })
+    }
+
+    /// A persistent task that ended on its own before it was ready never served: whatever its
+    /// exit code, what depends on it must not run.
+    fn exited_unready(&self, node: usize) -> bool {
+        self.plan.tasks[node].kind == TaskKind::Persistent
+            && !self.stopping[node]
+            && !self.ready[node]
+    }
+
+    fn failure_note(&self, node: usize, exit: &ExitKind) -> String {
+        match exit {
+            ExitKind::Code(_) | ExitKind::Signal(_) if self.exited_unready(node) => {
+                format!("exited before it was ready ({})", exit.describe())
+            }
+            _ => exit.describe(),
+        }
+    }
+
+    fn staged_path(&self, attempt: AttemptId) -> PathBuf {
+        match &self.cache {
+            Some(c) => c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())),
+            None => PathBuf::new(),
+        }
+    }
+
+    fn discard_staged(&self, attempt: AttemptId) {
+        if self.cache.is_some() {
+            let _ = std::fs::remove_file(self.staged_path(attempt));
+        }
     }
 }
 
@@ -275,6 +493,93 @@ impl Message<Interrupt> for RunActor {
             self.interrupted = true;
             self.feed(Event::Interrupt, ctx).await;
         }
+    }
+}
+
+impl Message<RestoreDone> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: RestoreDone, ctx: &mut Context<Self, Self::Reply>) {
+        let node = msg.node;
+        self.side.remove(&node);
+        if self.interrupted {
+            let r = self.report(
+                node,
+                TaskStatus::Aborted,
+                CacheStatus::Uncached,
+                None,
+                0,
+                ExecStats::default(),
+                None,
+            );
+            self.finish(node, r).await;
+            self.feed(Event::Finished { node, ok: false }, ctx).await;
+            return;
+        }
+        match msg.result {
+            Ok(Some(restored)) => {
+                let task = self.plan.tasks[node].id.clone();
+                if !restored.log.is_empty() {
+                    let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
+                }
+                let saved_ms = msg.saved_ms;
+                let key = self.cache.as_ref().map(|c| c.keys.keys[node]);
+                if let Some(k) = key {
+                    self.hit_keys.push(k);
+                }
+                let cache = CacheStatus::Hit { layer: "local".to_owned(), saved_ms };
+                let r = self.report(
+                    node,
+                    TaskStatus::Succeeded,
+                    cache,
+                    None,
+                    0,
+                    ExecStats::default(),
+                    None,
+                );
+                self.finish(node, r).await;
+                self.feed(Event::Finished { node, ok: true }, ctx).await;
+            }
+            other => {
+                let why = match other {
+                    Err(e) => format!("the cache entry could not be restored ({e}); running the task"),
+                    _ => "the cache entry's artifact is missing or corrupt (quarantined); running the task".to_owned(),
+                };
+                self.notice(node, NoticeLevel::Warn, why).await;
+                if let Some(ev) = self.assign(node).await {
+                    self.feed(ev, ctx).await;
+                }
+            }
+        }
+    }
+}
+
+impl Message<SaveDone> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
+        let node = msg.node;
+        self.side.remove(&node);
+        let cache = match msg.result {
+            Ok(SaveOutcome::Saved) => CacheStatus::Saved,
+            Ok(SaveOutcome::Withheld(reason)) => CacheStatus::NotSaved { reason },
+            Err(e) => {
+                self.discard_staged(msg.finished.attempt);
+                CacheStatus::NotSaved { reason: format!("saving failed: {e}") }
+            }
+        };
+        let f = msg.finished;
+        let r = self.report(
+            node,
+            TaskStatus::Succeeded,
+            cache,
+            Some(f.exit.clone()),
+            f.tries,
+            f.stats,
+            None,
+        );
+        self.finish(node, r).await;
+        self.feed(Event::Finished { node, ok: true }, ctx).await;
     }
 }
 
@@ -301,13 +606,14 @@ impl Message<FromWorker> for RunActor {
             }
             FromWorker::Ready { attempt } => {
                 if let Some(&node) = self.attempts.get(&attempt) {
+                    self.ready[node] = true;
                     let task = self.plan.tasks[node].id.clone();
                     let _ = self.events.send(RunEvent::TaskReady { task }).await;
                     self.feed(Event::Ready { node }, ctx).await;
                 }
             }
             FromWorker::Finished(f) => {
-                if let Some(ev) = self.on_finished(*f).await {
+                if let Some(ev) = self.on_finished(f, ctx).await {
                     self.feed(ev, ctx).await;
                 }
             }

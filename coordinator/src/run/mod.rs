@@ -14,7 +14,7 @@ use std::pin::Pin;
 use prova_protocol::work::ToWorker;
 use tokio::sync::mpsc;
 
-pub use actor::{Interrupt, RunActor, RunArgs, RunOptions};
+pub use actor::{Begin, CachePolicy, Interrupt, RunActor, RunArgs, RunCache, RunOptions};
 pub use plan::{PlannedTask, RunPlan, TaskKind};
 
 /// The link is gone: the worker (or the farm dispatcher) stopped.

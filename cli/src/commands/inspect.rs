@@ -1,0 +1,134 @@
+//! `prova why TASK` and `prova show TASK`: the task's current key against its newest entry.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use prova_coordinator::cache::TRUSTED;
+use prova_coordinator::graph::{self, ProjectFilter, Selection};
+use prova_coordinator::keys::KeyComponents;
+use prova_coordinator::prepare::{Prepared, prepare};
+use prova_coordinator::workspace::Workspace;
+use prova_protocol::TaskId;
+
+use super::common;
+use crate::args::TaskArgs;
+use crate::exit::Code;
+
+struct Inspected {
+    prepared: Prepared,
+    node: usize,
+    entry: Option<prova_coordinator::cache::Entry>,
+}
+
+fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
+    let start = start
+        .canonicalize()
+        .with_context(|| format!("cannot use directory {}", start.display()))?;
+    let ws = Workspace::load(&start)?;
+    let id = TaskId::parse(&args.task).ok_or_else(|| {
+        anyhow::anyhow!("`{}` is not a task id: write it as project#task", args.task)
+    })?;
+    let full = graph::build_graph(&ws)?;
+    let sel = Selection {
+        tasks: vec![args.task.clone()],
+        projects: ProjectFilter::All,
+        cwd: String::new(),
+    };
+    let g = graph::select(&ws, &full, &sel)?;
+    let (cache, _join) = common::open_cache(&ws, &args.cache)?;
+    let rt = common::runtime()?;
+    rt.block_on(async {
+        let env = |k: &str| std::env::var(k).ok();
+        let prepared = prepare(&ws, &g, &[], &env, &cache).await?;
+        let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
+        let task = id.to_string();
+        let entry = cache.call(move |s| s.latest_for_task(TRUSTED, &task)).await??;
+        Ok(Inspected { prepared, node, entry })
+    })
+}
+
+/// `prova why`: what moved since the newest entry.
+pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
+    let i = inspect(start, &args)?;
+    let now = &i.prepared.keys.components[i.node];
+    let key = i.prepared.key(i.node);
+    let (verdict, changes): (&str, Vec<String>) = match &i.entry {
+        None => ("no cache entry yet: the next run executes it", Vec::new()),
+        Some(e) if e.key == key => {
+            ("unchanged since its newest entry: the next run is a hit", Vec::new())
+        }
+        Some(e) => match rmp_decode(&e.components) {
+            Some(old) => ("changed since its newest entry", now.diff(&old)),
+            None => {
+                ("changed since its newest entry (written by another prova version)", Vec::new())
+            }
+        },
+    };
+    if args.json {
+        let v = serde_json::json!({ "task": args.task, "key": key, "verdict": verdict, "changes": changes,
+            "entry_key": i.entry.as_ref().map(|e| e.key) });
+        common::print(&format!("{v}\n"))?;
+    } else {
+        let mut s = format!("{}: {verdict}\n", args.task);
+        for c in &changes {
+            let _ = writeln!(s, "  - {c}");
+        }
+        common::print(&s)?;
+    }
+    Ok(Code::Ok)
+}
+
+/// `prova show`: the key, every component, and the inputs with digests.
+pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
+    let i = inspect(start, &args)?;
+    let c = &i.prepared.keys.components[i.node];
+    let key = i.prepared.key(i.node);
+    let cached = i.entry.as_ref().is_some_and(|e| e.key == key);
+    if args.json {
+        let v =
+            serde_json::json!({ "task": args.task, "key": key, "cached": cached, "components": c });
+        common::print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
+        return Ok(Code::Ok);
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "task      {}", c.task);
+    let _ = writeln!(
+        s,
+        "key       {key}{}",
+        if cached { "  (in the cache)" } else { "  (not in the cache)" }
+    );
+    let _ = writeln!(s, "version   {}", c.version);
+    let _ = writeln!(s, "command   {}", c.command);
+    let _ = writeln!(s, "platform  {}", c.platform.as_deref().unwrap_or("(portable)"));
+    for (k, v) in &c.config {
+        let _ = writeln!(s, "config    {k} = {}", v.replace('\0', ", "));
+    }
+    for (k, v) in &c.env {
+        let _ = writeln!(
+            s,
+            "env       {k} {}",
+            v.map_or_else(|| "(unset)".to_owned(), |d| format!("sha:{}", d.short()))
+        );
+    }
+    for (t, k) in &c.upstream {
+        let _ = writeln!(s, "upstream  {t} {}", k.short());
+    }
+    if !c.args.is_empty() {
+        let _ = writeln!(s, "args      {:?}", c.args);
+    }
+    for f in &c.workspace {
+        let _ = writeln!(s, "workspace {} {}", f.digest.short(), f.path);
+    }
+    let _ = writeln!(s, "inputs    {} files", c.inputs.len());
+    for f in &c.inputs {
+        let mark = if f.exec { "x" } else { " " };
+        let _ = writeln!(s, "  {} {mark} {}", f.digest.short(), f.path);
+    }
+    common::print(&s)?;
+    Ok(Code::Ok)
+}
+
+fn rmp_decode(bytes: &[u8]) -> Option<KeyComponents> {
+    rmp_serde::from_slice(bytes).ok()
+}

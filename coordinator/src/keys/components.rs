@@ -1,0 +1,170 @@
+//! Key components (brief §5): everything that determines a task's outputs, in a versioned,
+//! canonical form. The key is a BLAKE3 fold of the components; each cache entry stores its
+//! components so `prova why` can name what moved. Env values are stored as digests, never in
+//! clear: an entry must not leak a secret the task read.
+
+use serde::{Deserialize, Serialize};
+
+use prova_protocol::digest::{Digest, Fold};
+
+/// Version of the key encoding. Bump it whenever the fold below changes meaning: every old
+/// entry then misses instead of being misread.
+pub const KEY_VERSION: u32 = 1;
+
+/// What kind of input file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InputKind {
+    /// A regular file (digest of its bytes).
+    File,
+    /// A symbolic link (digest of its target string; never followed).
+    Symlink,
+}
+
+/// One input file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Workspace-relative path.
+    pub path: String,
+    /// File or link.
+    pub kind: InputKind,
+    /// Owner-execute bit.
+    pub exec: bool,
+    /// Content digest.
+    pub digest: Digest,
+}
+
+/// Everything a key folds, in canonical order (every list sorted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyComponents {
+    /// [`KEY_VERSION`].
+    pub version: u32,
+    /// `project#task`.
+    pub task: String,
+    /// The command (`sh:<string>` or `argv:<a>\0<b>…`).
+    pub command: String,
+    /// Hashable config, `name = value` (outputs, timeout, network, portable, persistent).
+    pub config: Vec<(String, String)>,
+    /// Declared env names with the digest of their value; `None` = unset (distinct from
+    /// empty).
+    pub env: Vec<(String, Option<Digest>)>,
+    /// The task's input files.
+    pub inputs: Vec<InputFile>,
+    /// Workspace-wide inputs: `[workspace] fingerprint` and `inputs` files.
+    pub workspace: Vec<InputFile>,
+    /// Keys of the tasks this one depends on.
+    pub upstream: Vec<(String, Digest)>,
+    /// Forwarded arguments.
+    pub args: Vec<String>,
+    /// `os/arch`, unless the task is `portable`.
+    pub platform: Option<String>,
+}
+
+impl KeyComponents {
+    /// The key.
+    pub fn key(&self) -> Digest {
+        let mut f = Fold::new("prova-key");
+        f.u64(u64::from(self.version));
+        f.tag(1).str(&self.task);
+        f.tag(2).str(&self.command);
+        f.tag(3).u64(self.config.len() as u64);
+        for (k, v) in &self.config {
+            f.str(k).str(v);
+        }
+        f.tag(4).u64(self.env.len() as u64);
+        for (k, v) in &self.env {
+            f.str(k);
+            match v {
+                Some(d) => f.tag(1).digest(d),
+                None => f.tag(0),
+            };
+        }
+        for (tag, list) in [(5u8, &self.inputs), (6, &self.workspace)] {
+            f.tag(tag).u64(list.len() as u64);
+            for i in list {
+                f.str(&i.path).tag(i.kind as u8).tag(u8::from(i.exec)).digest(&i.digest);
+            }
+        }
+        f.tag(7).u64(self.upstream.len() as u64);
+        for (t, k) in &self.upstream {
+            f.str(t).digest(k);
+        }
+        f.tag(8).u64(self.args.len() as u64);
+        for a in &self.args {
+            f.str(a);
+        }
+        match &self.platform {
+            Some(p) => f.tag(9).str(p),
+            None => f.tag(10),
+        };
+        f.finish()
+    }
+
+    /// What moved from `old` to `self`, in words, most specific first.
+    pub fn diff(&self, old: &KeyComponents) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.version != old.version {
+            out.push(format!("the key format changed (v{} → v{})", old.version, self.version));
+        }
+        if self.command != old.command {
+            out.push("the command changed".to_owned());
+        }
+        diff_pairs(&old.config, &self.config, &mut out, |k, what| format!("config `{k}` {what}"));
+        diff_pairs(&old.env, &self.env, &mut out, |k, what| format!("env `{k}` {what}"));
+        diff_files(&old.inputs, &self.inputs, &mut out, "input");
+        diff_files(&old.workspace, &self.workspace, &mut out, "workspace input");
+        diff_pairs(&old.upstream, &self.upstream, &mut out, |k, what| match what {
+            "changed" => format!("upstream `{k}` key changed"),
+            w => format!("upstream `{k}` {w}"),
+        });
+        if self.args != old.args {
+            out.push(format!("forwarded args changed ({:?} → {:?})", old.args, self.args));
+        }
+        if self.platform != old.platform {
+            out.push(format!("platform changed ({:?} → {:?})", old.platform, self.platform));
+        }
+        out
+    }
+}
+
+fn diff_pairs<K: Ord + std::fmt::Display, V: PartialEq>(
+    old: &[(K, V)],
+    new: &[(K, V)],
+    out: &mut Vec<String>,
+    say: impl Fn(&K, &str) -> String,
+) {
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some((ka, va)), Some((kb, vb))) if ka == kb => {
+                if va != vb {
+                    out.push(say(ka, "changed"));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some((ka, _)), Some((kb, _))) if ka < kb => {
+                out.push(say(ka, "was removed"));
+                i += 1;
+            }
+            (Some(_) | None, Some((kb, _))) => {
+                out.push(say(kb, "was added"));
+                j += 1;
+            }
+            (Some((ka, _)), None) => {
+                out.push(say(ka, "was removed"));
+                i += 1;
+            }
+            (None, None) => break,
+        }
+    }
+}
+
+fn diff_files(old: &[InputFile], new: &[InputFile], out: &mut Vec<String>, what: &str) {
+    let o: Vec<(&str, &InputFile)> = old.iter().map(|f| (f.path.as_str(), f)).collect();
+    let n: Vec<(&str, &InputFile)> = new.iter().map(|f| (f.path.as_str(), f)).collect();
+    diff_pairs(&o, &n, out, |k, how| format!("{what} `{k}` {how}"));
+}
+
+#[cfg(test)]
+#[path = "components_tests.rs"]
+mod tests;

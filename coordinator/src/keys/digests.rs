@@ -1,0 +1,189 @@
+//! File digests with a stat memo (brief §5): a file whose (device, inode, size, mtime,
+//! ctime, mode) match its memo row is not read again — a warm run reads no input bytes. A
+//! memo row is only trusted when the file's mtime is older than the row by more than the
+//! racy window: a file modified in the same timestamp tick as it was hashed could change
+//! again without its stamps moving, so it is hashed once more on the next run (git's "racy
+//! clean" rule).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use prova_protocol::Digest;
+
+use super::components::InputKind;
+use crate::cache::MemoRow;
+
+/// Files modified this close (ns) before their memo row was written are re-hashed.
+pub const RACY_WINDOW_NS: i64 = 2_000_000_000;
+
+/// Stat stamps of a file: what the memo compares and what `restat` rechecks before a save.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Size.
+    pub size: u64,
+    /// mtime, ns since the epoch.
+    pub mtime_ns: i64,
+    /// ctime, ns since the epoch.
+    pub ctime_ns: i64,
+    /// Mode bits (type and permissions).
+    pub mode: u32,
+}
+
+impl Stamp {
+    /// The stamps of `meta`.
+    pub fn of(meta: &fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+            ctime_ns: meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()),
+            mode: meta.mode(),
+        }
+    }
+
+    fn matches(&self, row: &MemoRow) -> bool {
+        self.dev == row.dev
+            && self.ino == row.ino
+            && self.size == row.size
+            && self.mtime_ns == row.mtime_ns
+            && self.ctime_ns == row.ctime_ns
+            && self.mode == row.mode
+    }
+}
+
+/// What the key needs of one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileFacts {
+    /// File or link.
+    pub kind: InputKind,
+    /// Owner-execute bit.
+    pub exec: bool,
+    /// Content digest (of a link: its target string).
+    pub digest: Digest,
+    /// Stamps when it was looked at.
+    pub stamp: Stamp,
+}
+
+/// The result of a digest pass.
+#[derive(Debug, Default)]
+pub struct DigestPass {
+    /// Facts by workspace-relative path; paths that vanished or are not files are absent.
+    pub facts: HashMap<String, FileFacts>,
+    /// Memo rows to write (files hashed this pass).
+    pub updates: Vec<(String, MemoRow)>,
+    /// Files whose bytes were read.
+    pub hashed: usize,
+    /// Files answered by the memo.
+    pub memo_hits: usize,
+}
+
+/// Stats and (where the memo cannot answer) hashes `paths` under `root`, spreading the
+/// work over the machine's cores. `now_ns` is the time the memo rows are recorded at.
+pub fn digest_files(
+    root: &Path,
+    paths: &[&str],
+    memo: &HashMap<String, MemoRow>,
+    now_ns: i64,
+) -> DigestPass {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let chunk = paths.len().div_ceil(threads).max(256);
+    let parts: Vec<DigestPass> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| s.spawn(move || digest_chunk(root, part, memo, now_ns)))
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut out = DigestPass::default();
+    for p in parts {
+        out.facts.extend(p.facts);
+        out.updates.extend(p.updates);
+        out.hashed += p.hashed;
+        out.memo_hits += p.memo_hits;
+    }
+    out
+}
+
+fn digest_chunk(
+    root: &Path,
+    paths: &[&str],
+    memo: &HashMap<String, MemoRow>,
+    now_ns: i64,
+) -> DigestPass {
+    let mut out = DigestPass::default();
+    for &rel in paths {
+        let abs = root.join(rel);
+        let Ok(meta) = fs::symlink_metadata(&abs) else { continue };
+        let ft = meta.file_type();
+        let kind = if ft.is_file() {
+            InputKind::File
+        } else if ft.is_symlink() {
+            InputKind::Symlink
+        } else {
+            continue; // directories (submodule gitlinks), sockets, devices: not inputs
+        };
+        let stamp = Stamp::of(&meta);
+        let exec = meta.mode() & 0o100 != 0;
+        if let Some(row) = memo.get(rel)
+            && stamp.matches(row)
+            && stamp.mtime_ns < row.recorded_ns.saturating_sub(RACY_WINDOW_NS)
+        {
+            out.memo_hits += 1;
+            out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest: row.digest, stamp });
+            continue;
+        }
+        let digest = match hash(&abs, kind) {
+            Ok(d) => d,
+            Err(_) => continue, // vanished between stat and read: not an input
+        };
+        out.hashed += 1;
+        out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest, stamp });
+        out.updates.push((
+            rel.to_owned(),
+            MemoRow {
+                dev: stamp.dev,
+                ino: stamp.ino,
+                size: stamp.size,
+                mtime_ns: stamp.mtime_ns,
+                ctime_ns: stamp.ctime_ns,
+                mode: stamp.mode,
+                digest,
+                recorded_ns: now_ns,
+            },
+        ));
+    }
+    out
+}
+
+fn hash(abs: &Path, kind: InputKind) -> io::Result<Digest> {
+    match kind {
+        InputKind::File => Digest::of_file(abs),
+        InputKind::Symlink => {
+            let target = fs::read_link(abs)?;
+            Ok(Digest::of(target.as_os_str().as_encoded_bytes()))
+        }
+    }
+}
+
+/// Re-stats `paths` and names the first whose stamps differ from `before` (or that
+/// vanished): the task's inputs changed while it ran, so its key no longer holds.
+pub fn first_changed<'a>(
+    root: &Path,
+    before: impl IntoIterator<Item = (&'a str, &'a Stamp)>,
+) -> Option<String> {
+    for (rel, stamp) in before {
+        match fs::symlink_metadata(root.join(rel)) {
+            Ok(meta) if Stamp::of(&meta) == *stamp => {}
+            _ => return Some(rel.to_owned()),
+        }
+    }
+    None
+}

@@ -1,0 +1,177 @@
+//! Cache keys (brief §5): file digests with a stat memo ([`digests`]), the canonical key
+//! components and their fold ([`components`]), and [`compute`], which keys every task of a
+//! plan before anything runs (upstream outputs are represented by upstream keys).
+
+pub mod components;
+pub mod digests;
+
+use prova_protocol::Digest;
+use prova_protocol::spec::CommandLine;
+
+pub use components::{InputFile, InputKind, KEY_VERSION, KeyComponents};
+pub use digests::{DigestPass, FileFacts, Stamp};
+
+use crate::inputs::{FileList, InputSets};
+use crate::run::RunPlan;
+use crate::workspace::Workspace;
+
+/// The keys of a plan.
+#[derive(Clone, Debug, Default)]
+pub struct PlanKeys {
+    /// Per task: its key.
+    pub keys: Vec<Digest>,
+    /// Per task: what the key folds.
+    pub components: Vec<KeyComponents>,
+    /// Per task: its input files' stamps at key time (rechecked before a save).
+    pub stamps: Vec<Vec<(String, Stamp)>>,
+}
+
+/// The platform string folded into non-portable keys.
+pub fn platform() -> String {
+    format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
+/// Keys every task of `plan`, in dependency order. `env` reads the invoking environment.
+pub fn compute(
+    ws: &Workspace,
+    plan: &RunPlan,
+    files: &FileList,
+    inputs: &InputSets,
+    pass: &DigestPass,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> PlanKeys {
+    let to_file = |i: &u32| -> Option<(InputFile, Stamp)> {
+        let path = &files.all()[*i as usize];
+        let f = pass.facts.get(path)?;
+        Some((
+            InputFile { path: path.clone(), kind: f.kind, exec: f.exec, digest: f.digest },
+            f.stamp,
+        ))
+    };
+    let workspace: Vec<InputFile> = inputs
+        .fingerprint
+        .iter()
+        .chain(&inputs.workspace)
+        .filter_map(to_file)
+        .map(|(f, _)| f)
+        .collect();
+    let mut workspace = workspace;
+    workspace.sort_by(|a, b| a.path.cmp(&b.path));
+    workspace.dedup_by(|a, b| a.path == b.path);
+
+    let n = plan.tasks.len();
+    let mut keys: Vec<Option<Digest>> = vec![None; n];
+    let mut components: Vec<Option<KeyComponents>> = vec![None; n];
+    let mut stamps = vec![Vec::new(); n];
+    for ti in topo(plan) {
+        let t = &plan.tasks[ti];
+        let def = ws.project(t.id.project()).and_then(|p| p.tasks.get(t.id.task()));
+        let mut files_in = Vec::new();
+        for i in &inputs.tasks[ti].files {
+            if let Some((f, s)) = to_file(i) {
+                stamps[ti].push((f.path.clone(), s));
+                files_in.push(f);
+            }
+        }
+        let mut env_vals: Vec<(String, Option<Digest>)> = def
+            .map(|d| {
+                d.env
+                    .iter()
+                    .map(|k| (k.clone(), env(k).map(|v| Digest::of(v.as_bytes()))))
+                    .collect()
+            })
+            .unwrap_or_default();
+        env_vals.sort();
+        env_vals.dedup_by(|a, b| a.0 == b.0);
+        let mut upstream: Vec<(String, Digest)> =
+            t.deps.iter().filter_map(|&d| Some((plan.tasks[d].id.to_string(), keys[d]?))).collect();
+        upstream.sort();
+        let portable = def.is_some_and(|d| d.portable);
+        let c = KeyComponents {
+            version: KEY_VERSION,
+            task: t.id.to_string(),
+            command: match &t.spec.command {
+                CommandLine::Shell(s) if def.is_some_and(|d| d.command.is_some()) => {
+                    format!("sh:{s}")
+                }
+                CommandLine::Argv(v) if def.is_some_and(|d| d.command.is_some()) => {
+                    format!("argv:{}", v.join("\0"))
+                }
+                _ => "group".to_owned(),
+            },
+            config: config_pairs(def),
+            env: env_vals,
+            inputs: files_in,
+            workspace: workspace.clone(),
+            upstream,
+            args: t.spec.args.clone(),
+            platform: (!portable).then(platform),
+        };
+        keys[ti] = Some(c.key());
+        components[ti] = Some(c);
+    }
+    PlanKeys {
+        // The plan is acyclic (the graph module refuses cycles), so `topo` reached every
+        // task; the fallbacks are never used.
+        keys: keys.into_iter().map(|k| k.unwrap_or(Digest([0; 32]))).collect(),
+        components: components.into_iter().map(|c| c.unwrap_or_else(empty_components)).collect(),
+        stamps,
+    }
+}
+
+fn empty_components() -> KeyComponents {
+    KeyComponents {
+        version: KEY_VERSION,
+        task: String::new(),
+        command: String::new(),
+        config: Vec::new(),
+        env: Vec::new(),
+        inputs: Vec::new(),
+        workspace: Vec::new(),
+        upstream: Vec::new(),
+        args: Vec::new(),
+        platform: None,
+    }
+}
+
+/// The hashable config of a task: what changes its outputs. Retries, `cache` and `pass_env`
+/// do not (a pass-through variable is, by declaration, not something the outputs depend on).
+fn config_pairs(def: Option<&crate::workspace::TaskDef>) -> Vec<(String, String)> {
+    let Some(d) = def else { return Vec::new() };
+    let mut v = vec![
+        ("network".to_owned(), d.network.to_string()),
+        ("outputs".to_owned(), d.outputs.join("\0")),
+        ("persistent".to_owned(), d.persistent.to_string()),
+        ("portable".to_owned(), d.portable.to_string()),
+        (
+            "timeout".to_owned(),
+            d.timeout.map_or_else(|| "none".to_owned(), |t| t.as_millis().to_string()),
+        ),
+    ];
+    v.sort();
+    v
+}
+
+/// Task indices with every task after its deps.
+fn topo(plan: &RunPlan) -> Vec<usize> {
+    let n = plan.tasks.len();
+    let mut unmet: Vec<usize> = plan.tasks.iter().map(|t| t.deps.len()).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, t) in plan.tasks.iter().enumerate() {
+        for &d in &t.deps {
+            dependents[d].push(i);
+        }
+    }
+    let mut stack: Vec<usize> = (0..n).filter(|&i| unmet[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(x) = stack.pop() {
+        order.push(x);
+        for &d in &dependents[x] {
+            unmet[d] -= 1;
+            if unmet[d] == 0 {
+                stack.push(d);
+            }
+        }
+    }
+    order
+}

@@ -1,0 +1,390 @@
+//! The local layer (brief §6): entries in the workspace's (or a shared) cache directory.
+//! Lookups are batched through the [`CacheThread`]; restores and the pre-save recheck run on
+//! blocking threads so no async worker waits on the disk.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prova_protocol::Digest;
+use prova_protocol::artifact::{self, UnpackLimits};
+use prova_protocol::globs::PathGlobs;
+use prova_protocol::manifest::{EntryKind, OutputManifest};
+
+use super::LayerError;
+use crate::cache::{CacheThread, Entry, NewEntry};
+use crate::keys::{KeyComponents, Stamp, digests};
+
+/// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
+pub const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A cache layer backed by a local cache directory.
+#[derive(Clone, Debug)]
+pub struct LocalLayer {
+    cache: CacheThread,
+    namespace: String,
+    /// The workspace root outputs are restored into.
+    root: PathBuf,
+    /// Staging for restores, beside the outputs (same file system, so renames are atomic).
+    staging: PathBuf,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Files written.
+    pub placed: u64,
+    /// Files already current (left untouched).
+    pub current: u64,
+    /// The stored log.
+    pub log: Vec<u8>,
+}
+
+/// What to file after a successful execution.
+#[derive(Debug)]
+pub struct SaveRequest {
+    /// `project#task`.
+    pub task: String,
+    /// Its key.
+    pub key: Digest,
+    /// Its components.
+    pub components: KeyComponents,
+    /// The outputs as collected by the worker.
+    pub manifest: OutputManifest,
+    /// The packed artifact staged in the cache's `tmp/` (digest computed while writing).
+    pub artifact: Option<(PathBuf, Digest)>,
+    /// The combined log.
+    pub log: Vec<u8>,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// Input stamps at key time: any change since means the key no longer holds.
+    pub stamps: Vec<(String, Stamp)>,
+}
+
+/// Why an entry was not saved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SaveOutcome {
+    /// Filed.
+    Saved,
+    /// Withheld; the reason, for the status line.
+    Withheld(String),
+}
+
+impl LocalLayer {
+    /// A layer over `cache` writing to and reading from `namespace`, restoring into `root`.
+    pub fn new(cache: CacheThread, namespace: &str, root: &Path) -> Self {
+        Self {
+            cache,
+            namespace: namespace.to_owned(),
+            root: root.to_owned(),
+            staging: root.join(".prova").join("tmp"),
+        }
+    }
+
+    /// The cache thread.
+    pub fn cache(&self) -> &CacheThread {
+        &self.cache
+    }
+
+    /// The entries present for `keys`, in one batched lookup.
+    pub async fn probe(&self, keys: Vec<Digest>) -> Result<HashMap<Digest, Entry>, LayerError> {
+        let ns = self.namespace.clone();
+        Ok(self.cache.call(move |s| s.get_entries(&ns, &keys)).await??)
+    }
+
+    /// Restores `entry`'s outputs into the workspace (outputs matching `outputs` that are not
+    /// in the entry are removed first) and returns its log. `Ok(None)` is a miss: the blob is
+    /// gone or its bytes were wrong (then it is quarantined).
+    pub async fn restore(
+        &self,
+        entry: Entry,
+        outputs: PathGlobs,
+    ) -> Result<Option<Restored>, LayerError> {
+        let manifest: OutputManifest = rmp_serde::from_slice(&entry.manifest)
+            .map_err(|e| LayerError::Corrupt(format!("manifest of {}: {e}", entry.task)))?;
+        let log = match entry.log {
+            Some(d) => {
+                let got =
+                    self.cache.call(move |s| s.read_blob_verified(&d, MAX_LOG_BYTES)).await??;
+                let Some(compressed) = got else { return Ok(None) };
+                match decompress_bounded(&compressed, MAX_LOG_BYTES) {
+                    Ok(l) => l,
+                    Err(_) => return Ok(None),
+                }
+            }
+            None => Vec::new(),
+        };
+        let root = self.root.clone();
+        let (current, extras) = {
+            let (root, manifest, outputs) = (root.clone(), manifest.clone(), outputs.clone());
+            tokio::task::spawn_blocking(move || compare_on_disk(&root, &manifest, &outputs))
+                .await
+                .map_err(|e| LayerError::Corrupt(e.to_string()))??
+        };
+        if current && extras.is_empty() {
+            let n = manifest.entries.len() as u64;
+            return Ok(Some(Restored { placed: 0, current: n, log }));
+        }
+        let Some((digest, _)) = entry.artifact else {
+            // No artifact: the task has no outputs; only remove stale extras.
+            let root2 = root.clone();
+            tokio::task::spawn_blocking(move || remove_paths(&root2, &extras))
+                .await
+                .map_err(|e| LayerError::Corrupt(e.to_string()))??;
+            return Ok(Some(Restored { placed: 0, current: 0, log }));
+        };
+        let Some(file) = self.cache.call(move |s| s.open_blob(&digest)).await?? else {
+            return Ok(None);
+        };
+        let staging = self.staging.clone();
+        let confine = vec![project_of(&manifest)];
+        let result =
+            tokio::task::spawn_blocking(move || -> Result<Option<(u64, u64)>, LayerError> {
+                remove_paths(&root, &extras)?;
+                unpack_and_place(file, &digest, &staging, &root, &manifest, confine)
+            })
+            .await
+            .map_err(|e| LayerError::Corrupt(e.to_string()))??;
+        match result {
+            Some((placed, current)) => Ok(Some(Restored { placed, current, log })),
+            None => {
+                self.cache.call(move |s| s.quarantine(&digest)).await??;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Files an entry, unless an input changed while the task ran (then it is withheld).
+    pub async fn save(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
+        let root = self.root.clone();
+        let stamps = req.stamps;
+        let changed = tokio::task::spawn_blocking(move || {
+            digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
+        })
+        .await
+        .map_err(|e| LayerError::Corrupt(e.to_string()))?;
+        if let Some(path) = changed {
+            if let Some((staged, _)) = &req.artifact {
+                let _ = fs::remove_file(staged);
+            }
+            return Ok(SaveOutcome::Withheld(format!("input `{path}` changed while the task ran")));
+        }
+        let manifest = rmp_serde::to_vec_named(&req.manifest)
+            .map_err(|e| LayerError::Corrupt(e.to_string()))?;
+        let components = rmp_serde::to_vec_named(&req.components)
+            .map_err(|e| LayerError::Corrupt(e.to_string()))?;
+        let log = if req.log.is_empty() {
+            None
+        } else {
+            Some(
+                zstd::bulk::compress(&req.log, 3)
+                    .map_err(|e| LayerError::Corrupt(e.to_string()))?,
+            )
+        };
+        let ns = self.namespace.clone();
+        let fingerprint = Some(req.manifest.fingerprint());
+        let (task, key, duration_ms, artifact) = (req.task, req.key, req.duration_ms, req.artifact);
+        self.cache
+            .call(move |s| -> Result<(), crate::cache::CacheError> {
+                let artifact = match artifact {
+                    Some((staged, digest)) => Some(s.put_blob_file(&staged, Some(&digest))?),
+                    None => None,
+                };
+                let log = match log {
+                    Some(bytes) => Some(s.put_blob_bytes(&bytes)?),
+                    None => None,
+                };
+                s.put_entry(&NewEntry {
+                    namespace: ns,
+                    key,
+                    task: task.clone(),
+                    artifact,
+                    log,
+                    manifest,
+                    components,
+                    fingerprint,
+                    duration_ms,
+                    created_ms: now_ms(),
+                })?;
+                s.record_durations(&[(task, duration_ms)])
+            })
+            .await??;
+        Ok(SaveOutcome::Saved)
+    }
+
+    /// Marks `keys` as used now (prune's LRU order).
+    pub async fn touch(&self, keys: Vec<Digest>) -> Result<(), LayerError> {
+        let ns = self.namespace.clone();
+        Ok(self.cache.call(move |s| s.touch(&ns, &keys, now_ms())).await??)
+    }
+
+    /// The cache's `tmp/` directory (where workers stage artifacts).
+    pub async fn tmp_dir(&self) -> Result<PathBuf, LayerError> {
+        Ok(self.cache.call(|s| s.tmp_dir()).await?)
+    }
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The project directory an artifact may write into: the longest common directory of its
+/// entries. Entries are confined to it on unpack.
+fn project_of(m: &OutputManifest) -> String {
+    let mut common: Option<Vec<&str>> = None;
+    for e in &m.entries {
+        let dir: Vec<&str> =
+            e.path.rsplit_once('/').map_or(Vec::new(), |(d, _)| d.split('/').collect());
+        common = Some(match common {
+            None => dir,
+            Some(c) => c.iter().zip(&dir).take_while(|(a, b)| a == b).map(|(a, _)| *a).collect(),
+        });
+    }
+    common.unwrap_or_default().join("/")
+}
+
+/// Whether every manifest entry is on disk with its stamps, and which existing output paths
+/// are not in the manifest.
+fn compare_on_disk(
+    root: &Path,
+    m: &OutputManifest,
+    outputs: &PathGlobs,
+) -> Result<(bool, Vec<String>), LayerError> {
+    let mut current = true;
+    for e in &m.entries {
+        let ok = match fs::symlink_metadata(root.join(&e.path)) {
+            Ok(meta) => match e.kind {
+                EntryKind::File => {
+                    meta.is_file()
+                        && meta.size() == e.size
+                        && meta.mode() & 0o7777 == e.mode
+                        && Stamp::of(&meta).mtime_ns == e.mtime_ns
+                }
+                EntryKind::Symlink => {
+                    meta.file_type().is_symlink()
+                        && fs::read_link(root.join(&e.path))
+                            .ok()
+                            .and_then(|t| t.to_str().map(str::to_owned))
+                            == e.link_target
+                }
+                EntryKind::Dir => meta.is_dir(),
+            },
+            Err(_) => false,
+        };
+        if !ok {
+            current = false;
+            break;
+        }
+    }
+    let mut extras = Vec::new();
+    let known: std::collections::HashSet<&str> =
+        m.entries.iter().map(|e| e.path.as_str()).collect();
+    for r in outputs.roots() {
+        walk_outputs(root, r, outputs, &known, &mut extras)?;
+    }
+    Ok((current, extras))
+}
+
+fn walk_outputs(
+    root: &Path,
+    rel: &str,
+    outputs: &PathGlobs,
+    known: &std::collections::HashSet<&str>,
+    extras: &mut Vec<String>,
+) -> Result<(), LayerError> {
+    let abs = root.join(rel);
+    let meta = match fs::symlink_metadata(&abs) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(LayerError::Io { path: abs, source: e }),
+    };
+    if meta.is_dir() {
+        let rd = fs::read_dir(&abs).map_err(|e| LayerError::Io { path: abs.clone(), source: e })?;
+        for entry in rd {
+            let entry = entry.map_err(|e| LayerError::Io { path: abs.clone(), source: e })?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            walk_outputs(
+                root,
+                &prova_protocol::globs::join_rel(rel, &name),
+                outputs,
+                known,
+                extras,
+            )?;
+        }
+    } else if outputs.is_match(rel) && !known.contains(rel) {
+        extras.push(rel.to_owned());
+    }
+    Ok(())
+}
+
+fn remove_paths(root: &Path, paths: &[String]) -> Result<(), LayerError> {
+    for p in paths {
+        let abs = root.join(p);
+        match fs::remove_file(&abs) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LayerError::Io { path: abs, source: e }),
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks the blob (hashing the bytes as they stream) into a fresh staging dir and places
+/// it. `Ok(None)` when the bytes do not match `digest` or do not match the manifest: a miss.
+fn unpack_and_place(
+    file: fs::File,
+    digest: &Digest,
+    staging: &Path,
+    root: &Path,
+    manifest: &OutputManifest,
+    confine: Vec<String>,
+) -> Result<Option<(u64, u64)>, LayerError> {
+    fs::create_dir_all(staging)
+        .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
+    let dir = tempfile::Builder::new()
+        .prefix("restore-")
+        .tempdir_in(staging)
+        .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
+    let mut reader =
+        HashingReader { inner: io::BufReader::new(file), hasher: blake3::Hasher::new() };
+    let unpacked = match artifact::unpack(&mut reader, dir.path(), &UnpackLimits::new(confine)) {
+        Ok(u) => u,
+        Err(_) => return Ok(None),
+    };
+    // Drain what the archive reader left (zstd frame end) so the digest covers every byte.
+    let _ = io::copy(&mut reader, &mut io::sink());
+    if Digest(*reader.hasher.finalize().as_bytes()) != *digest {
+        return Ok(None);
+    }
+    if artifact::check_unpacked(&unpacked, manifest).is_err() {
+        return Ok(None);
+    }
+    let stats = artifact::place(dir.path(), root, manifest)?;
+    Ok(Some((stats.placed, stats.already_current)))
+}
+
+struct HashingReader<R> {
+    inner: R,
+    hasher: blake3::Hasher,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(bytes)?.take(limit + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(io::Error::other("log larger than the limit"));
+    }
+    Ok(out)
+}

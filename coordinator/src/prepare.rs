@@ -1,0 +1,139 @@
+//! Everything a run computes before its first task starts: the plan, the workspace file list,
+//! each task's inputs, file digests (through the stat memo) and every task's key. The same
+//! code serves local mode and a farm client (brief §4: the client computes every key).
+
+use std::collections::HashMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use prova_protocol::{Digest, TaskId};
+
+use crate::cache::{CacheError, CacheThread};
+use crate::graph::TaskGraph;
+use crate::inputs::{self, FileList, InputSets};
+use crate::keys::{self, PlanKeys};
+use crate::run::RunPlan;
+use crate::workspace::Workspace;
+
+/// Preparing a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The file list could not be made.
+    #[error(transparent)]
+    Files(#[from] inputs::files::FilesError),
+    /// A glob is bad.
+    #[error(transparent)]
+    Inputs(#[from] inputs::select::InputError),
+    /// The cache failed.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+/// Counters of the key pass, for `--json` and `-v`.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct KeyStats {
+    /// Files in the workspace list.
+    pub files: usize,
+    /// Files whose bytes were read.
+    pub hashed: usize,
+    /// Files answered by the stat memo.
+    pub memo_hits: usize,
+    /// Milliseconds spent enumerating, hashing and folding.
+    pub elapsed_ms: u64,
+}
+
+/// A plan with its keys.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The resolved tasks.
+    pub plan: RunPlan,
+    /// Every task's key and components.
+    pub keys: PlanKeys,
+    /// Tasks whose declared inputs match nothing.
+    pub matched_nothing: Vec<TaskId>,
+    /// Recorded durations by task id (ms), for critical-path weights.
+    pub durations: HashMap<String, u64>,
+    /// Key pass counters.
+    pub stats: KeyStats,
+}
+
+impl Prepared {
+    /// The key of task `i`.
+    pub fn key(&self, i: usize) -> Digest {
+        self.keys.keys[i]
+    }
+
+    /// Critical-path weights: recorded durations, 1 ms when unknown.
+    pub fn weights(&self) -> Vec<u64> {
+        self.plan
+            .tasks
+            .iter()
+            .map(|t| self.durations.get(t.id.as_str()).copied().unwrap_or(1).max(1))
+            .collect()
+    }
+}
+
+/// Builds the plan for `graph` and keys it, reading and refreshing the digest memo in `cache`.
+pub async fn prepare(
+    ws: &Workspace,
+    graph: &TaskGraph,
+    args: &[String],
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &CacheThread,
+) -> Result<Prepared, PrepareError> {
+    let started = Instant::now();
+    let plan = RunPlan::new(ws, graph, args, env);
+    let scope = ws.root.to_string_lossy().into_owned();
+    let memo_scope = scope.clone();
+    let memo = cache.call(move |s| s.memo_load(&memo_scope)).await??;
+    let durations = cache.call(|s| s.durations()).await??;
+
+    let root = ws.root.clone();
+    let nested = nested_repos(ws);
+    let files: FileList = {
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || inputs::enumerate(&root, &nested)).await.map_err(
+            |e| inputs::files::FilesError::Walk { dir: String::new(), message: e.to_string() },
+        )??
+    };
+    let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
+    let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
+    needed.extend(&sets.fingerprint);
+    needed.extend(&sets.workspace);
+    needed.sort_unstable();
+    needed.dedup();
+    let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    let pass = {
+        let paths: Vec<String> = needed.iter().map(|&i| files.all()[i as usize].clone()).collect();
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+            keys::digests::digest_files(&root, &refs, &memo, now_ns)
+        })
+        .await
+        .map_err(|e| inputs::files::FilesError::Walk {
+            dir: String::new(),
+            message: e.to_string(),
+        })?
+    };
+    let plan_keys = keys::compute(ws, &plan, &files, &sets, &pass, env);
+    if !pass.updates.is_empty() {
+        let updates = pass.updates.clone();
+        cache.call(move |s| s.memo_store(&scope, &updates)).await??;
+    }
+    let stats = KeyStats {
+        files: files.len(),
+        hashed: pass.hashed,
+        memo_hits: pass.memo_hits,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    };
+    Ok(Prepared { plan, keys: plan_keys, matched_nothing: sets.matched_nothing, durations, stats })
+}
+
+/// Project directories that are git repositories of their own.
+fn nested_repos(ws: &Workspace) -> Vec<String> {
+    ws.projects
+        .iter()
+        .filter(|p| !p.dir.is_empty() && ws.root.join(&p.dir).join(".git").exists())
+        .map(|p| p.dir.clone())
+        .collect()
+}
