@@ -1,1 +1,66 @@
-//! prova integration harness.
+//! prova's integration harness: end-to-end tests that run the **real `prova` binary** on real
+//! workspaces written into temporary directories.
+//!
+//! # Layout
+//! - [`locate`]: [`prova_bin`], the path of the `prova` executable under test (built once per
+//!   test process, see below).
+//! - [`workspace`]: [`TempWorkspace`], a throw-away workspace: files written from strings or
+//!   copied from `examples/`, FIFOs, reading back what tasks wrote.
+//! - [`run`]: [`ProvaCmd`] (`prova -C <workspace> …` with a bounded timeout), [`Output`] (exit
+//!   code, stdout, stderr, the parsed `--json` events and summary) and [`Running`] (a `prova`
+//!   still running: its stdout line by line, signals).
+//! - [`procs`]: whether a process, or any member of a process group, is still alive.
+//!
+//! # How the binary is found
+//! `env!("CARGO_BIN_EXE_prova")` only exists in integration tests of the package that owns the
+//! binary (`prova-cli`), not in a package that depends on it — a dev-dependency links
+//! `prova-cli`'s library, never its binaries (that would need the unstable artifact
+//! dependencies). Nor does `cargo test --workspace` leave a `target/<profile>/prova` behind: it
+//! builds `prova-cli`'s `main.rs` only as a unit-test harness (`deps/prova-<hash>`), because
+//! that package has no integration tests of its own. Both were checked with cargo 1.95.
+//!
+//! So [`prova_bin`] builds the binary itself, once per test process (a `OnceLock`): it runs
+//! `$CARGO build -p prova-cli --bin prova` with the profile and target directory of the
+//! running test executable (`target[/<triple>]/<profile>/deps/<test>` → `--profile`,
+//! `--target-dir`, `--target`), and uses `target[/<triple>]/<profile>/prova`. It always runs
+//! the build — never "only if missing" — so a test cannot pass against a stale binary. The
+//! nested cargo is safe: cargo releases the build-directory lock before it runs tests.
+//! `prova-cli` is a dev-dependency of this package so the outer `cargo test` has already
+//! compiled its library and every dependency; the nested build only compiles and links
+//! `main.rs` (well under a second when nothing changed). Set `PROVA_BIN=/path/to/prova` to
+//! test a prebuilt binary instead (e.g. a release build in CI); it is used as is.
+//!
+//! # Rules every test here follows
+//! - Every `prova` run has a deadline ([`DEFAULT_TIMEOUT`], or [`ProvaCmd::timeout`]); on
+//!   expiry the run's process group is SIGKILLed and the test fails with what prova printed.
+//! - No sleeping to synchronise: tests wait for something observable — a line on prova's
+//!   stdout (a pipe), a FIFO a task opens, a process that is gone — and every wait is bounded
+//!   and says what it waited for. Wall times are never asserted.
+//! - Each test has its own workspace; nothing is shared, so the default parallel test threads
+//!   are fine.
+//! - Processes are checked for liveness with `kill(pid, 0)` *and* `/proc/<pid>/stat`: a killed
+//!   orphan is re-parented to PID 1, which in some containers never reaps it, and a zombie
+//!   still answers `kill(pid, 0)`. A zombie counts as gone.
+
+pub mod locate;
+pub mod procs;
+pub mod run;
+pub mod workspace;
+
+use std::time::Duration;
+
+pub use locate::{prova_bin, repo_root};
+pub use procs::{
+    alive_in_group, alive_under, is_alive, read_pids, wait_all_gone, wait_group_empty,
+    wait_none_under,
+};
+pub use run::{Output, ProvaCmd, Running};
+pub use workspace::TempWorkspace;
+
+/// Deadline of one `prova` run unless the test sets another: generous for a loaded CI machine,
+/// since every workspace here finishes in well under a second when things work.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long processes that prova should have killed may take to disappear (the kill grace of
+/// a task's process group is 5 s; this leaves room for a loaded machine).
+pub const GONE_TIMEOUT: Duration = Duration::from_secs(20);

@@ -52,20 +52,15 @@ pub async fn run_assignment(
     let attempt = a.attempt;
     let root = match &a.placement {
         Placement::InPlace { workspace_root } => workspace_root.clone(),
+        Placement::ExecRoot { .. } => {
+            let mut r = refused(attempt);
+            r.exit = ExitKind::SpawnFailed("exec roots need a worker with a blob cache".to_owned());
+            return r;
+        }
     };
     let cwd =
         if a.spec.project_dir.is_empty() { root.clone() } else { root.join(&a.spec.project_dir) };
-    let mut report = Finished {
-        attempt,
-        exit: ExitKind::SpawnFailed(String::new()),
-        tries: 0,
-        stats: ExecStats::default(),
-        log: Vec::new(),
-        log_omitted: 0,
-        outputs: None,
-        missing_literals: Vec::new(),
-        output_error: None,
-    };
+    let mut report = refused(attempt);
     let globs = match PathGlobs::new(&a.spec.project_dir, &a.spec.outputs) {
         Ok(g) => g,
         Err(e) => {
@@ -175,22 +170,48 @@ async fn run_try(
         (None, None)
     };
     let fut = executor.run(req, ProcessIo { output: out_tx, ready: ready_tx }, cancel);
+    // One loop forwards output and readiness, so "ready" always follows the line that
+    // matched `ready_when` (the executor queues that line before it fires).
     let forward = async {
-        while let Some(text) = out_rx.recv().await {
-            let _ = link.send(FromWorker::Output { attempt, text }).await;
+        let mut ready_rx = ready_rx;
+        loop {
+            tokio::select! {
+                biased;
+                chunk = out_rx.recv() => match chunk {
+                    Some(text) => { let _ = link.send(FromWorker::Output { attempt, text }).await; }
+                    None => break,
+                },
+                fired = async { match ready_rx.as_mut() { Some(rx) => rx.await.is_ok(), None => std::future::pending().await } } => {
+                    ready_rx = None;
+                    while let Ok(text) = out_rx.try_recv() {
+                        let _ = link.send(FromWorker::Output { attempt, text }).await;
+                    }
+                    if fired {
+                        let _ = link.send(FromWorker::Ready { attempt }).await;
+                    }
+                }
+            }
         }
     };
-    let ready = async {
-        if let Some(rx) = ready_rx
-            && rx.await.is_ok()
-        {
-            let _ = link.send(FromWorker::Ready { attempt }).await;
-        }
-    };
-    let (result, (), ()) = tokio::join!(fut, forward, ready);
+    let (result, ()) = tokio::join!(fut, forward);
     result.unwrap_or_else(|e| exec::ProcessResult {
         exit: ExitKind::SpawnFailed(e.to_string()),
         stats: ExecStats::default(),
         log: exec::CapturedLog::default(),
     })
+}
+
+/// An empty report for `attempt` (no try made yet).
+pub fn refused(attempt: prova_protocol::AttemptId) -> Finished {
+    Finished {
+        attempt,
+        exit: ExitKind::SpawnFailed(String::new()),
+        tries: 0,
+        stats: ExecStats::default(),
+        log: Vec::new(),
+        log_omitted: 0,
+        outputs: None,
+        missing_literals: Vec::new(),
+        output_error: None,
+    }
 }

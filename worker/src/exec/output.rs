@@ -88,23 +88,24 @@ impl OutputState {
 
     /// Capture, match and forward one chunk of whole lines.
     async fn emit(&mut self, chunk: Vec<u8>) {
-        self.record(&chunk);
+        let fire = self.record(&chunk);
         if let Some(tx) = &self.tx
             && tx.send(chunk).await.is_err()
         {
             // The receiver is gone: keep capturing, stop forwarding.
             self.tx = None;
         }
-    }
-
-    fn record(&mut self, chunk: &[u8]) {
-        self.capture.push(chunk);
-        if self.ready.as_ref().is_some_and(|w| w.matches(chunk))
-            && let Some(w) = self.ready.take()
-        {
-            // The receiver may have lost interest; that is its business.
+        // Fired only after the matching chunk is queued, so a receiver that drains the
+        // output queue on readiness shows the matching line before announcing "ready".
+        if let Some(w) = fire {
             let _ = w.fire.send(());
         }
+    }
+
+    /// Captures `chunk`; returns the ready watch when this chunk matched it.
+    fn record(&mut self, chunk: &[u8]) -> Option<ReadyWatch> {
+        self.capture.push(chunk);
+        if self.ready.as_ref().is_some_and(|w| w.matches(chunk)) { self.ready.take() } else { None }
     }
 
     /// The log, once the pump is done or abandoned. Partial lines still buffered are
@@ -112,9 +113,13 @@ impl OutputState {
     pub(crate) fn finish(mut self) -> CapturedLog {
         for i in 0..2 {
             if let Some(chunk) = self.lines[i].flush() {
-                self.record(&chunk);
+                let fire = self.record(&chunk);
                 if let Some(tx) = &self.tx {
                     let _ = tx.try_send(chunk);
+                }
+                if let Some(w) = fire {
+                    // The receiver may have lost interest; that is its business.
+                    let _ = w.fire.send(());
                 }
             }
         }
