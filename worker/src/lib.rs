@@ -11,8 +11,17 @@
 //! - [`outputs`]: cleaning declared outputs before a try; collecting, fingerprinting and
 //!   packing them after.
 //! - [`actor`]: the worker actor — slots, live attempts, cancel.
+//! - [`blobcache`]: the worker-local, bounded (LRU, pinnable) content-addressed cache that
+//!   exec roots are hardlinked from; locality for placement.
+//! - [`execroot`]: exec roots — a fresh directory with exactly a task's declared inputs and
+//!   upstream outputs, its output directories made, removed on drop.
+//! - [`sandbox`]: bubblewrap around a task (read-only root, writable outputs, no network),
+//!   host detection, and `strace` to name undeclared reads.
 
 pub mod actor;
+pub mod blobcache;
 pub mod exec;
+pub mod execroot;
 pub mod outputs;
 pub mod runner;
+pub mod sandbox;

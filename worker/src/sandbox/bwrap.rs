@@ -1,0 +1,226 @@
+//! The bubblewrap command line: a task sees its exec root (read-only, at its real path), its
+//! output directories (writable), the system's programs and libraries (read-only), a private
+//! `/proc`, `/dev` and `/tmp` — and nothing else of the host.
+//!
+//! The argv, in order (bwrap applies its mount operations in the order given):
+//!
+//! ```text
+//! bwrap --unshare-all [--share-net] --die-with-parent --new-session
+//!       --ro-bind /usr /usr  --ro-bind-try <system path> <same> …  [--ro-bind-try <extra> <same> …]
+//!       --proc /proc --dev /dev --tmpfs /tmp
+//!       --ro-bind <root> <root>  --bind <writable> <same> …
+//!       --remount-ro /  --chdir <cwd>  [--hostname <h>] [--uid <u>] [--gid <g>]
+//!       -- <inner argv…>
+//! ```
+//!
+//! The environment is not bwrap's business: the executor starts bwrap with the task's
+//! complete environment, and bwrap passes it through unchanged.
+
+use std::path::{Path, PathBuf};
+
+/// System paths mounted read-only when they exist (`--ro-bind-try`), besides `/usr`:
+/// enough for programs to start (the loader, libraries, `/bin/sh`), resolve users and time
+/// zones, and verify TLS. Deliberately not all of `/etc` (host configuration and secrets),
+/// and never `/home`, `/root`, `/tmp`, `/var` or the workspace.
+pub const SYSTEM_RO_PATHS: &[&str] = &[
+    // Programs and libraries outside /usr on hosts without a merged /usr (symlinks into
+    // /usr elsewhere: binding them binds their targets' contents).
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    // The dynamic loader's cache and configuration.
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    // Debian's alternatives (`/usr/bin/awk -> /etc/alternatives/awk -> …`).
+    "/etc/alternatives",
+    // TLS trust stores (Debian/Ubuntu, Fedora/RHEL).
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    // User and group names (`id`, `ls -l`, tools that look up the current user).
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    // The host's time zone, for tasks that do not set `TZ`.
+    "/etc/localtime",
+    // Name resolution, used only when the task has the network.
+    "/etc/hosts",
+    "/etc/resolv.conf",
+];
+
+/// How one task is sandboxed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// The exec root: mounted read-only at this same absolute path.
+    pub root: PathBuf,
+    /// The task's working directory (inside `root`).
+    pub cwd: PathBuf,
+    /// Directories inside `root` mounted writable (the declared outputs). Each must exist.
+    pub writable: Vec<PathBuf>,
+    /// Whether the task may use the host's network.
+    pub network: bool,
+    /// The hostname the task sees (the UTS namespace is always private); `None` leaves
+    /// bwrap's default.
+    pub hostname: Option<String>,
+    /// The uid the task runs as inside the sandbox; `None` keeps the caller's.
+    pub uid: Option<u32>,
+    /// The gid the task runs as inside the sandbox; `None` keeps the caller's.
+    pub gid: Option<u32>,
+    /// Extra host paths mounted read-only at the same path when they exist (toolchains
+    /// installed outside `/usr`, e.g. `/opt/node`). Empty by default: every entry widens what
+    /// an undeclared read can reach.
+    pub extra_ro: Vec<PathBuf>,
+}
+
+impl SandboxConfig {
+    /// A config for `root` with the task in `cwd`: nothing writable, no network, the
+    /// caller's hostname, uid and gid.
+    pub fn new(root: impl Into<PathBuf>, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            cwd: cwd.into(),
+            writable: Vec::new(),
+            network: false,
+            hostname: None,
+            uid: None,
+            gid: None,
+            extra_ro: Vec::new(),
+        }
+    }
+}
+
+/// The bwrap argv that runs `inner` (a complete argv, e.g. `sh -c …`) sandboxed per `cfg`.
+pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
+    let mut a = Argv(vec!["bwrap".to_owned()]);
+    // New user, mount, pid, ipc, uts, cgroup and network namespaces: the task cannot see or
+    // signal host processes, has its own hostname, and no network interface but `lo`.
+    a.args(&["--unshare-all"]);
+    if cfg.network {
+        // The task declared it needs the network: keep the host's network namespace.
+        a.args(&["--share-net"]);
+    }
+    // If the worker (or strace above it) dies, the sandbox is killed too; nothing outlives
+    // the run. (The executor's process-group kill cannot reach inside the new session.)
+    a.args(&["--die-with-parent"]);
+    // A new session with no controlling terminal: the task cannot push keystrokes into the
+    // terminal prova runs in (TIOCSTI).
+    a.args(&["--new-session"]);
+    // Programs and libraries, read-only; the rest of the system paths only where they exist.
+    a.args(&["--ro-bind", "/usr", "/usr"]);
+    for p in SYSTEM_RO_PATHS {
+        a.args(&["--ro-bind-try", p, p]);
+    }
+    for p in &cfg.extra_ro {
+        a.mount("--ro-bind-try", p);
+    }
+    // A /proc for the new pid namespace (the host's processes stay invisible), a minimal
+    // /dev (null, zero, random, tty…), and a private, empty /tmp that vanishes with the
+    // sandbox: nothing a task writes there reaches the host or the next task.
+    a.args(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    // The exec root at its real absolute path, read-only: a task that embeds its working
+    // directory shows the real (and, on a determinism re-run, perturbed) path. Mounted after
+    // /tmp so a root that lives under the host's /tmp lands on top of the private one.
+    a.mount("--ro-bind", &cfg.root);
+    // The declared output directories, writable; after the root so they override it.
+    for w in &cfg.writable {
+        a.mount("--bind", w);
+    }
+    // The sandbox's own root is a tmpfs bwrap made to hold the mount points; make it
+    // read-only once they exist, so a write outside /tmp and the outputs fails loudly
+    // (EROFS) instead of vanishing.
+    a.args(&["--remount-ro", "/"]);
+    a.args(&["--chdir", &cfg.cwd.to_string_lossy()]);
+    if let Some(h) = &cfg.hostname {
+        // The UTS namespace is private (--unshare-all), so this does not touch the host.
+        a.args(&["--hostname", h]);
+    }
+    // Run as this uid/gid inside the user namespace (a determinism re-run perturbs the user).
+    if let Some(uid) = cfg.uid {
+        a.args(&["--uid", &uid.to_string()]);
+    }
+    if let Some(gid) = cfg.gid {
+        a.args(&["--gid", &gid.to_string()]);
+    }
+    // Everything after `--` is the task's own argv, never parsed as bwrap options.
+    a.args(&["--"]);
+    a.0.extend(inner.iter().cloned());
+    a.0
+}
+
+struct Argv(Vec<String>);
+
+impl Argv {
+    fn args(&mut self, args: &[&str]) {
+        self.0.extend(args.iter().map(|s| (*s).to_owned()));
+    }
+
+    /// `flag p p`: a host path mounted at the same path inside.
+    fn mount(&mut self, flag: &str, p: &Path) {
+        let p = p.to_string_lossy().into_owned();
+        self.0.extend([flag.to_owned(), p.clone(), p]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(argv: &[String], seq: &[&str]) -> usize {
+        argv.windows(seq.len())
+            .position(|w| w.iter().zip(seq).all(|(a, b)| a == b))
+            .unwrap_or_else(|| panic!("{seq:?} not in {argv:?}"))
+    }
+
+    #[test]
+    fn argv_layout_and_order() {
+        let mut cfg = SandboxConfig::new("/x/root", "/x/root/p");
+        cfg.writable = vec!["/x/root/p/dist".into(), "/x/root/gen".into()];
+        cfg.hostname = Some("sbx".into());
+        cfg.uid = Some(1234);
+        cfg.gid = Some(4321);
+        let inner = vec!["sh".to_owned(), "-c".to_owned(), "--share-net".to_owned()];
+        let a = bwrap_argv(&cfg, &inner);
+        assert_eq!(
+            a[..5],
+            ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind"]
+        );
+        let sep = pos(&a, &["--"]);
+        assert_eq!(a[sep + 1..], inner[..], "the inner argv follows `--` untouched");
+        assert!(!a[..sep].contains(&"--share-net".to_owned()), "no network unless asked");
+        let root = pos(&a, &["--ro-bind", "/x/root", "/x/root"]);
+        let tmp = pos(&a, &["--tmpfs", "/tmp"]);
+        let w1 = pos(&a, &["--bind", "/x/root/p/dist", "/x/root/p/dist"]);
+        let w2 = pos(&a, &["--bind", "/x/root/gen", "/x/root/gen"]);
+        let ro = pos(&a, &["--remount-ro", "/"]);
+        assert!(tmp < root && root < w1 && w1 < w2 && w2 < ro && ro < sep);
+        pos(&a, &["--chdir", "/x/root/p"]);
+        pos(&a, &["--hostname", "sbx"]);
+        pos(&a, &["--uid", "1234"]);
+        pos(&a, &["--gid", "4321"]);
+        pos(&a, &["--proc", "/proc", "--dev", "/dev"]);
+        pos(&a, &["--ro-bind", "/usr", "/usr"]);
+        pos(&a, &["--ro-bind-try", "/etc/passwd", "/etc/passwd"]);
+        // Never the host's home, work or temporary directories, nor all of /etc.
+        for p in ["/", "/etc", "/home", "/root", "/tmp", "/work", "/var"] {
+            let mounted = a.windows(2).any(|w| w[0].contains("bind") && w[1] == p);
+            assert!(!mounted, "{p} must not be mounted from the host: {a:?}");
+        }
+    }
+
+    #[test]
+    fn network_hostname_ids_and_extras_are_optional() {
+        let mut cfg = SandboxConfig::new("/r", "/r");
+        let a = bwrap_argv(&cfg, &["true".to_owned()]);
+        for flag in ["--share-net", "--hostname", "--uid", "--gid", "--bind"] {
+            assert!(!a.contains(&flag.to_owned()), "{flag} in {a:?}");
+        }
+        cfg.network = true;
+        cfg.extra_ro = vec!["/opt/node".into()];
+        let a = bwrap_argv(&cfg, &["true".to_owned()]);
+        assert!(pos(&a, &["--share-net"]) < pos(&a, &["--"]));
+        pos(&a, &["--ro-bind-try", "/opt/node", "/opt/node"]);
+    }
+}

@@ -1,0 +1,398 @@
+//! The sandbox against real bubblewrap and strace, through the real executor, on real exec
+//! roots. Where the host cannot sandbox, each test says why and skips — unless
+//! `PROVA_REQUIRE_SANDBOX` is set (CI), where a missing sandbox fails the test instead.
+//! Nothing here sleeps to synchronise; every run is bounded by [`WAIT`].
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prova_protocol::Digest;
+use prova_protocol::spec::ExitKind;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::blobcache::BlobCache;
+use crate::exec::{self, Executor, LocalExecutor, ProcessIo, ProcessRequest};
+use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
+
+/// The bound on every sandboxed run.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn required() -> bool {
+    std::env::var_os("PROVA_REQUIRE_SANDBOX").is_some()
+}
+
+/// Whether bwrap works here (probed once per test binary).
+fn sandbox_here() -> bool {
+    static STATUS: OnceLock<SandboxStatus> = OnceLock::new();
+    match STATUS.get_or_init(detect) {
+        SandboxStatus::Bwrap { .. } => true,
+        SandboxStatus::Unavailable { reason } => {
+            assert!(!required(), "PROVA_REQUIRE_SANDBOX is set but there is no sandbox: {reason}");
+            eprintln!("skipping: no sandbox on this host: {reason}");
+            false
+        }
+    }
+}
+
+/// Whether strace works here too.
+fn tracing_here() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    if !sandbox_here() {
+        return false;
+    }
+    let ok = *OK.get_or_init(strace_available);
+    if !ok {
+        assert!(!required(), "PROVA_REQUIRE_SANDBOX is set but strace cannot trace here");
+        eprintln!("skipping: strace cannot trace on this host");
+    }
+    ok
+}
+
+/// A workspace with a project `p` and two sibling directories holding secrets, and an exec
+/// root for `p` declaring `p/in.txt` (a workspace file) and `p/data.txt` (a blob), with
+/// outputs `out/**`.
+struct Task {
+    tmp: tempfile::TempDir,
+    ws: PathBuf,
+    _blobs: BlobCache,
+    root: ExecRoot,
+}
+
+fn task() -> Task {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    for (rel, text) in [
+        ("p/in.txt", "declared-in\n"),
+        ("other/secret", "TOP SECRET\n"),
+        ("sibling/secret.txt", "SIBLING SECRET\n"),
+    ] {
+        let p = ws.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let blobs = BlobCache::open(&tmp.path().join("blobs"), 1 << 30).unwrap();
+    let data = b"declared-blob\n";
+    let d = Digest::of(data);
+    blobs.insert_bytes(data, &d).unwrap();
+    let spec = ExecRootSpec {
+        inputs: vec![
+            RootInput {
+                path: "p/in.txt".into(),
+                source: Source::File(ws.join("p/in.txt")),
+                exec: false,
+                symlink: None,
+            },
+            RootInput {
+                path: "p/data.txt".into(),
+                source: Source::Blob(d),
+                exec: false,
+                symlink: None,
+            },
+        ],
+        artifacts: Vec::new(),
+        project_dir: "p".into(),
+        outputs: vec!["out/**".into()],
+    };
+    let root = ExecRoot::create(&tmp.path().join("roots"), "p#build", &spec, &blobs).unwrap();
+    Task { tmp, ws, _blobs: blobs, root }
+}
+
+impl Task {
+    fn cfg(&self) -> SandboxConfig {
+        let mut cfg = SandboxConfig::new(self.root.path(), self.root.cwd());
+        cfg.writable = self.root.writable_dirs();
+        cfg
+    }
+}
+
+/// Runs `argv` through the local executor with the host's baseline environment.
+async fn run(argv: Vec<String>, cwd: &Path) -> (ExitKind, String) {
+    let mut req = ProcessRequest::new(argv, cwd);
+    req.env = exec::env::baseline_env(|k| std::env::var(k).ok());
+    req.timeout = Some(WAIT);
+    req.kill_grace = Duration::from_millis(500);
+    let (tx, rx) = mpsc::channel(16);
+    drop(rx); // the log is captured all the same
+    let io = ProcessIo { output: tx, ready: None };
+    let fut = LocalExecutor.run(req, io, CancellationToken::new());
+    let result = tokio::time::timeout(WAIT * 2, fut)
+        .await
+        .expect("the sandboxed process to finish")
+        .expect("executor error");
+    (result.exit, String::from_utf8_lossy(&result.log.bytes).into_owned())
+}
+
+/// `sh -c script` in the sandbox.
+async fn sandboxed(cfg: &SandboxConfig, script: &str) -> (ExitKind, String) {
+    run(bwrap_argv(cfg, &exec::shell_argv(script, &[])), &cfg.root).await
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+#[tokio::test]
+async fn a_task_cannot_read_a_workspace_file_it_did_not_declare() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    assert!(t.ws.join("other/secret").is_file(), "the secret is in the workspace");
+    let host_path = t.ws.join("other/secret");
+    let script = format!(
+        "cat in.txt data.txt; cat ../other/secret; echo rc=$?; cat '{}'; echo rc=$?",
+        host_path.display()
+    );
+    let (exit, log) = sandboxed(&t.cfg(), &script).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert!(log.contains("declared-in") && log.contains("declared-blob"), "{log}");
+    assert!(!log.contains("TOP SECRET"), "{log}");
+    assert_eq!(log.matches("No such file or directory").count(), 2, "{log}");
+    assert_eq!(log.matches("rc=1").count(), 2, "{log}");
+}
+
+#[tokio::test]
+async fn a_task_can_write_its_outputs_and_nothing_else() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let script = "echo made > out/result.txt && echo wrote-output; \
+                  echo x > stray.txt || echo denied-project; \
+                  echo x > ../stray.txt || echo denied-workspace; \
+                  echo x > /stray.txt || echo denied-slash; \
+                  echo x > /usr/stray.txt || echo denied-usr; \
+                  echo x > in.txt || echo denied-input";
+    let (exit, log) = sandboxed(&t.cfg(), script).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    for word in [
+        "wrote-output",
+        "denied-project",
+        "denied-workspace",
+        "denied-slash",
+        "denied-usr",
+        "denied-input",
+    ] {
+        assert!(log.contains(word), "{word} missing from: {log}");
+    }
+    assert_eq!(log.matches("Read-only file system").count(), 5, "{log}");
+    let cwd = t.root.cwd();
+    assert_eq!(std::fs::read_to_string(cwd.join("out/result.txt")).unwrap(), "made\n");
+    assert!(!cwd.join("stray.txt").exists() && !t.root.path().join("stray.txt").exists());
+    assert_eq!(std::fs::read_to_string(cwd.join("in.txt")).unwrap(), "declared-in\n");
+    assert_eq!(std::fs::read_to_string(t.ws.join("p/in.txt")).unwrap(), "declared-in\n");
+}
+
+#[tokio::test]
+async fn the_hosts_tmp_is_neither_readable_nor_writable() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let written = PathBuf::from("/tmp").join(unique("prova-sbx-write"));
+    let host_file = PathBuf::from("/tmp").join(unique("prova-sbx-host"));
+    std::fs::write(&host_file, "host tmp\n").unwrap();
+    let script = format!(
+        "echo leaked > {w} && cat {w}; cat {h} || echo host-tmp-hidden",
+        w = written.display(),
+        h = host_file.display()
+    );
+    let (exit, log) = sandboxed(&t.cfg(), &script).await;
+    let _ = std::fs::remove_file(&host_file);
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert!(log.contains("leaked"), "writes to /tmp work inside: {log}");
+    assert!(log.contains("host-tmp-hidden") && !log.contains("host tmp"), "{log}");
+    assert!(!written.exists(), "a write to the sandbox's /tmp must not reach the host");
+}
+
+/// `bash`, for `/dev/tcp`; `None` (and the TCP half of the test is skipped) without it.
+fn bash() -> Option<&'static str> {
+    ["/usr/bin/bash", "/bin/bash"].into_iter().find(|p| Path::new(p).exists())
+}
+
+#[tokio::test]
+async fn no_network_unless_declared() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "cat /proc/net/dev; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo connected || echo refused"
+    );
+    let run_net = |network: bool| {
+        let mut cfg = t.cfg();
+        cfg.network = network;
+        let script = script.clone();
+        async move {
+            match bash() {
+                Some(b) => {
+                    let inner = vec![b.to_owned(), "-c".to_owned(), script];
+                    run(bwrap_argv(&cfg, &inner), &cfg.root).await
+                }
+                None => {
+                    eprintln!("no bash: checking interfaces only");
+                    sandboxed(&cfg, "cat /proc/net/dev").await
+                }
+            }
+        }
+    };
+    let interfaces = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(name, _)| name.trim().to_owned())
+            .filter(|n| !n.is_empty() && !n.contains(' ') && !n.contains('|'))
+            .collect()
+    };
+
+    let (exit, log) = run_net(false).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert_eq!(interfaces(&log), ["lo"], "{log}");
+    if bash().is_some() {
+        assert!(log.contains("refused") && !log.contains("connected"), "{log}");
+        assert!(listener.accept().is_err(), "nothing reached the host's listener");
+    }
+
+    let (exit, log) = run_net(true).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert!(interfaces(&log).contains(&"lo".to_owned()), "{log}");
+    if bash().is_some() {
+        assert!(log.contains("connected"), "{log}");
+        // The connection sits in the listener's backlog even though the client is gone.
+        assert!(listener.accept().is_ok(), "the host's listener was reached");
+    }
+}
+
+#[tokio::test]
+async fn hostname_and_ids_are_the_sandboxs_own() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let mut cfg = t.cfg();
+    cfg.hostname = Some("prova-sbx".to_owned());
+    cfg.uid = Some(1234);
+    cfg.gid = Some(4321);
+    let (exit, log) = sandboxed(&cfg, "echo host=$(uname -n) uid=$(id -u) gid=$(id -g)").await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert!(log.contains("host=prova-sbx uid=1234 gid=4321"), "{log}");
+}
+
+#[tokio::test]
+async fn a_task_embedding_its_cwd_sees_the_exec_roots_real_path() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let script = "echo \"pwd=$PWD\"; echo \"real=$(pwd -P)\"";
+    let (exit, log) = sandboxed(&t.cfg(), script).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    let cwd = t.root.cwd().display().to_string();
+    assert!(log.contains(&format!("pwd={cwd}\n")), "{log}");
+    assert!(log.contains(&format!("real={cwd}\n")), "{log}");
+    // A root under another parent (a determinism re-run) shows another path.
+    let blobs = BlobCache::open(&t.tmp.path().join("blobs2"), 1 << 20).unwrap();
+    let spec = ExecRootSpec { project_dir: "p".into(), ..ExecRootSpec::default() };
+    let rerun = ExecRoot::create(&t.tmp.path().join("rerun"), "p#build", &spec, &blobs).unwrap();
+    let cfg = SandboxConfig::new(rerun.path(), rerun.cwd());
+    let (_, log2) = sandboxed(&cfg, script).await;
+    assert!(log2.contains(&format!("pwd={}\n", rerun.cwd().display())), "{log2}");
+    assert_ne!(log, log2);
+}
+
+#[tokio::test]
+async fn strace_names_exactly_the_undeclared_read() {
+    if !tracing_here() {
+        return;
+    }
+    let t = task();
+    let trace = t.tmp.path().join("trace.txt");
+    let script = "cat in.txt > out/copy.txt; cat ../sibling/secret.txt; true";
+    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
+    let (exit, log) = run(argv, t.root.path()).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert!(log.contains("No such file or directory"), "{log}");
+    assert!(t.root.cwd().join("out/copy.txt").is_file(), "{log}");
+    let reads = undeclared_reads(&trace, t.root.path()).unwrap();
+    assert_eq!(reads, ["sibling/secret.txt"], "trace: {}", trace.display());
+}
+
+#[tokio::test]
+async fn strace_finds_nothing_for_a_complete_task() {
+    if !tracing_here() {
+        return;
+    }
+    let t = task();
+    let trace = t.tmp.path().join("trace.txt");
+    let script = "cat in.txt data.txt > out/copy.txt && ls out > out/listing.txt";
+    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
+    let (exit, log) = run(argv, t.root.path()).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(t.root.cwd().join("out/copy.txt")).unwrap(),
+        "declared-in\ndeclared-blob\n"
+    );
+    assert_eq!(undeclared_reads(&trace, t.root.path()).unwrap(), Vec::<String>::new());
+    assert!(std::fs::metadata(&trace).unwrap().len() > 0, "something was traced");
+}
+
+#[test]
+fn detect_finds_bwrap_here() {
+    if sandbox_here() {
+        let SandboxStatus::Bwrap { version } = detect() else { panic!("detect changed its mind") };
+        assert!(version.chars().next().is_some_and(|c| c.is_ascii_digit()), "{version}");
+    }
+}
+
+#[test]
+fn a_missing_bwrap_is_unavailable() {
+    let status = detect_with(&["/nonexistent/prova-test/bwrap"], Duration::from_secs(10));
+    let SandboxStatus::Unavailable { reason } = status else { panic!("{status:?}") };
+    assert!(reason.contains("not installed"), "{reason}");
+}
+
+/// A stand-in for bwrap: answers `--version`, then does `then` for the trial sandbox. Run
+/// through `sh`, so the script is never executed directly (no ETXTBSY race with other
+/// tests' forks).
+fn fake_bwrap(dir: &Path, then: &str) -> PathBuf {
+    let path = dir.join(unique("fake-bwrap"));
+    let script =
+        format!("if [ \"$1\" = --version ]; then echo 'bubblewrap 9.9.9'; exit 0; fi\n{then}\n");
+    std::fs::write(&path, script).unwrap();
+    path
+}
+
+#[test]
+fn a_refused_namespace_is_unavailable_with_bwraps_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    for msg in [
+        "bwrap: setting up uid map: Permission denied",
+        "bwrap: No permissions to creating new namespace",
+    ] {
+        let fake = fake_bwrap(tmp.path(), &format!("echo '{msg}' >&2; exit 1"));
+        let status = detect_with(&["sh", fake.to_str().unwrap()], Duration::from_secs(10));
+        let SandboxStatus::Unavailable { reason } = status else { panic!("{status:?}") };
+        assert!(reason.contains(msg), "{reason}");
+    }
+    let fake = fake_bwrap(tmp.path(), "exit 0");
+    let status = detect_with(&["sh", fake.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(status, SandboxStatus::Bwrap { version: "9.9.9".to_owned() });
+}
+
+#[test]
+fn a_hanging_probe_is_unavailable_within_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = fake_bwrap(tmp.path(), "exec sleep 300");
+    let started = std::time::Instant::now();
+    let status = detect_with(&["sh", fake.to_str().unwrap()], Duration::from_millis(500));
+    let SandboxStatus::Unavailable { reason } = status else { panic!("{status:?}") };
+    assert!(reason.contains("no answer within"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the probe was not bounded");
+}

@@ -1,0 +1,665 @@
+//! Naming undeclared inputs: run the sandboxed task under `strace`, then read the trace back
+//! for path lookups inside the exec root that failed with `ENOENT` — the file is not in the
+//! root, so if the task wanted it, it is an input nobody declared.
+//!
+//! strace runs outside bwrap and follows the task into its namespaces (`-f`). Options:
+//! - `-y` annotates every file descriptor with its path, including `AT_FDCWD</cwd>`: most
+//!   lookups are `*at` calls, so their base directory is right there in the line;
+//! - `--pidns-translation` adds the host pid to the child pid a `clone` returns (the task
+//!   lives in its own pid namespace), so a child's working directory can be inherited from
+//!   its parent for the few non-`*at` calls with relative paths (`execve("./x")`);
+//! - `-e trace=%file,%process,fchdir`: every call that takes a path, plus process creation
+//!   and working-directory changes — nothing else is needed, and `--seccomp-bpf` keeps the
+//!   untraced calls from stopping at all;
+//! - `-qq -e signal=none`: no attach/exit/signal chatter.
+//!
+//! What counts: `open`/`openat`/`openat2` (except write-only or creating opens: a failed
+//! write is the task's own error, not a read), the `stat`/`access`/`readlink`/`xattr`
+//! families, `execve`/`execveat`, `chdir`, `open_tree`, `name_to_handle_at`. Relative paths
+//! are resolved against the call's directory fd, the process's tracked working directory
+//! (from `AT_FDCWD<…>`, `chdir`, `fchdir`, and its parent at fork), in that order; a lookup
+//! whose base cannot be known is skipped. `..` is resolved lexically.
+//!
+//! What the caller still decides: a lookup that fails is not always a read of a workspace
+//! file — tools probe (`node_modules` walks, `__pycache__`, a previous build's
+//! `.tsbuildinfo` in the output directory). Keep the paths that exist in the workspace and
+//! lie outside the task's own outputs; those are the undeclared inputs to report.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Largest trace file read: a big build's trace of path lookups stays well under this; past
+/// it the trace is refused rather than read into an unbounded parse.
+pub const MAX_TRACE_BYTES: u64 = 256 << 20;
+
+/// Longest trace line considered (an `execve` with a huge argv can be long; paths are near
+/// the start). Longer lines are skipped.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The calls traced: see the module docs.
+pub const TRACED: &str = "trace=%file,%process,fchdir";
+
+/// A trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// Reading the trace file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The trace file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The trace file is larger than [`MAX_TRACE_BYTES`].
+    #[error("trace {} is {size} bytes, over the {limit}-byte limit", path.display())]
+    TooLarge {
+        /// The trace file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// `strace … -o <out> -- <inner…>`: traces `inner` (normally a bwrap argv) and every process
+/// it starts into the file `out`, which must lie outside the sandbox.
+pub fn strace_argv(out: &Path, inner: &[String]) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "strace",
+        // Follow every process and thread the task starts.
+        "-f",
+        // No "attached"/"exited" lines.
+        "-qq",
+        // File descriptors with their paths, `AT_FDCWD</cwd>` included.
+        "-y",
+        // Host pids next to the namespace pids `clone` returns.
+        "--pidns-translation",
+        // Untraced calls run at full speed (needs `-f`).
+        "--seccomp-bpf",
+        "-e",
+        "signal=none",
+        "-e",
+        TRACED,
+        "-o",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    argv.push(out.to_string_lossy().into_owned());
+    argv.push("--".to_owned());
+    argv.extend(inner.iter().cloned());
+    argv
+}
+
+/// The workspace-relative paths (relative to `root`, the exec root) that the traced task
+/// looked up and did not find, sorted and de-duplicated. Lookups outside the root (system
+/// files) are ignored. See the module docs for what counts and what the caller filters.
+pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceError> {
+    let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
+    let size = fs::metadata(trace).map_err(io_err)?.len();
+    if size > MAX_TRACE_BYTES {
+        return Err(TraceError::TooLarge { path: trace.to_owned(), size, limit: MAX_TRACE_BYTES });
+    }
+    // Pass 1: who forked whom (a child's lines can come before its parent's `clone` returns).
+    let mut parents = HashMap::new();
+    for_each_event(trace, |ev| {
+        if let Event::Complete { pid, text } = ev
+            && let Some(call) = parse_call(text)
+            && is_fork(call.name)
+            && let Some(child) = child_pid(call.ret)
+        {
+            parents.insert(child, pid);
+        }
+    })?;
+    // Pass 2: follow working directories, collect failed lookups under the root.
+    let mut a = Analysis {
+        root: normalize(root.as_os_str().as_bytes()),
+        parents,
+        cwd: HashMap::new(),
+        fork_cwd: HashMap::new(),
+        found: BTreeSet::new(),
+    };
+    for_each_event(trace, |ev| a.event(ev))?;
+    Ok(a.found.into_iter().collect())
+}
+
+/// One logical trace line, with `<unfinished ...>` and `<... resumed>` halves joined.
+#[derive(Debug, PartialEq, Eq)]
+enum Event<'a> {
+    /// A call whose first half was seen (its result comes later).
+    Unfinished { pid: u32, name: &'a str },
+    /// A complete call: `name(args) = ret`.
+    Complete { pid: u32, text: &'a str },
+}
+
+/// Reads `trace` line by line (lines over [`MAX_LINE_BYTES`] skipped, at most
+/// [`MAX_TRACE_BYTES`] read), joining split calls, and hands each event to `f`.
+fn for_each_event(trace: &Path, mut f: impl FnMut(Event<'_>)) -> Result<(), TraceError> {
+    let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
+    let file = File::open(trace).map_err(io_err)?;
+    let mut reader = BufReader::new(file.take(MAX_TRACE_BYTES));
+    let mut joiner = Joiner::default();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = (&mut reader).take(MAX_LINE_BYTES as u64).read_until(b'\n', &mut buf);
+        if n.map_err(io_err)? == 0 {
+            return Ok(());
+        }
+        if buf.last() != Some(&b'\n') && buf.len() >= MAX_LINE_BYTES {
+            skip_rest_of_line(&mut reader).map_err(io_err)?;
+            continue;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let mut joined = String::new();
+        if let Some(ev) = joiner.feed(line.trim_end_matches('\n'), &mut joined) {
+            f(ev);
+        }
+    }
+}
+
+fn skip_rest_of_line(reader: &mut impl BufRead) -> io::Result<()> {
+    let mut junk = Vec::new();
+    loop {
+        junk.clear();
+        let n = reader.take(MAX_LINE_BYTES as u64).read_until(b'\n', &mut junk)?;
+        if n == 0 || junk.last() == Some(&b'\n') {
+            return Ok(());
+        }
+    }
+}
+
+/// Joins the halves of calls that other processes' lines interrupted.
+#[derive(Default)]
+struct Joiner {
+    /// pid → the first half of its unfinished call.
+    pending: HashMap<u32, String>,
+}
+
+impl Joiner {
+    /// The event for one line; `joined` is scratch space for a rejoined call.
+    fn feed<'a>(&mut self, line: &'a str, joined: &'a mut String) -> Option<Event<'a>> {
+        let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+        let pid: u32 = if digits == 0 { 0 } else { line[..digits].parse().ok()? };
+        let rest = line[digits..].trim_start();
+        if rest.starts_with("+++") || rest.starts_with("---") {
+            // Exit or signal: an unfinished call of this process will never resume.
+            self.pending.remove(&pid);
+            return None;
+        }
+        if let Some(resumed) = rest.strip_prefix("<... ") {
+            let (_, tail) = resumed.split_once(" resumed>")?;
+            let head = self.pending.remove(&pid)?;
+            joined.push_str(&head);
+            joined.push_str(tail);
+            let joined: &'a String = joined;
+            return Some(Event::Complete { pid, text: joined.as_str() });
+        }
+        if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            self.pending.insert(pid, head.to_owned());
+            let name = head.split_once('(').map_or(head, |(n, _)| n);
+            return Some(Event::Unfinished { pid, name });
+        }
+        Some(Event::Complete { pid, text: rest })
+    }
+}
+
+/// A parsed call.
+#[derive(Debug, PartialEq, Eq)]
+struct Call<'a> {
+    name: &'a str,
+    /// Top-level arguments, trimmed.
+    args: Vec<&'a str>,
+    /// What follows `=`: `0`, `3</path>`, `-1 ENOENT (No such file or directory)`, `?`.
+    ret: &'a str,
+}
+
+/// Splits `name(arg, arg, …) = ret`, respecting quoted strings (with escapes), fd
+/// annotations `<…>` and nested `[]{}()`.
+fn parse_call(text: &str) -> Option<Call<'_>> {
+    let open = text.find('(')?;
+    let name = &text[..open];
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    let bytes = text.as_bytes();
+    let mut args = Vec::new();
+    let (mut depth, mut start, mut i) = (0usize, open + 1, open + 1);
+    let close = loop {
+        let b = *bytes.get(i)?;
+        match b {
+            b'"' | b'<' => {
+                let end = if b == b'"' { b'"' } else { b'>' };
+                i += 1;
+                while let Some(&c) = bytes.get(i) {
+                    if c == b'\\' {
+                        i += 1;
+                    } else if c == end {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            b'[' | b'{' | b'(' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b')' if depth == 0 => break i,
+            b')' => depth -= 1,
+            b',' if depth == 0 => {
+                args.push(text[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    };
+    let last = text[start..close].trim();
+    if !last.is_empty() || !args.is_empty() {
+        args.push(last);
+    }
+    let (_, ret) = text[close + 1..].split_once('=')?;
+    Some(Call { name, args, ret: ret.trim() })
+}
+
+/// Which arguments of a lookup call are the directory fd, the path and the open flags.
+struct Lookup {
+    dirfd: Option<usize>,
+    path: usize,
+    flags: Option<usize>,
+}
+
+fn lookup(name: &str) -> Option<Lookup> {
+    let (dirfd, path, flags) = match name {
+        "open" => (None, 0, Some(1)),
+        "openat" | "openat2" => (Some(0), 1, Some(2)),
+        "stat" | "lstat" | "stat64" | "lstat64" | "oldstat" | "oldlstat" | "access"
+        | "readlink" | "execve" | "chdir" | "statfs" | "statfs64" | "getxattr" | "lgetxattr"
+        | "listxattr" | "llistxattr" | "uselib" => (None, 0, None),
+        "newfstatat" | "fstatat64" | "statx" | "faccessat" | "faccessat2" | "readlinkat"
+        | "execveat" | "open_tree" | "name_to_handle_at" | "getxattrat" | "listxattrat" => {
+            (Some(0), 1, None)
+        }
+        _ => return None,
+    };
+    Some(Lookup { dirfd, path, flags })
+}
+
+fn is_fork(name: &str) -> bool {
+    matches!(name, "clone" | "clone3" | "fork" | "vfork")
+}
+
+/// The child a fork-like call returned: the host pid from `--pidns-translation`'s
+/// `N /* M in strace's PID NS */`, else `N` itself.
+fn child_pid(ret: &str) -> Option<u32> {
+    if let Some((_, comment)) = ret.split_once("/* ")
+        && let Some((host, _)) = comment.split_once(" in strace's PID NS")
+    {
+        return host.trim().parse().ok();
+    }
+    let n = ret.split_whitespace().next()?;
+    n.parse().ok().filter(|&p: &u32| p > 0)
+}
+
+struct Analysis {
+    /// The exec root, normalised, as bytes.
+    root: Vec<u8>,
+    /// child → parent (host pids).
+    parents: HashMap<u32, u32>,
+    /// Known working directory per pid.
+    cwd: HashMap<u32, Vec<u8>>,
+    /// A parent's working directory when it last started a fork-like call.
+    fork_cwd: HashMap<u32, Vec<u8>>,
+    found: BTreeSet<String>,
+}
+
+/// How far up the parent chain a working directory is looked for.
+const MAX_ANCESTRY: usize = 64;
+
+impl Analysis {
+    fn event(&mut self, ev: Event<'_>) {
+        match ev {
+            Event::Unfinished { pid, name } => {
+                if is_fork(name) {
+                    self.snapshot_for_fork(pid);
+                }
+            }
+            Event::Complete { pid, text } => {
+                if let Some(call) = parse_call(text) {
+                    self.call(pid, &call);
+                }
+            }
+        }
+    }
+
+    fn snapshot_for_fork(&mut self, pid: u32) {
+        if let Some(cwd) = self.cwd_of(pid) {
+            self.fork_cwd.insert(pid, cwd);
+        }
+    }
+
+    /// The working directory of `pid`: known, or inherited from its parent at fork.
+    fn cwd_of(&mut self, pid: u32) -> Option<Vec<u8>> {
+        if let Some(c) = self.cwd.get(&pid) {
+            return Some(c.clone());
+        }
+        let mut p = pid;
+        for _ in 0..MAX_ANCESTRY {
+            p = *self.parents.get(&p)?;
+            if let Some(c) = self.fork_cwd.get(&p).or_else(|| self.cwd.get(&p)) {
+                let c = c.clone();
+                self.cwd.insert(pid, c.clone());
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn call(&mut self, pid: u32, call: &Call<'_>) {
+        if is_fork(call.name) {
+            self.snapshot_for_fork(pid);
+            return;
+        }
+        if matches!(call.name, "exit" | "exit_group") {
+            self.cwd.remove(&pid);
+            return;
+        }
+        let ok = call.ret == "0" || call.ret.starts_with("0 ");
+        if call.name == "fchdir" {
+            if ok && let Some(Some(dir)) = call.args.first().map(|a| fd_annotation(a).1) {
+                self.cwd.insert(pid, normalize(&dir));
+            }
+            return;
+        }
+        let Some(l) = lookup(call.name) else { return };
+        // The directory fd: `AT_FDCWD</cwd>` also tells us the working directory.
+        let mut base: Option<Vec<u8>> = None;
+        if let Some(arg) = l.dirfd.and_then(|i| call.args.get(i)) {
+            let (fd, path) = fd_annotation(arg);
+            match (fd == "AT_FDCWD", path) {
+                (true, Some(p)) => {
+                    let p = normalize(&p);
+                    self.cwd.insert(pid, p.clone());
+                    base = Some(p);
+                }
+                (true, None) => base = self.cwd_of(pid),
+                (false, Some(p)) if p.starts_with(b"/") => base = Some(normalize(&p)),
+                (false, _) => {}
+            }
+        } else {
+            base = self.cwd_of(pid);
+        }
+        let Some(path) = call.args.get(l.path).and_then(|a| unquote(a)) else { return };
+        if path.is_empty() {
+            return; // AT_EMPTY_PATH: the fd itself
+        }
+        let resolved = if path.starts_with(b"/") {
+            normalize(&path)
+        } else {
+            let Some(base) = base else { return };
+            let mut joined = base;
+            joined.push(b'/');
+            joined.extend_from_slice(&path);
+            normalize(&joined)
+        };
+        if call.name == "chdir" {
+            if ok {
+                self.cwd.insert(pid, resolved);
+            }
+            return;
+        }
+        if !call.ret.starts_with("-1 ENOENT") {
+            return;
+        }
+        let writes = l
+            .flags
+            .and_then(|i| call.args.get(i))
+            .is_some_and(|f| f.contains("O_CREAT") || f.contains("O_WRONLY"));
+        if writes {
+            return;
+        }
+        if let Some(rel) = strip_root(&resolved, &self.root) {
+            self.found.insert(String::from_utf8_lossy(rel).into_owned());
+        }
+    }
+}
+
+/// `path` relative to `root` (both normalised), if it lies strictly inside it.
+fn strip_root<'p>(path: &'p [u8], root: &[u8]) -> Option<&'p [u8]> {
+    if root == b"/" {
+        return path.get(1..).filter(|r| !r.is_empty());
+    }
+    let rest = path.strip_prefix(root)?;
+    rest.strip_prefix(b"/").filter(|r| !r.is_empty())
+}
+
+/// An absolute path with `.`, `..` and empty components resolved lexically (`..` at the
+/// top stays at `/`). A relative path is treated as if it started at `/`.
+fn normalize(path: &[u8]) -> Vec<u8> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for comp in path.split(|&b| b == b'/') {
+        match comp {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut out = Vec::with_capacity(path.len() + 1);
+    for p in &parts {
+        out.push(b'/');
+        out.extend_from_slice(p);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// Splits an fd argument `3</path>` / `AT_FDCWD</path>` / `AT_FDCWD` into the fd text and
+/// the decoded annotation.
+fn fd_annotation(arg: &str) -> (&str, Option<Vec<u8>>) {
+    match arg.split_once('<') {
+        Some((fd, rest)) => (fd, Some(unescape(rest.as_bytes(), b'>'))),
+        None => (arg, None),
+    }
+}
+
+/// The bytes of a quoted string argument (`"a\"b"` → `a"b`); `None` if not a string.
+fn unquote(arg: &str) -> Option<Vec<u8>> {
+    let body = arg.strip_prefix('"')?;
+    Some(unescape(body.as_bytes(), b'"'))
+}
+
+/// Decodes strace's C-style escapes (`\"`, `\\`, `\n`, `\t`, `\r`, `\v`, `\f`, `\xHH`,
+/// `\NNN` octal) up to the unescaped `end` byte (or the end of input).
+fn unescape(s: &[u8], end: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&b) = s.get(i) {
+        i += 1;
+        if b == end {
+            break;
+        }
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        let Some(&e) = s.get(i) else { break };
+        i += 1;
+        match e {
+            b'n' => out.push(b'\n'),
+            b't' => out.push(b'\t'),
+            b'r' => out.push(b'\r'),
+            b'v' => out.push(0x0b),
+            b'f' => out.push(0x0c),
+            b'x' => {
+                let hex: Vec<u8> =
+                    s[i..].iter().take(2).take_while(|c| c.is_ascii_hexdigit()).copied().collect();
+                i += hex.len();
+                let v = std::str::from_utf8(&hex).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(v.unwrap_or(b'x'));
+            }
+            b'0'..=b'7' => {
+                let mut v = u32::from(e - b'0');
+                for _ in 0..2 {
+                    match s.get(i) {
+                        Some(&d @ b'0'..=b'7') => {
+                            v = v * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(u8::try_from(v).unwrap_or(u8::MAX));
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trace as strace writes it with the options of [`strace_argv`]: interleaved
+    /// processes, split calls, escapes, relative paths, a vfork child whose lines come
+    /// before its parent's `vfork` returns.
+    const CANNED: &str = r#"100  execve("/usr/bin/bwrap", ["bwrap", "--unshare-all"], 0x7ffd /* 35 vars */) = 0
+100  clone(child_stack=NULL, flags=CLONE_NEWNS|CLONE_NEWPID|SIGCHLD) = 101
+101  chdir("/ws/root/p") = 0
+101  clone(child_stack=NULL, flags=SIGCHLD, child_tidptr=0x7f) = 2 /* 102 in strace's PID NS */
+102  openat(AT_FDCWD</ws/root/p>, "in.txt", O_RDONLY) = 3</ws/root/p/in.txt>
+102  openat(AT_FDCWD</ws/root/p>, "/usr/share/locale/locale.alias", O_RDONLY|O_CLOEXEC) = -1 ENOENT (No such file or directory)
+102  openat(AT_FDCWD</ws/root/p>, "../sibling/secret.txt", O_RDONLY <unfinished ...>
+103  newfstatat(AT_FDCWD</ws/root/p>, "odd \"name\\x\" \303\251", 0x7ffc, 0 <unfinished ...>
+102  <... openat resumed>) = -1 ENOENT (No such file or directory)
+103  <... newfstatat resumed>) = -1 ENOENT (No such file or directory)
+102  vfork( <unfinished ...>
+104  execve("./tool.sh", ["./tool.sh"], 0x55 /* 3 vars */) = -1 ENOENT (No such file or directory)
+102  <... vfork resumed>) = 5 /* 104 in strace's PID NS */
+102  openat(AT_FDCWD</ws/root/p>, "out/new.txt", O_WRONLY|O_CREAT|O_TRUNC, 0666) = -1 ENOENT (No such file or directory)
+102  openat(3</ws/root/q>, "deep/x.json", O_RDONLY|O_CLOEXEC) = -1 ENOENT (No such file or directory)
+102  access("../found.txt", R_OK) = 0
+102  statx(AT_FDCWD</ws/root/we\74ird\76>, "", AT_EMPTY_PATH, STATX_ALL, 0x7) = -1 ENOENT (No such file or directory)
+102  openat(AT_FDCWD</ws/root/we\74ird\76>, "x", O_RDONLY) = -1 ENOENT (No such file or directory)
+102  readlink("/ws/root", 0x7ffc, 4096) = -1 ENOENT (No such file or directory)
+102  openat(AT_FDCWD</ws/root/p>, "../../../etc/shadow", O_RDONLY) = -1 ENOENT (No such file or directory)
+102  --- SIGCHLD {si_signo=SIGCHLD, si_code=CLD_EXITED} ---
+102  chdir("..") = 0
+102  stat("p/again", 0x7ffc) = -1 ENOENT (No such file or directory)
+102  exit_group(1) = ?
+100  +++ exited with 1 +++
+"#;
+
+    fn canned_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn canned_trace_names_exactly_the_missing_paths_under_the_root() {
+        let f = canned_file(CANNED);
+        let got = undeclared_reads(f.path(), Path::new("/ws/root")).unwrap();
+        assert_eq!(
+            got,
+            [
+                "p/again",
+                "p/odd \"name\\x\" é",
+                "p/tool.sh",
+                "q/deep/x.json",
+                "sibling/secret.txt",
+                "we<ird>/x",
+            ]
+        );
+        // A root given with a trailing slash or `.` is the same root.
+        assert_eq!(undeclared_reads(f.path(), Path::new("/ws/./root/")).unwrap(), got);
+    }
+
+    #[test]
+    fn joiner_pairs_halves_by_pid() {
+        let mut j = Joiner::default();
+        let mut s1 = String::new();
+        assert_eq!(
+            j.feed("7  read(3,  <unfinished ...>", &mut s1),
+            Some(Event::Unfinished { pid: 7, name: "read" })
+        );
+        let mut s2 = String::new();
+        // A resumption for a pid with nothing pending is dropped.
+        assert_eq!(j.feed("8  <... read resumed>\"x\", 1) = 1", &mut s2), None);
+        let mut s3 = String::new();
+        assert_eq!(
+            j.feed("7  <... read resumed>\"x\", 1) = 1", &mut s3),
+            Some(Event::Complete { pid: 7, text: "read(3, \"x\", 1) = 1" })
+        );
+    }
+
+    #[test]
+    fn calls_split_on_top_level_commas_only() {
+        let c = parse_call(
+            r#"openat(AT_FDCWD</a,b>, "x, \"y)\"", {flags=O_RDONLY, mode=0}) = -1 ENOENT (No such file or directory)"#,
+        )
+        .unwrap();
+        assert_eq!(c.name, "openat");
+        assert_eq!(c.args, [r"AT_FDCWD</a,b>", r#""x, \"y)\"""#, "{flags=O_RDONLY, mode=0}"]);
+        assert_eq!(c.ret, "-1 ENOENT (No such file or directory)");
+        assert_eq!(unquote(c.args[1]).unwrap(), b"x, \"y)\"");
+        assert_eq!(fd_annotation(c.args[0]), ("AT_FDCWD", Some(b"/a,b".to_vec())));
+        assert_eq!(parse_call("vfork() = 3").unwrap().args, Vec::<&str>::new());
+        assert!(parse_call("garbage").is_none());
+        assert!(parse_call("open(\"unterminated").is_none());
+    }
+
+    #[test]
+    fn escapes_and_normalisation() {
+        assert_eq!(unescape(br#"a\tb\x41\101\7\\\"""#, b'"'), b"a\tbAA\x07\\\"");
+        assert_eq!(unescape(br"we\74ird\76>tail", b'>'), b"we<ird>");
+        assert_eq!(normalize(b"/a/./b//c/../d/"), b"/a/b/d");
+        assert_eq!(normalize(b"/../.."), b"/");
+        assert_eq!(strip_root(b"/r/x/y", b"/r"), Some(&b"x/y"[..]));
+        assert_eq!(strip_root(b"/r", b"/r"), None);
+        assert_eq!(strip_root(b"/rx/y", b"/r"), None);
+        assert_eq!(child_pid("2 /* 8437 in strace's PID NS */"), Some(8437));
+        assert_eq!(child_pid("8436"), Some(8436));
+        assert_eq!(child_pid("-1 EAGAIN (Resource temporarily unavailable)"), None);
+    }
+
+    #[test]
+    fn oversized_traces_are_refused_and_long_lines_skipped() {
+        let long =
+            format!("1  open(\"/r/{}\", O_RDONLY) = -1 ENOENT (x)\n", "a".repeat(MAX_LINE_BYTES));
+        let f = canned_file(&format!(
+            "{long}1  open(\"/r/short\", O_RDONLY) = -1 ENOENT (No such file or directory)\n"
+        ));
+        assert_eq!(undeclared_reads(f.path(), Path::new("/r")).unwrap(), ["short"]);
+        let big = tempfile::NamedTempFile::new().unwrap();
+        big.as_file().set_len(MAX_TRACE_BYTES + 1).unwrap();
+        assert!(matches!(
+            undeclared_reads(big.path(), Path::new("/r")),
+            Err(TraceError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            undeclared_reads(Path::new("/nonexistent/trace"), Path::new("/r")),
+            Err(TraceError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn argv_wraps_the_inner_command_after_a_separator() {
+        let inner = vec!["bwrap".to_owned(), "--".to_owned(), "sh".to_owned()];
+        let a = strace_argv(Path::new("/t/trace.txt"), &inner);
+        assert_eq!(a[0], "strace");
+        let o = a.iter().position(|x| x == "-o").unwrap();
+        assert_eq!(a[o + 1], "/t/trace.txt");
+        assert_eq!(a[o + 2], "--");
+        assert_eq!(a[o + 3..], inner[..]);
+        for flag in ["-f", "-y", "-qq", "--pidns-translation"] {
+            assert!(a.contains(&flag.to_owned()), "{flag}");
+        }
+    }
+}
