@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use prova_protocol::digest::{Digest, Fold};
+use crate::digest::{Digest, Fold};
 
 /// Version of the key encoding. Bump it whenever the fold below changes meaning: every old
 /// entry then misses instead of being misread.
@@ -166,5 +166,5 @@ fn diff_files(old: &[InputFile], new: &[InputFile], out: &mut Vec<String>, what:
 }
 
 #[cfg(test)]
-#[path = "components_tests.rs"]
+#[path = "key_tests.rs"]
 mod tests;

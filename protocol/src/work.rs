@@ -10,6 +10,7 @@ use crate::digest::Digest;
 use crate::ids::AttemptId;
 use crate::manifest::OutputManifest;
 use crate::spec::{ExecStats, ExitKind, TaskSpec};
+use crate::wire::InputRef;
 
 /// Where and how an assignment executes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +20,21 @@ pub enum Placement {
     InPlace {
         /// The workspace root on this machine.
         workspace_root: PathBuf,
+    },
+    /// In a fresh exec root holding only the declared inputs and the upstream artifacts
+    /// (farm workers; local proof runs), sandboxed where the worker can.
+    ExecRoot {
+        /// The task's input files (materialised read-only).
+        inputs: Vec<InputRef>,
+        /// Upstream artifacts (blob digest, size), unpacked at their paths.
+        upstream: Vec<(Digest, u64)>,
+        /// Where the bytes come from when this is a local exec root: the workspace root
+        /// (inputs are copied from it, upstream artifacts read from the local cache).
+        #[serde(default)]
+        local_source: Option<PathBuf>,
+        /// For a local exec root: the cache's `blobs/` directory, where upstream artifacts are.
+        #[serde(default)]
+        local_blobs: Option<PathBuf>,
     },
 }
 

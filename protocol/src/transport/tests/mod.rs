@@ -1,0 +1,6 @@
+//! Transport tests: certificates, mTLS handshakes (and refusals), framing, blob streams.
+
+mod blob;
+mod certs;
+mod frame;
+mod handshake;

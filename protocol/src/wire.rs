@@ -1,0 +1,324 @@
+//! The farm's messages (brief §8). One enum per direction, one struct per payload, named
+//! fields only ever added (rmp-serde maps), and a `Hello` first on every connection.
+//!
+//! Streams of a connection:
+//! - the first bidirectional stream the peer opens is the **control stream**: `Hello`, then
+//!   the role's message enums, framed ([`crate::transport::frame`]);
+//! - every blob travels on its **own** stream (a worker fetching inputs, uploading an
+//!   artifact; a client uploading inputs, downloading artifacts): a [`BlobRequest`] frame,
+//!   then the blob header and bytes, digest-verified by the receiver.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::events::{RunEvent, RunSummary};
+use crate::ids::{AttemptId, RunId, TaskId, WorkerId};
+use crate::key::KeyComponents;
+use crate::spec::TaskSpec;
+use crate::work::{FromWorker, ToWorker};
+
+/// The wire protocol's version. A peer speaking another major version is refused with a
+/// reason; ALPN carries it too (`prova/1`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The first message on a connection's control stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`] of the sender.
+    pub protocol_version: u32,
+    /// The sender's build (`prova 0.1.0`).
+    pub build_version: String,
+    /// The role the sender claims; it must match its certificate's.
+    pub role: String,
+    /// Optional features the sender supports.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+/// The answer to a [`Hello`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// Accepted.
+    Welcome(Welcome),
+    /// Refused, with a reason meant for a human.
+    Reject(Reject),
+}
+
+/// Accepted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The coordinator's protocol version.
+    pub protocol_version: u32,
+    /// The coordinator's build.
+    pub build_version: String,
+    /// The peer's identity as the coordinator sees it (its certificate's name).
+    pub peer: String,
+}
+
+/// Refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reject {
+    /// Why.
+    pub reason: String,
+}
+
+/// What a worker offers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Concurrent assignments.
+    pub slots: u32,
+    /// `linux`, `macos`.
+    pub os: String,
+    /// `x86_64`, `aarch64`.
+    pub arch: String,
+    /// `pool=linux`, …
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// `bwrap 0.8.0` or `none: <why>`.
+    pub sandbox: String,
+    /// Attempts the worker still runs from before a reconnect (their reports follow).
+    #[serde(default)]
+    pub running: Vec<AttemptId>,
+}
+
+/// Worker → coordinator, on the control stream after the handshake.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WorkerMsg {
+    /// First: what this worker offers.
+    Register(WorkerInfo),
+    /// A report about an assignment.
+    Report(FromWorker),
+    /// Liveness, and the leases it holds (renews them).
+    Heartbeat {
+        /// Attempts still running.
+        running: Vec<AttemptId>,
+    },
+}
+
+/// Coordinator → worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CoordinatorMsg {
+    /// Start or cancel work.
+    Work(ToWorker),
+    /// A report was refused (stale lease): drop the attempt.
+    Refused {
+        /// Which.
+        attempt: AttemptId,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// First frame of a blob stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlobRequest {
+    /// Send me this blob.
+    Get {
+        /// Which.
+        digest: Digest,
+    },
+    /// Here is a blob (the blob header and bytes follow); answer with a [`BlobAck`].
+    Put {
+        /// What the sender claims it is (the receiver verifies).
+        digest: Digest,
+        /// Bytes that follow.
+        size: u64,
+    },
+}
+
+/// The answer to a put (or a get of a blob the coordinator does not have).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlobAck {
+    /// Stored.
+    Stored,
+    /// Not stored / not found, and why.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One input file of a remote task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRef {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Content digest (a blob; for a symlink, of its target string).
+    pub digest: Digest,
+    /// Owner-execute bit.
+    pub exec: bool,
+    /// For a symlink: its target.
+    #[serde(default)]
+    pub symlink: Option<String>,
+}
+
+/// The kind of a remote task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteKind {
+    /// Done when its deps are.
+    Group,
+    /// Runs to completion.
+    Command,
+    /// Long-running; not supported remotely (refused at submit).
+    Persistent,
+}
+
+/// One task of a submitted run, keyed by the client.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RemoteTask {
+    /// What to run.
+    pub spec: TaskSpec,
+    /// Group or command.
+    pub kind: RemoteKind,
+    /// Whether it may be cached.
+    pub cacheable: bool,
+    /// Its key, as the client computed it.
+    pub key: Digest,
+    /// The key's components (stored with the entry; `why` reads them).
+    pub components: KeyComponents,
+    /// Indices of the tasks it waits for.
+    pub deps: Vec<u32>,
+    /// Its input files (task inputs and workspace inputs).
+    pub inputs: Vec<InputRef>,
+    /// Whether the user asked for it.
+    pub requested: bool,
+    /// Recorded duration (ms) for critical-path priority.
+    #[serde(default)]
+    pub weight: u64,
+}
+
+/// Which outputs the client wants back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Download {
+    /// Every task's outputs.
+    #[default]
+    All,
+    /// Only the requested tasks'.
+    Requested,
+    /// None (a CI job that only needs the verdict).
+    None,
+}
+
+/// How a submitted run behaves.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunOptionsWire {
+    /// Keep going after a failure.
+    pub continue_on_failure: bool,
+    /// Read the farm cache.
+    pub read: bool,
+    /// Write the farm cache.
+    pub write: bool,
+    /// Verification requested (`determinism`, `inputs`), empty for none.
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// Tasks allowed to be nondeterministic.
+    #[serde(default)]
+    pub verify_allow: Vec<TaskId>,
+}
+
+/// Client → coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// Which of these blobs does the coordinator lack?
+    FindMissing {
+        /// Candidates.
+        digests: Vec<Digest>,
+    },
+    /// Start a run; its tasks follow in [`ClientMsg::Tasks`] chunks, then [`ClientMsg::Go`].
+    Begin {
+        /// Knobs.
+        options: RunOptionsWire,
+        /// How many tasks will follow.
+        tasks: u32,
+    },
+    /// A chunk of the run's tasks, in order.
+    Tasks(Vec<RemoteTask>),
+    /// All tasks sent: schedule.
+    Go,
+    /// Stop the run (Ctrl-C on the client).
+    Interrupt,
+    /// The farm's state.
+    Status,
+    /// Keys whose executions disagree.
+    Hermeticity,
+}
+
+/// What a task produced, for the client to download.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskArtifact {
+    /// Which task.
+    pub task: TaskId,
+    /// Its key.
+    pub key: Digest,
+    /// The artifact blob and size (`None`: no outputs).
+    pub artifact: Option<(Digest, u64)>,
+    /// The output manifest (rmp-encoded `OutputManifest`).
+    #[serde(with = "serde_bytes")]
+    pub manifest: Vec<u8>,
+    /// The log blob.
+    pub log: Option<Digest>,
+    /// How long it ran.
+    pub duration_ms: u64,
+}
+
+/// Coordinator → client.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CoordinatorReply {
+    /// The subset of [`ClientMsg::FindMissing`] the coordinator lacks.
+    Missing {
+        /// Blobs to upload.
+        digests: Vec<Digest>,
+    },
+    /// The run was accepted.
+    Accepted {
+        /// Its id.
+        run: RunId,
+    },
+    /// Something happened in the run.
+    Event(RunEvent),
+    /// A task's outputs are available (after a hit or a save).
+    Artifact(TaskArtifact),
+    /// The run is over.
+    Done(RunSummary),
+    /// The farm's state.
+    Status(FarmStatus),
+    /// The hermeticity report (JSON text, see the coordinator's ledger).
+    Hermeticity(String),
+    /// The request was refused.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// `prova farm status`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FarmStatus {
+    /// Connected workers.
+    pub workers: Vec<WorkerStatus>,
+    /// Assignments waiting for a slot.
+    pub queued: u32,
+    /// Runs in progress.
+    pub runs: u32,
+}
+
+/// One worker in [`FarmStatus`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// Its id.
+    pub id: WorkerId,
+    /// Slots in total.
+    pub slots: u32,
+    /// Slots in use.
+    pub busy: u32,
+    /// `os/arch`.
+    pub platform: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Sandbox in use.
+    pub sandbox: String,
+    /// Tasks running there.
+    pub running: Vec<TaskId>,
+}
