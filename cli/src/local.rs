@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use kameo::prelude::*;
-use prova_coordinator::run::{Begin, Interrupt, RunActor, RunArgs, RunCache, RunOptions, RunPlan};
+use prova_coordinator::run::{
+    Begin, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions, RunPlan,
+};
 use prova_protocol::WorkerId;
 use prova_protocol::events::{RunEvent, RunSummary};
 use prova_protocol::task::OwnedTask;
@@ -56,6 +58,7 @@ pub async fn run(
         done: done_tx,
         first_attempt: 1,
         cache,
+        exec: ExecMode::InPlace,
     });
     let run_ref = run.clone();
     let _from_worker_pump = OwnedTask::spawn("local.from_worker", async move {

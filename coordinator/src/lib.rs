@@ -15,6 +15,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod farm;
 pub mod graph;
 pub mod inputs;
 pub mod keys;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_protocol::AttemptId;
-use prova_protocol::spec::{ExecStats, ExitKind};
+use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Finished, FromWorker, ToWorker};
 use tokio::sync::mpsc;
@@ -121,15 +121,7 @@ impl Message<Done> for WorkerActor {
 }
 
 fn refused(attempt: AttemptId, why: &str) -> Finished {
-    Finished {
-        attempt,
-        exit: ExitKind::SpawnFailed(why.to_owned()),
-        tries: 0,
-        stats: ExecStats::default(),
-        log: Vec::new(),
-        log_omitted: 0,
-        outputs: None,
-        missing_literals: Vec::new(),
-        output_error: None,
-    }
+    let mut f = crate::runner::refused(attempt);
+    f.exit = ExitKind::SpawnFailed(why.to_owned());
+    f
 }

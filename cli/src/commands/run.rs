@@ -67,7 +67,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             let _ = r.finish();
         });
         let weights = prepared.weights();
-        let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+        let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
         let key_stats = prepared.stats;
         let summary = crate::local::run(prepared.plan, options, tx, Some(run_cache), weights).await;
         let _ = render.await;

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use prova_protocol::Digest;
 
-use super::components::InputKind;
 use crate::cache::MemoRow;
+use prova_protocol::key::InputKind;
 
 /// Files modified this close (ns) before their memo row was written are re-hashed.
 pub const RACY_WINDOW_NS: i64 = 2_000_000_000;

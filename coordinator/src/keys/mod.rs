@@ -1,15 +1,16 @@
 //! Cache keys (brief §5): file digests with a stat memo ([`digests`]), the canonical key
-//! components and their fold ([`components`]), and [`compute`], which keys every task of a
+//! components and their fold (`prova_protocol::key`, shared with the farm), and [`compute`], which keys every task of a
 //! plan before anything runs (upstream outputs are represented by upstream keys).
 
-pub mod components;
 pub mod digests;
 
 use prova_protocol::Digest;
 use prova_protocol::spec::CommandLine;
 
-pub use components::{InputFile, InputKind, KEY_VERSION, KeyComponents};
 pub use digests::{DigestPass, FileFacts, Stamp};
+pub use prova_protocol::key::{
+    self as components, InputFile, InputKind, KEY_VERSION, KeyComponents,
+};
 
 use crate::inputs::{FileList, InputSets};
 use crate::run::RunPlan;

@@ -54,8 +54,9 @@ pub struct SaveRequest {
     pub components: KeyComponents,
     /// The outputs as collected by the worker.
     pub manifest: OutputManifest,
-    /// The packed artifact staged in the cache's `tmp/` (digest computed while writing).
-    pub artifact: Option<(PathBuf, Digest)>,
+    /// The packed artifact: its digest, and the staged file in the cache's `tmp/` when it
+    /// still has to be filed (digest computed while writing); `None` when already stored.
+    pub artifact: Option<(Digest, Option<PathBuf>)>,
     /// The combined log.
     pub log: Vec<u8>,
     /// How long it ran.
@@ -167,7 +168,7 @@ impl LocalLayer {
         .await
         .map_err(|e| LayerError::Corrupt(e.to_string()))?;
         if let Some(path) = changed {
-            if let Some((staged, _)) = &req.artifact {
+            if let Some((_, Some(staged))) = &req.artifact {
                 let _ = fs::remove_file(staged);
             }
             return Ok(SaveOutcome::Withheld(format!("input `{path}` changed while the task ran")));
@@ -190,7 +191,13 @@ impl LocalLayer {
         self.cache
             .call(move |s| -> Result<(), crate::cache::CacheError> {
                 let artifact = match artifact {
-                    Some((staged, digest)) => Some(s.put_blob_file(&staged, Some(&digest))?),
+                    Some((digest, Some(staged))) => Some(s.put_blob_file(&staged, Some(&digest))?),
+                    Some((digest, None)) => {
+                        let size = std::fs::metadata(s.blob_path(&digest))
+                            .map_err(|_| crate::cache::CacheError::MissingBlob { digest })?
+                            .len();
+                        Some((digest, size))
+                    }
                     None => None,
                 };
                 let log = match log {
@@ -224,6 +231,28 @@ impl LocalLayer {
     /// The cache's `tmp/` directory (where workers stage artifacts).
     pub async fn tmp_dir(&self) -> Result<PathBuf, LayerError> {
         Ok(self.cache.call(|s| s.tmp_dir()).await?)
+    }
+}
+
+impl super::CacheLayer for LocalLayer {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn restore(
+        &self,
+        entry: Entry,
+        outputs: PathGlobs,
+    ) -> super::LayerFuture<'_, Option<Restored>> {
+        Box::pin(LocalLayer::restore(self, entry, outputs))
+    }
+
+    fn save(&self, req: SaveRequest) -> super::LayerFuture<'_, SaveOutcome> {
+        Box::pin(LocalLayer::save(self, req))
+    }
+
+    fn touch(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, ()> {
+        Box::pin(LocalLayer::touch(self, keys))
     }
 }
 
@@ -380,7 +409,7 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
-fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
     zstd::stream::read::Decoder::new(bytes)?.take(limit + 1).read_to_end(&mut out)?;
     if out.len() as u64 > limit {

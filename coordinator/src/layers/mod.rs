@@ -1,11 +1,37 @@
 //! The layered cache (brief §6): the [`local`] layer (the workspace's `.prova/cache` or a
 //! shared `--cache-dir`); the farm layer (the coordinator's) sits above it in farm mode.
 
+pub mod farm;
 pub mod local;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 
+use prova_protocol::Digest;
+use prova_protocol::globs::PathGlobs;
+
+pub use farm::FarmLayer;
 pub use local::{LocalLayer, Restored, SaveOutcome, SaveRequest};
+
+use crate::cache::Entry;
+
+/// A boxed future of a layer operation.
+pub type LayerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LayerError>> + Send + 'a>>;
+
+/// What a run needs of a cache layer: restore a hit, file an execution, mark use. The local
+/// layer restores into the workspace; the farm layer (on the coordinator) has nothing to
+/// restore — the client downloads the artifact — and files entries in the farm's store.
+pub trait CacheLayer: Send + Sync + 'static {
+    /// `local`, `farm`: what a hit reports.
+    fn name(&self) -> &'static str;
+    /// Makes `entry`'s outputs current; `Ok(None)` is a miss (blob gone or corrupt).
+    fn restore(&self, entry: Entry, outputs: PathGlobs) -> LayerFuture<'_, Option<Restored>>;
+    /// Files an execution (or withholds it, with the reason).
+    fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome>;
+    /// Marks entries used now (LRU order).
+    fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()>;
+}
 
 /// A layer operation failed (distinct from a miss, which is `Ok(None)`).
 #[derive(Debug, thiserror::Error)]

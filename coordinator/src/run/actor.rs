@@ -15,16 +15,16 @@ use prova_protocol::events::{
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::task::OwnedTask;
-use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ToWorker};
+use prova_protocol::work::{Assignment, Finished, FromWorker, Placement};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::WorkSink;
 use super::plan::{RunPlan, TaskKind};
+use super::{AssignHints, WorkSink};
 use crate::cache::Entry;
 use crate::keys::PlanKeys;
-use crate::layers::{LocalLayer, Restored, SaveOutcome, SaveRequest};
+use crate::layers::{CacheLayer, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::{Command, Event, Options, Scheduler, SkipReason};
 
 /// Knobs of a run.
@@ -48,7 +48,7 @@ pub struct CachePolicy {
 /// The cache side of a run.
 pub struct RunCache {
     /// The layer entries come from and go to.
-    pub layer: LocalLayer,
+    pub layer: Arc<dyn CacheLayer>,
     /// Read/write.
     pub policy: CachePolicy,
     /// Every task's key.
@@ -57,6 +57,24 @@ pub struct RunCache {
     pub hits: HashMap<usize, Entry>,
     /// Where workers stage packed artifacts (the cache's `tmp/`).
     pub staging: PathBuf,
+}
+
+/// Where a run's tasks execute.
+#[derive(Clone, Debug, Default)]
+pub enum ExecMode {
+    /// In the workspace (local mode).
+    #[default]
+    InPlace,
+    /// In exec roots holding only declared inputs and upstream artifacts (the farm; local
+    /// proof runs). `local_source`/`local_blobs`: where a local worker finds the bytes (the
+    /// workspace root and the cache's blob directory); `None` for farm workers, which fetch
+    /// them from the coordinator.
+    ExecRoot {
+        /// The workspace root, for a local worker.
+        local_source: Option<PathBuf>,
+        /// The cache's `blobs/` directory, for a local worker.
+        local_blobs: Option<PathBuf>,
+    },
 }
 
 /// What a run actor is built from.
@@ -79,6 +97,8 @@ pub struct RunArgs {
     pub first_attempt: u64,
     /// The cache, unless the run has none.
     pub cache: Option<RunCache>,
+    /// Where tasks execute.
+    pub exec: ExecMode,
 }
 
 /// Stop the run: abort running tasks, skip the rest.
@@ -92,6 +112,8 @@ pub struct Begin;
 /// A restore finished.
 struct RestoreDone {
     node: usize,
+    /// The entry's artifact (downstream exec roots unpack it).
+    artifact: Option<(Digest, u64)>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
     result: Result<Option<Restored>, String>,
@@ -126,6 +148,11 @@ pub struct RunActor {
     side: HashMap<usize, OwnedTask<()>>,
     /// Keys of hits, touched in one batch at the end.
     hit_keys: Vec<Digest>,
+    exec: ExecMode,
+    /// Each node's artifact once known (hit or save): what downstream exec roots unpack.
+    artifacts: Vec<Option<(Digest, u64)>>,
+    /// Where each node's last attempt ran (farm reports say; local mode is one worker).
+    ran_on: Vec<Option<WorkerId>>,
 }
 
 impl Actor for RunActor {
@@ -163,6 +190,9 @@ impl Actor for RunActor {
             cache: args.cache,
             side: HashMap::new(),
             hit_keys: Vec::new(),
+            exec: args.exec,
+            artifacts: vec![None; n],
+            ran_on: vec![None; n],
         })
     }
 }
@@ -210,7 +240,7 @@ impl RunActor {
             Command::Abort(node) | Command::StopPersistent(node) => {
                 self.stopping[node] = true;
                 if let Some(attempt) = self.live[node]
-                    && self.work.send(ToWorker::Cancel { attempt }).await.is_err()
+                    && self.work.cancel(attempt).await.is_err()
                 {
                     return Some(self.lost(node).await);
                 }
@@ -263,6 +293,7 @@ impl RunActor {
         {
             let layer = c.layer.clone();
             let saved_ms = entry.duration_ms;
+            let artifact = entry.artifact;
             let globs = PathGlobs::new(&task.spec.project_dir, &task.spec.outputs)
                 .unwrap_or_else(|_| PathGlobs::empty());
             let me = ctx.actor_ref().clone();
@@ -270,7 +301,7 @@ impl RunActor {
                 node,
                 OwnedTask::spawn("run.restore", async move {
                     let result = layer.restore(entry, globs).await.map_err(|e| e.to_string());
-                    let _ = me.tell(RestoreDone { node, saved_ms, result }).await;
+                    let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
                 }),
             );
             return None;
@@ -286,22 +317,43 @@ impl RunActor {
         self.live[node] = Some(attempt);
         let cached = self.cacheable(node);
         let write = cached && self.cache.as_ref().is_some_and(|c| c.policy.write);
-        let pack_to = match (&self.cache, write) {
+        let farm = self.farm_worker();
+        let pack_to = match (&self.cache, write && !farm) {
             (Some(c), true) => {
                 Some(c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())))
             }
             _ => None,
         };
+        let placement = match &self.exec {
+            ExecMode::InPlace => Placement::InPlace { workspace_root: self.plan.root.clone() },
+            ExecMode::ExecRoot { local_source, local_blobs } => Placement::ExecRoot {
+                inputs: task.inputs.clone(),
+                upstream: self.upstream_artifacts(node),
+                local_source: local_source.clone(),
+                local_blobs: local_blobs.clone(),
+            },
+        };
         let assignment = Assignment {
             attempt,
             spec: task.spec.clone(),
-            placement: Placement::InPlace { workspace_root: self.plan.root.clone() },
-            clean_outputs: cached,
-            collect_outputs: write,
+            placement,
+            clean_outputs: cached && matches!(self.exec, ExecMode::InPlace),
+            // A farm worker always returns its outputs: downstream exec roots need them.
+            collect_outputs: write || farm,
             pack_to,
             perturb: None,
         };
-        if self.work.send(ToWorker::Assign(Box::new(assignment))).await.is_err() {
+        let hints = AssignHints {
+            priority: self.sched.priority(node),
+            key: self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied()),
+            avoid: None,
+            platform: self
+                .cache
+                .as_ref()
+                .and_then(|c| c.keys.components.get(node))
+                .and_then(|c| c.platform.clone()),
+        };
+        if self.work.assign(assignment, hints).await.is_err() {
             return Some(self.lost(node).await);
         }
         None
@@ -345,7 +397,8 @@ impl RunActor {
             attempts,
             stats,
             key: self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied()),
-            worker: (attempts > 0).then(|| self.worker.clone()),
+            worker: (attempts > 0)
+                .then(|| self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone())),
             note,
         }
     }
@@ -367,6 +420,8 @@ impl RunActor {
     ) -> Option<Event> {
         let node = self.attempts.remove(&f.attempt)?;
         self.live[node] = None;
+        // Downstream exec roots unpack this artifact whether or not the entry is saved.
+        self.artifacts[node] = f.outputs.as_ref().and_then(|o| o.artifact);
         if f.log_omitted > 0 {
             let msg = format!("{} bytes of output were omitted from the stored log", f.log_omitted);
             self.notice(node, NoticeLevel::Info, msg).await;
@@ -405,7 +460,9 @@ impl RunActor {
                 key: c.keys.keys[node],
                 components: c.keys.components[node].clone(),
                 manifest: outputs.manifest.clone(),
-                artifact: staged.map(|d| (self.staged_path(f.attempt), d)),
+                // A farm worker uploaded the artifact already; locally it is staged.
+                artifact: staged
+                    .map(|d| (d, (!self.farm_worker()).then(|| self.staged_path(f.attempt)))),
                 log: f.log.clone(),
                 duration_ms: f.stats.wall_ms,
                 stamps: c.keys.stamps[node].clone(),
@@ -432,6 +489,30 @@ impl RunActor {
         let r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
         self.finish(node, r).await;
         Some(Event::Finished { node, ok })
+    }
+
+    /// Whether tasks run on farm workers (exec roots fed by the coordinator).
+    fn farm_worker(&self) -> bool {
+        matches!(self.exec, ExecMode::ExecRoot { local_source: None, .. })
+    }
+
+    /// Artifacts of every task `node` depends on, transitively (an exec root holds all the
+    /// upstream outputs a task may read), in a stable order.
+    fn upstream_artifacts(&self, node: usize) -> Vec<(Digest, u64)> {
+        let mut seen = vec![false; self.plan.tasks.len()];
+        let mut stack = self.plan.tasks[node].deps.clone();
+        let mut out = Vec::new();
+        while let Some(d) = stack.pop() {
+            if std::mem::replace(&mut seen[d], true) {
+                continue;
+            }
+            if let Some(a) = self.artifacts[d] {
+                out.push((d, a));
+            }
+            stack.extend(self.plan.tasks[d].deps.iter().copied());
+        }
+        out.sort_by_key(|(d, _)| *d);
+        out.into_iter().map(|(_, a)| a).collect()
     }
 
     fn status_of(&self, node: usize, exit: &ExitKind) -> TaskStatus {
@@ -518,6 +599,7 @@ impl Message<RestoreDone> for RunActor {
         }
         match msg.result {
             Ok(Some(restored)) => {
+                self.artifacts[node] = msg.artifact;
                 let task = self.plan.tasks[node].id.clone();
                 if !restored.log.is_empty() {
                     let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
@@ -527,7 +609,8 @@ impl Message<RestoreDone> for RunActor {
                 if let Some(k) = key {
                     self.hit_keys.push(k);
                 }
-                let cache = CacheStatus::Hit { layer: "local".to_owned(), saved_ms };
+                let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
+                let cache = CacheStatus::Hit { layer, saved_ms };
                 let r = self.report(
                     node,
                     TaskStatus::Succeeded,
@@ -580,6 +663,31 @@ impl Message<SaveDone> for RunActor {
         );
         self.finish(node, r).await;
         self.feed(Event::Finished { node, ok: true }, ctx).await;
+    }
+}
+
+/// A report relayed by the farm, with the worker it came from.
+pub struct FromFarm {
+    /// The report (already translated to this run's attempt id).
+    pub msg: FromWorker,
+    /// Where it ran.
+    pub worker: WorkerId,
+}
+
+impl Message<FromFarm> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, m: FromFarm, ctx: &mut Context<Self, Self::Reply>) {
+        let attempt = match &m.msg {
+            FromWorker::Started { attempt, .. }
+            | FromWorker::Output { attempt, .. }
+            | FromWorker::Ready { attempt } => *attempt,
+            FromWorker::Finished(f) => f.attempt,
+        };
+        if let Some(&node) = self.attempts.get(&attempt) {
+            self.ran_on[node] = Some(m.worker);
+        }
+        <Self as Message<FromWorker>>::handle(self, m.msg, ctx).await;
     }
 }
 

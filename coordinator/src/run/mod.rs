@@ -11,10 +11,11 @@ pub mod plan;
 use std::future::Future;
 use std::pin::Pin;
 
-use prova_protocol::work::ToWorker;
+use prova_protocol::AttemptId;
+use prova_protocol::work::{Assignment, ToWorker};
 use tokio::sync::mpsc;
 
-pub use actor::{Begin, CachePolicy, Interrupt, RunActor, RunArgs, RunCache, RunOptions};
+pub use actor::{Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions};
 pub use plan::{PlannedTask, RunPlan, TaskKind};
 
 /// The link is gone: the worker (or the farm dispatcher) stopped.
@@ -22,21 +23,41 @@ pub use plan::{PlannedTask, RunPlan, TaskKind};
 #[error("the worker link is closed")]
 pub struct LinkClosed;
 
+/// What placement may use beyond the assignment itself.
+#[derive(Clone, Debug, Default)]
+pub struct AssignHints {
+    /// Critical-path priority (higher first).
+    pub priority: u64,
+    /// The task's key: identical keys in flight from two runs execute once.
+    pub key: Option<prova_protocol::Digest>,
+    /// A worker to avoid (a determinism re-run goes elsewhere).
+    pub avoid: Option<prova_protocol::WorkerId>,
+    /// `os/arch` the task must run on (`None`: portable).
+    pub platform: Option<String>,
+}
+
+/// A boxed future of a link operation.
+pub type LinkFuture<'a> = Pin<Box<dyn Future<Output = Result<(), LinkClosed>> + Send + 'a>>;
+
 /// Where a run's assignments and cancels go: the in-process worker's channel in local mode,
 /// the farm's dispatcher in the farm.
 pub trait WorkSink: Send + Sync + 'static {
-    /// Delivers one message (waits while the link is full).
-    fn send(
-        &self,
-        msg: ToWorker,
-    ) -> Pin<Box<dyn Future<Output = Result<(), LinkClosed>> + Send + '_>>;
+    /// Hands out one assignment (waits while the link is full).
+    fn assign(&self, a: Assignment, hints: AssignHints) -> LinkFuture<'_>;
+    /// Cancels an attempt; it still reports `Finished`.
+    fn cancel(&self, attempt: AttemptId) -> LinkFuture<'_>;
 }
 
 impl WorkSink for mpsc::Sender<ToWorker> {
-    fn send(
-        &self,
-        msg: ToWorker,
-    ) -> Pin<Box<dyn Future<Output = Result<(), LinkClosed>> + Send + '_>> {
-        Box::pin(async move { mpsc::Sender::send(self, msg).await.map_err(|_| LinkClosed) })
+    fn assign(&self, a: Assignment, _hints: AssignHints) -> LinkFuture<'_> {
+        Box::pin(
+            async move { self.send(ToWorker::Assign(Box::new(a))).await.map_err(|_| LinkClosed) },
+        )
+    }
+
+    fn cancel(&self, attempt: AttemptId) -> LinkFuture<'_> {
+        Box::pin(
+            async move { self.send(ToWorker::Cancel { attempt }).await.map_err(|_| LinkClosed) },
+        )
     }
 }

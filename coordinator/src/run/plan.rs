@@ -37,6 +37,8 @@ pub struct PlannedTask {
     pub deps: Vec<usize>,
     /// Whether the user asked for it.
     pub requested: bool,
+    /// Its input files with digests (filled once keys are known; what an exec root holds).
+    pub inputs: Vec<prova_protocol::wire::InputRef>,
 }
 
 /// Everything a run needs that does not change while it runs.
@@ -78,6 +80,7 @@ impl RunPlan {
                     spec,
                     deps: n.deps.clone(),
                     requested: n.requested,
+                    inputs: Vec::new(),
                 }
             })
             .collect();

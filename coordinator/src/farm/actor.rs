@@ -1,0 +1,357 @@
+//! The farm actor: the shell around [`FarmCore`]. One per coordinator. Worker sessions
+//! register here with the sender of their control stream; run actors submit work through a
+//! [`FarmSink`]; the actor feeds the core and carries its commands out (send to a worker,
+//! deliver a report to a run, fail an item, refuse a stale report).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use kameo::prelude::*;
+use prova_protocol::spec::ExitKind;
+use prova_protocol::wire::{CoordinatorMsg, FarmStatus, WorkerInfo, WorkerMsg, WorkerStatus};
+use prova_protocol::work::{Assignment, FromWorker, Placement};
+use prova_protocol::{AttemptId, RunId, TaskId, WorkerId};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
+use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
+
+/// How often leases are checked for expiry and unplaceable items for their wait.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// A connected worker, as the actor knows it.
+struct Link {
+    tx: mpsc::Sender<CoordinatorMsg>,
+    info: WorkerInfo,
+    /// Lease → task, for `farm status`.
+    running: HashMap<AttemptId, TaskId>,
+}
+
+/// The farm actor.
+pub struct FarmActor {
+    core: FarmCore,
+    started: Instant,
+    links: HashMap<WorkerId, Link>,
+    runs: HashMap<RunId, ActorRef<RunActor>>,
+    next_run: u64,
+}
+
+impl Actor for FarmActor {
+    type Args = ();
+    type Error = Infallible;
+
+    async fn on_start((): Self::Args, me: ActorRef<Self>) -> Result<Self, Self::Error> {
+        // The ticker stops when the actor does (its sends fail).
+        let weak = me.downgrade();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            loop {
+                interval.tick().await;
+                let Some(me) = weak.upgrade() else { break };
+                if me.tell(Tick).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            core: FarmCore::new(),
+            started: Instant::now(),
+            links: HashMap::new(),
+            runs: HashMap::new(),
+            next_run: 1,
+        })
+    }
+}
+
+impl FarmActor {
+    async fn feed(&mut self, event: FarmEvent) {
+        let now = self.started.elapsed();
+        for cmd in self.core.handle(now, event) {
+            self.apply(cmd).await;
+        }
+    }
+
+    async fn apply(&mut self, cmd: FarmCommand) {
+        match cmd {
+            FarmCommand::Send { worker, msg } => {
+                if let prova_protocol::work::ToWorker::Assign(a) = &msg
+                    && let Some(l) = self.links.get_mut(&worker)
+                {
+                    l.running.insert(a.attempt, a.spec.id.clone());
+                }
+                let tx = self.links.get(&worker).map(|l| l.tx.clone());
+                if let Some(tx) = tx
+                    && tx.send(CoordinatorMsg::Work(msg)).await.is_err()
+                {
+                    // The session is gone; its WorkerDown follows and requeues.
+                    tracing::debug!(%worker, "send to a closed worker session");
+                }
+            }
+            FarmCommand::Deliver { run, msg, worker } => {
+                if let Some(r) = self.runs.get(&run) {
+                    let _ = r.tell(crate::run::actor::FromFarm { msg, worker }).await;
+                }
+            }
+            FarmCommand::Fail { origin, reason } => {
+                if let Some(r) = self.runs.get(&origin.run) {
+                    let f = prova_protocol::work::Finished {
+                        attempt: origin.attempt,
+                        exit: ExitKind::SpawnFailed(reason),
+                        tries: 0,
+                        stats: Default::default(),
+                        log: Vec::new(),
+                        log_omitted: 0,
+                        outputs: None,
+                        missing_literals: Vec::new(),
+                        output_error: None,
+                    };
+                    let msg = FromWorker::Finished(Box::new(f));
+                    let _ = r
+                        .tell(crate::run::actor::FromFarm { msg, worker: WorkerId("farm".into()) })
+                        .await;
+                }
+            }
+            FarmCommand::Refuse { worker, lease, reason } => {
+                if let Some(l) = self.links.get_mut(&worker) {
+                    l.running.remove(&lease);
+                    let _ = l.tx.send(CoordinatorMsg::Refused { attempt: lease, reason }).await;
+                }
+            }
+        }
+    }
+}
+
+/// Time passed.
+struct Tick;
+
+impl Message<Tick> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, _: Tick, _ctx: &mut Context<Self, ()>) {
+        self.feed(FarmEvent::Tick).await;
+    }
+}
+
+/// A worker session completed its handshake and registration.
+pub struct WorkerUp {
+    /// Its id (its certificate's name).
+    pub id: WorkerId,
+    /// What it offers.
+    pub info: WorkerInfo,
+    /// Where messages for it go.
+    pub tx: mpsc::Sender<CoordinatorMsg>,
+}
+
+impl Message<WorkerUp> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: WorkerUp, _ctx: &mut Context<Self, ()>) {
+        let caps = WorkerCaps {
+            slots: m.info.slots,
+            os: m.info.os.clone(),
+            arch: m.info.arch.clone(),
+            labels: m.info.labels.clone(),
+        };
+        tracing::info!(worker = %m.id, slots = m.info.slots, sandbox = %m.info.sandbox, "worker joined");
+        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info, running: HashMap::new() });
+        self.feed(FarmEvent::WorkerJoined { id: m.id, caps }).await;
+    }
+}
+
+/// A worker session ended.
+pub struct WorkerDown {
+    /// Which.
+    pub id: WorkerId,
+    /// The sender it registered with: a newer session of the same worker is not removed.
+    pub tx: mpsc::Sender<CoordinatorMsg>,
+}
+
+impl Message<WorkerDown> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: WorkerDown, _ctx: &mut Context<Self, ()>) {
+        let current = self.links.get(&m.id).is_some_and(|l| l.tx.same_channel(&m.tx));
+        if current {
+            tracing::info!(worker = %m.id, "worker left");
+            self.links.remove(&m.id);
+            self.feed(FarmEvent::WorkerLeft { id: m.id }).await;
+        }
+    }
+}
+
+/// A message from a worker's control stream.
+pub struct FromWorkerSession {
+    /// Who.
+    pub id: WorkerId,
+    /// What.
+    pub msg: WorkerMsg,
+}
+
+impl Message<FromWorkerSession> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: FromWorkerSession, _ctx: &mut Context<Self, ()>) {
+        match m.msg {
+            WorkerMsg::Register(_) => {} // handled by the session before WorkerUp
+            WorkerMsg::Heartbeat { running } => {
+                self.feed(FarmEvent::Heartbeat { id: m.id, running }).await
+            }
+            WorkerMsg::Report(msg) => {
+                if let FromWorker::Finished(f) = &msg
+                    && let Some(l) = self.links.get_mut(&m.id)
+                {
+                    l.running.remove(&f.attempt);
+                    if let Some(outs) = &f.outputs
+                        && let Some((d, _)) = outs.artifact
+                    {
+                        let id = m.id.clone();
+                        self.feed(FarmEvent::Holds { id, blobs: vec![d] }).await;
+                    }
+                }
+                self.feed(FarmEvent::Report { worker: m.id, msg }).await;
+            }
+        }
+    }
+}
+
+/// Allocate a run id and route that run's reports to `actor`.
+pub struct AttachRun {
+    /// The run's actor.
+    pub actor: ActorRef<RunActor>,
+    /// Its id (from [`NewRunId`]).
+    pub run: RunId,
+}
+
+impl Message<AttachRun> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: AttachRun, _ctx: &mut Context<Self, ()>) {
+        self.runs.insert(m.run, m.actor);
+    }
+}
+
+/// A fresh run id.
+pub struct NewRunId;
+
+impl Message<NewRunId> for FarmActor {
+    type Reply = Result<RunId, Infallible>;
+    async fn handle(&mut self, _: NewRunId, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        let id = RunId(self.next_run);
+        self.next_run += 1;
+        Ok(id)
+    }
+}
+
+/// A run is over: stop routing to it.
+pub struct DetachRun(pub RunId);
+
+impl Message<DetachRun> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: DetachRun, _ctx: &mut Context<Self, ()>) {
+        self.runs.remove(&m.0);
+    }
+}
+
+/// Submit or cancel work on behalf of a run.
+pub enum RunWork {
+    /// Place this assignment.
+    Submit {
+        /// The run.
+        run: RunId,
+        /// What.
+        assignment: Box<Assignment>,
+        /// Priority, key, worker to avoid.
+        hints: AssignHints,
+    },
+    /// Cancel the run's attempt.
+    Cancel(Origin),
+}
+
+impl Message<RunWork> for FarmActor {
+    type Reply = ();
+    async fn handle(&mut self, m: RunWork, _ctx: &mut Context<Self, ()>) {
+        match m {
+            RunWork::Submit { run, assignment, hints } => {
+                let origin = Origin { run, attempt: assignment.attempt };
+                let blobs = match &assignment.placement {
+                    Placement::ExecRoot { inputs, upstream, .. } => inputs
+                        .iter()
+                        .map(|i| i.digest)
+                        .chain(upstream.iter().map(|(d, _)| *d))
+                        .collect(),
+                    Placement::InPlace { .. } => Vec::new(),
+                };
+                let reqs = requirements(&hints);
+                let item = Item {
+                    origin,
+                    assignment: *assignment,
+                    priority: hints.priority,
+                    reqs,
+                    avoid: hints.avoid,
+                    blobs,
+                    key: hints.key,
+                };
+                self.feed(FarmEvent::Submit(Box::new(item))).await;
+            }
+            RunWork::Cancel(origin) => self.feed(FarmEvent::Cancel(origin)).await,
+        }
+    }
+}
+
+fn requirements(hints: &AssignHints) -> Requirements {
+    let mut r = Requirements::default();
+    if let Some((os, arch)) = hints.platform.as_deref().and_then(|p| p.split_once('/')) {
+        r.os = Some(os.to_owned());
+        r.arch = Some(arch.to_owned());
+    }
+    r
+}
+
+/// The farm's state.
+pub struct GetStatus;
+
+impl Message<GetStatus> for FarmActor {
+    type Reply = Result<FarmStatus, Infallible>;
+    async fn handle(&mut self, _: GetStatus, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        let workers = self
+            .core
+            .workers()
+            .map(|(id, caps, busy)| {
+                let link = self.links.get(id);
+                WorkerStatus {
+                    id: id.clone(),
+                    slots: caps.slots,
+                    busy,
+                    platform: format!("{}/{}", caps.os, caps.arch),
+                    labels: caps.labels.clone(),
+                    sandbox: link.map(|l| l.info.sandbox.clone()).unwrap_or_default(),
+                    running: link
+                        .map(|l| l.running.values().cloned().collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        Ok(FarmStatus { workers, queued: self.core.queued() as u32, runs: self.runs.len() as u32 })
+    }
+}
+
+/// A run's link to the farm: assignments become items for placement.
+pub struct FarmSink {
+    /// The farm.
+    pub farm: ActorRef<FarmActor>,
+    /// The run.
+    pub run: RunId,
+}
+
+impl WorkSink for FarmSink {
+    fn assign(&self, a: Assignment, hints: AssignHints) -> LinkFuture<'_> {
+        Box::pin(async move {
+            let msg = RunWork::Submit { run: self.run, assignment: Box::new(a), hints };
+            self.farm.tell(msg).await.map_err(|_| LinkClosed)
+        })
+    }
+
+    fn cancel(&self, attempt: AttemptId) -> LinkFuture<'_> {
+        Box::pin(async move {
+            let msg = RunWork::Cancel(Origin { run: self.run, attempt });
+            self.farm.tell(msg).await.map_err(|_| LinkClosed)
+        })
+    }
+}

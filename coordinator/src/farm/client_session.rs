@@ -1,0 +1,339 @@
+//! A connected client (`ci`, `client` or `admin` certificate): blob queries, run submission,
+//! status. A submitted run gets its own run actor — the same one local mode uses — with the
+//! farm as its work sink and the farm's store as its cache layer; its events stream back on
+//! the control stream, then the artifacts to download, then the summary.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kameo::prelude::*;
+use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::{Identity, Role, frame};
+use prova_protocol::wire::{
+    ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
+};
+use prova_protocol::{Digest, TaskId, WorkerId};
+use tokio::sync::{mpsc, oneshot};
+
+use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId};
+use super::server::Shared;
+use crate::cache::{Entry, TRUSTED, UNTRUSTED};
+use crate::keys::PlanKeys;
+use crate::layers::{FarmLayer, LocalLayer};
+use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
+use crate::run::{
+    Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions,
+};
+
+/// Replies queued for a client: events of a busy run wait here, then hold the run back.
+pub const CLIENT_QUEUE: usize = 1024;
+/// The most tasks one run may submit.
+pub const MAX_TASKS: u32 = 1_000_000;
+/// Concurrency a farm run asks of the scheduler: placement, not the run, bounds real
+/// parallelism (the farm's free slots).
+pub const FARM_RUN_CONCURRENCY: usize = 100_000;
+
+/// Runs the session until the client goes. A run still going is interrupted.
+pub async fn run(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    identity: Identity,
+    shared: Arc<Shared>,
+) {
+    let (tx, mut rx) = mpsc::channel::<CoordinatorReply>(CLIENT_QUEUE);
+    let writer = OwnedTask::spawn("coordinator.client.writer", async move {
+        while let Some(msg) = rx.recv().await {
+            if frame::write_msg(&mut send, &msg).await.is_err() {
+                break;
+            }
+        }
+        let _ = send.finish();
+    });
+    let mut pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)> = None;
+    let mut active: Option<(ActorRef<RunActor>, OwnedTask<()>)> = None;
+    loop {
+        let msg = match frame::read_msg::<_, ClientMsg>(&mut recv).await {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(client = %identity, "control stream: {e}");
+                break;
+            }
+        };
+        let reply = match msg {
+            ClientMsg::FindMissing { digests } => {
+                let missing = shared
+                    .store
+                    .call(move |s| {
+                        digests.into_iter().filter(|d| !s.has_blob(d)).collect::<Vec<_>>()
+                    })
+                    .await;
+                match missing {
+                    Ok(digests) => CoordinatorReply::Missing { digests },
+                    Err(e) => CoordinatorReply::Error { message: e.to_string() },
+                }
+            }
+            ClientMsg::Begin { options, tasks } => {
+                if !matches!(identity.role, Role::Ci | Role::Client) {
+                    CoordinatorReply::Error {
+                        message: format!("a `{}` certificate cannot submit runs", identity.role),
+                    }
+                } else if tasks > MAX_TASKS {
+                    CoordinatorReply::Error {
+                        message: format!("{tasks} tasks is over the limit of {MAX_TASKS}"),
+                    }
+                } else if active.as_ref().is_some_and(|(_, t)| !t.is_finished()) {
+                    CoordinatorReply::Error {
+                        message: "a run is already in progress on this connection".to_owned(),
+                    }
+                } else {
+                    pending = Some((options, tasks, Vec::new()));
+                    continue;
+                }
+            }
+            ClientMsg::Tasks(chunk) => match &mut pending {
+                Some((_, n, tasks)) if tasks.len() + chunk.len() <= *n as usize => {
+                    tasks.extend(chunk);
+                    continue;
+                }
+                _ => CoordinatorReply::Error {
+                    message: "tasks sent without Begin, or more than announced".to_owned(),
+                },
+            },
+            ClientMsg::Go => match pending.take() {
+                Some((options, n, tasks)) if tasks.len() == n as usize => {
+                    match start(&identity, &shared, options, tasks, tx.clone()).await {
+                        Ok(started) => {
+                            active = Some(started);
+                            continue;
+                        }
+                        Err(message) => CoordinatorReply::Error { message },
+                    }
+                }
+                _ => CoordinatorReply::Error {
+                    message: "Go before every announced task was sent".to_owned(),
+                },
+            },
+            ClientMsg::Interrupt => {
+                if let Some((run, _)) = &active {
+                    let _ = run.tell(Interrupt).await;
+                }
+                continue;
+            }
+            ClientMsg::Status => match shared.farm.ask(GetStatus).await {
+                Ok(s) => CoordinatorReply::Status(s),
+                Err(e) => CoordinatorReply::Error { message: e.to_string() },
+            },
+            ClientMsg::Hermeticity => {
+                CoordinatorReply::Error { message: "this coordinator keeps no ledger".to_owned() }
+            }
+        };
+        if tx.send(reply).await.is_err() {
+            break;
+        }
+    }
+    // The client went away: a run still going is interrupted (its tasks are cancelled).
+    if let Some((run, task)) = active
+        && !task.is_finished()
+    {
+        let _ = run.tell(Interrupt).await;
+        let _ = task.join().await;
+    }
+    drop(tx);
+    let _ = writer.join().await;
+}
+
+/// Validates and starts a submitted run; returns its actor and the task that relays its
+/// events and, at the end, its artifacts and summary.
+async fn start(
+    identity: &Identity,
+    shared: &Arc<Shared>,
+    options: RunOptionsWire,
+    tasks: Vec<RemoteTask>,
+    out: mpsc::Sender<CoordinatorReply>,
+) -> Result<(ActorRef<RunActor>, OwnedTask<()>), String> {
+    let plan = plan_of(&tasks)?;
+    let namespace = if identity.role == Role::Ci { TRUSTED } else { UNTRUSTED };
+    let keys = PlanKeys {
+        keys: tasks.iter().map(|t| t.key).collect(),
+        components: tasks.iter().map(|t| t.components.clone()).collect(),
+        stamps: vec![Vec::new(); tasks.len()],
+    };
+    let policy = CachePolicy { read: options.read, write: options.write };
+    let hits =
+        if policy.read { probe(shared, namespace, &plan, &keys).await? } else { HashMap::new() };
+    let tmp: PathBuf = shared.tmp.clone();
+    let layer = FarmLayer::new(LocalLayer::new(shared.store.clone(), namespace, &tmp));
+    let run = shared.farm.ask(NewRunId).await.map_err(|e| e.to_string())?;
+    let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
+    let (done_tx, done_rx) = oneshot::channel();
+    let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
+    let actor = RunActor::spawn(RunArgs {
+        plan,
+        options: RunOptions {
+            concurrency: FARM_RUN_CONCURRENCY,
+            continue_on_failure: options.continue_on_failure,
+        },
+        weights,
+        work: Arc::new(FarmSink { farm: shared.farm.clone(), run }),
+        worker: WorkerId("farm".into()),
+        events: events_tx,
+        done: done_tx,
+        first_attempt: 1,
+        cache: Some(RunCache {
+            layer: Arc::new(layer),
+            policy,
+            keys: keys.clone(),
+            hits,
+            staging: tmp,
+        }),
+        exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
+    });
+    shared.farm.tell(AttachRun { actor: actor.clone(), run }).await.map_err(|e| e.to_string())?;
+    let _ = out.send(CoordinatorReply::Accepted { run }).await;
+    actor.tell(Begin).await.map_err(|e| e.to_string())?;
+    let (shared, ids): (Arc<Shared>, Vec<TaskId>) =
+        (shared.clone(), tasks.iter().map(|t| t.spec.id.clone()).collect());
+    let relay = OwnedTask::spawn("coordinator.run.relay", async move {
+        while let Some(ev) = events_rx.recv().await {
+            if out.send(CoordinatorReply::Event(ev)).await.is_err() {
+                break;
+            }
+        }
+        let summary = done_rx.await;
+        let _ = shared.farm.tell(DetachRun(run)).await;
+        let Ok(summary) = summary else {
+            let _ = out
+                .send(CoordinatorReply::Error {
+                    message: "the run stopped without a summary".to_owned(),
+                })
+                .await;
+            return;
+        };
+        // The artifacts of every task that has an entry now, for the client to download.
+        let wanted: Vec<Digest> = summary
+            .tasks
+            .iter()
+            .filter(|r| r.status == prova_protocol::events::TaskStatus::Succeeded)
+            .filter_map(|r| r.key)
+            .collect();
+        let found = shared.store.call(move |s| lookup(s, namespace, &wanted)).await;
+        if let Ok(Ok(entries)) = found {
+            for (i, id) in ids.iter().enumerate() {
+                if let Some(e) = entries.get(&keys.keys[i]) {
+                    let msg = CoordinatorReply::Artifact(TaskArtifact {
+                        task: id.clone(),
+                        key: e.key,
+                        artifact: e.artifact,
+                        manifest: e.manifest.clone(),
+                        log: e.log,
+                        duration_ms: e.duration_ms,
+                    });
+                    let _ = out.send(msg).await;
+                }
+            }
+        }
+        let _ = out.send(CoordinatorReply::Done(summary)).await;
+    });
+    Ok((actor, relay))
+}
+
+/// Entries visible to a run writing `namespace`: an untrusted run also reads trusted entries;
+/// a trusted run never reads untrusted ones.
+fn lookup(
+    s: &crate::cache::Store,
+    namespace: &str,
+    keys: &[Digest],
+) -> Result<HashMap<Digest, Entry>, crate::cache::CacheError> {
+    let mut found = s.get_entries(TRUSTED, keys)?;
+    if namespace != TRUSTED {
+        for (k, e) in s.get_entries(namespace, keys)? {
+            found.entry(k).or_insert(e);
+        }
+    }
+    Ok(found)
+}
+
+async fn probe(
+    shared: &Shared,
+    namespace: &'static str,
+    plan: &RunPlan,
+    keys: &PlanKeys,
+) -> Result<HashMap<usize, Entry>, String> {
+    let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
+    let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
+    let mut found = shared
+        .store
+        .call(move |s| lookup(s, namespace, &ks))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(wanted.into_iter().filter_map(|i| found.remove(&keys.keys[i]).map(|e| (i, e))).collect())
+}
+
+/// A plan from submitted tasks; refuses what the farm cannot run (bad indices, cycles,
+/// persistent tasks, unclean paths).
+fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
+    let n = tasks.len();
+    let mut planned = Vec::with_capacity(n);
+    for (i, t) in tasks.iter().enumerate() {
+        if t.kind == RemoteKind::Persistent {
+            return Err(format!(
+                "{} is persistent: persistent tasks run locally, not on the farm",
+                t.spec.id
+            ));
+        }
+        if let Some(&d) = t.deps.iter().find(|&&d| d as usize >= n || d as usize == i) {
+            return Err(format!("{} depends on task index {d}, which does not exist", t.spec.id));
+        }
+        if !t.spec.project_dir.is_empty()
+            && !prova_protocol::globs::is_clean_relative(&t.spec.project_dir)
+        {
+            return Err(format!(
+                "{}: project dir {:?} is not a clean relative path",
+                t.spec.id, t.spec.project_dir
+            ));
+        }
+        if let Some(bad) =
+            t.inputs.iter().find(|i| !prova_protocol::globs::is_clean_relative(&i.path))
+        {
+            return Err(format!(
+                "{}: input path {:?} is not a clean relative path",
+                t.spec.id, bad.path
+            ));
+        }
+        planned.push(PlannedTask {
+            id: t.spec.id.clone(),
+            kind: if t.kind == RemoteKind::Group { TaskKind::Group } else { TaskKind::Command },
+            spec: t.spec.clone(),
+            cacheable: t.cacheable && t.kind == RemoteKind::Command,
+            deps: t.deps.iter().map(|&d| d as usize).collect(),
+            requested: t.requested,
+            inputs: t.inputs.clone(),
+        });
+    }
+    // Acyclic, or the scheduler would wait forever.
+    let mut unmet: Vec<usize> = planned.iter().map(|t| t.deps.len()).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, t) in planned.iter().enumerate() {
+        for &d in &t.deps {
+            dependents[d].push(i);
+        }
+    }
+    let mut stack: Vec<usize> = (0..n).filter(|&i| unmet[i] == 0).collect();
+    let mut seen = 0;
+    while let Some(x) = stack.pop() {
+        seen += 1;
+        for &d in &dependents[x] {
+            unmet[d] -= 1;
+            if unmet[d] == 0 {
+                stack.push(d);
+            }
+        }
+    }
+    if seen != n {
+        return Err("the submitted graph has a cycle".to_owned());
+    }
+    Ok(RunPlan { root: PathBuf::new(), tasks: planned })
+}

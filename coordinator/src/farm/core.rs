@@ -1,0 +1,571 @@
+//! The farm's sans-IO core: placement and leases across every run on the coordinator.
+//! `(now, event) -> commands`, no sockets or actors: the farm actor carries the commands out.
+//!
+//! - **Placement**: a queued item goes to a connected worker with a free slot whose platform
+//!   and labels satisfy it, preferring the worker that already holds most of its inputs
+//!   (locality), then the one with most free slots; the queue is served highest critical
+//!   path first. A worker to avoid (a determinism re-run) is skipped while another fits.
+//! - **Leases**: every placement is a fresh lease id with a deadline renewed by heartbeats.
+//!   An expired lease or a lost worker requeues the item and counts against its retry
+//!   budget; past the budget the item fails with the last error. A report for a lease that
+//!   is not live is refused.
+//! - **Dedup**: an item whose key is already queued or leased for another run waits for
+//!   that execution and gets its result.
+//! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use prova_protocol::work::{Assignment, FromWorker, ToWorker};
+use prova_protocol::{AttemptId, Digest, RunId, WorkerId};
+
+/// How long a lease lives without a heartbeat.
+pub const LEASE_TTL: Duration = Duration::from_secs(15);
+/// Worker losses an item survives before it fails.
+pub const RETRY_BUDGET: u32 = 3;
+/// How long an item waits for a worker that can run it before it fails.
+pub const NO_WORKER_WAIT: Duration = Duration::from_secs(60);
+
+/// What a worker offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCaps {
+    /// Concurrent assignments.
+    pub slots: u32,
+    /// `linux`.
+    pub os: String,
+    /// `x86_64`.
+    pub arch: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What an item needs of a worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requirements {
+    /// Required os (`None`: any).
+    pub os: Option<String>,
+    /// Required arch.
+    pub arch: Option<String>,
+    /// Required labels (all must match).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Requirements {
+    fn fits(&self, c: &WorkerCaps) -> bool {
+        self.os.as_ref().is_none_or(|o| *o == c.os)
+            && self.arch.as_ref().is_none_or(|a| *a == c.arch)
+            && self.labels.iter().all(|(k, v)| c.labels.get(k) == Some(v))
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(o) = &self.os {
+            parts.push(format!("os={o}"));
+        }
+        if let Some(a) = &self.arch {
+            parts.push(format!("arch={a}"));
+        }
+        parts.extend(self.labels.iter().map(|(k, v)| format!("{k}={v}")));
+        if parts.is_empty() { "any worker".to_owned() } else { parts.join(" ") }
+    }
+}
+
+/// Who asked for an item: a run and the attempt id that run uses for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The run.
+    pub run: RunId,
+    /// The run's own attempt id.
+    pub attempt: AttemptId,
+}
+
+/// A unit of work submitted by a run.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Who asked.
+    pub origin: Origin,
+    /// What to run (its `attempt` is replaced by the lease id when placed).
+    pub assignment: Assignment,
+    /// Critical-path priority.
+    pub priority: u64,
+    /// Platform and labels.
+    pub reqs: Requirements,
+    /// A worker to avoid while another fits.
+    pub avoid: Option<WorkerId>,
+    /// Input and upstream blobs, for locality.
+    pub blobs: Vec<Digest>,
+    /// The task's key, for dedup (`None`: never shared).
+    pub key: Option<Digest>,
+}
+
+/// An event fed to the core.
+#[derive(Clone, Debug)]
+pub enum FarmEvent {
+    /// A worker registered (or re-registered after a reconnect).
+    WorkerJoined {
+        /// Its id.
+        id: WorkerId,
+        /// What it offers.
+        caps: WorkerCaps,
+    },
+    /// A worker's connection is gone.
+    WorkerLeft {
+        /// Its id.
+        id: WorkerId,
+    },
+    /// A worker is alive and holds these leases.
+    Heartbeat {
+        /// Its id.
+        id: WorkerId,
+        /// Leases it still runs.
+        running: Vec<AttemptId>,
+    },
+    /// A worker now holds these blobs (it fetched or produced them).
+    Holds {
+        /// Its id.
+        id: WorkerId,
+        /// The blobs.
+        blobs: Vec<Digest>,
+    },
+    /// A run submits work.
+    Submit(Box<Item>),
+    /// A run cancels work.
+    Cancel(Origin),
+    /// A worker reports about a lease.
+    Report {
+        /// From whom.
+        worker: WorkerId,
+        /// What.
+        msg: FromWorker,
+    },
+    /// Time passed: expire leases, give up on unplaceable items.
+    Tick,
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug)]
+pub enum FarmCommand {
+    /// Send to a worker.
+    Send {
+        /// Whom.
+        worker: WorkerId,
+        /// What (assignments carry the lease id as their attempt).
+        msg: ToWorker,
+    },
+    /// Deliver a report to a run (translated to the run's attempt id).
+    Deliver {
+        /// Which run.
+        run: RunId,
+        /// The report.
+        msg: FromWorker,
+        /// Where it ran.
+        worker: WorkerId,
+    },
+    /// The item cannot be run: the run must fail the task with this reason.
+    Fail {
+        /// Whose item.
+        origin: Origin,
+        /// Why.
+        reason: String,
+    },
+    /// Tell a worker its report was refused (the lease is not live).
+    Refuse {
+        /// Whom.
+        worker: WorkerId,
+        /// The lease.
+        lease: AttemptId,
+        /// Why.
+        reason: String,
+    },
+}
+
+struct Worker {
+    caps: WorkerCaps,
+    busy: u32,
+    holds: HashSet<Digest>,
+}
+
+struct Lease {
+    worker: WorkerId,
+    item: Item,
+    deadline: Duration,
+    losses: u32,
+    cancelled: bool,
+}
+
+struct Queued {
+    item: Item,
+    losses: u32,
+    since: Duration,
+    last_error: Option<String>,
+}
+
+/// The core.
+#[derive(Default)]
+pub struct FarmCore {
+    workers: BTreeMap<WorkerId, Worker>,
+    queue: Vec<Queued>,
+    leases: HashMap<AttemptId, Lease>,
+    next_lease: u64,
+    /// Runs waiting on another run's execution of the same key: leader origin → followers.
+    followers: HashMap<Origin, Vec<Origin>>,
+    /// Key → origin of the item executing (or queued) for it.
+    by_key: HashMap<Digest, Origin>,
+}
+
+impl FarmCore {
+    /// An empty farm.
+    pub fn new() -> Self {
+        Self { next_lease: 1, ..Self::default() }
+    }
+
+    /// Connected workers with (slots, busy).
+    pub fn workers(&self) -> impl Iterator<Item = (&WorkerId, &WorkerCaps, u32)> {
+        self.workers.iter().map(|(id, w)| (id, &w.caps, w.busy))
+    }
+
+    /// Items waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Live leases: (lease, worker, origin).
+    pub fn leases(&self) -> impl Iterator<Item = (AttemptId, &WorkerId, Origin)> {
+        self.leases.iter().map(|(l, x)| (*l, &x.worker, x.item.origin))
+    }
+
+    /// Feeds one event.
+    pub fn handle(&mut self, now: Duration, event: FarmEvent) -> Vec<FarmCommand> {
+        let mut out = Vec::new();
+        match event {
+            FarmEvent::WorkerJoined { id, caps } => {
+                let holds = self.workers.remove(&id).map(|w| w.holds).unwrap_or_default();
+                // A re-registering worker's old leases were requeued when it left; any it
+                // still holds are stale and will be refused when they report.
+                let busy = self.leases.values().filter(|l| l.worker == id).count() as u32;
+                self.workers.insert(id, Worker { caps, busy, holds });
+            }
+            FarmEvent::WorkerLeft { id } => {
+                self.workers.remove(&id);
+                let lost: Vec<AttemptId> =
+                    self.leases.iter().filter(|(_, l)| l.worker == id).map(|(k, _)| *k).collect();
+                for lease in lost {
+                    self.requeue(now, lease, format!("worker {id} was lost"), &mut out);
+                }
+            }
+            FarmEvent::Heartbeat { id, running } => {
+                for lease in running {
+                    if let Some(l) = self.leases.get_mut(&lease)
+                        && l.worker == id
+                    {
+                        l.deadline = now + LEASE_TTL;
+                    }
+                }
+            }
+            FarmEvent::Holds { id, blobs } => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.holds.extend(blobs);
+                }
+            }
+            FarmEvent::Submit(item) => {
+                let item = *item;
+                if let Some(key) = item.key
+                    && let Some(leader) = self.by_key.get(&key).copied()
+                    && leader.run != item.origin.run
+                {
+                    self.followers.entry(leader).or_default().push(item.origin);
+                } else {
+                    if let Some(key) = item.key {
+                        self.by_key.insert(key, item.origin);
+                    }
+                    self.queue.push(Queued { item, losses: 0, since: now, last_error: None });
+                }
+            }
+            FarmEvent::Cancel(origin) => self.cancel(origin, &mut out),
+            FarmEvent::Report { worker, msg } => self.report(now, worker, msg, &mut out),
+            FarmEvent::Tick => {
+                let expired: Vec<AttemptId> = self
+                    .leases
+                    .iter()
+                    .filter(|(_, l)| l.deadline <= now)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for lease in expired {
+                    if let Some(l) = self.leases.get(&lease) {
+                        let w = l.worker.clone();
+                        if let Some(worker) = self.workers.get_mut(&w) {
+                            worker.busy = worker.busy.saturating_sub(1);
+                        }
+                        out.push(FarmCommand::Send {
+                            worker: w.clone(),
+                            msg: ToWorker::Cancel { attempt: lease },
+                        });
+                        self.requeue(
+                            now,
+                            lease,
+                            format!("lease on worker {w} expired (no heartbeat)"),
+                            &mut out,
+                        );
+                    }
+                }
+                self.expire_unplaceable(now, &mut out);
+            }
+        }
+        self.place(now, &mut out);
+        out
+    }
+
+    fn cancel(&mut self, origin: Origin, out: &mut Vec<FarmCommand>) {
+        // A follower just stops following.
+        for f in self.followers.values_mut() {
+            f.retain(|o| *o != origin);
+        }
+        if let Some(pos) = self.queue.iter().position(|q| q.item.origin == origin) {
+            let q = self.queue.remove(pos);
+            self.forget_key(&q.item);
+            // Promote a follower so its run is not left waiting on a cancelled leader.
+            self.promote_follower(origin, q.item, q.since);
+            out.push(FarmCommand::Fail { origin, reason: "cancelled".to_owned() });
+            return;
+        }
+        if let Some((lease, l)) = self.leases.iter_mut().find(|(_, l)| l.item.origin == origin) {
+            l.cancelled = true;
+            out.push(FarmCommand::Send {
+                worker: l.worker.clone(),
+                msg: ToWorker::Cancel { attempt: *lease },
+            });
+        }
+    }
+
+    fn promote_follower(&mut self, leader: Origin, mut item: Item, since: Duration) {
+        let Some(mut fs) = self.followers.remove(&leader) else { return };
+        if fs.is_empty() {
+            return;
+        }
+        let next = fs.remove(0);
+        item.origin = next;
+        if let Some(key) = item.key {
+            self.by_key.insert(key, next);
+        }
+        if !fs.is_empty() {
+            self.followers.insert(next, fs);
+        }
+        self.queue.push(Queued { item, losses: 0, since, last_error: None });
+    }
+
+    fn forget_key(&mut self, item: &Item) {
+        if let Some(key) = item.key
+            && self.by_key.get(&key) == Some(&item.origin)
+        {
+            self.by_key.remove(&key);
+        }
+    }
+
+    fn report(
+        &mut self,
+        now: Duration,
+        worker: WorkerId,
+        msg: FromWorker,
+        out: &mut Vec<FarmCommand>,
+    ) {
+        let lease = match &msg {
+            FromWorker::Started { attempt, .. }
+            | FromWorker::Output { attempt, .. }
+            | FromWorker::Ready { attempt } => *attempt,
+            FromWorker::Finished(f) => f.attempt,
+        };
+        let live = self.leases.get(&lease).is_some_and(|l| l.worker == worker);
+        if !live {
+            out.push(FarmCommand::Refuse {
+                worker,
+                lease,
+                reason: format!("{lease} is not a live lease"),
+            });
+            return;
+        }
+        let Some(l) = self.leases.get_mut(&lease) else { return };
+        l.deadline = now + LEASE_TTL;
+        let origin = l.item.origin;
+        let finished = matches!(msg, FromWorker::Finished(_));
+        let mut targets = vec![origin];
+        if finished {
+            targets.extend(self.followers.remove(&origin).unwrap_or_default());
+        }
+        for t in targets {
+            out.push(FarmCommand::Deliver {
+                run: t.run,
+                msg: retarget(&msg, t.attempt),
+                worker: worker.clone(),
+            });
+        }
+        if finished && let Some(l) = self.leases.remove(&lease) {
+            if let Some(w) = self.workers.get_mut(&l.worker) {
+                w.busy = w.busy.saturating_sub(1);
+            }
+            self.forget_key(&l.item);
+        }
+    }
+
+    fn requeue(
+        &mut self,
+        now: Duration,
+        lease: AttemptId,
+        reason: String,
+        out: &mut Vec<FarmCommand>,
+    ) {
+        let Some(l) = self.leases.remove(&lease) else { return };
+        if l.cancelled {
+            // The run no longer wants it: report it aborted to the run (and followers).
+            self.forget_key(&l.item);
+            let mut f = prova_protocol::work::Finished {
+                attempt: l.item.origin.attempt,
+                exit: prova_protocol::spec::ExitKind::Aborted,
+                tries: 0,
+                stats: Default::default(),
+                log: Vec::new(),
+                log_omitted: 0,
+                outputs: None,
+                missing_literals: Vec::new(),
+                output_error: None,
+            };
+            for t in std::iter::once(l.item.origin)
+                .chain(self.followers.remove(&l.item.origin).unwrap_or_default())
+            {
+                f.attempt = t.attempt;
+                out.push(FarmCommand::Deliver {
+                    run: t.run,
+                    msg: FromWorker::Finished(Box::new(f.clone())),
+                    worker: l.worker.clone(),
+                });
+            }
+            return;
+        }
+        let losses = l.losses + 1;
+        if losses > RETRY_BUDGET {
+            self.forget_key(&l.item);
+            let reason = format!(
+                "{reason}; gave up after {losses} worker losses (retry budget {RETRY_BUDGET})"
+            );
+            for t in std::iter::once(l.item.origin)
+                .chain(self.followers.remove(&l.item.origin).unwrap_or_default())
+            {
+                out.push(FarmCommand::Fail { origin: t, reason: reason.clone() });
+            }
+            return;
+        }
+        self.queue.push(Queued { item: l.item, losses, since: now, last_error: Some(reason) });
+    }
+
+    fn expire_unplaceable(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
+        let mut i = 0;
+        while i < self.queue.len() {
+            let q = &self.queue[i];
+            let can_ever = self.workers.values().any(|w| q.item.reqs.fits(&w.caps));
+            if !can_ever && now.saturating_sub(q.since) >= NO_WORKER_WAIT {
+                let q = self.queue.remove(i);
+                self.forget_key(&q.item);
+                let mut reason = format!(
+                    "no connected worker can run it (needs {}) after waiting {}s",
+                    q.item.reqs.describe(),
+                    NO_WORKER_WAIT.as_secs()
+                );
+                if let Some(e) = q.last_error {
+                    reason.push_str(&format!("; last error: {e}"));
+                }
+                for t in std::iter::once(q.item.origin)
+                    .chain(self.followers.remove(&q.item.origin).unwrap_or_default())
+                {
+                    out.push(FarmCommand::Fail { origin: t, reason: reason.clone() });
+                }
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    fn place(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
+        if self.queue.is_empty() {
+            return;
+        }
+        // Highest priority first; ties by submission order (stable sort).
+        self.queue.sort_by_key(|q| std::cmp::Reverse(q.item.priority));
+        let mut i = 0;
+        while i < self.queue.len() {
+            let Some(worker) = self.choose(&self.queue[i].item) else {
+                i += 1;
+                continue;
+            };
+            let q = self.queue.remove(i);
+            let lease = AttemptId(self.next_lease);
+            self.next_lease += 1;
+            let mut assignment = q.item.assignment.clone();
+            assignment.attempt = lease;
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.busy += 1;
+                w.holds.extend(q.item.blobs.iter().copied());
+            }
+            out.push(FarmCommand::Send {
+                worker: worker.clone(),
+                msg: ToWorker::Assign(Box::new(assignment)),
+            });
+            self.leases.insert(
+                lease,
+                Lease {
+                    worker,
+                    item: q.item,
+                    deadline: now + LEASE_TTL,
+                    losses: q.losses,
+                    cancelled: false,
+                },
+            );
+        }
+    }
+
+    fn choose(&self, item: &Item) -> Option<WorkerId> {
+        let fitting: Vec<(&WorkerId, &Worker)> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.busy < w.caps.slots && item.reqs.fits(&w.caps))
+            .collect();
+        let preferred: Vec<&(&WorkerId, &Worker)> =
+            fitting.iter().filter(|(id, _)| item.avoid.as_ref() != Some(*id)).collect();
+        let pool: Vec<&(&WorkerId, &Worker)> = if preferred.is_empty() {
+            // Only the avoided worker fits now: take it only if no other worker could ever run
+            // the item (a single-machine farm); otherwise wait for another.
+            let others_exist = self
+                .workers
+                .iter()
+                .any(|(id, w)| item.avoid.as_ref() != Some(id) && item.reqs.fits(&w.caps));
+            if others_exist {
+                return None;
+            }
+            fitting.iter().collect()
+        } else {
+            preferred
+        };
+        pool.into_iter()
+            .max_by_key(|(id, w)| {
+                let local = item.blobs.iter().filter(|b| w.holds.contains(b)).count();
+                (local, w.caps.slots - w.busy, std::cmp::Reverse((*id).clone()))
+            })
+            .map(|(id, _)| (*id).clone())
+    }
+}
+
+/// The same report with another attempt id.
+fn retarget(msg: &FromWorker, attempt: AttemptId) -> FromWorker {
+    match msg {
+        FromWorker::Started { try_no, .. } => FromWorker::Started { attempt, try_no: *try_no },
+        FromWorker::Output { text, .. } => FromWorker::Output { attempt, text: text.clone() },
+        FromWorker::Ready { .. } => FromWorker::Ready { attempt },
+        FromWorker::Finished(f) => {
+            let mut f = f.clone();
+            f.attempt = attempt;
+            FromWorker::Finished(f)
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

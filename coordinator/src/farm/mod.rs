@@ -1,0 +1,10 @@
+//! Farm mode, coordinator side: the sans-IO placement and lease [`core`], and the
+//! [`actor`] that wraps it (worker links, run routing, `FarmSink`); the QUIC [`server`]
+//! (mTLS, `Hello`, role authorisation, blob streams) and the per-peer sessions
+//! ([`worker_session`], [`client_session`]).
+
+pub mod actor;
+pub mod client_session;
+pub mod core;
+pub mod server;
+pub mod worker_session;

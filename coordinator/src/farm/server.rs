@@ -1,0 +1,241 @@
+//! The coordinator's QUIC server: accept (capped), authenticate (mTLS, then `Hello` whose
+//! role must match the certificate's), authorise by role, and hand the connection to the
+//! role's session. Blob streams of a connection are served beside its control stream.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kameo::prelude::*;
+use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::{self, Identity, Role, endpoint, frame};
+use prova_protocol::wire::{
+    BlobAck, BlobRequest, Hello, HelloReply, PROTOCOL_VERSION, Reject, Welcome,
+};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::actor::FarmActor;
+use super::{client_session, worker_session};
+use crate::cache::CacheThread;
+
+/// Connections served at once; more wait in the accept queue (quinn bounds that too).
+pub const MAX_CONNECTIONS: usize = 512;
+/// How long a peer has to send its `Hello`.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest `Hello` frame accepted.
+pub const MAX_HELLO: usize = 4096;
+/// The largest blob accepted (an artifact or an input file).
+pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
+/// The build version sent in `Hello`/`Welcome`.
+pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
+
+/// What every connection's session shares.
+pub struct Shared {
+    /// The farm actor.
+    pub farm: ActorRef<FarmActor>,
+    /// The farm's cache store.
+    pub store: CacheThread,
+    /// The store's `tmp/` (blob uploads land there first).
+    pub tmp: PathBuf,
+    /// Entries enter the trusted tier only after two workers agree (`--trust=proven`).
+    pub trust_proven: bool,
+}
+
+/// Serves `endpoint` until `shutdown`.
+pub async fn serve(endpoint: quinn::Endpoint, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut conns: Vec<OwnedTask<()>> = Vec::new();
+    loop {
+        let incoming = tokio::select! {
+            () = shutdown.cancelled() => break,
+            i = endpoint.accept() => match i { Some(i) => i, None => break },
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        conns.retain(|t| !t.is_finished());
+        let shared = shared.clone();
+        conns.push(OwnedTask::spawn("coordinator.connection", async move {
+            let _permit = permit;
+            let remote = incoming.remote_address();
+            match endpoint::accept(incoming).await {
+                Ok((conn, identity)) => serve_connection(conn, identity, shared).await,
+                Err(e) => tracing::info!(%remote, "connection refused: {e}"),
+            }
+        }));
+    }
+    endpoint.close(0u32.into(), b"coordinator shutting down");
+}
+
+async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: Arc<Shared>) {
+    let remote = conn.remote_address();
+    let Ok(Ok((mut send, mut recv))) = tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await
+    else {
+        tracing::info!(%remote, %identity, "no control stream");
+        return;
+    };
+    let hello: Hello = match tokio::time::timeout(
+        HELLO_TIMEOUT,
+        frame::read_msg_max(&mut recv, MAX_HELLO),
+    )
+    .await
+    {
+        Ok(Ok(Some(h))) => h,
+        _ => {
+            tracing::info!(%remote, %identity, "no hello");
+            return;
+        }
+    };
+    if let Err(reason) = check_hello(&hello, &identity) {
+        tracing::info!(%remote, %identity, "rejected: {reason}");
+        let _ = frame::write_msg(&mut send, &HelloReply::Reject(Reject { reason })).await;
+        let _ = send.finish();
+        // Give the peer a moment to read the reason before the connection goes.
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
+        return;
+    }
+    let welcome = Welcome {
+        protocol_version: PROTOCOL_VERSION,
+        build_version: BUILD_VERSION.to_owned(),
+        peer: identity.name.clone(),
+    };
+    if frame::write_msg(&mut send, &HelloReply::Welcome(welcome)).await.is_err() {
+        return;
+    }
+    let _blobs = OwnedTask::spawn(
+        "coordinator.blobs",
+        serve_blobs(conn.clone(), identity.clone(), shared.clone()),
+    );
+    match identity.role {
+        Role::Worker => worker_session::run(send, recv, identity, shared).await,
+        Role::Ci | Role::Client | Role::Admin => {
+            client_session::run(send, recv, identity, shared).await
+        }
+        Role::Coordinator => {}
+    }
+    conn.close(0u32.into(), b"session over");
+}
+
+/// The `Hello` must speak our protocol version and claim the certificate's own role, and that
+/// role must be one that talks to a coordinator.
+fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), String> {
+    if hello.protocol_version != PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {} is not supported (this coordinator speaks {PROTOCOL_VERSION}; {BUILD_VERSION})",
+            hello.protocol_version
+        ));
+    }
+    if hello.role != identity.role.as_str() {
+        return Err(format!(
+            "the certificate of {:?} is for role `{}`, but it claimed `{}`",
+            identity.name, identity.role, hello.role
+        ));
+    }
+    if identity.role == Role::Coordinator {
+        return Err("a coordinator certificate cannot connect as a peer".to_owned());
+    }
+    Ok(())
+}
+
+/// Blob streams: every bidirectional stream after the control stream carries one blob.
+async fn serve_blobs(conn: quinn::Connection, identity: Identity, shared: Arc<Shared>) {
+    let mut streams: Vec<OwnedTask<()>> = Vec::new();
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        streams.retain(|t| !t.is_finished());
+        let (identity, shared) = (identity.clone(), shared.clone());
+        streams.push(OwnedTask::spawn("coordinator.blob", async move {
+            if let Err(e) = serve_blob(send, recv, &identity, &shared).await {
+                tracing::debug!(%identity, "blob stream: {e}");
+            }
+        }));
+    }
+}
+
+async fn serve_blob(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    identity: &Identity,
+    shared: &Shared,
+) -> Result<(), String> {
+    let req: BlobRequest = frame::read_msg_max(&mut recv, MAX_HELLO)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("empty")?;
+    match req {
+        BlobRequest::Get { digest } => {
+            let file = shared
+                .store
+                .call(move |s| s.open_blob(&digest))
+                .await
+                .map_err(|e| e.to_string())?;
+            match file.map_err(|e| e.to_string())? {
+                Some(f) => {
+                    let size = f.metadata().map_err(|e| e.to_string())?.len();
+                    frame::write_msg(&mut send, &BlobAck::Stored)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let file = tokio::fs::File::from_std(f);
+                    transport::send_blob(&mut send, digest, size, file)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                None => {
+                    let ack = BlobAck::Refused {
+                        reason: format!("blob {} is not in the farm cache", digest.short()),
+                    };
+                    frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        BlobRequest::Put { digest, size } => {
+            if identity.role == Role::Admin {
+                let ack =
+                    BlobAck::Refused { reason: "an admin certificate cannot upload".to_owned() };
+                return frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string());
+            }
+            let ack = match receive_into_store(&mut recv, digest, size, shared).await {
+                Ok(()) => BlobAck::Stored,
+                Err(reason) => BlobAck::Refused { reason },
+            };
+            frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
+        }
+    }
+    let _ = send.finish();
+    Ok(())
+}
+
+async fn receive_into_store(
+    recv: &mut quinn::RecvStream,
+    digest: prova_protocol::Digest,
+    size: u64,
+    shared: &Shared,
+) -> Result<(), String> {
+    if size > MAX_BLOB {
+        return Err(format!("blob of {size} bytes is over the {MAX_BLOB}-byte limit"));
+    }
+    let staged = tempfile::Builder::new()
+        .prefix("upload-")
+        .tempfile_in(&shared.tmp)
+        .map_err(|e| e.to_string())?
+        .into_temp_path();
+    let mut file = tokio::fs::File::create(&staged).await.map_err(|e| e.to_string())?;
+    transport::recv_blob(recv, &mut file, Some(digest), MAX_BLOB)
+        .await
+        .map_err(|e| e.to_string())?;
+    file.sync_all().await.map_err(|e| e.to_string())?;
+    drop(file);
+    // Keep the path: put_blob_file renames it away (or removes it when the blob exists).
+    let path = staged.keep().map_err(|e| e.to_string())?;
+    shared
+        .store
+        .call(move |s| s.put_blob_file(&path, Some(&digest)))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The default coordinator address for a `--listen` value.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|e| format!("--listen {s}: {e}"))
+}

@@ -1,0 +1,62 @@
+//! A connected worker: its control stream carries `WorkerMsg` in and `CoordinatorMsg` out.
+//! The session registers the worker with the farm actor and relays; when the stream ends
+//! the worker is gone and its leases are requeued.
+
+use std::sync::Arc;
+
+use prova_protocol::WorkerId;
+use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::{Identity, frame};
+use prova_protocol::wire::{CoordinatorMsg, WorkerMsg};
+use tokio::sync::mpsc;
+
+use super::actor::{FromWorkerSession, WorkerDown, WorkerUp};
+use super::server::Shared;
+
+/// Messages queued for one worker (assignments, cancels): a slow worker holds the farm actor
+/// back rather than growing memory.
+pub const WORKER_QUEUE: usize = 256;
+
+/// Runs the session until the worker goes.
+pub async fn run(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    identity: Identity,
+    shared: Arc<Shared>,
+) {
+    let id = WorkerId(identity.name.clone());
+    let info = match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
+        Ok(Some(WorkerMsg::Register(info))) => info,
+        other => {
+            tracing::info!(worker = %id, "expected Register, got {other:?}");
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(WORKER_QUEUE);
+    let writer = OwnedTask::spawn("coordinator.worker.writer", async move {
+        while let Some(msg) = rx.recv().await {
+            if frame::write_msg(&mut send, &msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    if shared.farm.tell(WorkerUp { id: id.clone(), info, tx: tx.clone() }).await.is_err() {
+        return;
+    }
+    loop {
+        match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
+            Ok(Some(msg)) => {
+                if shared.farm.tell(FromWorkerSession { id: id.clone(), msg }).await.is_err() {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(worker = %id, "control stream: {e}");
+                break;
+            }
+        }
+    }
+    let _ = shared.farm.tell(WorkerDown { id, tx }).await;
+    drop(writer);
+}
