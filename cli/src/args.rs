@@ -35,6 +35,131 @@ pub enum Command {
     /// Inspect or trim the cache.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Create the cluster CA and certificate bundles for a farm.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+    /// Run a farm coordinator.
+    Coordinator(CoordinatorArgs),
+    /// Run a farm worker.
+    Worker(WorkerArgs),
+    /// Ask a farm about itself.
+    #[command(subcommand)]
+    Farm(FarmCommand),
+}
+
+/// `prova certs ...`.
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Create the cluster CA (`DIR/ca/`) and the coordinator bundle (`DIR/coordinator/`).
+    Init {
+        /// Where the CA and bundles live.
+        dir: PathBuf,
+        /// Names and addresses the coordinator's certificate carries (default: localhost,
+        /// 127.0.0.1 and this host's name); repeatable.
+        #[arg(long = "san", value_name = "NAME")]
+        sans: Vec<String>,
+    },
+    /// Issue a bundle (`DIR/NAME/`: CA certificate, certificate, key) for one peer.
+    Issue {
+        /// Where the CA and bundles live.
+        dir: PathBuf,
+        /// What the holder may do: worker, ci, client or admin.
+        #[arg(long)]
+        role: String,
+        /// The bundle's name (the worker's or client's id).
+        #[arg(long)]
+        name: String,
+    },
+}
+
+/// How to reach a farm.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// The coordinator, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT", env = "PROVA_REMOTE")]
+    pub remote: Option<String>,
+    /// This client's certificate bundle (CA certificate, certificate, key).
+    #[arg(long, value_name = "DIR", env = "PROVA_CERTS")]
+    pub certs: Option<PathBuf>,
+}
+
+/// `prova coordinator`.
+#[derive(Debug, Args)]
+pub struct CoordinatorArgs {
+    /// A config file (TOML; flags override it). See deploy/coordinator.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (UDP), e.g. 0.0.0.0:7700.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The coordinator's certificate bundle.
+    #[arg(long, value_name = "DIR")]
+    pub certs: Option<PathBuf>,
+    /// The farm cache directory.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// When entries enter the trusted tier: `ci` (written by a ci certificate) or `proven`
+    /// (and two workers agree on the fingerprint).
+    #[arg(long, value_name = "POLICY")]
+    pub trust: Option<String>,
+}
+
+/// `prova worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// A config file (TOML; flags override it). See deploy/worker.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The coordinator, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub join: Option<String>,
+    /// This worker's certificate bundle.
+    #[arg(long, value_name = "DIR")]
+    pub certs: Option<PathBuf>,
+    /// Concurrent tasks (default: the number of cores).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Exec roots, the blob cache and staged artifacts.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// A label placement can require, KEY=VALUE; repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// `bwrap` (the default: refuse to start without it) or `none`.
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<String>,
+    /// Blob cache size bound, e.g. 20G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub blob_cache_size: Option<u64>,
+    /// The name the coordinator's certificate must carry (default: the host of --join).
+    #[arg(long, value_name = "NAME")]
+    pub server_name: Option<String>,
+}
+
+/// `prova farm ...`.
+#[derive(Debug, Subcommand)]
+pub enum FarmCommand {
+    /// Workers, slots, queue, running tasks.
+    Status {
+        /// The farm.
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which task outputs a remote run brings back into the workspace.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum DownloadMode {
+    /// Every task's.
+    #[default]
+    All,
+    /// Only the requested tasks'.
+    Requested,
+    /// None.
+    None,
 }
 
 /// Where the cache lives.
@@ -216,6 +341,14 @@ pub struct RunArgs {
     /// The cache directory.
     #[command(flatten)]
     pub cache_dir: CacheDirArgs,
+
+    /// Run on a farm instead of locally.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+
+    /// With --remote: which outputs to bring back.
+    #[arg(long, value_enum, default_value_t)]
+    pub download: DownloadMode,
 
     /// Arguments after `--` go to the requested tasks (not to their dependencies).
     #[arg(last = true, value_name = "ARGS")]

@@ -5,13 +5,17 @@
 //! - [`args`]: the clap definitions (what a user can type).
 //! - [`commands`]: one module per subcommand; each resolves its arguments and acts.
 //! - [`local`]: local single-node mode: the in-process worker link.
+//! - [`remote`]: farm mode, client side: connect, upload inputs, submit, download outputs.
+//! - [`daemon_config`]: the config files of `prova coordinator` / `prova worker`.
 //! - [`render`]: turning run events into terminal output or JSON lines, and the summary.
 //! - [`exit`]: exit codes (0 ok, 1 a task or proof failed, 2 usage/config/infrastructure).
 
 pub mod args;
 pub mod commands;
+pub mod daemon_config;
 pub mod exit;
 pub mod local;
+pub mod remote;
 pub mod render;
 
 use std::process::ExitCode;

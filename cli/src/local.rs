@@ -14,7 +14,7 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{FromWorker, ToWorker};
 use prova_worker::actor::{WorkerActor, WorkerArgs};
 use prova_worker::exec::LocalExecutor;
-use prova_worker::runner::RunnerConfig;
+use prova_worker::runner::{RunnerConfig, WorkerContext};
 use tokio::sync::{mpsc, oneshot};
 
 /// Bound on link messages in flight in each direction.
@@ -33,8 +33,7 @@ pub async fn run(
     let (to_worker, mut worker_inbox) = mpsc::channel::<ToWorker>(LINK_QUEUE);
     let (worker_outbox, mut from_worker) = mpsc::channel::<FromWorker>(LINK_QUEUE);
     let worker = WorkerActor::spawn(WorkerArgs {
-        executor: Arc::new(LocalExecutor),
-        config: RunnerConfig::from_host(),
+        context: WorkerContext::in_place(Arc::new(LocalExecutor), RunnerConfig::from_host()),
         slots: options.concurrency.max(1),
         link: worker_outbox,
     });
@@ -82,7 +81,7 @@ pub async fn run(
 }
 
 /// Resolves on the first SIGINT or SIGTERM.
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) =
         (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))

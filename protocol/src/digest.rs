@@ -114,17 +114,42 @@ impl Serialize for Digest {
 
 impl<'de> Deserialize<'de> for Digest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        if d.is_human_readable() {
-            let s = String::deserialize(d)?;
-            s.parse().map_err(serde::de::Error::custom)
-        } else {
-            let b: serde_bytes::ByteBuf = serde_bytes::ByteBuf::deserialize(d)?;
-            let arr: [u8; 32] = b
-                .as_slice()
-                .try_into()
-                .map_err(|_| serde::de::Error::invalid_length(b.len(), &"32 bytes"))?;
-            Ok(Self(arr))
+        // Accept both forms whatever the format claims: serde buffers internally tagged enums
+        // (run events) through a format-neutral value that reports itself human-readable
+        // even when the bytes came from MessagePack.
+        d.deserialize_any(DigestVisitor)
+    }
+}
+
+struct DigestVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DigestVisitor {
+    type Value = Digest;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("32 bytes or 64 hex characters")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Digest, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Digest, E> {
+        let arr: [u8; 32] = v.try_into().map_err(|_| E::invalid_length(v.len(), &"32 bytes"))?;
+        Ok(Digest(arr))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Digest, A::Error> {
+        let mut arr = [0u8; 32];
+        for (i, slot) in arr.iter_mut().enumerate() {
+            *slot = seq
+                .next_element()?
+                .ok_or_else(|| serde::de::Error::invalid_length(i, &"32 bytes"))?;
         }
+        if seq.next_element::<u8>()?.is_some() {
+            return Err(serde::de::Error::invalid_length(33, &"32 bytes"));
+        }
+        Ok(Digest(arr))
     }
 }
 

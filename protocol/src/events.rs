@@ -119,7 +119,7 @@ pub struct TaskReport {
 }
 
 mod lossy_text {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde::{Deserializer, Serialize, Serializer};
 
     pub fn serialize<S: Serializer>(bytes: &Vec<u8>, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
@@ -130,10 +130,37 @@ mod lossy_text {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        if d.is_human_readable() {
-            Ok(String::deserialize(d)?.into_bytes())
-        } else {
-            serde_bytes::deserialize(d)
+        // Either form, whatever the format claims (see `Digest`'s deserializer).
+        d.deserialize_any(TextOrBytes)
+    }
+
+    struct TextOrBytes;
+
+    impl<'de> serde::de::Visitor<'de> for TextOrBytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("text or bytes")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<u8>, E> {
+            Ok(v.as_bytes().to_vec())
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+
+        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(out)
         }
     }
 }
@@ -149,4 +176,41 @@ pub struct RunSummary {
     pub wall_ms: u64,
     /// One report per task, in graph order.
     pub tasks: Vec<TaskReport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: internally tagged events are buffered by serde in a value that claims to be
+    /// human-readable, so digests and output bytes written as MessagePack bytes must still
+    /// decode (a farm client once failed on every `Output` event).
+    #[test]
+    fn events_round_trip_through_messagepack() {
+        let task = TaskId::new("web", "build");
+        let events = vec![
+            RunEvent::Output { task: task.clone(), text: b"hello\n".to_vec() },
+            RunEvent::TaskFinished(TaskReport {
+                task: task.clone(),
+                status: TaskStatus::Succeeded,
+                cache: CacheStatus::Hit { layer: "farm".into(), saved_ms: 3 },
+                exit: Some(ExitKind::Code(0)),
+                attempts: 1,
+                stats: ExecStats::default(),
+                key: Some(Digest::of(b"k")),
+                worker: Some(WorkerId("w1".into())),
+                note: None,
+            }),
+            RunEvent::TaskReady { task: task.clone() },
+            RunEvent::Notice { task: None, level: NoticeLevel::Warn, message: "m".into() },
+        ];
+        for ev in events {
+            let bytes = rmp_serde::to_vec_named(&ev).unwrap();
+            let back: RunEvent = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{ev:?}"));
+            let json = serde_json::to_string(&ev).unwrap();
+            let back: RunEvent = serde_json::from_str(&json).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{ev:?}"));
+        }
+    }
 }

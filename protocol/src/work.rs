@@ -48,6 +48,15 @@ pub struct Perturb {
     pub env: Vec<(String, String)>,
     /// Reverse the environment order.
     pub reverse_env: bool,
+    /// Hostname the task sees (needs the sandbox's UTS namespace).
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// The uid the task runs as inside the sandbox.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// A different parent directory for the exec root, so the task sees another path.
+    #[serde(default)]
+    pub root_parent: Option<PathBuf>,
 }
 
 /// One unit of work for a worker.
@@ -72,6 +81,10 @@ pub struct Assignment {
     /// Perturbations (determinism re-runs only).
     #[serde(default)]
     pub perturb: Option<Perturb>,
+    /// Trace file lookups (strace) and report the paths under the exec root the task
+    /// tried to read but that were not there (input-completeness proof).
+    #[serde(default)]
+    pub trace_reads: bool,
 }
 
 /// Coordinator → worker.
@@ -122,6 +135,41 @@ pub struct Finished {
     /// Why outputs could not be collected or packed, when that failed.
     #[serde(default)]
     pub output_error: Option<String>,
+    /// With `trace_reads`: what the trace found.
+    #[serde(default)]
+    pub reads: Option<ReadsReport>,
+    /// How the task was isolated: `bwrap`, `none` (no sandbox), `in-place`.
+    #[serde(default)]
+    pub isolation: String,
+}
+
+impl Finished {
+    /// A report for `attempt` that never ran: `exit` says why.
+    pub fn never_ran(attempt: AttemptId, exit: ExitKind) -> Self {
+        Self {
+            attempt,
+            exit,
+            tries: 0,
+            stats: ExecStats::default(),
+            log: Vec::new(),
+            log_omitted: 0,
+            outputs: None,
+            missing_literals: Vec::new(),
+            output_error: None,
+            reads: None,
+            isolation: String::new(),
+        }
+    }
+}
+
+/// Lookups under the exec root that found nothing: candidates for undeclared inputs (the
+/// client keeps those that exist in the workspace).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadsReport {
+    /// Whether strace ran (without it, only the failure itself is known).
+    pub traced: bool,
+    /// Workspace-relative paths, sorted.
+    pub missing: Vec<String>,
 }
 
 /// Worker → coordinator.

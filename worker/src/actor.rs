@@ -15,15 +15,12 @@ use prova_protocol::work::{Finished, FromWorker, ToWorker};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::Executor;
-use crate::runner::{RunnerConfig, run_assignment};
+use crate::runner::{WorkerContext, run_assignment};
 
 /// What a worker actor is built from.
 pub struct WorkerArgs {
-    /// How processes are run.
-    pub executor: Arc<dyn Executor>,
-    /// Limits and baseline environment.
-    pub config: RunnerConfig,
+    /// What assignments may use on this worker.
+    pub context: WorkerContext,
     /// Concurrent assignments this worker accepts.
     pub slots: usize,
     /// Where reports go.
@@ -32,8 +29,7 @@ pub struct WorkerArgs {
 
 /// The worker actor.
 pub struct WorkerActor {
-    executor: Arc<dyn Executor>,
-    config: Arc<RunnerConfig>,
+    context: Arc<WorkerContext>,
     slots: usize,
     link: mpsc::Sender<FromWorker>,
     live: HashMap<AttemptId, (CancellationToken, OwnedTask<()>)>,
@@ -45,8 +41,7 @@ impl Actor for WorkerActor {
 
     async fn on_start(args: Self::Args, _me: ActorRef<Self>) -> Result<Self, Self::Error> {
         Ok(Self {
-            executor: args.executor,
-            config: Arc::new(args.config),
+            context: Arc::new(args.context),
             slots: args.slots.max(1),
             link: args.link,
             live: HashMap::new(),
@@ -64,6 +59,19 @@ impl Actor for WorkerActor {
             token.cancel();
         }
         Ok(())
+    }
+}
+
+/// The attempts running now (heartbeats renew their leases; a re-registration lists them).
+pub struct Running;
+
+impl Message<Running> for WorkerActor {
+    type Reply = Result<Vec<AttemptId>, Infallible>;
+
+    async fn handle(&mut self, _: Running, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        let mut v: Vec<AttemptId> = self.live.keys().copied().collect();
+        v.sort();
+        Ok(v)
     }
 }
 
@@ -91,11 +99,11 @@ impl Message<ToWorker> for WorkerActor {
                     return;
                 }
                 let token = CancellationToken::new();
-                let (executor, config, link, cancel) =
-                    (self.executor.clone(), self.config.clone(), self.link.clone(), token.clone());
+                let (context, link, cancel) =
+                    (self.context.clone(), self.link.clone(), token.clone());
                 let me = ctx.actor_ref().clone();
                 let task = OwnedTask::spawn("worker.assignment", async move {
-                    let report = run_assignment(*a, executor, &config, link.clone(), cancel).await;
+                    let report = run_assignment(*a, &context, link.clone(), cancel).await;
                     let _ = link.send(FromWorker::Finished(Box::new(report))).await;
                     let _ = me.tell(Done(attempt)).await;
                 });

@@ -8,8 +8,13 @@
 //!   merged line-chunked output, bounded log capture, `ready_when`; the [`exec::Executor`] seam.
 //! - [`runner`]: one assignment end to end: command line, environment (baseline + task +
 //!   perturbations), tries with retries, output collection and packing.
+//! - [`rootprep`]: exec-root placements: fetch or locate the bytes, materialise the root, wrap
+//!   the command in the sandbox and the tracer.
+//! - [`remote`]: the `RemoteBlobs` seam to the coordinator (fetch inputs, upload artifacts).
 //! - [`outputs`]: cleaning declared outputs before a try; collecting, fingerprinting and
 //!   packing them after.
+//! - [`session`]: the farm worker's QUIC session: dial, `Hello`, register, relay, heartbeat,
+//!   redial with backoff; `QuicBlobs` fetches inputs and uploads artifacts.
 //! - [`actor`]: the worker actor — slots, live attempts, cancel.
 //! - [`blobcache`]: the worker-local, bounded (LRU, pinnable) content-addressed cache that
 //!   exec roots are hardlinked from; locality for placement.
@@ -23,5 +28,8 @@ pub mod blobcache;
 pub mod exec;
 pub mod execroot;
 pub mod outputs;
+pub mod remote;
+pub mod rootprep;
 pub mod runner;
 pub mod sandbox;
+pub mod session;

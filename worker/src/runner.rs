@@ -1,19 +1,24 @@
-//! One assignment from start to `Finished`: build the command line and environment, run the
-//! tries (cleaning declared outputs before each), stream output and readiness to the link,
-//! then collect, fingerprint and pack the outputs of a success.
+//! One assignment from start to `Finished`: where it runs (in place, or an exec root built
+//! from its declared inputs and upstream artifacts, sandboxed when the worker can), the
+//! command line and environment, the tries (cleaning declared outputs before each), output
+//! and readiness streamed to the link, then the outputs of a success collected,
+//! fingerprinted, packed (and uploaded by a farm worker).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::spec::{CommandLine, ExecStats, ExitKind};
-use prova_protocol::work::{Assignment, Finished, FromWorker, Placement};
+use prova_protocol::spec::{CommandLine, ExitKind};
+use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ReadsReport};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::blobcache::BlobCache;
 use crate::exec::{self, Executor, ProcessIo, ProcessRequest};
 use crate::outputs;
+use crate::remote::RemoteBlobs;
+use crate::rootprep;
 
 /// Limits and the environment baseline, fixed for a worker's lifetime.
 #[derive(Clone, Debug)]
@@ -37,6 +42,39 @@ impl RunnerConfig {
     }
 }
 
+/// Everything an assignment may use on this worker.
+pub struct WorkerContext {
+    /// How processes are run.
+    pub executor: Arc<dyn Executor>,
+    /// Limits and baseline environment.
+    pub config: RunnerConfig,
+    /// Where exec roots and staged artifacts live.
+    pub work_dir: PathBuf,
+    /// The blob cache exec roots are materialised from (exec-root placements need it).
+    pub blobs: Option<BlobCache>,
+    /// The coordinator, for a farm worker.
+    pub remote: Option<Arc<dyn RemoteBlobs>>,
+    /// Run exec-root tasks under bubblewrap.
+    pub sandbox: bool,
+    /// strace is available for `trace_reads`.
+    pub strace: bool,
+}
+
+impl WorkerContext {
+    /// A context for in-place execution only (local mode's default worker).
+    pub fn in_place(executor: Arc<dyn Executor>, config: RunnerConfig) -> Self {
+        Self {
+            executor,
+            config,
+            work_dir: PathBuf::new(),
+            blobs: None,
+            remote: None,
+            sandbox: false,
+            strace: false,
+        }
+    }
+}
+
 /// Bound on output chunks in flight between the executor and the link.
 const OUTPUT_QUEUE: usize = 64;
 
@@ -44,42 +82,43 @@ const OUTPUT_QUEUE: usize = 64;
 /// `Finished` report (the caller sends it, so it can order it after its own bookkeeping).
 pub async fn run_assignment(
     a: Assignment,
-    executor: Arc<dyn Executor>,
-    cfg: &RunnerConfig,
+    ctx: &WorkerContext,
     link: mpsc::Sender<FromWorker>,
     cancel: CancellationToken,
 ) -> Finished {
     let attempt = a.attempt;
-    let root = match &a.placement {
-        Placement::InPlace { workspace_root } => workspace_root.clone(),
-        Placement::ExecRoot { .. } => {
-            let mut r = refused(attempt);
-            r.exit = ExitKind::SpawnFailed("exec roots need a worker with a blob cache".to_owned());
-            return r;
-        }
-    };
-    let cwd =
-        if a.spec.project_dir.is_empty() { root.clone() } else { root.join(&a.spec.project_dir) };
-    let mut report = refused(attempt);
+    let fail = |why: String| Finished::never_ran(attempt, ExitKind::SpawnFailed(why));
     let globs = match PathGlobs::new(&a.spec.project_dir, &a.spec.outputs) {
         Ok(g) => g,
-        Err(e) => {
-            report.exit = ExitKind::SpawnFailed(format!("bad outputs: {e}"));
-            return report;
-        }
+        Err(e) => return fail(format!("bad outputs: {e}")),
     };
     let ready_re = match a.spec.ready_when.as_deref().map(regex::Regex::new).transpose() {
         Ok(r) => r,
-        Err(e) => {
-            report.exit = ExitKind::SpawnFailed(format!("bad ready_when: {e}"));
-            return report;
-        }
+        Err(e) => return fail(format!("bad ready_when: {e}")),
     };
-    let env = task_env(cfg, &a);
-    let argv = match &a.spec.command {
+    let mut argv = match &a.spec.command {
         CommandLine::Shell(cmd) => exec::shell_argv(cmd, &a.spec.args),
         CommandLine::Argv(v) => v.iter().chain(&a.spec.args).cloned().collect(),
     };
+    let mut env = task_env(&ctx.config, &a);
+    // Where the task runs: the workspace itself, or an exec root (kept alive until the
+    // outputs are collected).
+    let (root, cwd, exec_root, isolation, trace_file) = match &a.placement {
+        Placement::InPlace { workspace_root } => {
+            let cwd = join(workspace_root, &a.spec.project_dir);
+            (workspace_root.clone(), cwd, None, "in-place".to_owned(), None)
+        }
+        Placement::ExecRoot { .. } => match rootprep::prepare(&a, ctx).await {
+            Ok(p) => {
+                let (wrapped, isolation) = rootprep::wrap(&a, ctx, &p, argv, &mut env);
+                argv = wrapped.argv;
+                (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
+            }
+            Err(e) => return fail(e),
+        },
+    };
+    let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
+    report.isolation = isolation;
     let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
     for try_no in 1..=max_tries {
         if a.clean_outputs
@@ -97,12 +136,12 @@ pub async fn run_assignment(
             env: env.clone(),
             umask: a.perturb.as_ref().and_then(|p| p.umask),
             timeout: a.spec.timeout_ms.map(Duration::from_millis),
-            kill_grace: cfg.kill_grace,
-            log_limit: cfg.log_limit,
+            kill_grace: ctx.config.kill_grace,
+            log_limit: ctx.config.log_limit,
             ready: if a.spec.persistent { ready_re.clone() } else { None },
         };
         let result =
-            run_try(&executor, req, a.spec.persistent, &link, attempt, cancel.clone()).await;
+            run_try(&ctx.executor, req, a.spec.persistent, &link, attempt, cancel.clone()).await;
         report.exit = result.exit;
         report.stats = result.stats;
         report.log = result.log.bytes;
@@ -114,23 +153,89 @@ pub async fn run_assignment(
             break;
         }
     }
-    if report.exit.success() && a.collect_outputs {
-        let pack_to = a.pack_to.clone();
-        let root2: PathBuf = root.clone();
-        let collected = tokio::task::spawn_blocking(move || {
-            outputs::collect(&root2, &globs, pack_to.as_deref())
-        })
-        .await;
-        match collected {
-            Ok(Ok((outs, missing))) => {
-                report.outputs = Some(outs);
-                report.missing_literals = missing;
+    if a.trace_reads {
+        report.reads = Some(match (&trace_file, &exec_root) {
+            (Some(t), Some(p)) => {
+                let (t, r) = (t.clone(), p.root.path().to_owned());
+                let missing =
+                    tokio::task::spawn_blocking(move || crate::sandbox::undeclared_reads(&t, &r))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                match missing {
+                    Ok(missing) => ReadsReport { traced: true, missing },
+                    Err(e) => {
+                        report.output_error = Some(format!("reading the trace failed: {e}"));
+                        ReadsReport { traced: false, missing: Vec::new() }
+                    }
+                }
             }
-            Ok(Err(e)) => report.output_error = Some(e.to_string()),
-            Err(e) => report.output_error = Some(format!("collecting outputs panicked: {e}")),
+            _ => ReadsReport { traced: false, missing: Vec::new() },
+        });
+    }
+    if report.exit.success() && a.collect_outputs {
+        collect(&a, ctx, &root, globs, &mut report).await;
+    }
+    drop(exec_root);
+    report
+}
+
+fn join(root: &Path, rel: &str) -> PathBuf {
+    if rel.is_empty() { root.to_owned() } else { root.join(rel) }
+}
+
+/// Collects, fingerprints and packs the outputs; a farm worker uploads the artifact and keeps
+/// it in its blob cache (a downstream task placed here needs it).
+async fn collect(
+    a: &Assignment,
+    ctx: &WorkerContext,
+    root: &Path,
+    globs: PathGlobs,
+    report: &mut Finished,
+) {
+    let farm = ctx.remote.is_some() && matches!(a.placement, Placement::ExecRoot { .. });
+    let pack_to = match (&a.pack_to, farm) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => Some(ctx.work_dir.join(format!("artifact-{}.tar.zst", a.attempt))),
+        (None, false) => None,
+    };
+    let root2 = root.to_owned();
+    let pack2 = pack_to.clone();
+    let collected =
+        tokio::task::spawn_blocking(move || outputs::collect(&root2, &globs, pack2.as_deref()))
+            .await;
+    let (outs, missing) = match collected {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            report.output_error = Some(e.to_string());
+            return;
+        }
+        Err(e) => {
+            report.output_error = Some(format!("collecting outputs panicked: {e}"));
+            return;
+        }
+    };
+    if farm
+        && let (Some(path), Some((digest, size)), Some(remote)) =
+            (&pack_to, outs.artifact, &ctx.remote)
+    {
+        if let Err(e) = remote.upload(path, digest, size).await {
+            report.output_error = Some(format!("uploading the artifact failed: {e}"));
+            let _ = std::fs::remove_file(path);
+            return;
+        }
+        match &ctx.blobs {
+            Some(b) => {
+                let (b, p) = (b.clone(), path.clone());
+                let _ = tokio::task::spawn_blocking(move || b.insert_file(&p, &digest)).await;
+            }
+            None => {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
-    report
+    report.outputs = Some(outs);
+    report.missing_literals = missing;
 }
 
 /// The task's environment: the baseline, overridden by the task's own values, then by the
@@ -196,22 +301,12 @@ async fn run_try(
     let (result, ()) = tokio::join!(fut, forward);
     result.unwrap_or_else(|e| exec::ProcessResult {
         exit: ExitKind::SpawnFailed(e.to_string()),
-        stats: ExecStats::default(),
+        stats: Default::default(),
         log: exec::CapturedLog::default(),
     })
 }
 
 /// An empty report for `attempt` (no try made yet).
 pub fn refused(attempt: prova_protocol::AttemptId) -> Finished {
-    Finished {
-        attempt,
-        exit: ExitKind::SpawnFailed(String::new()),
-        tries: 0,
-        stats: ExecStats::default(),
-        log: Vec::new(),
-        log_omitted: 0,
-        outputs: None,
-        missing_literals: Vec::new(),
-        output_error: None,
-    }
+    Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()))
 }

@@ -2,7 +2,10 @@
 //! an exit code; errors returned here are usage/config/infrastructure errors (exit 2).
 
 pub mod cache;
+pub mod certs;
 pub mod common;
+pub mod daemons;
+pub mod farm;
 pub mod graph;
 pub mod inspect;
 pub mod run;
@@ -22,5 +25,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         Command::Why(args) => inspect::why(&start, args),
         Command::Show(args) => inspect::show(&start, args),
         Command::Cache(cmd) => cache::cache(&start, cmd),
+        Command::Certs(cmd) => certs::certs(cmd),
+        Command::Coordinator(args) => daemons::coordinator(args),
+        Command::Worker(args) => daemons::worker(args),
+        Command::Farm(cmd) => farm::farm(cmd),
     }
 }

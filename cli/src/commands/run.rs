@@ -48,7 +48,6 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             common::print(&dry_run(&graph, &prepared, &hits, args.json))?;
             return Ok::<_, anyhow::Error>(None);
         }
-        let staging = layer.tmp_dir().await?;
         let (tx, mut rx) = mpsc::channel::<RunEvent>(EVENT_QUEUE);
         for id in &prepared.matched_nothing {
             let message = "its declared inputs match no file: the key cannot see any change (a stale-hit trap)";
@@ -66,10 +65,15 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             }
             let _ = r.finish();
         });
-        let weights = prepared.weights();
-        let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
         let key_stats = prepared.stats;
-        let summary = crate::local::run(prepared.plan, options, tx, Some(run_cache), weights).await;
+        let summary = if args.remote.remote.is_some() {
+            remote_run(&args, &ws.root, &prepared, &cache, &layer, policy, tx).await
+        } else {
+            let staging = layer.tmp_dir().await?;
+            let weights = prepared.weights();
+            let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
+            crate::local::run(prepared.plan, options, tx, Some(run_cache), weights).await
+        };
         let _ = render.await;
         Ok(Some((summary?, key_stats)))
     });
@@ -152,4 +156,43 @@ fn dry_run(
         );
     }
     out
+}
+
+/// The farm half of `prova run --remote`.
+async fn remote_run(
+    args: &RunArgs,
+    root: &Path,
+    prepared: &Prepared,
+    cache: &prova_coordinator::cache::CacheThread,
+    layer: &LocalLayer,
+    policy: CachePolicy,
+    events: mpsc::Sender<RunEvent>,
+) -> anyhow::Result<prova_protocol::events::RunSummary> {
+    use crate::remote::{self, download, run as rrun};
+    let mut session = remote::connect(&args.remote).await?;
+    let tasks = rrun::remote_tasks(root, prepared);
+    let uploaded = rrun::upload_missing(&mut session, root, &tasks).await?;
+    tracing::info!(uploaded, "inputs uploaded");
+    let options = prova_protocol::wire::RunOptionsWire {
+        continue_on_failure: args.keep_going,
+        read: policy.read,
+        write: policy.write,
+        verify: Vec::new(),
+        verify_allow: Vec::new(),
+    };
+    let wanted = rrun::wanted(&tasks, args.download);
+    let outcome = rrun::submit(&mut session, tasks, options, events.clone()).await?;
+    let got =
+        download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
+            .await?;
+    if !wanted.is_empty() {
+        let message = format!(
+            "restored the outputs of {} tasks from the farm ({} blobs fetched)",
+            got.restored, got.fetched
+        );
+        let _ =
+            events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
+    }
+    session.conn.close(0u32.into(), b"done");
+    Ok(outcome.summary)
 }

@@ -96,17 +96,10 @@ impl FarmActor {
             }
             FarmCommand::Fail { origin, reason } => {
                 if let Some(r) = self.runs.get(&origin.run) {
-                    let f = prova_protocol::work::Finished {
-                        attempt: origin.attempt,
-                        exit: ExitKind::SpawnFailed(reason),
-                        tries: 0,
-                        stats: Default::default(),
-                        log: Vec::new(),
-                        log_omitted: 0,
-                        outputs: None,
-                        missing_literals: Vec::new(),
-                        output_error: None,
-                    };
+                    let f = prova_protocol::work::Finished::never_ran(
+                        origin.attempt,
+                        ExitKind::SpawnFailed(reason),
+                    );
                     let msg = FromWorker::Finished(Box::new(f));
                     let _ = r
                         .tell(crate::run::actor::FromFarm { msg, worker: WorkerId("farm".into()) })

@@ -417,17 +417,10 @@ impl FarmCore {
         if l.cancelled {
             // The run no longer wants it: report it aborted to the run (and followers).
             self.forget_key(&l.item);
-            let mut f = prova_protocol::work::Finished {
-                attempt: l.item.origin.attempt,
-                exit: prova_protocol::spec::ExitKind::Aborted,
-                tries: 0,
-                stats: Default::default(),
-                log: Vec::new(),
-                log_omitted: 0,
-                outputs: None,
-                missing_literals: Vec::new(),
-                output_error: None,
-            };
+            let mut f = prova_protocol::work::Finished::never_ran(
+                l.item.origin.attempt,
+                prova_protocol::spec::ExitKind::Aborted,
+            );
             for t in std::iter::once(l.item.origin)
                 .chain(self.followers.remove(&l.item.origin).unwrap_or_default())
             {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use prova_protocol::TaskId;
-use prova_protocol::spec::{CommandLine, ExecStats, ExitKind, TaskSpec};
+use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
 use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ToWorker};
 
 use super::*;
@@ -45,6 +45,7 @@ fn item(run: u64, attempt: u64, priority: u64) -> Item {
             collect_outputs: true,
             pack_to: None,
             perturb: None,
+            trace_reads: false,
         },
         priority,
         reqs: Requirements::default(),
@@ -55,17 +56,9 @@ fn item(run: u64, attempt: u64, priority: u64) -> Item {
 }
 
 fn finished(lease: AttemptId, ok: bool) -> FromWorker {
-    FromWorker::Finished(Box::new(Finished {
-        attempt: lease,
-        exit: if ok { ExitKind::Code(0) } else { ExitKind::Code(1) },
-        tries: 1,
-        stats: ExecStats::default(),
-        log: vec![],
-        log_omitted: 0,
-        outputs: None,
-        missing_literals: vec![],
-        output_error: None,
-    }))
+    let mut f = Finished::never_ran(lease, if ok { ExitKind::Code(0) } else { ExitKind::Code(1) });
+    f.tries = 1;
+    FromWorker::Finished(Box::new(f))
 }
 
 /// (worker, lease, the spec's task) of every assignment in `cmds`.

@@ -342,6 +342,7 @@ impl RunActor {
             collect_outputs: write || farm,
             pack_to,
             perturb: None,
+            trace_reads: false,
         };
         let hints = AssignHints {
             priority: self.sched.priority(node),

@@ -1,0 +1,67 @@
+//! Farm mode, client side: dial the coordinator as this bundle's role, then submit a run
+//! ([`run`]) or ask for status; bring outputs back through the local layer ([`download`]).
+
+pub mod download;
+pub mod run;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use prova_protocol::transport::{Bundle, endpoint, frame};
+use prova_protocol::wire::{Hello, HelloReply, PROTOCOL_VERSION};
+
+use crate::args::RemoteArgs;
+
+/// The build version sent in `Hello`.
+pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
+
+/// A session with a coordinator: the connection and its control stream.
+pub struct Session {
+    /// The connection (blob streams open on it).
+    pub conn: quinn::Connection,
+    /// Control stream, ours to write.
+    pub send: quinn::SendStream,
+    /// Control stream, theirs.
+    pub recv: quinn::RecvStream,
+    /// Our bundle.
+    pub bundle: Arc<Bundle>,
+    _endpoint: quinn::Endpoint,
+}
+
+/// Dials `--remote` with `--certs`, says `Hello` in the bundle's role, and waits for
+/// `Welcome` (a refusal, including a refused certificate, is an error that says why).
+pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
+    let remote = args.remote.as_deref().context("--remote HOST:PORT is required")?;
+    let certs: &Path = args.certs.as_deref().context("--certs DIR is required with --remote")?;
+    let bundle = Arc::new(Bundle::load(certs)?);
+    let addr = crate::commands::daemons::resolve(remote).await?;
+    let server_name = crate::commands::daemons::host_of(remote);
+    let ep = endpoint::client(&bundle, addr)?;
+    let conn = endpoint::connect(&ep, addr, &server_name)
+        .await
+        .with_context(|| format!("cannot reach {remote}"))?;
+    let (mut send, mut recv) = conn.open_bi().await?;
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        build_version: BUILD_VERSION.to_owned(),
+        role: bundle.identity.role.as_str().to_owned(),
+        capabilities: Vec::new(),
+    };
+    frame::write_msg(&mut send, &hello).await?;
+    match frame::read_msg::<_, HelloReply>(&mut recv).await {
+        Ok(Some(HelloReply::Welcome(_))) => {}
+        Ok(Some(HelloReply::Reject(r))) => {
+            anyhow::bail!("{remote} refused this client: {}", r.reason)
+        }
+        Ok(None) => anyhow::bail!("{remote} closed the connection during the handshake"),
+        Err(e) => {
+            let why = conn.close_reason().map(|r| r.to_string()).unwrap_or_else(|| e.to_string());
+            anyhow::bail!(
+                "{remote} refused the connection ({why}): is {} a bundle of this cluster?",
+                certs.display()
+            )
+        }
+    }
+    Ok(Session { conn, send, recv, bundle, _endpoint: ep })
+}

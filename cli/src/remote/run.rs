@@ -1,0 +1,197 @@
+//! `prova run --remote`: key locally (the same code as local mode), upload the inputs the
+//! farm lacks, submit the graph, render its events, then bring the outputs back.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use prova_coordinator::prepare::Prepared;
+use prova_coordinator::run::TaskKind;
+use prova_protocol::events::{RunEvent, RunSummary};
+use prova_protocol::key::InputKind;
+use prova_protocol::transport::{self, frame};
+use prova_protocol::wire::{
+    BlobAck, BlobRequest, ClientMsg, CoordinatorReply, InputRef, RemoteKind, RemoteTask,
+    RunOptionsWire, TaskArtifact,
+};
+use prova_protocol::{Digest, TaskId};
+use tokio::sync::mpsc;
+
+use super::Session;
+
+/// Tasks per `Tasks` frame (well under the frame cap for typical input lists).
+pub const TASK_CHUNK: usize = 256;
+/// Uploads in flight at once.
+pub const PARALLEL_UPLOADS: usize = 8;
+
+/// What came back from the farm.
+pub struct RemoteOutcome {
+    /// The summary.
+    pub summary: RunSummary,
+    /// Artifacts to bring back, by task.
+    pub artifacts: Vec<TaskArtifact>,
+}
+
+/// The tasks of `prepared` as the farm wants them.
+pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
+    let plan = &prepared.plan;
+    plan.tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let c = &prepared.keys.components[i];
+            let inputs = c
+                .inputs
+                .iter()
+                .chain(&c.workspace)
+                .map(|f| InputRef {
+                    path: f.path.clone(),
+                    digest: f.digest,
+                    exec: f.exec,
+                    symlink: (f.kind == InputKind::Symlink)
+                        .then(|| std::fs::read_link(root.join(&f.path)).ok())
+                        .flatten()
+                        .and_then(|t| t.to_str().map(str::to_owned)),
+                })
+                .collect::<Vec<_>>();
+            let mut inputs = inputs;
+            inputs.sort_by(|a, b| a.path.cmp(&b.path));
+            inputs.dedup_by(|a, b| a.path == b.path);
+            RemoteTask {
+                spec: t.spec.clone(),
+                kind: match t.kind {
+                    TaskKind::Group => RemoteKind::Group,
+                    TaskKind::Command => RemoteKind::Command,
+                    TaskKind::Persistent => RemoteKind::Persistent,
+                },
+                cacheable: t.cacheable,
+                key: prepared.key(i),
+                components: c.clone(),
+                deps: t.deps.iter().map(|&d| d as u32).collect(),
+                inputs,
+                requested: t.requested,
+                weight: prepared.durations.get(t.id.as_str()).copied().unwrap_or(1),
+            }
+        })
+        .collect()
+}
+
+/// Uploads the blobs of `tasks` the coordinator lacks (file bytes read from `root`).
+pub async fn upload_missing(
+    s: &mut Session,
+    root: &Path,
+    tasks: &[RemoteTask],
+) -> anyhow::Result<usize> {
+    let mut by_digest: HashMap<Digest, String> = HashMap::new();
+    for t in tasks {
+        for i in t.inputs.iter().filter(|i| i.symlink.is_none()) {
+            by_digest.entry(i.digest).or_insert_with(|| i.path.clone());
+        }
+    }
+    let digests: Vec<Digest> = by_digest.keys().copied().collect();
+    let mut missing = Vec::new();
+    for chunk in digests.chunks(4096) {
+        frame::write_msg(&mut s.send, &ClientMsg::FindMissing { digests: chunk.to_vec() }).await?;
+        match frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await? {
+            Some(CoordinatorReply::Missing { digests }) => missing.extend(digests),
+            Some(CoordinatorReply::Error { message }) => {
+                anyhow::bail!("the coordinator: {message}")
+            }
+            other => anyhow::bail!("unexpected reply to FindMissing: {other:?}"),
+        }
+    }
+    let n = missing.len();
+    let mut queue = missing.into_iter();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        while running.len() < PARALLEL_UPLOADS {
+            let Some(d) = queue.next() else { break };
+            let Some(rel) = by_digest.get(&d) else { continue };
+            let (conn, path) = (s.conn.clone(), root.join(rel));
+            running.spawn(async move { upload(conn, d, path).await });
+        }
+        match running.join_next().await {
+            Some(r) => r??,
+            None => break,
+        }
+    }
+    Ok(n)
+}
+
+async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyhow::Result<()> {
+    let file = tokio::fs::File::open(&path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let size = file.metadata().await?.len();
+    let (mut send, mut recv) = conn.open_bi().await?;
+    frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+    transport::send_blob(&mut send, digest, size, file).await?;
+    let _ = send.finish();
+    match frame::read_msg::<_, BlobAck>(&mut recv).await? {
+        Some(BlobAck::Stored) => Ok(()),
+        Some(BlobAck::Refused { reason }) => {
+            anyhow::bail!(
+                "uploading {} was refused: {reason} (did it change since the run started?)",
+                path.display()
+            )
+        }
+        None => anyhow::bail!("uploading {}: the coordinator closed the stream", path.display()),
+    }
+}
+
+/// Submits `tasks` and relays the run's events to `events` until it is done. A Ctrl-C sends
+/// `Interrupt` (the farm cancels the run's tasks) and keeps waiting for the summary.
+pub async fn submit(
+    s: &mut Session,
+    tasks: Vec<RemoteTask>,
+    options: RunOptionsWire,
+    events: mpsc::Sender<RunEvent>,
+) -> anyhow::Result<RemoteOutcome> {
+    frame::write_msg(&mut s.send, &ClientMsg::Begin { options, tasks: tasks.len() as u32 }).await?;
+    for chunk in tasks.chunks(TASK_CHUNK) {
+        frame::write_msg(&mut s.send, &ClientMsg::Tasks(chunk.to_vec())).await?;
+    }
+    frame::write_msg(&mut s.send, &ClientMsg::Go).await?;
+    let mut artifacts = Vec::new();
+    let mut interrupt = Box::pin(crate::local::wait_for_signal());
+    let mut interrupted = false;
+    loop {
+        let reply = tokio::select! {
+            () = &mut interrupt, if !interrupted => {
+                interrupted = true;
+                frame::write_msg(&mut s.send, &ClientMsg::Interrupt).await?;
+                continue;
+            }
+            r = frame::read_msg::<_, CoordinatorReply>(&mut s.recv) => r?,
+        };
+        match reply {
+            Some(CoordinatorReply::Accepted { run }) => tracing::info!(%run, "run accepted"),
+            Some(CoordinatorReply::Event(ev)) => {
+                let _ = events.send(ev).await;
+            }
+            Some(CoordinatorReply::Artifact(a)) => artifacts.push(a),
+            Some(CoordinatorReply::Done(summary)) => {
+                return Ok(RemoteOutcome { summary, artifacts });
+            }
+            Some(CoordinatorReply::Error { message }) => {
+                anyhow::bail!("the coordinator: {message}")
+            }
+            Some(other) => tracing::debug!("ignored reply {other:?}"),
+            None => anyhow::bail!("the coordinator closed the connection before the run finished"),
+        }
+    }
+}
+
+/// The tasks whose outputs to bring back.
+pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet<TaskId> {
+    use crate::args::DownloadMode;
+    tasks
+        .iter()
+        .filter(|t| match mode {
+            DownloadMode::All => true,
+            DownloadMode::Requested => t.requested,
+            DownloadMode::None => false,
+        })
+        .map(|t| t.spec.id.clone())
+        .collect()
+}

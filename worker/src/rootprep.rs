@@ -1,0 +1,147 @@
+//! Building an exec-root placement: fetch what the worker lacks (a farm worker) or point at
+//! the workspace and local cache (a local proof run), materialise the root, and wrap the
+//! command in the sandbox (and the tracer, for an input-completeness proof).
+
+use std::path::PathBuf;
+
+use prova_protocol::Digest;
+use prova_protocol::work::{Assignment, Placement};
+
+use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
+use crate::runner::WorkerContext;
+use crate::sandbox::{self, SandboxConfig};
+
+/// A materialised exec root (removed when dropped).
+pub struct Prepared {
+    /// The root.
+    pub root: ExecRoot,
+}
+
+/// The command line to run, and where its trace goes when traced.
+pub struct Wrapped {
+    /// The full argv.
+    pub argv: Vec<String>,
+    /// The strace output file.
+    pub trace: Option<PathBuf>,
+}
+
+/// Materialises the exec root of `a` (which must be an exec-root placement).
+pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, String> {
+    let Placement::ExecRoot { inputs, upstream, local_source, local_blobs } = &a.placement else {
+        return Err("not an exec-root placement".to_owned());
+    };
+    let Some(blobs) = ctx.blobs.clone() else {
+        return Err("this worker has no blob cache for exec roots".to_owned());
+    };
+    // Bring every blob the root needs into the blob cache (a farm worker), or find it on
+    // this machine (a local proof run).
+    let mut wanted: Vec<Digest> = Vec::new();
+    if local_source.is_none() {
+        wanted.extend(inputs.iter().filter(|i| i.symlink.is_none()).map(|i| i.digest));
+    }
+    if local_blobs.is_none() {
+        wanted.extend(upstream.iter().map(|(d, _)| *d));
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    let missing: Vec<Digest> = wanted.iter().copied().filter(|d| !blobs.has(d)).collect();
+    if !missing.is_empty() {
+        let Some(remote) = &ctx.remote else {
+            return Err(format!(
+                "{} blobs are missing and this worker has no coordinator to fetch them from",
+                missing.len()
+            ));
+        };
+        for d in missing {
+            remote.fetch(d, &blobs).await.map_err(|e| {
+                let path = inputs
+                    .iter()
+                    .find(|i| i.digest == d)
+                    .map(|i| i.path.as_str())
+                    .unwrap_or("an upstream artifact");
+                format!("fetching {path} ({}) failed: {e}", d.short())
+            })?;
+        }
+    }
+    let spec = ExecRootSpec {
+        inputs: inputs
+            .iter()
+            .map(|i| RootInput {
+                path: i.path.clone(),
+                source: match local_source {
+                    Some(ws) => Source::File(ws.join(&i.path)),
+                    None => Source::Blob(i.digest),
+                },
+                exec: i.exec,
+                symlink: i.symlink.clone(),
+            })
+            .collect(),
+        artifacts: upstream
+            .iter()
+            .map(|(d, _)| match local_blobs {
+                Some(dir) => Ok(dir.join(&d.to_hex()[..2]).join(d.to_hex())),
+                None => blobs
+                    .path(d, false)
+                    .ok_or_else(|| format!("artifact {} vanished from the blob cache", d.short())),
+            })
+            .collect::<Result<_, String>>()?,
+        project_dir: a.spec.project_dir.clone(),
+        outputs: a.spec.outputs.clone(),
+    };
+    let parent = a
+        .perturb
+        .as_ref()
+        .and_then(|p| p.root_parent.clone())
+        .unwrap_or_else(|| ctx.work_dir.join("roots"));
+    let hint: String = a
+        .spec
+        .id
+        .as_str()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .collect();
+    let root = tokio::task::spawn_blocking(move || ExecRoot::create(&parent, &hint, &spec, &blobs))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("building the exec root failed: {e}"))?;
+    Ok(Prepared { root })
+}
+
+/// Wraps `argv` in the sandbox (when the worker has one) and the tracer (when asked and
+/// available); adjusts `env` for the sandbox. Returns the argv and a word for the report.
+pub fn wrap(
+    a: &Assignment,
+    ctx: &WorkerContext,
+    p: &Prepared,
+    argv: Vec<String>,
+    env: &mut Vec<(String, String)>,
+) -> (Wrapped, String) {
+    let mut argv = argv;
+    let isolation = if ctx.sandbox {
+        let mut cfg = SandboxConfig::new(p.root.path(), p.root.cwd());
+        cfg.writable = p.root.writable_dirs();
+        cfg.network = a.spec.network;
+        cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
+        cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
+        argv = sandbox::bwrap_argv(&cfg, &argv);
+        // The host's HOME and TMPDIR do not exist inside the sandbox; its /tmp is private.
+        for (k, v) in [("HOME", "/tmp"), ("TMPDIR", "/tmp")] {
+            match env.iter_mut().find(|(name, _)| name == k) {
+                Some(slot) => slot.1 = v.to_owned(),
+                None => env.push((k.to_owned(), v.to_owned())),
+            }
+        }
+        "bwrap"
+    } else {
+        "none"
+    };
+    let trace = if a.trace_reads && ctx.strace {
+        let file = ctx.work_dir.join("traces").join(format!("{}.trace", a.attempt));
+        let _ = std::fs::create_dir_all(ctx.work_dir.join("traces"));
+        argv = sandbox::strace_argv(&file, &argv);
+        Some(file)
+    } else {
+        None
+    };
+    (Wrapped { argv, trace }, isolation.to_owned())
+}

@@ -1,0 +1,273 @@
+//! A farm worker's link to the coordinator: dial (QUIC, mTLS), `Hello` as a worker, `Register`,
+//! then relay: assignments and cancels in, reports and heartbeats out. A lost connection is
+//! not fatal: the session redials with backoff, re-registers with the attempts still running,
+//! and the coordinator refuses reports for leases it has since given away. Blob transfers
+//! ([`QuicBlobs`]) ride their own streams on the current connection.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kameo::prelude::*;
+use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::{self, Bundle, endpoint, frame};
+use prova_protocol::wire::{
+    BlobAck, BlobRequest, CoordinatorMsg, Hello, HelloReply, PROTOCOL_VERSION, WorkerInfo,
+    WorkerMsg,
+};
+use prova_protocol::work::{FromWorker, ToWorker};
+use prova_protocol::{AttemptId, Digest};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::{Running, WorkerActor};
+use crate::blobcache::BlobCache;
+use crate::remote::{BlobFuture, RemoteBlobs};
+
+/// How often a worker says it is alive (well inside the coordinator's lease TTL).
+pub const HEARTBEAT: Duration = Duration::from_secs(3);
+/// First redial delay; doubles up to [`BACKOFF_MAX`].
+pub const BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// Longest redial delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// The largest blob a worker accepts (an input or an upstream artifact).
+pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
+/// The build version sent in `Hello`.
+pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
+
+/// Where and how to reach the coordinator.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// The coordinator's address.
+    pub addr: SocketAddr,
+    /// The name its certificate must carry (a DNS name or IP from its SANs).
+    pub server_name: String,
+    /// This worker's credentials.
+    pub bundle: Arc<Bundle>,
+    /// What this worker offers.
+    pub info: WorkerInfo,
+}
+
+/// Blob transfers over whatever connection is current.
+#[derive(Clone)]
+pub struct QuicBlobs {
+    conn: watch::Receiver<Option<quinn::Connection>>,
+}
+
+impl QuicBlobs {
+    async fn connection(&self) -> Result<quinn::Connection, String> {
+        let mut rx = self.conn.clone();
+        let wait = rx.wait_for(Option::is_some);
+        match tokio::time::timeout(BACKOFF_MAX * 3, wait).await {
+            Ok(Ok(c)) => c.clone().ok_or_else(|| "no connection".to_owned()),
+            _ => Err("the coordinator is not reachable".to_owned()),
+        }
+    }
+}
+
+impl RemoteBlobs for QuicBlobs {
+    fn fetch<'a>(&'a self, digest: Digest, into: &'a BlobCache) -> BlobFuture<'a> {
+        Box::pin(async move {
+            if into.has(&digest) {
+                return Ok(());
+            }
+            let conn = self.connection().await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+            frame::write_msg(&mut send, &BlobRequest::Get { digest })
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = send.finish();
+            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+                Some(BlobAck::Stored) => {}
+                Some(BlobAck::Refused { reason }) => return Err(reason),
+                None => return Err("the coordinator closed the blob stream".to_owned()),
+            }
+            let (path, file) = into.stage_file().map_err(|e| e.to_string())?;
+            let mut file = tokio::fs::File::from_std(file);
+            let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
+            drop(file);
+            if let Err(e) = got {
+                let _ = std::fs::remove_file(&path);
+                return Err(e.to_string());
+            }
+            let into = into.clone();
+            tokio::task::spawn_blocking(move || into.insert_file(&path, &digest))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        })
+    }
+
+    fn upload<'a>(&'a self, path: &'a Path, digest: Digest, size: u64) -> BlobFuture<'a> {
+        Box::pin(async move {
+            let conn = self.connection().await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+            frame::write_msg(&mut send, &BlobRequest::Put { digest, size })
+                .await
+                .map_err(|e| e.to_string())?;
+            let file = tokio::fs::File::open(path).await.map_err(|e| e.to_string())?;
+            transport::send_blob(&mut send, digest, size, file).await.map_err(|e| e.to_string())?;
+            let _ = send.finish();
+            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+                Some(BlobAck::Stored) => Ok(()),
+                Some(BlobAck::Refused { reason }) => Err(reason),
+                None => Err("the coordinator closed the blob stream".to_owned()),
+            }
+        })
+    }
+}
+
+/// The session's blob handle, before the session runs (the worker context needs it).
+pub fn blobs() -> (QuicBlobs, watch::Sender<Option<quinn::Connection>>) {
+    let (tx, rx) = watch::channel(None);
+    (QuicBlobs { conn: rx }, tx)
+}
+
+/// Why a session gave up for good.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The coordinator refused this worker (version or role): redialling will not help.
+    #[error("the coordinator refused this worker: {0}")]
+    Rejected(String),
+}
+
+/// Runs the worker's session until `shutdown`: reports from `reports` go up, work comes down
+/// to `worker`. Returns an error only when the coordinator rejects the worker outright.
+pub async fn run(
+    cfg: SessionConfig,
+    worker: ActorRef<WorkerActor>,
+    mut reports: mpsc::Receiver<FromWorker>,
+    conn_tx: watch::Sender<Option<quinn::Connection>>,
+    shutdown: CancellationToken,
+) -> Result<(), SessionError> {
+    let mut backoff = BACKOFF_MIN;
+    // A report that could not be sent when a connection died is sent on the next one.
+    let mut unsent: Option<FromWorker> = None;
+    loop {
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        match connect(&cfg, &worker).await {
+            Ok((conn, send, recv)) => {
+                tracing::info!(coordinator = %cfg.addr, "connected");
+                backoff = BACKOFF_MIN;
+                let _ = conn_tx.send(Some(conn.clone()));
+                serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
+                let _ = conn_tx.send(None);
+                conn.close(0u32.into(), b"worker session over");
+                tracing::warn!(coordinator = %cfg.addr, "connection lost; redialling");
+            }
+            Err(ConnectError::Rejected(reason)) => return Err(SessionError::Rejected(reason)),
+            Err(ConnectError::Retry(e)) => {
+                tracing::warn!(coordinator = %cfg.addr, "cannot reach the coordinator: {e}; retrying in {backoff:?}");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+enum ConnectError {
+    Rejected(String),
+    Retry(String),
+}
+
+async fn connect(
+    cfg: &SessionConfig,
+    worker: &ActorRef<WorkerActor>,
+) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), ConnectError> {
+    let retry = |e: String| ConnectError::Retry(e);
+    let ep = endpoint::client(&cfg.bundle, cfg.addr).map_err(|e| retry(e.to_string()))?;
+    let conn = endpoint::connect(&ep, cfg.addr, &cfg.server_name)
+        .await
+        .map_err(|e| retry(e.to_string()))?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| retry(e.to_string()))?;
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        build_version: BUILD_VERSION.to_owned(),
+        role: "worker".to_owned(),
+        capabilities: Vec::new(),
+    };
+    frame::write_msg(&mut send, &hello).await.map_err(|e| retry(e.to_string()))?;
+    match frame::read_msg::<_, HelloReply>(&mut recv).await {
+        Ok(Some(HelloReply::Welcome(_))) => {}
+        Ok(Some(HelloReply::Reject(r))) => return Err(ConnectError::Rejected(r.reason)),
+        Ok(None) => {
+            return Err(retry(
+                "the coordinator closed the connection during the handshake".to_owned(),
+            ));
+        }
+        // A refused certificate shows here, on the first exchange (STACK pitfall 3).
+        Err(e) => return Err(ConnectError::Rejected(format!("handshake failed: {e}"))),
+    }
+    let mut info = cfg.info.clone();
+    info.running = worker.ask(Running).await.unwrap_or_default();
+    frame::write_msg(&mut send, &WorkerMsg::Register(info))
+        .await
+        .map_err(|e| retry(e.to_string()))?;
+    Ok((conn, send, recv))
+}
+
+async fn serve(
+    conn: &quinn::Connection,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    worker: &ActorRef<WorkerActor>,
+    reports: &mut mpsc::Receiver<FromWorker>,
+    unsent: &mut Option<FromWorker>,
+    shutdown: &CancellationToken,
+) {
+    // Reader: work from the coordinator to the worker actor.
+    let w = worker.clone();
+    let reader_done = CancellationToken::new();
+    let done = reader_done.clone();
+    let _reader = OwnedTask::spawn("worker.session.reader", async move {
+        let _done = done.drop_guard();
+        loop {
+            match frame::read_msg::<_, CoordinatorMsg>(&mut recv).await {
+                Ok(Some(CoordinatorMsg::Work(msg))) => {
+                    if w.tell(msg).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(CoordinatorMsg::Refused { attempt, reason })) => {
+                    tracing::info!(%attempt, "report refused: {reason}; cancelling it here");
+                    let _ = w.tell(ToWorker::Cancel { attempt }).await;
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+    });
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    if let Some(msg) = unsent.take()
+        && frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err()
+    {
+        *unsent = Some(msg);
+        return;
+    }
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = reader_done.cancelled() => break,
+            _ = conn.closed() => break,
+            report = reports.recv() => {
+                let Some(msg) = report else { break };
+                if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
+                    *unsent = Some(msg);
+                    break;
+                }
+            }
+            _ = heartbeat.tick() => {
+                let running: Vec<AttemptId> = worker.ask(Running).await.unwrap_or_default();
+                if frame::write_msg(&mut send, &WorkerMsg::Heartbeat { running }).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
