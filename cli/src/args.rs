@@ -342,6 +342,17 @@ pub struct RunArgs {
     #[command(flatten)]
     pub cache_dir: CacheDirArgs,
 
+    /// Prove what runs: `determinism` (the default: re-run elsewhere, perturbed, and compare
+    /// outputs), `inputs` (run with only declared inputs present, name what else it read),
+    /// or `all`.
+    #[arg(long, value_name = "PROOF", num_args = 0..=1, default_missing_value = "determinism", value_parser = ["determinism", "inputs", "all"])]
+    pub verify: Option<String>,
+
+    /// Tasks whose nondeterminism is reported but does not fail the run; repeatable or
+    /// comma-separated (`web#bundle,api#build`).
+    #[arg(long, value_name = "TASK", value_delimiter = ',')]
+    pub verify_allow: Vec<String>,
+
     /// Run on a farm instead of locally.
     #[command(flatten)]
     pub remote: RemoteArgs,

@@ -2,6 +2,7 @@
 //! joined by the same link messages a farm worker speaks (`ToWorker` / `FromWorker`) over
 //! bounded channels instead of QUIC.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kameo::prelude::*;
@@ -13,12 +14,29 @@ use prova_protocol::events::{RunEvent, RunSummary};
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{FromWorker, ToWorker};
 use prova_worker::actor::{WorkerActor, WorkerArgs};
+use prova_worker::blobcache::BlobCache;
 use prova_worker::exec::LocalExecutor;
 use prova_worker::runner::{RunnerConfig, WorkerContext};
 use tokio::sync::{mpsc, oneshot};
 
 /// Bound on link messages in flight in each direction.
 const LINK_QUEUE: usize = 256;
+/// The local worker's blob cache bound: local exec roots copy from the workspace and read
+/// upstream artifacts from the cache, so it stays nearly empty.
+const PROOF_BLOB_CACHE: u64 = 256 << 20;
+
+/// What a local proof run (`--verify`) gives the in-process worker: exec roots under
+/// `<workspace>/.prova/worker`, the sandbox when bubblewrap runs here, strace when installed.
+pub struct LocalProofs {
+    /// Exec roots and the worker's (unused locally, but required) blob cache.
+    pub work_dir: PathBuf,
+    /// Run exec-root tasks under bubblewrap.
+    pub sandbox: bool,
+    /// strace is installed.
+    pub strace: bool,
+    /// The workspace root and the cache's `blobs/` directory.
+    pub sources: (PathBuf, PathBuf),
+}
 
 /// Runs `plan` on an in-process worker with `options.concurrency` slots. Run events go to
 /// `events`; Ctrl-C and SIGTERM interrupt the run (running tasks get SIGTERM, a grace, then
@@ -29,14 +47,24 @@ pub async fn run(
     events: mpsc::Sender<RunEvent>,
     cache: Option<RunCache>,
     weights: Vec<u64>,
+    proofs: Option<LocalProofs>,
 ) -> anyhow::Result<RunSummary> {
     let (to_worker, mut worker_inbox) = mpsc::channel::<ToWorker>(LINK_QUEUE);
     let (worker_outbox, mut from_worker) = mpsc::channel::<FromWorker>(LINK_QUEUE);
-    let worker = WorkerActor::spawn(WorkerArgs {
-        context: WorkerContext::in_place(Arc::new(LocalExecutor), RunnerConfig::from_host()),
-        slots: options.concurrency.max(1),
-        link: worker_outbox,
-    });
+    let mut context = WorkerContext::in_place(Arc::new(LocalExecutor), RunnerConfig::from_host());
+    // Proof re-runs take slots beside the tasks themselves.
+    let mut slots = options.concurrency.max(1);
+    let mut local_proof_sources = None;
+    if let Some(p) = proofs {
+        std::fs::create_dir_all(&p.work_dir)?;
+        context.blobs = Some(BlobCache::open(&p.work_dir.join("blobs"), PROOF_BLOB_CACHE)?);
+        context.work_dir = p.work_dir;
+        context.sandbox = p.sandbox;
+        context.strace = p.strace;
+        local_proof_sources = Some(p.sources);
+        slots *= 2;
+    }
+    let worker = WorkerActor::spawn(WorkerArgs { context, slots, link: worker_outbox });
     let worker_ref = worker.clone();
     let _to_worker_pump = OwnedTask::spawn("local.to_worker", async move {
         while let Some(msg) = worker_inbox.recv().await {
@@ -58,6 +86,7 @@ pub async fn run(
         first_attempt: 1,
         cache,
         exec: ExecMode::InPlace,
+        local_proof_sources,
     });
     let run_ref = run.clone();
     let _from_worker_pump = OwnedTask::spawn("local.from_worker", async move {

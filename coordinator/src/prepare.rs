@@ -54,12 +54,51 @@ pub struct Prepared {
     pub durations: HashMap<String, u64>,
     /// Key pass counters.
     pub stats: KeyStats,
+    /// The workspace's files (an undeclared read only counts when the path exists).
+    pub files: std::sync::Arc<FileList>,
 }
 
 impl Prepared {
     /// The key of task `i`.
     pub fn key(&self, i: usize) -> Digest {
         self.keys.keys[i]
+    }
+
+    /// Each task's input files as an exec root needs them (path, digest, exec bit, and a
+    /// symlink's target read from the workspace at `root`), sorted by path.
+    pub fn input_refs(&self, root: &std::path::Path) -> Vec<Vec<prova_protocol::wire::InputRef>> {
+        use prova_protocol::key::InputKind;
+        self.keys
+            .components
+            .iter()
+            .map(|c| {
+                let mut v: Vec<prova_protocol::wire::InputRef> = c
+                    .inputs
+                    .iter()
+                    .chain(&c.workspace)
+                    .map(|f| prova_protocol::wire::InputRef {
+                        path: f.path.clone(),
+                        digest: f.digest,
+                        exec: f.exec,
+                        symlink: (f.kind == InputKind::Symlink)
+                            .then(|| std::fs::read_link(root.join(&f.path)).ok())
+                            .flatten()
+                            .and_then(|t| t.to_str().map(str::to_owned)),
+                    })
+                    .collect();
+                v.sort_by(|a, b| a.path.cmp(&b.path));
+                v.dedup_by(|a, b| a.path == b.path);
+                v
+            })
+            .collect()
+    }
+
+    /// Fills every planned task's `inputs` (what its exec root holds).
+    pub fn fill_inputs(&mut self, root: &std::path::Path) {
+        let refs = self.input_refs(root);
+        for (t, refs) in self.plan.tasks.iter_mut().zip(refs) {
+            t.inputs = refs;
+        }
     }
 
     /// Critical-path weights: recorded durations, 1 ms when unknown.
@@ -126,7 +165,14 @@ pub async fn prepare(
         memo_hits: pass.memo_hits,
         elapsed_ms: started.elapsed().as_millis() as u64,
     };
-    Ok(Prepared { plan, keys: plan_keys, matched_nothing: sets.matched_nothing, durations, stats })
+    Ok(Prepared {
+        plan,
+        keys: plan_keys,
+        matched_nothing: sets.matched_nothing,
+        durations,
+        stats,
+        files: std::sync::Arc::new(files),
+    })
 }
 
 /// Project directories that are git repositories of their own.

@@ -37,6 +37,13 @@ pub enum RunEvent {
         /// Which task.
         task: TaskId,
     },
+    /// A proof about a task concluded (`--verify`).
+    Verdict {
+        /// Which task.
+        task: TaskId,
+        /// What was proven (or disproven).
+        verdict: Verdict,
+    },
     /// Something the user should know that is not a task's output.
     Notice {
         /// The task it is about, if any.
@@ -116,6 +123,104 @@ pub struct TaskReport {
     pub worker: Option<WorkerId>,
     /// Why it was skipped or failed, in words.
     pub note: Option<String>,
+    /// Proof verdicts (`--verify`), in the order they concluded.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The outcome of a proof about one task (brief §2; the reference design's verdict table).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Re-ran elsewhere under perturbation; the outputs are identical by content.
+    ProvenDeterministic {
+        /// Where the re-run ran.
+        rerun_worker: Option<WorkerId>,
+        /// The re-run had to use the same machine (a one-worker farm, or local mode).
+        single_machine: bool,
+    },
+    /// Re-ran; the outputs differ: the cache would replay one arbitrary output forever.
+    Nondeterministic(Divergence),
+    /// Differed, but the task is listed in `--verify-allow`: reported, not failing.
+    AllowedNondeterministic(Divergence),
+    /// The re-run itself failed (identical inputs, different outcome).
+    RerunFailed {
+        /// How.
+        reason: String,
+    },
+    /// With only its declared inputs present, the task tried to read these workspace paths.
+    UndeclaredInputs {
+        /// Workspace-relative paths (empty when strace was not available).
+        paths: Vec<String>,
+        /// Whether a tracer named the paths.
+        traced: bool,
+    },
+    /// With only its declared inputs present, it read nothing else in the workspace.
+    ProvenComplete,
+    /// No outputs: nothing a cache hit would replay but its log.
+    NoOutputs,
+    /// Not proven, and why (a hit did not run; groups and persistent tasks are not cached).
+    NotVerified {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Verdict {
+    /// Whether this verdict turns the run red.
+    pub fn fails(&self) -> bool {
+        matches!(
+            self,
+            Self::Nondeterministic(_) | Self::RerunFailed { .. } | Self::UndeclaredInputs { .. }
+        )
+    }
+
+    /// The verdict's name (`proven-deterministic`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::ProvenDeterministic { .. } => "proven-deterministic",
+            Self::Nondeterministic(_) => "nondeterministic",
+            Self::AllowedNondeterministic(_) => "allowed-nondeterministic",
+            Self::RerunFailed { .. } => "rerun-failed",
+            Self::UndeclaredInputs { .. } => "undeclared-inputs",
+            Self::ProvenComplete => "proven-complete",
+            Self::NoOutputs => "no-outputs",
+            Self::NotVerified { .. } => "not-verified",
+        }
+    }
+}
+
+/// How two executions' outputs differ.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// In the re-run only.
+    pub added: Vec<String>,
+    /// In the first run only.
+    pub removed: Vec<String>,
+    /// In both, with different content, kind or exec bit.
+    pub changed: Vec<String>,
+    /// A short report per changed file (bounded).
+    #[serde(default)]
+    pub files: Vec<FileDivergence>,
+    /// Where the re-run ran.
+    #[serde(default)]
+    pub rerun_worker: Option<WorkerId>,
+    /// The re-run used the same machine.
+    #[serde(default)]
+    pub single_machine: bool,
+}
+
+/// One changed file: a unified diff for text, sizes and digests for binary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDivergence {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The first lines of a unified diff (first run → re-run), for text files.
+    pub diff: Option<String>,
+    /// Sizes (first run, re-run).
+    pub sizes: (u64, u64),
+    /// Content digests (first run, re-run).
+    pub digests: (Option<Digest>, Option<Digest>),
 }
 
 mod lossy_text {
@@ -200,7 +305,24 @@ mod tests {
                 key: Some(Digest::of(b"k")),
                 worker: Some(WorkerId("w1".into())),
                 note: None,
+                verdicts: vec![
+                    Verdict::ProvenComplete,
+                    Verdict::Nondeterministic(Divergence {
+                        changed: vec!["dist/a".into()],
+                        files: vec![FileDivergence {
+                            path: "dist/a".into(),
+                            diff: Some("-1\n+2\n".into()),
+                            sizes: (1, 1),
+                            digests: (Some(Digest::of(b"1")), Some(Digest::of(b"2"))),
+                        }],
+                        ..Divergence::default()
+                    }),
+                ],
             }),
+            RunEvent::Verdict {
+                task: task.clone(),
+                verdict: Verdict::RerunFailed { reason: "exit code 1".into() },
+            },
             RunEvent::TaskReady { task: task.clone() },
             RunEvent::Notice { task: None, level: NoticeLevel::Warn, message: "m".into() },
         ];

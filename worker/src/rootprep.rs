@@ -88,11 +88,11 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
     };
-    let parent = a
-        .perturb
-        .as_ref()
-        .and_then(|p| p.root_parent.clone())
-        .unwrap_or_else(|| ctx.work_dir.join("roots"));
+    // A determinism re-run gets a root under another parent, so the task sees another path.
+    let parent = match &a.perturb {
+        Some(p) => p.root_parent.clone().unwrap_or_else(|| ctx.work_dir.join("rerun-roots")),
+        None => ctx.work_dir.join("roots"),
+    };
     let hint: String = a
         .spec
         .id

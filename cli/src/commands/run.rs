@@ -7,7 +7,8 @@ use std::path::Path;
 
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::prepare::{Prepared, prepare};
-use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind};
+use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind, VerifyOptions};
+use prova_protocol::TaskId;
 use prova_protocol::events::{NoticeLevel, RunEvent};
 use tokio::sync::mpsc;
 
@@ -33,15 +34,42 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         CachePolicy { read: true, write: true }
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let options = RunOptions {
+    let mut options = RunOptions {
         concurrency: args.concurrency.unwrap_or(cores).max(1),
         continue_on_failure: args.keep_going,
+        verify: VerifyOptions::default(),
     };
+    if let Some(mode) = &args.verify {
+        options.verify.determinism = matches!(mode.as_str(), "determinism" | "all");
+        options.verify.inputs = matches!(mode.as_str(), "inputs" | "all");
+    }
+    for t in &args.verify_allow {
+        let id = TaskId::parse(t)
+            .ok_or_else(|| anyhow::anyhow!("--verify-allow {t}: write a task id, project#task"))?;
+        if graph.get(&id).is_none() {
+            anyhow::bail!("--verify-allow {t}: no such task in this run");
+        }
+        options.verify.allow.insert(id);
+    }
+    // The inputs proof needs the sandbox; without it the proof would pass silently.
+    let sandbox = prova_worker::sandbox::detect();
+    if options.verify.inputs && args.remote.remote.is_none() && !sandbox.is_available() {
+        let why = match &sandbox {
+            prova_worker::sandbox::SandboxStatus::Unavailable { reason } => reason.clone(),
+            prova_worker::sandbox::SandboxStatus::Bwrap { .. } => String::new(),
+        };
+        anyhow::bail!("--verify=inputs needs the bubblewrap sandbox, which cannot run here: {why}");
+    }
+    let blobs_dir = common::cache_dir(&ws, &args.cache_dir).join("blobs");
     let style = Style::new(args.output, args.json);
     let rt = common::runtime()?;
     let outcome = rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
-        let prepared = prepare(&ws, &graph, &args.forward, &env, &cache).await?;
+        let mut prepared = prepare(&ws, &graph, &args.forward, &env, &cache).await?;
+        if options.verify.any() {
+            prepared.fill_inputs(&ws.root);
+            options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
+        }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root);
         let hits = if policy.read { probe(&layer, &prepared).await? } else { HashMap::new() };
         if args.dry_run {
@@ -67,12 +95,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         });
         let key_stats = prepared.stats;
         let summary = if args.remote.remote.is_some() {
-            remote_run(&args, &ws.root, &prepared, &cache, &layer, policy, tx).await
+            let wire = wire_options(&args, policy, &options);
+            remote_run(&args, &ws.root, &prepared, &cache, &layer, wire, tx).await
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
             let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
-            crate::local::run(prepared.plan, options, tx, Some(run_cache), weights).await
+            let proofs = options.verify.any().then(|| crate::local::LocalProofs {
+                work_dir: ws.root.join(".prova").join("worker"),
+                sandbox: sandbox.is_available(),
+                strace: prova_worker::sandbox::strace_available(),
+                sources: (ws.root.clone(), blobs_dir.clone()),
+            });
+            crate::local::run(prepared.plan, options.clone(), tx, Some(run_cache), weights, proofs).await
         };
         let _ = render.await;
         Ok(Some((summary?, key_stats)))
@@ -165,7 +200,7 @@ async fn remote_run(
     prepared: &Prepared,
     cache: &prova_coordinator::cache::CacheThread,
     layer: &LocalLayer,
-    policy: CachePolicy,
+    options: prova_protocol::wire::RunOptionsWire,
     events: mpsc::Sender<RunEvent>,
 ) -> anyhow::Result<prova_protocol::events::RunSummary> {
     use crate::remote::{self, download, run as rrun};
@@ -173,15 +208,10 @@ async fn remote_run(
     let tasks = rrun::remote_tasks(root, prepared);
     let uploaded = rrun::upload_missing(&mut session, root, &tasks).await?;
     tracing::info!(uploaded, "inputs uploaded");
-    let options = prova_protocol::wire::RunOptionsWire {
-        continue_on_failure: args.keep_going,
-        read: policy.read,
-        write: policy.write,
-        verify: Vec::new(),
-        verify_allow: Vec::new(),
-    };
     let wanted = rrun::wanted(&tasks, args.download);
-    let outcome = rrun::submit(&mut session, tasks, options, events.clone()).await?;
+    let files: std::collections::HashSet<String> = prepared.files.all().iter().cloned().collect();
+    let mut outcome = rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
+    rrun::filter_verdicts(&mut outcome.summary, &files);
     let got =
         download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
             .await?;
@@ -195,4 +225,26 @@ async fn remote_run(
     }
     session.conn.close(0u32.into(), b"done");
     Ok(outcome.summary)
+}
+
+/// What a remote run asks of the farm.
+fn wire_options(
+    args: &RunArgs,
+    policy: CachePolicy,
+    run_options: &RunOptions,
+) -> prova_protocol::wire::RunOptionsWire {
+    prova_protocol::wire::RunOptionsWire {
+        continue_on_failure: args.keep_going,
+        read: policy.read,
+        write: policy.write,
+        verify: [
+            ("determinism", run_options.verify.determinism),
+            ("inputs", run_options.verify.inputs),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(p, _)| p.to_owned())
+        .collect(),
+        verify_allow: run_options.verify.allow.iter().cloned().collect(),
+    }
 }

@@ -1,18 +1,17 @@
 //! `prova run --remote`: key locally (the same code as local mode), upload the inputs the
 //! farm lacks, submit the graph, render its events, then bring the outputs back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use prova_coordinator::prepare::Prepared;
 use prova_coordinator::run::TaskKind;
 use prova_protocol::events::{RunEvent, RunSummary};
-use prova_protocol::key::InputKind;
 use prova_protocol::transport::{self, frame};
 use prova_protocol::wire::{
-    BlobAck, BlobRequest, ClientMsg, CoordinatorReply, InputRef, RemoteKind, RemoteTask,
-    RunOptionsWire, TaskArtifact,
+    BlobAck, BlobRequest, ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire,
+    TaskArtifact,
 };
 use prova_protocol::{Digest, TaskId};
 use tokio::sync::mpsc;
@@ -37,41 +36,22 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
     let plan = &prepared.plan;
     plan.tasks
         .iter()
+        .zip(prepared.input_refs(root))
         .enumerate()
-        .map(|(i, t)| {
-            let c = &prepared.keys.components[i];
-            let inputs = c
-                .inputs
-                .iter()
-                .chain(&c.workspace)
-                .map(|f| InputRef {
-                    path: f.path.clone(),
-                    digest: f.digest,
-                    exec: f.exec,
-                    symlink: (f.kind == InputKind::Symlink)
-                        .then(|| std::fs::read_link(root.join(&f.path)).ok())
-                        .flatten()
-                        .and_then(|t| t.to_str().map(str::to_owned)),
-                })
-                .collect::<Vec<_>>();
-            let mut inputs = inputs;
-            inputs.sort_by(|a, b| a.path.cmp(&b.path));
-            inputs.dedup_by(|a, b| a.path == b.path);
-            RemoteTask {
-                spec: t.spec.clone(),
-                kind: match t.kind {
-                    TaskKind::Group => RemoteKind::Group,
-                    TaskKind::Command => RemoteKind::Command,
-                    TaskKind::Persistent => RemoteKind::Persistent,
-                },
-                cacheable: t.cacheable,
-                key: prepared.key(i),
-                components: c.clone(),
-                deps: t.deps.iter().map(|&d| d as u32).collect(),
-                inputs,
-                requested: t.requested,
-                weight: prepared.durations.get(t.id.as_str()).copied().unwrap_or(1),
-            }
+        .map(|(i, (t, inputs))| RemoteTask {
+            spec: t.spec.clone(),
+            kind: match t.kind {
+                TaskKind::Group => RemoteKind::Group,
+                TaskKind::Command => RemoteKind::Command,
+                TaskKind::Persistent => RemoteKind::Persistent,
+            },
+            cacheable: t.cacheable,
+            key: prepared.key(i),
+            components: prepared.keys.components[i].clone(),
+            deps: t.deps.iter().map(|&d| d as u32).collect(),
+            inputs,
+            requested: t.requested,
+            weight: prepared.durations.get(t.id.as_str()).copied().unwrap_or(1),
         })
         .collect()
 }
@@ -146,6 +126,7 @@ pub async fn submit(
     tasks: Vec<RemoteTask>,
     options: RunOptionsWire,
     events: mpsc::Sender<RunEvent>,
+    files: &HashSet<String>,
 ) -> anyhow::Result<RemoteOutcome> {
     frame::write_msg(&mut s.send, &ClientMsg::Begin { options, tasks: tasks.len() as u32 }).await?;
     for chunk in tasks.chunks(TASK_CHUNK) {
@@ -167,6 +148,13 @@ pub async fn submit(
         match reply {
             Some(CoordinatorReply::Accepted { run }) => tracing::info!(%run, "run accepted"),
             Some(CoordinatorReply::Event(ev)) => {
+                let ev = match ev {
+                    RunEvent::Verdict { task, mut verdict } => {
+                        filter_verdict(&mut verdict, files);
+                        RunEvent::Verdict { task, verdict }
+                    }
+                    other => other,
+                };
                 let _ = events.send(ev).await;
             }
             Some(CoordinatorReply::Artifact(a)) => artifacts.push(a),
@@ -194,4 +182,30 @@ pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet
         })
         .map(|t| t.spec.id.clone())
         .collect()
+}
+
+/// The coordinator names every lookup under the exec root that found nothing; an undeclared
+/// input is one that exists in this workspace. Paths that do not are dropped (a verdict left
+/// with none is `proven-complete`).
+pub fn filter_verdict(v: &mut prova_protocol::events::Verdict, files: &HashSet<String>) {
+    use prova_protocol::events::Verdict;
+    if let Verdict::UndeclaredInputs { paths, traced: true } = v {
+        paths.retain(|p| files.contains(p));
+        if paths.is_empty() {
+            *v = Verdict::ProvenComplete;
+        }
+    }
+}
+
+/// [`filter_verdict`] over a summary, then whether the run is green recomputed.
+pub fn filter_verdicts(s: &mut RunSummary, files: &HashSet<String>) {
+    for t in &mut s.tasks {
+        for v in &mut t.verdicts {
+            filter_verdict(v, files);
+        }
+    }
+    let tasks_ok =
+        s.tasks.iter().all(|t| t.status == prova_protocol::events::TaskStatus::Succeeded);
+    let proofs_ok = s.tasks.iter().all(|t| !t.verdicts.iter().any(|v| v.fails()));
+    s.ok = tasks_ok && proofs_ok && !s.interrupted;
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{self, IsTerminal, Write};
 
 use prova_protocol::TaskId;
-use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus};
+use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus, Verdict};
 
 use crate::args::OutputMode;
 
@@ -92,6 +92,11 @@ impl<W: Write> Renderer<W> {
                     self.lines(&r.task, format!("{line}\n").as_bytes())?;
                 }
             }
+            RunEvent::Verdict { task, verdict } => {
+                if let Some(text) = verdict_lines(verdict, self.style.color) {
+                    self.lines(task, text.as_bytes())?;
+                }
+            }
             RunEvent::Notice { task, level, message } => {
                 let tag = match level {
                     NoticeLevel::Info => self.paint("2", "note"),
@@ -137,6 +142,80 @@ impl<W: Write> Renderer<W> {
     pub fn style(&self) -> Style {
         self.style
     }
+}
+
+/// How a verdict reads in the stream (`None`: not worth a line, e.g. a hit not verified).
+pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
+    let paint =
+        |code: &str, s: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() };
+    let text = match v {
+        Verdict::ProvenDeterministic { rerun_worker, single_machine } => {
+            let where_ = match (rerun_worker, single_machine) {
+                (_, true) => "single machine".to_owned(),
+                (Some(w), false) => format!("re-run on {w}"),
+                (None, false) => "re-run elsewhere".to_owned(),
+            };
+            format!("{} ({where_})\n", paint("32", "verify: proven deterministic"))
+        }
+        Verdict::Nondeterministic(d) | Verdict::AllowedNondeterministic(d) => {
+            let allowed = matches!(v, Verdict::AllowedNondeterministic(_));
+            let head = if allowed {
+                paint("33", "verify: nondeterministic (allowed by --verify-allow)")
+            } else {
+                paint("31", "verify: NONDETERMINISTIC: the cache would replay one arbitrary output")
+            };
+            let mut s = format!("{head}\n");
+            for (what, list) in
+                [("changed", &d.changed), ("added", &d.added), ("removed", &d.removed)]
+            {
+                if !list.is_empty() {
+                    s.push_str(&format!("  {what}: {}\n", list.join(", ")));
+                }
+            }
+            for f in &d.files {
+                match &f.diff {
+                    Some(diff) => {
+                        for line in diff.lines() {
+                            s.push_str(&format!("    {line}\n"));
+                        }
+                    }
+                    None => s.push_str(&format!(
+                        "    {}: {} → {} bytes, {} → {}\n",
+                        f.path,
+                        f.sizes.0,
+                        f.sizes.1,
+                        f.digests.0.map_or_else(|| "-".to_owned(), |d| d.short()),
+                        f.digests.1.map_or_else(|| "-".to_owned(), |d| d.short())
+                    )),
+                }
+            }
+            if d.single_machine {
+                s.push_str("  (re-run on the same machine)\n");
+            }
+            s
+        }
+        Verdict::RerunFailed { reason } => {
+            format!("{} ({reason})\n", paint("31", "verify: the re-run FAILED"))
+        }
+        Verdict::UndeclaredInputs { paths, traced: true } => {
+            let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
+            for p in paths {
+                s.push_str(&format!("  {p}\n"));
+            }
+            s.push_str("  add them to the task's inputs\n");
+            s
+        }
+        Verdict::UndeclaredInputs { traced: false, .. } => {
+            format!(
+                "{}\n",
+                paint("31", "verify: an undeclared input was read (install strace for the paths)")
+            )
+        }
+        Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
+        Verdict::NoOutputs => "verify: no outputs (nothing to replay but the log)\n".to_owned(),
+        Verdict::NotVerified { .. } => return None,
+    };
+    Some(text)
 }
 
 fn xxhash(s: &str) -> u64 {

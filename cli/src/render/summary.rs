@@ -77,6 +77,7 @@ pub fn text(s: &RunSummary) -> String {
             fmt_ms(c.saved_ms)
         );
     }
+    verify_section(s, &mut out);
     let _ = writeln!(
         out,
         " Time:    {}{}",
@@ -104,5 +105,63 @@ pub fn fmt_ms(ms: u64) -> String {
         format!("{:.2}s", ms as f64 / 1000.0)
     } else {
         format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+/// ` Verify:  12 proven · 1 nondeterministic · 3 n/a · 40 not-verified`, then each failing
+/// proof by task.
+fn verify_section(s: &RunSummary, out: &mut String) {
+    let mut counts: std::collections::BTreeMap<&'static str, usize> =
+        std::collections::BTreeMap::new();
+    let mut any = false;
+    for t in &s.tasks {
+        for v in &t.verdicts {
+            any = true;
+            *counts.entry(v.name()).or_default() += 1;
+        }
+    }
+    if !any {
+        return;
+    }
+    let order = [
+        ("proven-deterministic", "proven deterministic"),
+        ("proven-complete", "inputs complete"),
+        ("nondeterministic", "nondeterministic"),
+        ("rerun-failed", "re-run failed"),
+        ("undeclared-inputs", "undeclared inputs"),
+        ("allowed-nondeterministic", "allowed nondeterministic"),
+        ("no-outputs", "no outputs"),
+        ("not-verified", "not verified"),
+    ];
+    let parts: Vec<String> = order
+        .iter()
+        .filter_map(|(k, label)| counts.get(k).map(|n| format!("{n} {label}")))
+        .collect();
+    let _ = writeln!(out, " Verify:  {}", parts.join(" · "));
+    for t in &s.tasks {
+        for v in t.verdicts.iter().filter(|v| v.fails()) {
+            let detail = match v {
+                prova_protocol::events::Verdict::Nondeterministic(d) => {
+                    let mut all: Vec<&str> = d
+                        .changed
+                        .iter()
+                        .chain(&d.added)
+                        .chain(&d.removed)
+                        .map(String::as_str)
+                        .collect();
+                    all.truncate(5);
+                    format!("changed: {}", all.join(", "))
+                }
+                prova_protocol::events::Verdict::RerunFailed { reason } => reason.clone(),
+                prova_protocol::events::Verdict::UndeclaredInputs { paths, traced: true } => {
+                    paths.join(", ")
+                }
+                prova_protocol::events::Verdict::UndeclaredInputs { traced: false, .. } => {
+                    "install strace for the paths".to_owned()
+                }
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "   ✗ {} — {}: {detail}", t.task, v.name());
+        }
     }
 }

@@ -215,8 +215,10 @@ impl Store {
     /// its reads miss.
     pub fn clean(&mut self) -> Result<(), CacheError> {
         let tx = self.conn_mut().transaction().map_err(sql("begin clean"))?;
-        tx.execute_batch("DELETE FROM entries; DELETE FROM memo; DELETE FROM durations;")
-            .map_err(sql("clean"))?;
+        tx.execute_batch(
+            "DELETE FROM entries; DELETE FROM memo; DELETE FROM durations; DELETE FROM executions;",
+        )
+        .map_err(sql("clean"))?;
         tx.commit().map_err(sql("commit clean"))?;
         for sub in [BLOBS_DIR, TMP_DIR, QUARANTINE_DIR] {
             remove_children_older(&self.dir().join(sub), SystemTime::now(), Duration::ZERO)?;
@@ -261,7 +263,8 @@ impl Store {
             .conn()
             .prepare(
                 "SELECT artifact FROM entries WHERE artifact IS NOT NULL \
-                 UNION SELECT log FROM entries WHERE log IS NOT NULL",
+                 UNION SELECT log FROM entries WHERE log IS NOT NULL \
+                 UNION SELECT artifact FROM executions WHERE artifact IS NOT NULL",
             )
             .map_err(sql("prune"))?;
         let rows =
@@ -321,7 +324,8 @@ fn is_referenced(conn: &Connection, d: &Digest) -> Result<bool, CacheError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM entries WHERE artifact = ?1) \
-             OR EXISTS (SELECT 1 FROM entries WHERE log = ?1)",
+             OR EXISTS (SELECT 1 FROM entries WHERE log = ?1) \
+             OR EXISTS (SELECT 1 FROM executions WHERE artifact = ?1)",
         )
         .map_err(sql("check blob references"))?;
     stmt.query_row([d.0], |r| r.get(0)).map_err(sql("check blob references"))

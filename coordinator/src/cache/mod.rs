@@ -5,6 +5,7 @@
 //! - [`store`]: [`Store`] — opening (layout, pragmas, `quick_check`, migrations) and entries.
 //! - [`blobs`]: blob files: staged writes (temp → fsync → rename), verified reads, quarantine.
 //! - [`memo`]: the file-digest memo and the durations history.
+//! - [`ledger`]: the fingerprint ledger: every execution's fingerprint per key and worker.
 //! - [`maintenance`]: `stats`, `prune` (LRU to a byte bound), `clean`.
 //! - [`schema`]: connection settings, consistency checks, ordered migrations.
 //! - [`thread`]: [`CacheThread`], the one thread per process that owns the `Store`.
@@ -40,6 +41,7 @@
 
 pub mod blobs;
 pub mod error;
+pub mod ledger;
 pub mod maintenance;
 pub mod memo;
 pub mod schema;
@@ -55,6 +57,7 @@ use prova_protocol::Digest;
 
 pub use blobs::MAX_BLOB_READ_BYTES;
 pub use error::CacheError;
+pub use ledger::Execution;
 pub use maintenance::{PruneStats, Stats};
 pub use store::Store;
 pub use thread::{CACHE_QUEUE_CAPACITY, CacheThread};

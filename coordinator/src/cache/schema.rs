@@ -38,10 +38,34 @@ pub struct Migration {
 }
 
 /// Every schema step, oldest first. Append only: a released step is never edited.
-pub const MIGRATIONS: &[Migration] = &[Migration { version: 1, sql: V1 }];
+pub const MIGRATIONS: &[Migration] =
+    &[Migration { version: 1, sql: V1 }, Migration { version: 2, sql: V2 }];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Version 2: the fingerprint ledger (brief §1, proof 3). One row per execution anywhere —
+/// first runs and determinism re-runs, on every worker — with its output fingerprint, so a
+/// key with two fingerprints is a hermeticity defect with its evidence. `artifact` is kept
+/// for re-runs only (the canonical artifact is the entry's), so `prova diff` can show both.
+const V2: &str = "
+CREATE TABLE executions (
+    id          INTEGER PRIMARY KEY,
+    key         BLOB    NOT NULL CHECK (length(key) = 32),
+    task        TEXT    NOT NULL,
+    worker      TEXT    NOT NULL,
+    platform    TEXT    NOT NULL,
+    kind        TEXT    NOT NULL CHECK (kind IN ('run', 'rerun')),
+    ok          INTEGER NOT NULL CHECK (ok IN (0, 1)),
+    fingerprint BLOB    CHECK (fingerprint IS NULL OR length(fingerprint) = 32),
+    manifest    BLOB,
+    artifact    BLOB    CHECK (artifact IS NULL OR length(artifact) = 32),
+    time_ms     INTEGER NOT NULL
+);
+CREATE INDEX executions_by_key ON executions (key, time_ms);
+CREATE INDEX executions_by_task ON executions (task, time_ms);
+CREATE INDEX executions_by_artifact ON executions (artifact) WHERE artifact IS NOT NULL;
+";
 
 /// Version 1. Digests are 32-byte BLOBs; sizes, durations and times are integers (ms since
 /// the Unix epoch for times). `entries` keeps a rowid (its rows carry manifests, too big for a

@@ -21,6 +21,7 @@ use super::server::Shared;
 use crate::cache::{Entry, TRUSTED, UNTRUSTED};
 use crate::keys::PlanKeys;
 use crate::layers::{FarmLayer, LocalLayer};
+use crate::run::VerifyOptions;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
 use crate::run::{
     Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions,
@@ -174,6 +175,13 @@ async fn start(
         options: RunOptions {
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: options.continue_on_failure,
+            verify: VerifyOptions {
+                determinism: options.verify.iter().any(|v| v == "determinism"),
+                inputs: options.verify.iter().any(|v| v == "inputs"),
+                allow: options.verify_allow.iter().cloned().collect(),
+                // The client keeps the undeclared paths that exist in its workspace.
+                workspace_files: None,
+            },
         },
         weights,
         work: Arc::new(FarmSink { farm: shared.farm.clone(), run }),
@@ -189,6 +197,7 @@ async fn start(
             staging: tmp,
         }),
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
+        local_proof_sources: None,
     });
     shared.farm.tell(AttachRun { actor: actor.clone(), run }).await.map_err(|e| e.to_string())?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;

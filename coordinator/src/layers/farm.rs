@@ -8,7 +8,11 @@ use prova_protocol::globs::PathGlobs;
 
 use super::local::{LocalLayer, MAX_LOG_BYTES};
 use super::{CacheLayer, LayerError, LayerFuture, Restored, SaveOutcome, SaveRequest};
-use crate::cache::Entry;
+use std::path::PathBuf;
+
+use prova_protocol::events::FileDivergence;
+
+use crate::cache::{Entry, Execution};
 
 /// A cache layer over the coordinator's store, writing to one trust namespace.
 #[derive(Clone, Debug)]
@@ -67,5 +71,22 @@ impl CacheLayer for FarmLayer {
 
     fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()> {
         Box::pin(self.inner.touch(keys))
+    }
+
+    fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>> {
+        self.inner.entry(key)
+    }
+
+    fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()> {
+        self.inner.record(e, staged)
+    }
+
+    fn diff(
+        &self,
+        first: Digest,
+        rerun: Digest,
+        changed: Vec<String>,
+    ) -> LayerFuture<'_, Vec<FileDivergence>> {
+        self.inner.diff(first, rerun, changed)
     }
 }

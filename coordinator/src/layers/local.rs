@@ -15,7 +15,9 @@ use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::{EntryKind, OutputManifest};
 
 use super::LayerError;
-use crate::cache::{CacheThread, Entry, NewEntry};
+use prova_protocol::events::FileDivergence;
+
+use crate::cache::{CacheThread, Entry, Execution, NewEntry};
 use crate::keys::{KeyComponents, Stamp, digests};
 
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
@@ -253,6 +255,46 @@ impl super::CacheLayer for LocalLayer {
 
     fn touch(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, ()> {
         Box::pin(LocalLayer::touch(self, keys))
+    }
+
+    fn entry(&self, key: Digest) -> super::LayerFuture<'_, Option<Entry>> {
+        let ns = self.namespace.clone();
+        Box::pin(async move { Ok(self.cache.call(move |s| s.get_entry(&ns, &key)).await??) })
+    }
+
+    fn record(&self, e: Execution, staged: Option<PathBuf>) -> super::LayerFuture<'_, ()> {
+        Box::pin(async move {
+            Ok(self
+                .cache
+                .call(move |s| -> Result<(), crate::cache::CacheError> {
+                    if let (Some(path), Some(d)) = (staged, e.artifact) {
+                        s.put_blob_file(&path, Some(&d))?;
+                    }
+                    s.record_execution(&e)
+                })
+                .await??)
+        })
+    }
+
+    fn diff(
+        &self,
+        first: Digest,
+        rerun: Digest,
+        changed: Vec<String>,
+    ) -> super::LayerFuture<'_, Vec<FileDivergence>> {
+        let cache = self.cache.clone();
+        let staging = self.staging.clone();
+        Box::pin(async move {
+            let (a, b) = cache.call(move |s| (s.open_blob(&first), s.open_blob(&rerun))).await?;
+            let (Some(a), Some(b)) = (a?, b?) else {
+                return Err(LayerError::Corrupt(
+                    "an artifact of the comparison is gone".to_owned(),
+                ));
+            };
+            tokio::task::spawn_blocking(move || super::diff::compare(a, b, &changed, &staging))
+                .await
+                .map_err(|e| LayerError::Corrupt(e.to_string()))?
+        })
     }
 }
 

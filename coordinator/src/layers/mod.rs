@@ -1,6 +1,7 @@
 //! The layered cache (brief §6): the [`local`] layer (the workspace's `.prova/cache` or a
 //! shared `--cache-dir`); the farm layer (the coordinator's) sits above it in farm mode.
 
+pub mod diff;
 pub mod farm;
 pub mod local;
 
@@ -14,7 +15,9 @@ use prova_protocol::globs::PathGlobs;
 pub use farm::FarmLayer;
 pub use local::{LocalLayer, Restored, SaveOutcome, SaveRequest};
 
-use crate::cache::Entry;
+use prova_protocol::events::FileDivergence;
+
+use crate::cache::{Entry, Execution};
 
 /// A boxed future of a layer operation.
 pub type LayerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LayerError>> + Send + 'a>>;
@@ -31,6 +34,18 @@ pub trait CacheLayer: Send + Sync + 'static {
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome>;
     /// Marks entries used now (LRU order).
     fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()>;
+    /// The entry filed under `key`, if any.
+    fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>>;
+    /// Records an execution in the fingerprint ledger; a staged artifact (a local re-run's)
+    /// is filed as a blob first so the ledger row can keep it.
+    fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()>;
+    /// What differs in `changed` files between two artifacts (first run, re-run).
+    fn diff(
+        &self,
+        first: Digest,
+        rerun: Digest,
+        changed: Vec<String>,
+    ) -> LayerFuture<'_, Vec<FileDivergence>>;
 }
 
 /// A layer operation failed (distinct from a miss, which is `Ok(None)`).

@@ -1,18 +1,18 @@
 //! The run actor: the kameo shell around [`Scheduler`]. It owns one run: feeds scheduler
 //! events, carries out its commands (restore a hit, or hand the task to a worker; skip;
-//! abort), files entries after successful executions, keeps the attempt → node map (a report
-//! for an attempt it no longer holds is ignored), and reports events and the summary.
+//! abort), keeps the attempt → node map (a report for an attempt it no longer holds is
+//! ignored), and reports events and the summary. Cache restores and saves live in
+//! [`super::cached`]; proofs (`--verify`) in [`super::verify`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_protocol::events::{
-    CacheStatus, NoticeLevel, RunEvent, RunSummary, TaskReport, TaskStatus,
+    CacheStatus, NoticeLevel, RunEvent, RunSummary, TaskReport, TaskStatus, Verdict,
 };
-use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Finished, FromWorker, Placement};
@@ -21,85 +21,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::plan::{RunPlan, TaskKind};
+use super::types::{ExecMode, RunArgs, RunCache, RunOptions};
+use super::verify::Proofs;
 use super::{AssignHints, WorkSink};
-use crate::cache::Entry;
-use crate::keys::PlanKeys;
-use crate::layers::{CacheLayer, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::{Command, Event, Options, Scheduler, SkipReason};
-
-/// Knobs of a run.
-#[derive(Clone, Debug)]
-pub struct RunOptions {
-    /// `-j`.
-    pub concurrency: usize,
-    /// `--continue`.
-    pub continue_on_failure: bool,
-}
-
-/// Whether a run reads and writes the cache (`--force`: write only; `--no-cache`: neither).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CachePolicy {
-    /// Hits are restored.
-    pub read: bool,
-    /// Executions are saved.
-    pub write: bool,
-}
-
-/// The cache side of a run.
-pub struct RunCache {
-    /// The layer entries come from and go to.
-    pub layer: Arc<dyn CacheLayer>,
-    /// Read/write.
-    pub policy: CachePolicy,
-    /// Every task's key.
-    pub keys: PlanKeys,
-    /// Entries found for cacheable tasks before the run (by node).
-    pub hits: HashMap<usize, Entry>,
-    /// Where workers stage packed artifacts (the cache's `tmp/`).
-    pub staging: PathBuf,
-}
-
-/// Where a run's tasks execute.
-#[derive(Clone, Debug, Default)]
-pub enum ExecMode {
-    /// In the workspace (local mode).
-    #[default]
-    InPlace,
-    /// In exec roots holding only declared inputs and upstream artifacts (the farm; local
-    /// proof runs). `local_source`/`local_blobs`: where a local worker finds the bytes (the
-    /// workspace root and the cache's blob directory); `None` for farm workers, which fetch
-    /// them from the coordinator.
-    ExecRoot {
-        /// The workspace root, for a local worker.
-        local_source: Option<PathBuf>,
-        /// The cache's `blobs/` directory, for a local worker.
-        local_blobs: Option<PathBuf>,
-    },
-}
-
-/// What a run actor is built from.
-pub struct RunArgs {
-    /// The resolved tasks.
-    pub plan: RunPlan,
-    /// Knobs.
-    pub options: RunOptions,
-    /// Estimated durations for the critical path, by task (ms).
-    pub weights: Vec<u64>,
-    /// Where assignments go.
-    pub work: Arc<dyn WorkSink>,
-    /// Which worker the sink reaches (for reports).
-    pub worker: WorkerId,
-    /// Where run events go (bounded).
-    pub events: mpsc::Sender<RunEvent>,
-    /// Receives the summary when the run is over.
-    pub done: oneshot::Sender<RunSummary>,
-    /// First attempt id to hand out (distinct per run on a shared worker).
-    pub first_attempt: u64,
-    /// The cache, unless the run has none.
-    pub cache: Option<RunCache>,
-    /// Where tasks execute.
-    pub exec: ExecMode,
-}
 
 /// Stop the run: abort running tasks, skip the rest.
 #[derive(Debug)]
@@ -109,50 +34,48 @@ pub struct Interrupt;
 #[derive(Debug)]
 pub struct Begin;
 
-/// A restore finished.
-struct RestoreDone {
-    node: usize,
-    /// The entry's artifact (downstream exec roots unpack it).
-    artifact: Option<(Digest, u64)>,
-    /// The entry's recorded execution time: what the hit saved.
-    saved_ms: u64,
-    result: Result<Option<Restored>, String>,
-}
-
-/// A save finished.
-struct SaveDone {
-    node: usize,
-    result: Result<SaveOutcome, String>,
-    finished: Box<Finished>,
+/// What an attempt is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// The task's execution (its outputs are the canonical ones).
+    Primary,
+    /// A determinism re-run: compared, never saved.
+    Rerun,
 }
 
 /// The run actor.
 pub struct RunActor {
-    plan: RunPlan,
-    sched: Scheduler,
-    work: Arc<dyn WorkSink>,
-    worker: WorkerId,
-    events: mpsc::Sender<RunEvent>,
+    pub(super) plan: RunPlan,
+    pub(super) sched: Scheduler,
+    pub(super) work: Arc<dyn WorkSink>,
+    pub(super) worker: WorkerId,
+    pub(super) events: mpsc::Sender<RunEvent>,
     done: Option<oneshot::Sender<RunSummary>>,
     started: Instant,
     next_attempt: u64,
-    attempts: HashMap<AttemptId, usize>,
-    live: Vec<Option<AttemptId>>,
-    reports: Vec<Option<TaskReport>>,
+    pub(super) attempts: HashMap<AttemptId, (usize, Purpose)>,
+    pub(super) live: Vec<Option<AttemptId>>,
+    pub(super) reports: Vec<Option<TaskReport>>,
     stopping: Vec<bool>,
     /// Persistent nodes whose worker reported them ready.
     ready: Vec<bool>,
-    interrupted: bool,
-    cache: Option<RunCache>,
-    /// Restores and saves in flight, by node (aborted if the actor stops).
-    side: HashMap<usize, OwnedTask<()>>,
+    pub(super) interrupted: bool,
+    pub(super) cache: Option<RunCache>,
+    pub(super) options: RunOptions,
+    /// Restores, saves and proof steps in flight, by node (aborted if the actor stops).
+    pub(super) side: HashMap<usize, OwnedTask<()>>,
     /// Keys of hits, touched in one batch at the end.
-    hit_keys: Vec<Digest>,
-    exec: ExecMode,
+    pub(super) hit_keys: Vec<Digest>,
+    pub(super) exec: ExecMode,
     /// Each node's artifact once known (hit or save): what downstream exec roots unpack.
-    artifacts: Vec<Option<(Digest, u64)>>,
+    pub(super) artifacts: Vec<Option<(Digest, u64)>>,
     /// Where each node's last attempt ran (farm reports say; local mode is one worker).
-    ran_on: Vec<Option<WorkerId>>,
+    pub(super) ran_on: Vec<Option<WorkerId>>,
+    /// Proof state (`--verify`).
+    pub(super) proofs: Proofs,
+    /// The scheduler finished (`ok`) while proofs were still running.
+    deferred_done: Option<bool>,
+    pub(super) local_proof_sources: Option<(PathBuf, PathBuf)>,
 }
 
 impl Actor for RunActor {
@@ -172,6 +95,7 @@ impl Actor for RunActor {
             },
         );
         let n = args.plan.tasks.len();
+        let max_reruns = args.options.concurrency.clamp(1, 64);
         Ok(Self {
             plan: args.plan,
             sched,
@@ -188,18 +112,22 @@ impl Actor for RunActor {
             ready: vec![false; n],
             interrupted: false,
             cache: args.cache,
+            options: args.options,
             side: HashMap::new(),
             hit_keys: Vec::new(),
             exec: args.exec,
             artifacts: vec![None; n],
             ran_on: vec![None; n],
+            proofs: Proofs::new(n, max_reruns),
+            deferred_done: None,
+            local_proof_sources: args.local_proof_sources,
         })
     }
 }
 
 impl RunActor {
-    async fn feed(&mut self, event: Event, ctx: &mut Context<Self, ()>) {
-        let mut queue = std::collections::VecDeque::from([event]);
+    pub(super) async fn feed(&mut self, event: Event, ctx: &mut Context<Self, ()>) {
+        let mut queue = VecDeque::from([event]);
         while let Some(ev) = queue.pop_front() {
             let now = self.started.elapsed();
             for cmd in self.sched.handle(now, ev) {
@@ -247,34 +175,50 @@ impl RunActor {
                 None
             }
             Command::Done { ok } => {
-                if let Some(c) = &self.cache
-                    && !self.hit_keys.is_empty()
-                {
-                    let _ = c.layer.touch(std::mem::take(&mut self.hit_keys)).await;
-                }
-                let summary = RunSummary {
-                    ok: ok && !self.interrupted,
-                    interrupted: self.interrupted,
-                    wall_ms: self.started.elapsed().as_millis() as u64,
-                    tasks: self.reports.iter_mut().filter_map(Option::take).collect(),
-                };
-                if let Some(done) = self.done.take() {
-                    let _ = done.send(summary);
-                }
-                ctx.stop();
+                self.deferred_done = Some(ok);
+                self.try_finish_run(ctx).await;
                 None
             }
         }
     }
 
-    fn cacheable(&self, node: usize) -> bool {
+    /// Ends the run once the scheduler is done and no proof is outstanding.
+    pub(super) async fn try_finish_run(&mut self, ctx: &mut Context<Self, ()>) {
+        let Some(ok) = self.deferred_done else { return };
+        if self.proofs.outstanding() > 0 && !self.interrupted {
+            return;
+        }
+        if let Some(c) = &self.cache
+            && !self.hit_keys.is_empty()
+        {
+            let _ = c.layer.touch(std::mem::take(&mut self.hit_keys)).await;
+        }
+        let proofs_ok =
+            self.reports.iter().flatten().all(|r| !r.verdicts.iter().any(Verdict::fails));
+        let summary = RunSummary {
+            ok: ok && proofs_ok && !self.interrupted,
+            interrupted: self.interrupted,
+            wall_ms: self.started.elapsed().as_millis() as u64,
+            tasks: self.reports.iter_mut().filter_map(Option::take).collect(),
+        };
+        if let Some(done) = self.done.take() {
+            let _ = done.send(summary);
+        }
+        ctx.stop();
+    }
+
+    pub(super) fn cacheable(&self, node: usize) -> bool {
         self.plan.tasks[node].cacheable && self.cache.is_some()
+    }
+
+    pub(super) fn writes(&self, node: usize) -> bool {
+        self.cacheable(node) && self.cache.as_ref().is_some_and(|c| c.policy.write)
     }
 
     async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
         let task = &self.plan.tasks[node];
         if task.kind == TaskKind::Group {
-            let r = self.report(
+            let mut r = self.report(
                 node,
                 TaskStatus::Succeeded,
                 CacheStatus::Uncached,
@@ -283,71 +227,86 @@ impl RunActor {
                 ExecStats::default(),
                 None,
             );
+            if self.options.verify.any() {
+                r.verdicts
+                    .push(Verdict::NotVerified { reason: "a group: it runs nothing".to_owned() });
+            }
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
-        if self.cacheable(node)
-            && let Some(c) = &mut self.cache
-            && c.policy.read
-            && let Some(entry) = c.hits.remove(&node)
-        {
-            let layer = c.layer.clone();
-            let saved_ms = entry.duration_ms;
-            let artifact = entry.artifact;
-            let globs = PathGlobs::new(&task.spec.project_dir, &task.spec.outputs)
-                .unwrap_or_else(|_| PathGlobs::empty());
-            let me = ctx.actor_ref().clone();
-            self.side.insert(
-                node,
-                OwnedTask::spawn("run.restore", async move {
-                    let result = layer.restore(entry, globs).await.map_err(|e| e.to_string());
-                    let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
-                }),
-            );
+        if self.start_restore(node, ctx) {
             return None;
         }
-        self.assign(node).await
+        self.assign(node, Purpose::Primary).await
     }
 
-    async fn assign(&mut self, node: usize) -> Option<Event> {
-        let task = &self.plan.tasks[node];
+    /// A fresh attempt id mapped to `node`.
+    pub(super) fn new_attempt(&mut self, node: usize, purpose: Purpose) -> AttemptId {
         let attempt = AttemptId(self.next_attempt);
         self.next_attempt += 1;
-        self.attempts.insert(attempt, node);
-        self.live[node] = Some(attempt);
+        self.attempts.insert(attempt, (node, purpose));
+        attempt
+    }
+
+    /// The placement of an exec-root attempt of `node` (`local` for a local worker's proof).
+    pub(super) fn exec_root_placement(&self, node: usize) -> Placement {
+        let (local_source, local_blobs) = match (&self.exec, &self.local_proof_sources) {
+            (ExecMode::ExecRoot { local_source, local_blobs }, _) => {
+                (local_source.clone(), local_blobs.clone())
+            }
+            (ExecMode::InPlace, Some((ws, blobs))) => (Some(ws.clone()), Some(blobs.clone())),
+            (ExecMode::InPlace, None) => (Some(self.plan.root.clone()), None),
+        };
+        Placement::ExecRoot {
+            inputs: self.plan.tasks[node].inputs.clone(),
+            upstream: self.upstream_artifacts(node),
+            local_source,
+            local_blobs,
+        }
+    }
+
+    pub(super) async fn assign(&mut self, node: usize, purpose: Purpose) -> Option<Event> {
+        let attempt = self.new_attempt(node, purpose);
+        if purpose == Purpose::Primary {
+            self.live[node] = Some(attempt);
+        }
         let cached = self.cacheable(node);
-        let write = cached && self.cache.as_ref().is_some_and(|c| c.policy.write);
+        let write = self.writes(node);
         let farm = self.farm_worker();
-        let pack_to = match (&self.cache, write && !farm) {
+        // An input-completeness proof runs the task's own execution in an exec root with only
+        // its declared inputs, traced.
+        let traced = purpose == Purpose::Primary && cached && self.options.verify.inputs;
+        let in_place =
+            matches!(self.exec, ExecMode::InPlace) && !traced && purpose == Purpose::Primary;
+        let placement = if in_place {
+            Placement::InPlace { workspace_root: self.plan.root.clone() }
+        } else {
+            self.exec_root_placement(node)
+        };
+        let pack_to = match (&self.cache, (write || purpose == Purpose::Rerun) && !farm) {
             (Some(c), true) => {
                 Some(c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())))
             }
             _ => None,
         };
-        let placement = match &self.exec {
-            ExecMode::InPlace => Placement::InPlace { workspace_root: self.plan.root.clone() },
-            ExecMode::ExecRoot { local_source, local_blobs } => Placement::ExecRoot {
-                inputs: task.inputs.clone(),
-                upstream: self.upstream_artifacts(node),
-                local_source: local_source.clone(),
-                local_blobs: local_blobs.clone(),
-            },
-        };
         let assignment = Assignment {
             attempt,
-            spec: task.spec.clone(),
+            spec: self.plan.tasks[node].spec.clone(),
             placement,
-            clean_outputs: cached && matches!(self.exec, ExecMode::InPlace),
+            clean_outputs: cached && in_place,
             // A farm worker always returns its outputs: downstream exec roots need them.
-            collect_outputs: write || farm,
+            collect_outputs: write || farm || purpose == Purpose::Rerun,
             pack_to,
-            perturb: None,
-            trace_reads: false,
+            perturb: (purpose == Purpose::Rerun)
+                .then(|| super::verify::perturbation(attempt, &self.declared_env(node))),
+            trace_reads: traced,
         };
         let hints = AssignHints {
-            priority: self.sched.priority(node),
-            key: self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied()),
-            avoid: None,
+            // A re-run never holds back the critical path.
+            priority: if purpose == Purpose::Rerun { 0 } else { self.sched.priority(node) },
+            // Re-runs must execute: never merged with another run's execution of the key.
+            key: (purpose == Purpose::Primary).then(|| self.key_of(node)).flatten(),
+            avoid: (purpose == Purpose::Rerun).then(|| self.ran_on[node].clone()).flatten(),
             platform: self
                 .cache
                 .as_ref()
@@ -358,6 +317,19 @@ impl RunActor {
             return Some(self.lost(node).await);
         }
         None
+    }
+
+    /// The env names `node` declares (its key folds their values).
+    fn declared_env(&self, node: usize) -> Vec<String> {
+        self.cache
+            .as_ref()
+            .and_then(|c| c.keys.components.get(node))
+            .map(|c| c.env.iter().map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn key_of(&self, node: usize) -> Option<Digest> {
+        self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied())
     }
 
     /// The link is gone: the node fails with a clear note.
@@ -380,7 +352,7 @@ impl RunActor {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn report(
+    pub(super) fn report(
         &self,
         node: usize,
         status: TaskStatus,
@@ -397,19 +369,34 @@ impl RunActor {
             exit,
             attempts,
             stats,
-            key: self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied()),
+            key: self.key_of(node),
             worker: (attempts > 0)
                 .then(|| self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone())),
             note,
+            verdicts: Vec::new(),
         }
     }
 
-    async fn finish(&mut self, node: usize, report: TaskReport) {
+    pub(super) async fn finish(&mut self, node: usize, mut report: TaskReport) {
+        // Verdicts concluded before the final report (the inputs proof) go first.
+        let mut verdicts = self.proofs.take_pending(node);
+        verdicts.append(&mut report.verdicts);
+        report.verdicts = verdicts;
         self.reports[node] = Some(report.clone());
+        let task = report.task.clone();
+        let verdicts = report.verdicts.clone();
         let _ = self.events.send(RunEvent::TaskFinished(report)).await;
+        for verdict in verdicts {
+            let _ = self.events.send(RunEvent::Verdict { task: task.clone(), verdict }).await;
+        }
     }
 
-    async fn notice(&self, node: usize, level: NoticeLevel, message: String) {
+    /// The id the next attempt will get.
+    pub(super) fn peek_attempt(&self) -> AttemptId {
+        AttemptId(self.next_attempt)
+    }
+
+    pub(super) async fn notice(&self, node: usize, level: NoticeLevel, message: String) {
         let task = Some(self.plan.tasks[node].id.clone());
         let _ = self.events.send(RunEvent::Notice { task, level, message }).await;
     }
@@ -419,7 +406,11 @@ impl RunActor {
         f: Box<Finished>,
         ctx: &mut Context<Self, ()>,
     ) -> Option<Event> {
-        let node = self.attempts.remove(&f.attempt)?;
+        let (node, purpose) = self.attempts.remove(&f.attempt)?;
+        if purpose == Purpose::Rerun {
+            self.on_rerun_finished(node, f, ctx).await;
+            return None;
+        }
         self.live[node] = None;
         // Downstream exec roots unpack this artifact whether or not the entry is saved.
         self.artifacts[node] = f.outputs.as_ref().and_then(|o| o.artifact);
@@ -428,78 +419,35 @@ impl RunActor {
             self.notice(node, NoticeLevel::Info, msg).await;
         }
         let status = self.status_of(node, &f.exit);
-        let staged = f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d));
-        let write = self.cacheable(node) && self.cache.as_ref().is_some_and(|c| c.policy.write);
-        if write && status == TaskStatus::Succeeded {
-            let withheld = if let Some(e) = &f.output_error {
-                Some(format!("collecting outputs failed: {e}"))
-            } else if let Some(missing) = f.missing_literals.first() {
-                Some(format!("declared output `{missing}` does not exist"))
-            } else if f.outputs.is_none() {
-                Some("no outputs were collected".to_owned())
-            } else {
-                None
-            };
-            if let Some(reason) = withheld {
-                self.discard_staged(f.attempt);
-                let r = self.report(
-                    node,
-                    status,
-                    CacheStatus::NotSaved { reason },
-                    Some(f.exit.clone()),
-                    f.tries,
-                    f.stats,
-                    None,
-                );
-                self.finish(node, r).await;
-                return Some(Event::Finished { node, ok: true });
-            }
-            let Some(c) = &self.cache else { return None };
-            let Some(outputs) = &f.outputs else { return None };
-            let req = SaveRequest {
-                task: self.plan.tasks[node].id.to_string(),
-                key: c.keys.keys[node],
-                components: c.keys.components[node].clone(),
-                manifest: outputs.manifest.clone(),
-                // A farm worker uploaded the artifact already; locally it is staged.
-                artifact: staged
-                    .map(|d| (d, (!self.farm_worker()).then(|| self.staged_path(f.attempt)))),
-                log: f.log.clone(),
-                duration_ms: f.stats.wall_ms,
-                stamps: c.keys.stamps[node].clone(),
-            };
-            let layer = c.layer.clone();
-            let me = ctx.actor_ref().clone();
-            self.side.insert(
-                node,
-                OwnedTask::spawn("run.save", async move {
-                    let result = layer.save(req).await.map_err(|e| e.to_string());
-                    let _ = me.tell(SaveDone { node, result, finished: f }).await;
-                }),
-            );
-            return None;
+        self.record_primary(node, &f);
+        self.inputs_verdict(node, &f, status).await;
+        if self.writes(node) && status == TaskStatus::Succeeded {
+            return self.start_save(node, f, ctx).await;
         }
         self.discard_staged(f.attempt);
-        let cache = if self.cacheable(node) && write {
+        let cache = if self.writes(node) {
             CacheStatus::NotSaved { reason: f.exit.describe() }
         } else {
             CacheStatus::Uncached
         };
         let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
         let ok = status == TaskStatus::Succeeded;
-        let r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
+        let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
+        if ok && self.options.verify.determinism {
+            r.verdicts.push(self.unprovable(node));
+        }
         self.finish(node, r).await;
         Some(Event::Finished { node, ok })
     }
 
     /// Whether tasks run on farm workers (exec roots fed by the coordinator).
-    fn farm_worker(&self) -> bool {
+    pub(super) fn farm_worker(&self) -> bool {
         matches!(self.exec, ExecMode::ExecRoot { local_source: None, .. })
     }
 
     /// Artifacts of every task `node` depends on, transitively (an exec root holds all the
     /// upstream outputs a task may read), in a stable order.
-    fn upstream_artifacts(&self, node: usize) -> Vec<(Digest, u64)> {
+    pub(super) fn upstream_artifacts(&self, node: usize) -> Vec<(Digest, u64)> {
         let mut seen = vec![false; self.plan.tasks.len()];
         let mut stack = self.plan.tasks[node].deps.clone();
         let mut out = Vec::new();
@@ -544,14 +492,14 @@ impl RunActor {
         }
     }
 
-    fn staged_path(&self, attempt: AttemptId) -> PathBuf {
+    pub(super) fn staged_path(&self, attempt: AttemptId) -> PathBuf {
         match &self.cache {
             Some(c) => c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())),
             None => PathBuf::new(),
         }
     }
 
-    fn discard_staged(&self, attempt: AttemptId) {
+    pub(super) fn discard_staged(&self, attempt: AttemptId) {
         if self.cache.is_some() {
             let _ = std::fs::remove_file(self.staged_path(attempt));
         }
@@ -573,97 +521,10 @@ impl Message<Interrupt> for RunActor {
     async fn handle(&mut self, _: Interrupt, ctx: &mut Context<Self, Self::Reply>) {
         if !self.interrupted {
             self.interrupted = true;
+            self.cancel_reruns().await;
             self.feed(Event::Interrupt, ctx).await;
+            self.try_finish_run(ctx).await;
         }
-    }
-}
-
-impl Message<RestoreDone> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: RestoreDone, ctx: &mut Context<Self, Self::Reply>) {
-        let node = msg.node;
-        self.side.remove(&node);
-        if self.interrupted {
-            let r = self.report(
-                node,
-                TaskStatus::Aborted,
-                CacheStatus::Uncached,
-                None,
-                0,
-                ExecStats::default(),
-                None,
-            );
-            self.finish(node, r).await;
-            self.feed(Event::Finished { node, ok: false }, ctx).await;
-            return;
-        }
-        match msg.result {
-            Ok(Some(restored)) => {
-                self.artifacts[node] = msg.artifact;
-                let task = self.plan.tasks[node].id.clone();
-                if !restored.log.is_empty() {
-                    let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
-                }
-                let saved_ms = msg.saved_ms;
-                let key = self.cache.as_ref().map(|c| c.keys.keys[node]);
-                if let Some(k) = key {
-                    self.hit_keys.push(k);
-                }
-                let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
-                let cache = CacheStatus::Hit { layer, saved_ms };
-                let r = self.report(
-                    node,
-                    TaskStatus::Succeeded,
-                    cache,
-                    None,
-                    0,
-                    ExecStats::default(),
-                    None,
-                );
-                self.finish(node, r).await;
-                self.feed(Event::Finished { node, ok: true }, ctx).await;
-            }
-            other => {
-                let why = match other {
-                    Err(e) => format!("the cache entry could not be restored ({e}); running the task"),
-                    _ => "the cache entry's artifact is missing or corrupt (quarantined); running the task".to_owned(),
-                };
-                self.notice(node, NoticeLevel::Warn, why).await;
-                if let Some(ev) = self.assign(node).await {
-                    self.feed(ev, ctx).await;
-                }
-            }
-        }
-    }
-}
-
-impl Message<SaveDone> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
-        let node = msg.node;
-        self.side.remove(&node);
-        let cache = match msg.result {
-            Ok(SaveOutcome::Saved) => CacheStatus::Saved,
-            Ok(SaveOutcome::Withheld(reason)) => CacheStatus::NotSaved { reason },
-            Err(e) => {
-                self.discard_staged(msg.finished.attempt);
-                CacheStatus::NotSaved { reason: format!("saving failed: {e}") }
-            }
-        };
-        let f = msg.finished;
-        let r = self.report(
-            node,
-            TaskStatus::Succeeded,
-            cache,
-            Some(f.exit.clone()),
-            f.tries,
-            f.stats,
-            None,
-        );
-        self.finish(node, r).await;
-        self.feed(Event::Finished { node, ok: true }, ctx).await;
     }
 }
 
@@ -685,8 +546,11 @@ impl Message<FromFarm> for RunActor {
             | FromWorker::Ready { attempt } => *attempt,
             FromWorker::Finished(f) => f.attempt,
         };
-        if let Some(&node) = self.attempts.get(&attempt) {
-            self.ran_on[node] = Some(m.worker);
+        if let Some(&(node, purpose)) = self.attempts.get(&attempt) {
+            match purpose {
+                Purpose::Primary => self.ran_on[node] = Some(m.worker),
+                Purpose::Rerun => self.proofs.set_rerun_worker(node, m.worker),
+            }
         }
         <Self as Message<FromWorker>>::handle(self, m.msg, ctx).await;
     }
@@ -696,11 +560,16 @@ impl Message<FromWorker> for RunActor {
     type Reply = ();
 
     async fn handle(&mut self, msg: FromWorker, ctx: &mut Context<Self, Self::Reply>) {
+        // A re-run's output is not the task's: it is compared, never shown.
+        let primary = |a: &AttemptId, s: &Self| match s.attempts.get(a) {
+            Some(&(node, Purpose::Primary)) => Some(node),
+            _ => None,
+        };
         match msg {
             FromWorker::Started { attempt, try_no } => {
-                if let Some(&node) = self.attempts.get(&attempt) {
+                if let Some(node) = primary(&attempt, self) {
                     let task = self.plan.tasks[node].id.clone();
-                    let worker = self.worker.clone();
+                    let worker = self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone());
                     let _ = self
                         .events
                         .send(RunEvent::TaskStarted { task, attempt: try_no, worker })
@@ -708,13 +577,13 @@ impl Message<FromWorker> for RunActor {
                 }
             }
             FromWorker::Output { attempt, text } => {
-                if let Some(&node) = self.attempts.get(&attempt) {
+                if let Some(node) = primary(&attempt, self) {
                     let task = self.plan.tasks[node].id.clone();
                     let _ = self.events.send(RunEvent::Output { task, text }).await;
                 }
             }
             FromWorker::Ready { attempt } => {
-                if let Some(&node) = self.attempts.get(&attempt) {
+                if let Some(node) = primary(&attempt, self) {
                     self.ready[node] = true;
                     let task = self.plan.tasks[node].id.clone();
                     let _ = self.events.send(RunEvent::TaskReady { task }).await;

@@ -1,12 +1,20 @@
 //! Running a plan: the per-run scheduler actor and the link to workers.
 //!
 //! - [`plan`]: graph → resolved specs ([`RunPlan`]).
+//! - [`types`]: what a run is built from ([`RunArgs`], [`RunOptions`], [`VerifyOptions`],
+//!   [`CachePolicy`], [`ExecMode`]).
 //! - [`actor`]: [`RunActor`], the kameo shell around the sans-IO scheduler core: it carries
 //!   out dispatch/skip/abort commands, sends assignments down a [`WorkSink`], turns worker
 //!   reports into run events, and returns a `RunSummary`.
+//! - `cached`: restoring hits and filing executions through the run's cache layer.
+//! - `verify`: the proofs (`--verify`): inputs from a traced exec-root execution,
+//!   determinism from a perturbed re-run elsewhere, every execution into the ledger.
 
 pub mod actor;
+mod cached;
 pub mod plan;
+pub mod types;
+mod verify;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,8 +23,10 @@ use prova_protocol::AttemptId;
 use prova_protocol::work::{Assignment, ToWorker};
 use tokio::sync::mpsc;
 
-pub use actor::{Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions};
+pub use actor::{Begin, FromFarm, Interrupt, RunActor};
 pub use plan::{PlannedTask, RunPlan, TaskKind};
+pub use types::{CachePolicy, ExecMode, RunArgs, RunCache, RunOptions, VerifyOptions};
+pub use verify::perturbation;
 
 /// The link is gone: the worker (or the farm dispatcher) stopped.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,180 @@
+//! The fingerprint ledger (brief §1, proof 3): every execution of every key — first runs and
+//! determinism re-runs, on every worker — with its output fingerprint. One key with two
+//! fingerprints is a hermeticity defect; one key whose executions disagree on success is
+//! flaky. Bounded: the oldest rows go beyond [`LEDGER_MAX_ROWS`].
+
+use prova_protocol::Digest;
+use rusqlite::{OptionalExtension, params};
+
+use super::error::{CacheError, sql};
+use super::store::Store;
+
+/// Rows kept; older ones are dropped on insert (a ledger is evidence of recent behaviour).
+pub const LEDGER_MAX_ROWS: i64 = 200_000;
+
+/// One execution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Execution {
+    /// The task's key.
+    pub key: Digest,
+    /// `project#task`.
+    pub task: String,
+    /// Where it ran (`local` on a developer machine).
+    pub worker: String,
+    /// `os/arch`.
+    pub platform: String,
+    /// A first run, or a determinism re-run.
+    pub rerun: bool,
+    /// Whether it exited 0.
+    pub ok: bool,
+    /// Its output fingerprint (successful executions).
+    pub fingerprint: Option<Digest>,
+    /// Its output manifest, rmp-encoded (successful executions).
+    pub manifest: Option<Vec<u8>>,
+    /// Its artifact, kept for re-runs (so both sides of a divergence can be shown).
+    pub artifact: Option<Digest>,
+    /// When (ms since the epoch).
+    pub time_ms: i64,
+}
+
+impl Store {
+    /// Records one execution.
+    pub fn record_execution(&mut self, e: &Execution) -> Result<(), CacheError> {
+        let tx = self.conn_mut().transaction().map_err(sql("record execution"))?;
+        tx.execute(
+            "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                e.key.0,
+                e.task,
+                e.worker,
+                e.platform,
+                if e.rerun { "rerun" } else { "run" },
+                i64::from(e.ok),
+                e.fingerprint.map(|d| d.0),
+                e.manifest,
+                e.artifact.map(|d| d.0),
+                e.time_ms
+            ],
+        )
+        .map_err(sql("record execution"))?;
+        tx.execute(
+            "DELETE FROM executions WHERE id <= (SELECT max(id) FROM executions) - ?1",
+            [LEDGER_MAX_ROWS],
+        )
+        .map_err(sql("trim the ledger"))?;
+        tx.commit().map_err(sql("record execution"))
+    }
+
+    /// Every execution of `key`, oldest first.
+    pub fn executions_of(&self, key: &Digest) -> Result<Vec<Execution>, CacheError> {
+        self.select_executions("WHERE key = ?1 ORDER BY time_ms, id", params![key.0])
+    }
+
+    /// The keys whose executions disagree (two successful fingerprints, or success and
+    /// failure), newest first, at most `limit`.
+    pub fn disagreeing_keys(&self, limit: usize) -> Result<Vec<Digest>, CacheError> {
+        let mut stmt = self
+            .conn()
+            .prepare(
+                "SELECT key FROM executions GROUP BY key \
+                 HAVING count(DISTINCT fingerprint) > 1 OR count(DISTINCT ok) > 1 \
+                 ORDER BY max(time_ms) DESC LIMIT ?1",
+            )
+            .map_err(sql("disagreeing keys"))?;
+        let rows = stmt
+            .query_map([limit as i64], |r| r.get::<_, [u8; 32]>(0).map(Digest))
+            .map_err(sql("disagreeing keys"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("disagreeing keys"))
+    }
+
+    /// The newest key of `task` whose executions disagree on the fingerprint.
+    pub fn latest_divergent_key(&self, task: &str) -> Result<Option<Digest>, CacheError> {
+        self.conn()
+            .query_row(
+                "SELECT key FROM executions WHERE task = ?1 GROUP BY key \
+                 HAVING count(DISTINCT fingerprint) > 1 ORDER BY max(time_ms) DESC LIMIT 1",
+                [task],
+                |r| r.get::<_, [u8; 32]>(0).map(Digest),
+            )
+            .optional()
+            .map_err(sql("latest divergence"))
+    }
+
+    /// How many distinct workers produced `fingerprint` for `key`.
+    pub fn agreeing_workers(&self, key: &Digest, fingerprint: &Digest) -> Result<u64, CacheError> {
+        self.conn()
+            .query_row(
+                "SELECT count(DISTINCT worker) FROM executions WHERE key = ?1 AND fingerprint = ?2 AND ok = 1",
+                params![key.0, fingerprint.0],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+            .map_err(sql("agreeing workers"))
+    }
+
+    fn select_executions(
+        &self,
+        tail: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<Execution>, CacheError> {
+        let q = format!(
+            "SELECT key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms FROM executions {tail}"
+        );
+        let mut stmt = self.conn().prepare(&q).map_err(sql("read the ledger"))?;
+        let rows = stmt
+            .query_map(args, |r| {
+                Ok(Execution {
+                    key: Digest(r.get(0)?),
+                    task: r.get(1)?,
+                    worker: r.get(2)?,
+                    platform: r.get(3)?,
+                    rerun: r.get::<_, String>(4)? == "rerun",
+                    ok: r.get::<_, i64>(5)? == 1,
+                    fingerprint: r.get::<_, Option<[u8; 32]>>(6)?.map(Digest),
+                    manifest: r.get(7)?,
+                    artifact: r.get::<_, Option<[u8; 32]>>(8)?.map(Digest),
+                    time_ms: r.get(9)?,
+                })
+            })
+            .map_err(sql("read the ledger"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("read the ledger"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(key: &[u8], worker: &str, fp: Option<&[u8]>, ok: bool, t: i64) -> Execution {
+        Execution {
+            key: Digest::of(key),
+            task: "a#build".into(),
+            worker: worker.into(),
+            platform: "linux/x86_64".into(),
+            rerun: false,
+            ok,
+            fingerprint: fp.map(Digest::of),
+            manifest: None,
+            artifact: None,
+            time_ms: t,
+        }
+    }
+
+    #[test]
+    fn disagreement_and_agreement() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.record_execution(&exec(b"k1", "w1", Some(b"f"), true, 1)).unwrap();
+        s.record_execution(&exec(b"k1", "w2", Some(b"f"), true, 2)).unwrap();
+        s.record_execution(&exec(b"k2", "w1", Some(b"f"), true, 3)).unwrap();
+        s.record_execution(&exec(b"k2", "w2", Some(b"g"), true, 4)).unwrap();
+        s.record_execution(&exec(b"k3", "w1", None, false, 5)).unwrap();
+        s.record_execution(&exec(b"k3", "w1", Some(b"f"), true, 6)).unwrap();
+        assert_eq!(s.disagreeing_keys(10).unwrap(), vec![Digest::of(b"k3"), Digest::of(b"k2")]);
+        assert_eq!(s.agreeing_workers(&Digest::of(b"k1"), &Digest::of(b"f")).unwrap(), 2);
+        assert_eq!(s.agreeing_workers(&Digest::of(b"k2"), &Digest::of(b"f")).unwrap(), 1);
+        assert_eq!(s.latest_divergent_key("a#build").unwrap(), Some(Digest::of(b"k2")));
+        assert_eq!(s.executions_of(&Digest::of(b"k2")).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,241 @@
+//! The cache side of a run: restoring a hit instead of running the task, and filing an
+//! execution's outputs (or withholding them, with the reason).
+
+use kameo::prelude::*;
+use prova_protocol::Digest;
+use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus, Verdict};
+use prova_protocol::globs::PathGlobs;
+use prova_protocol::spec::ExecStats;
+use prova_protocol::task::OwnedTask;
+use prova_protocol::work::Finished;
+
+use super::actor::{Purpose, RunActor};
+use super::types::ExecMode;
+use crate::layers::{Restored, SaveOutcome, SaveRequest};
+use crate::scheduler::core::Event;
+
+/// A restore finished.
+pub(super) struct RestoreDone {
+    node: usize,
+    /// The entry's artifact (downstream exec roots unpack it).
+    artifact: Option<(Digest, u64)>,
+    /// The entry's recorded execution time: what the hit saved.
+    saved_ms: u64,
+    result: Result<Option<Restored>, String>,
+}
+
+/// A save finished.
+pub(super) struct SaveDone {
+    node: usize,
+    result: Result<SaveOutcome, String>,
+    finished: Box<Finished>,
+}
+
+impl RunActor {
+    fn output_globs(&self, node: usize) -> PathGlobs {
+        let spec = &self.plan.tasks[node].spec;
+        PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty())
+    }
+
+    /// Starts restoring `node` from its hit, if it has one; `false` when it must run.
+    pub(super) fn start_restore(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> bool {
+        if !self.cacheable(node) {
+            return false;
+        }
+        let globs = self.output_globs(node);
+        let Some(c) = &mut self.cache else { return false };
+        if !c.policy.read {
+            return false;
+        }
+        let Some(entry) = c.hits.remove(&node) else { return false };
+        let layer = c.layer.clone();
+        let (saved_ms, artifact) = (entry.duration_ms, entry.artifact);
+        let me = ctx.actor_ref().clone();
+        self.side.insert(
+            node,
+            OwnedTask::spawn("run.restore", async move {
+                let result = layer.restore(entry, globs).await.map_err(|e| e.to_string());
+                let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
+            }),
+        );
+        true
+    }
+
+    /// Files a successful execution (unless its outputs disqualify it); the task is reported
+    /// when the save completes.
+    pub(super) async fn start_save(
+        &mut self,
+        node: usize,
+        f: Box<Finished>,
+        ctx: &mut Context<Self, ()>,
+    ) -> Option<Event> {
+        let withheld = if let Some(e) = &f.output_error {
+            Some(format!("collecting outputs failed: {e}"))
+        } else if let Some(missing) = f.missing_literals.first() {
+            Some(format!("declared output `{missing}` does not exist"))
+        } else if f.outputs.is_none() {
+            Some("no outputs were collected".to_owned())
+        } else {
+            None
+        };
+        if let Some(reason) = withheld {
+            self.discard_staged(f.attempt);
+            let mut r = self.report(
+                node,
+                TaskStatus::Succeeded,
+                CacheStatus::NotSaved { reason: reason.clone() },
+                Some(f.exit.clone()),
+                f.tries,
+                f.stats,
+                None,
+            );
+            if self.options.verify.determinism {
+                r.verdicts.push(Verdict::NotVerified {
+                    reason: format!("not saved ({reason}): nothing to prove"),
+                });
+            }
+            self.finish(node, r).await;
+            return Some(Event::Finished { node, ok: true });
+        }
+        let farm = self.farm_worker();
+        // A local task that ran in an exec root (an inputs proof) must also appear in the
+        // workspace: what runs after it in place reads its outputs there.
+        let restore_into_workspace =
+            !farm && matches!(self.exec, ExecMode::InPlace) && self.options.verify.inputs;
+        let globs = self.output_globs(node);
+        let staged_path = self.staged_path(f.attempt);
+        let (Some(c), Some(outputs)) = (&self.cache, &f.outputs) else { return None };
+        let staged = outputs.artifact.map(|(d, _)| d);
+        let req = SaveRequest {
+            task: self.plan.tasks[node].id.to_string(),
+            key: c.keys.keys[node],
+            components: c.keys.components[node].clone(),
+            manifest: outputs.manifest.clone(),
+            // A farm worker uploaded the artifact already; locally it is staged.
+            artifact: staged.map(|d| (d, (!farm).then_some(staged_path))),
+            log: f.log.clone(),
+            duration_ms: f.stats.wall_ms,
+            // An exec-root execution read copies taken at materialisation, not the workspace.
+            stamps: if restore_into_workspace { Vec::new() } else { c.keys.stamps[node].clone() },
+        };
+        let key = req.key;
+        let layer = c.layer.clone();
+        let me = ctx.actor_ref().clone();
+        self.side.insert(
+            node,
+            OwnedTask::spawn("run.save", async move {
+                let mut result = layer.save(req).await.map_err(|e| e.to_string());
+                if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
+                    let restored = match layer.entry(key).await {
+                        Ok(Some(entry)) => {
+                            layer.restore(entry, globs).await.map_err(|e| e.to_string())
+                        }
+                        Ok(None) => Err("the entry vanished after saving".to_owned()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(e) = restored {
+                        result =
+                            Err(format!("restoring the outputs into the workspace failed: {e}"));
+                    }
+                }
+                let _ = me.tell(SaveDone { node, result, finished: f }).await;
+            }),
+        );
+        None
+    }
+}
+
+impl Message<RestoreDone> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: RestoreDone, ctx: &mut Context<Self, Self::Reply>) {
+        let node = msg.node;
+        self.side.remove(&node);
+        if self.interrupted {
+            let r = self.report(
+                node,
+                TaskStatus::Aborted,
+                CacheStatus::Uncached,
+                None,
+                0,
+                ExecStats::default(),
+                None,
+            );
+            self.finish(node, r).await;
+            self.feed(Event::Finished { node, ok: false }, ctx).await;
+            return;
+        }
+        match msg.result {
+            Ok(Some(restored)) => {
+                self.artifacts[node] = msg.artifact;
+                let task = self.plan.tasks[node].id.clone();
+                if !restored.log.is_empty() {
+                    let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
+                }
+                if let Some(k) = self.key_of(node) {
+                    self.hit_keys.push(k);
+                }
+                let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
+                let cache = CacheStatus::Hit { layer, saved_ms: msg.saved_ms };
+                let mut r = self.report(
+                    node,
+                    TaskStatus::Succeeded,
+                    cache,
+                    None,
+                    0,
+                    ExecStats::default(),
+                    None,
+                );
+                if self.options.verify.any() {
+                    let reason =
+                        "a cache hit: it did not run (--force re-executes to verify)".to_owned();
+                    r.verdicts.push(Verdict::NotVerified { reason });
+                }
+                self.finish(node, r).await;
+                self.feed(Event::Finished { node, ok: true }, ctx).await;
+            }
+            other => {
+                let why = match other {
+                    Err(e) => format!("the cache entry could not be restored ({e}); running the task"),
+                    _ => "the cache entry's artifact is missing or corrupt (quarantined); running the task".to_owned(),
+                };
+                self.notice(node, NoticeLevel::Warn, why).await;
+                if let Some(ev) = self.assign(node, Purpose::Primary).await {
+                    self.feed(ev, ctx).await;
+                }
+            }
+        }
+    }
+}
+
+impl Message<SaveDone> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
+        let node = msg.node;
+        self.side.remove(&node);
+        let (cache, saved) = match msg.result {
+            Ok(SaveOutcome::Saved) => (CacheStatus::Saved, true),
+            Ok(SaveOutcome::Withheld(reason)) => (CacheStatus::NotSaved { reason }, false),
+            Err(e) => {
+                self.discard_staged(msg.finished.attempt);
+                (CacheStatus::NotSaved { reason: format!("saving failed: {e}") }, false)
+            }
+        };
+        let f = msg.finished;
+        let mut r = self.report(
+            node,
+            TaskStatus::Succeeded,
+            cache.clone(),
+            Some(f.exit.clone()),
+            f.tries,
+            f.stats,
+            None,
+        );
+        if let Some(v) = self.after_save(node, &f, saved, &cache).await {
+            r.verdicts.push(v);
+        }
+        self.finish(node, r).await;
+        self.feed(Event::Finished { node, ok: true }, ctx).await;
+    }
+}

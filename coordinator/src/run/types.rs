@@ -1,0 +1,114 @@
+//! What a run is built from: knobs, cache policy, where tasks execute, what to prove.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use prova_protocol::events::{RunEvent, RunSummary};
+use prova_protocol::{TaskId, WorkerId};
+use tokio::sync::{mpsc, oneshot};
+
+use super::WorkSink;
+use super::plan::RunPlan;
+use crate::cache::Entry;
+use crate::keys::PlanKeys;
+use crate::layers::CacheLayer;
+
+/// Knobs of a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `-j`.
+    pub concurrency: usize,
+    /// `--continue`.
+    pub continue_on_failure: bool,
+    /// `--verify`.
+    pub verify: VerifyOptions,
+}
+
+/// What a run proves about the tasks it executes (`--verify`, brief §1).
+#[derive(Clone, Debug, Default)]
+pub struct VerifyOptions {
+    /// Re-run each executed task elsewhere, perturbed, and compare outputs by content.
+    pub determinism: bool,
+    /// Run each task with only its declared inputs present and name what else it read.
+    pub inputs: bool,
+    /// Tasks whose divergence is reported but does not fail the run (`--verify-allow`).
+    pub allow: BTreeSet<TaskId>,
+    /// The workspace's files: an undeclared read only counts when the path exists there.
+    /// `None` on a coordinator (the client filters the paths it receives).
+    pub workspace_files: Option<Arc<HashSet<String>>>,
+}
+
+impl VerifyOptions {
+    /// Whether any proof is asked for.
+    pub fn any(&self) -> bool {
+        self.determinism || self.inputs
+    }
+}
+
+/// Whether a run reads and writes the cache (`--force`: write only; `--no-cache`: neither).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// Hits are restored.
+    pub read: bool,
+    /// Executions are saved.
+    pub write: bool,
+}
+
+/// The cache side of a run.
+pub struct RunCache {
+    /// The layer entries come from and go to.
+    pub layer: Arc<dyn CacheLayer>,
+    /// Read/write.
+    pub policy: CachePolicy,
+    /// Every task's key.
+    pub keys: PlanKeys,
+    /// Entries found for cacheable tasks before the run (by node).
+    pub hits: HashMap<usize, Entry>,
+    /// Where workers stage packed artifacts (the cache's `tmp/`).
+    pub staging: PathBuf,
+}
+
+/// Where a run's tasks execute.
+#[derive(Clone, Debug, Default)]
+pub enum ExecMode {
+    /// In the workspace (local mode).
+    #[default]
+    InPlace,
+    /// In exec roots holding only declared inputs and upstream artifacts (the farm; local
+    /// proof runs). `local_source`/`local_blobs`: where a local worker finds the bytes (the
+    /// workspace root and the cache's blob directory); `None` for farm workers, which fetch
+    /// them from the coordinator.
+    ExecRoot {
+        /// The workspace root, for a local worker.
+        local_source: Option<PathBuf>,
+        /// The cache's `blobs/` directory, for a local worker.
+        local_blobs: Option<PathBuf>,
+    },
+}
+
+/// What a run actor is built from.
+pub struct RunArgs {
+    /// The resolved tasks.
+    pub plan: RunPlan,
+    /// Knobs.
+    pub options: RunOptions,
+    /// Estimated durations for the critical path, by task (ms).
+    pub weights: Vec<u64>,
+    /// Where assignments go.
+    pub work: Arc<dyn WorkSink>,
+    /// Which worker the sink reaches (for reports).
+    pub worker: WorkerId,
+    /// Where run events go (bounded).
+    pub events: mpsc::Sender<RunEvent>,
+    /// Receives the summary when the run is over.
+    pub done: oneshot::Sender<RunSummary>,
+    /// First attempt id to hand out (distinct per run on a shared worker).
+    pub first_attempt: u64,
+    /// The cache, unless the run has none.
+    pub cache: Option<RunCache>,
+    /// Where tasks execute.
+    pub exec: ExecMode,
+    /// Where a local worker's proofs find the workspace and the cache's blobs (local mode).
+    pub local_proof_sources: Option<(PathBuf, PathBuf)>,
+}
