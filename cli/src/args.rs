@@ -45,6 +45,24 @@ pub enum Command {
     /// Ask a farm about itself.
     #[command(subcommand)]
     Farm(FarmCommand),
+    /// Keys whose executions disagree (two output fingerprints, or flaky), with the files.
+    Hermeticity(HermeticityArgs),
+    /// Show how a task's last two executions differed (a failed determinism proof).
+    Diff(TaskArgs),
+}
+
+/// `prova hermeticity`.
+#[derive(Debug, Args)]
+pub struct HermeticityArgs {
+    /// Ask a farm instead of the local ledger.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// The local cache (without --remote).
+    #[command(flatten)]
+    pub cache: CacheDirArgs,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `prova certs ...`.

@@ -9,14 +9,23 @@
 //!   merged [`workspace::TaskDef`]s — and [`workspace::Workspace::load`].
 //! - [`graph`]: `project#task` nodes and edges; selection (`--all`, `-p`, `--filter`,
 //!   `--affected`); cycle detection; dot/JSON rendering.
+//! - [`inputs`]: the workspace file list (git or a walk) and each task's inputs.
+//! - [`keys`]: file digests through the stat memo, and every task's key (`prova_protocol::key`).
+//! - [`prepare`]: everything before the first task: plan, inputs, digests, keys.
+//! - [`cache`]: the store (SQLite index, blob files, memo, durations, fingerprint ledger) and
+//!   its owner thread.
+//! - [`layers`]: the cache layers a run uses: local (restore into the workspace) and farm.
 //! - [`scheduler`]: the sans-IO scheduling core (`(now, event) -> commands`).
-//! - [`run`]: a run's plan (resolved specs) and the run actor that drives the scheduler.
-//! - [`cache`]: the local cache store (SQLite index, blob files, memo) and its owner thread.
+//! - [`run`]: a run's plan, the run actor that drives the scheduler, cache steps and proofs.
+//! - [`hermeticity`]: the hermeticity report from the fingerprint ledger.
+//! - [`farm`]: the farm: sans-IO placement and leases, the farm actor, the QUIC server and
+//!   its worker and client sessions.
 
 pub mod cache;
 pub mod config;
 pub mod farm;
 pub mod graph;
+pub mod hermeticity;
 pub mod inputs;
 pub mod keys;
 pub mod layers;

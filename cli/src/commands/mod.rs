@@ -8,6 +8,7 @@ pub mod daemons;
 pub mod farm;
 pub mod graph;
 pub mod inspect;
+pub mod proofs;
 pub mod run;
 
 use crate::args::{Cli, Command};
@@ -29,5 +30,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         Command::Coordinator(args) => daemons::coordinator(args),
         Command::Worker(args) => daemons::worker(args),
         Command::Farm(cmd) => farm::farm(cmd),
+        Command::Hermeticity(args) => proofs::hermeticity(&start, args),
+        Command::Diff(args) => proofs::diff(&start, args),
     }
 }

@@ -113,6 +113,36 @@ impl Store {
             .map_err(sql("agreeing workers"))
     }
 
+    /// Moves the entry of `key` from namespace `from` to `to` (promotion to the trusted tier);
+    /// `false` when there was nothing to move. An entry already in `to` wins.
+    pub fn promote(&mut self, key: &Digest, from: &str, to: &str) -> Result<bool, CacheError> {
+        let tx = self.conn_mut().transaction().map_err(sql("promote"))?;
+        let exists: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM entries WHERE namespace = ?1 AND key = ?2)",
+                params![to, key.0],
+                |r| r.get(0),
+            )
+            .map_err(sql("promote"))?;
+        let moved = if exists {
+            tx.execute(
+                "DELETE FROM entries WHERE namespace = ?1 AND key = ?2",
+                params![from, key.0],
+            )
+            .map_err(sql("promote"))?;
+            false
+        } else {
+            tx.execute(
+                "UPDATE entries SET namespace = ?1 WHERE namespace = ?2 AND key = ?3",
+                params![to, from, key.0],
+            )
+            .map_err(sql("promote"))?
+                > 0
+        };
+        tx.commit().map_err(sql("promote"))?;
+        Ok(moved)
+    }
+
     fn select_executions(
         &self,
         tail: &str,
@@ -176,5 +206,30 @@ mod tests {
         assert_eq!(s.agreeing_workers(&Digest::of(b"k2"), &Digest::of(b"f")).unwrap(), 1);
         assert_eq!(s.latest_divergent_key("a#build").unwrap(), Some(Digest::of(b"k2")));
         assert_eq!(s.executions_of(&Digest::of(b"k2")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn promotion_moves_an_entry_between_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let key = Digest::of(b"k");
+        s.put_entry(&crate::cache::NewEntry {
+            namespace: "pending".into(),
+            key,
+            task: "a#b".into(),
+            artifact: None,
+            log: None,
+            manifest: vec![],
+            components: vec![],
+            fingerprint: None,
+            duration_ms: 1,
+            created_ms: 1,
+        })
+        .unwrap();
+        assert!(s.get_entry("", &key).unwrap().is_none());
+        assert!(s.promote(&key, "pending", "").unwrap());
+        assert!(s.get_entry("", &key).unwrap().is_some());
+        assert!(s.get_entry("pending", &key).unwrap().is_none());
+        assert!(!s.promote(&key, "pending", "").unwrap());
     }
 }

@@ -73,6 +73,9 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 
 /// The namespace of trusted entries (brief §8: written by `ci`, or by anyone locally).
 pub const TRUSTED: &str = "";
+/// The namespace of trusted-run entries waiting for a second worker to agree on their
+/// fingerprint (`--trust=proven`): served to nobody until promoted.
+pub const PENDING: &str = "pending";
 /// The namespace of entries from untrusted writers (pull requests); trusted readers never see
 /// them.
 pub const UNTRUSTED: &str = "untrusted";

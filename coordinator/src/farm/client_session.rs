@@ -29,6 +29,8 @@ use crate::run::{
 
 /// Replies queued for a client: events of a busy run wait here, then hold the run back.
 pub const CLIENT_QUEUE: usize = 1024;
+/// Keys a hermeticity report lists at most (newest first).
+pub const HERMETICITY_LIMIT: usize = 500;
 /// The most tasks one run may submit.
 pub const MAX_TASKS: u32 = 1_000_000;
 /// Concurrency a farm run asks of the scheduler: placement, not the run, bounds real
@@ -127,7 +129,15 @@ pub async fn run(
                 Err(e) => CoordinatorReply::Error { message: e.to_string() },
             },
             ClientMsg::Hermeticity => {
-                CoordinatorReply::Error { message: "this coordinator keeps no ledger".to_owned() }
+                match shared.store.call(|s| crate::hermeticity::report(s, HERMETICITY_LIMIT)).await
+                {
+                    Ok(Ok(r)) => match serde_json::to_string(&r) {
+                        Ok(json) => CoordinatorReply::Hermeticity(json),
+                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+                    },
+                    Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
+                    Err(e) => CoordinatorReply::Error { message: e.to_string() },
+                }
             }
         };
         if tx.send(reply).await.is_err() {
@@ -165,7 +175,13 @@ async fn start(
     let hits =
         if policy.read { probe(shared, namespace, &plan, &keys).await? } else { HashMap::new() };
     let tmp: PathBuf = shared.tmp.clone();
-    let layer = FarmLayer::new(LocalLayer::new(shared.store.clone(), namespace, &tmp));
+    let inner = LocalLayer::new(shared.store.clone(), namespace, &tmp);
+    // Under --trust=proven a trusted run's entries wait for a second worker's agreement.
+    let layer = if shared.trust_proven && namespace == TRUSTED {
+        FarmLayer::proven(inner, TRUSTED)
+    } else {
+        FarmLayer::new(inner)
+    };
     let run = shared.farm.ask(NewRunId).await.map_err(|e| e.to_string())?;
     let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
     let (done_tx, done_rx) = oneshot::channel();

@@ -12,18 +12,58 @@ use std::path::PathBuf;
 
 use prova_protocol::events::FileDivergence;
 
-use crate::cache::{Entry, Execution};
+use crate::cache::{Entry, Execution, PENDING};
 
 /// A cache layer over the coordinator's store, writing to one trust namespace.
 #[derive(Clone, Debug)]
 pub struct FarmLayer {
     inner: LocalLayer,
+    /// `--trust=proven`: a trusted entry waits in [`PENDING`] until two workers agree on
+    /// its fingerprint.
+    promote: Option<String>,
 }
 
 impl FarmLayer {
-    /// The layer writing to `namespace` of the coordinator's store.
+    /// The layer writing to `inner`'s namespace of the coordinator's store.
     pub fn new(inner: LocalLayer) -> Self {
-        Self { inner }
+        Self { inner, promote: None }
+    }
+
+    /// The layer for a trusted run under `--trust=proven`: entries go to [`PENDING`] and are
+    /// promoted to `trusted` once two workers agree on the fingerprint.
+    pub fn proven(inner: LocalLayer, trusted: &str) -> Self {
+        Self { inner, promote: Some(trusted.to_owned()) }
+    }
+
+    async fn save_entry(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
+        let Some(trusted) = &self.promote else { return self.inner.save(req).await };
+        let (key, fp) = (req.key, req.manifest.fingerprint());
+        let agreeing = self.inner.cache().call(move |s| s.agreeing_workers(&key, &fp)).await??;
+        let ns = if agreeing >= 2 { trusted.clone() } else { PENDING.to_owned() };
+        self.inner.save_to(ns, req).await
+    }
+
+    async fn record_and_promote(
+        &self,
+        e: Execution,
+        staged: Option<PathBuf>,
+    ) -> Result<(), LayerError> {
+        let (key, fp, ok) = (e.key, e.fingerprint, e.ok);
+        self.inner.record(e, staged).await?;
+        if let (Some(trusted), Some(fp), true) = (self.promote.clone(), fp, ok) {
+            self.inner
+                .cache()
+                .call(move |s| -> Result<(), crate::cache::CacheError> {
+                    if s.agreeing_workers(&key, &fp)? >= 2
+                        && s.get_entry(PENDING, &key)?.is_some_and(|e| e.fingerprint == Some(fp))
+                    {
+                        s.promote(&key, PENDING, &trusted)?;
+                    }
+                    Ok(())
+                })
+                .await??;
+        }
+        Ok(())
     }
 
     async fn restore_entry(&self, entry: Entry) -> Result<Option<Restored>, LayerError> {
@@ -66,7 +106,7 @@ impl CacheLayer for FarmLayer {
     }
 
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome> {
-        Box::pin(self.inner.save(req))
+        Box::pin(self.save_entry(req))
     }
 
     fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()> {
@@ -78,7 +118,7 @@ impl CacheLayer for FarmLayer {
     }
 
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()> {
-        self.inner.record(e, staged)
+        Box::pin(self.record_and_promote(e, staged))
     }
 
     fn diff(

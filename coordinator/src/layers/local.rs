@@ -162,6 +162,12 @@ impl LocalLayer {
 
     /// Files an entry, unless an input changed while the task ran (then it is withheld).
     pub async fn save(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
+        let ns = self.namespace.clone();
+        self.save_to(ns, req).await
+    }
+
+    /// [`save`](Self::save) into namespace `ns`.
+    pub async fn save_to(&self, ns: String, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
         let root = self.root.clone();
         let stamps = req.stamps;
         let changed = tokio::task::spawn_blocking(move || {
@@ -187,7 +193,6 @@ impl LocalLayer {
                     .map_err(|e| LayerError::Corrupt(e.to_string()))?,
             )
         };
-        let ns = self.namespace.clone();
         let fingerprint = Some(req.manifest.fingerprint());
         let (task, key, duration_ms, artifact) = (req.task, req.key, req.duration_ms, req.artifact);
         self.cache

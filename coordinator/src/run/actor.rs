@@ -193,6 +193,7 @@ impl RunActor {
         {
             let _ = c.layer.touch(std::mem::take(&mut self.hit_keys)).await;
         }
+        self.proofs.drain().await;
         let proofs_ok =
             self.reports.iter().flatten().all(|r| !r.verdicts.iter().any(Verdict::fails));
         let summary = RunSummary {

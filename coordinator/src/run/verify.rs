@@ -20,6 +20,9 @@ use super::plan::TaskKind;
 use crate::cache::Execution;
 use crate::layers::local::now_ms;
 
+/// How long the end of a run waits for its ledger writes.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The first execution of a task, as the determinism proof compares against it.
 #[derive(Clone, Debug)]
 struct Primary {
@@ -69,6 +72,20 @@ impl Proofs {
     /// Verdicts waiting for `node`'s final report.
     pub(super) fn take_pending(&mut self, node: usize) -> Vec<Verdict> {
         std::mem::take(&mut self.pending[node])
+    }
+
+    /// Waits (bounded) for ledger writes and comparisons still running: the run's summary
+    /// must not outlive its evidence, and the actor's stop would abort them.
+    pub(super) async fn drain(&mut self) {
+        let tasks = std::mem::take(&mut self.background);
+        let all = async {
+            for t in tasks {
+                let _ = t.join().await;
+            }
+        };
+        if tokio::time::timeout(DRAIN_TIMEOUT, all).await.is_err() {
+            tracing::warn!("ledger writes did not finish within {DRAIN_TIMEOUT:?}");
+        }
     }
 
     fn spawn(

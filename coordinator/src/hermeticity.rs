@@ -1,0 +1,120 @@
+//! The hermeticity report (`prova hermeticity`): from the fingerprint ledger, every key whose
+//! executions disagree — two output fingerprints (nondeterministic) or success and failure
+//! (flaky) — with the workers on each side and the files that differ.
+
+use std::collections::BTreeMap;
+
+use prova_protocol::Digest;
+use prova_protocol::manifest::OutputManifest;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{CacheError, Store};
+
+/// The report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HermeticityReport {
+    /// Keys whose executions disagree, newest first.
+    pub keys: Vec<KeyReport>,
+}
+
+/// One key's executions, grouped by outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyReport {
+    /// The key.
+    pub key: Digest,
+    /// `project#task`.
+    pub task: String,
+    /// Successful executions by fingerprint.
+    pub fingerprints: Vec<FingerprintGroup>,
+    /// Workers where it failed with this key.
+    pub failed_on: Vec<String>,
+    /// The same key both succeeded and failed.
+    pub flaky: bool,
+    /// Two or more fingerprints: its bytes vary.
+    pub nondeterministic: bool,
+    /// Files that differ between the first two fingerprints.
+    pub changed: Vec<String>,
+    /// Files only the second has.
+    pub added: Vec<String>,
+    /// Files only the first has.
+    pub removed: Vec<String>,
+}
+
+/// The executions that produced one fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FingerprintGroup {
+    /// The output fingerprint.
+    pub fingerprint: Digest,
+    /// Workers that produced it.
+    pub workers: Vec<String>,
+    /// How many executions.
+    pub executions: usize,
+    /// Platforms seen.
+    pub platforms: Vec<String>,
+}
+
+/// Builds the report from `store`'s ledger (at most `limit` keys).
+pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheError> {
+    let mut keys = Vec::new();
+    for key in store.disagreeing_keys(limit)? {
+        let execs = store.executions_of(&key)?;
+        let Some(first) = execs.first() else { continue };
+        let mut groups: BTreeMap<Digest, (FingerprintGroup, Option<Vec<u8>>, i64)> =
+            BTreeMap::new();
+        let mut failed_on = Vec::new();
+        for e in &execs {
+            match (e.ok, e.fingerprint) {
+                (true, Some(fp)) => {
+                    let g = groups.entry(fp).or_insert_with(|| {
+                        let group = FingerprintGroup {
+                            fingerprint: fp,
+                            workers: Vec::new(),
+                            executions: 0,
+                            platforms: Vec::new(),
+                        };
+                        (group, e.manifest.clone(), e.time_ms)
+                    });
+                    g.0.executions += 1;
+                    if !g.0.workers.contains(&e.worker) {
+                        g.0.workers.push(e.worker.clone());
+                    }
+                    if !g.0.platforms.contains(&e.platform) {
+                        g.0.platforms.push(e.platform.clone());
+                    }
+                }
+                _ => {
+                    if !failed_on.contains(&e.worker) {
+                        failed_on.push(e.worker.clone());
+                    }
+                }
+            }
+        }
+        let mut ordered: Vec<(FingerprintGroup, Option<Vec<u8>>, i64)> =
+            groups.into_values().collect();
+        ordered.sort_by_key(|(_, _, t)| *t);
+        let (mut changed, mut added, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+        if let [a, b, ..] = ordered.as_slice()
+            && let (Some(ma), Some(mb)) = (decode(&a.1), decode(&b.1))
+        {
+            let d = ma.diff(&mb);
+            (changed, added, removed) = (d.changed, d.added, d.removed);
+        }
+        let nondeterministic = ordered.len() > 1;
+        keys.push(KeyReport {
+            key,
+            task: first.task.clone(),
+            flaky: !failed_on.is_empty() && !ordered.is_empty(),
+            nondeterministic,
+            fingerprints: ordered.into_iter().map(|(g, _, _)| g).collect(),
+            failed_on,
+            changed,
+            added,
+            removed,
+        });
+    }
+    Ok(HermeticityReport { keys })
+}
+
+fn decode(bytes: &Option<Vec<u8>>) -> Option<OutputManifest> {
+    bytes.as_ref().and_then(|b| rmp_serde::from_slice(b).ok())
+}
