@@ -56,6 +56,9 @@ pub struct Prepared {
     pub stats: KeyStats,
     /// The workspace's files (an undeclared read only counts when the path exists).
     pub files: std::sync::Arc<FileList>,
+    /// Each task's input rules, by task id: for the local layer's recheck before a save
+    /// ([`crate::layers::LocalLayer::with_input_scopes`]).
+    pub input_scopes: std::sync::Arc<HashMap<String, inputs::InputScope>>,
 }
 
 impl Prepared {
@@ -134,7 +137,9 @@ pub async fn prepare(
             |e| inputs::files::FilesError::Walk { dir: String::new(), message: e.to_string() },
         )??
     };
+    tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
+    tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
     needed.extend(&sets.fingerprint);
     needed.extend(&sets.workspace);
@@ -154,7 +159,9 @@ pub async fn prepare(
             message: e.to_string(),
         })?
     };
+    tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
     let plan_keys = keys::compute(ws, &plan, &files, &sets, &pass, env);
+    tracing::info!(elapsed = ?started.elapsed(), "keys computed");
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();
         cache.call(move |s| s.memo_store(&scope, &updates)).await??;
@@ -165,7 +172,10 @@ pub async fn prepare(
         memo_hits: pass.memo_hits,
         elapsed_ms: started.elapsed().as_millis() as u64,
     };
+    let input_scopes =
+        std::sync::Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(sets.scopes).collect());
     Ok(Prepared {
+        input_scopes,
         plan,
         keys: plan_keys,
         matched_nothing: sets.matched_nothing,

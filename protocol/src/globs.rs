@@ -4,6 +4,9 @@
 //! outputs) and worker (collecting outputs) match through this one type, so they can never
 //! disagree on what a pattern means.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// A glob that does not compile, or that tries to leave the workspace.
@@ -25,58 +28,72 @@ pub enum GlobError {
 }
 
 /// A compiled set of include and exclude patterns, matched against workspace-relative paths
-/// (`/`-separated, no leading `/`).
+/// (`/`-separated, no leading `/`). Project-relative patterns are compiled once per distinct
+/// pattern list and matched against the path relative to the project, so a thousand projects
+/// sharing `["src/**"]` share one compiled set (globset compilation builds regexes: it is the
+/// expensive part).
 #[derive(Clone, Debug)]
 pub struct PathGlobs {
-    include: GlobSet,
-    exclude: GlobSet,
+    base: String,
+    compiled: Arc<Compiled>,
     /// Workspace-relative directories under which every include lies (the literal prefix of
     /// each pattern): where a walk has to look.
     roots: Vec<String>,
     /// Includes that are plain paths with no metacharacter, workspace-relative.
     literals: Vec<String>,
+}
+
+/// The base-independent part: compiled sets and per-pattern facts.
+#[derive(Debug)]
+struct Compiled {
+    include_proj: GlobSet,
+    include_ws: GlobSet,
+    exclude_proj: GlobSet,
+    exclude_ws: GlobSet,
+    /// (workspace-relative?, pattern without `//`, literal?) of each include.
+    includes: Vec<(bool, String, bool)>,
     patterns: Vec<String>,
+}
+
+/// Distinct pattern lists kept compiled; beyond this the cache starts over (a bound, not a
+/// working-set size: real workspaces have a few dozen distinct lists).
+const CACHE_CAP: usize = 4096;
+
+fn cache() -> &'static Mutex<HashMap<Vec<String>, Arc<Compiled>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, Arc<Compiled>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl PathGlobs {
     /// Compiles `patterns` as written in the config of a project at `project_dir`
     /// (workspace-relative, `""` for the workspace root).
     pub fn new(project_dir: &str, patterns: &[String]) -> Result<Self, GlobError> {
-        let mut include = GlobSetBuilder::new();
-        let mut exclude = GlobSetBuilder::new();
+        let compiled = {
+            let hit = cache().lock().ok().and_then(|c| c.get(patterns).cloned());
+            match hit {
+                Some(c) => c,
+                None => {
+                    let c = Arc::new(Compiled::new(patterns)?);
+                    if let Ok(mut map) = cache().lock() {
+                        if map.len() >= CACHE_CAP {
+                            map.clear();
+                        }
+                        map.insert(patterns.to_vec(), c.clone());
+                    }
+                    c
+                }
+            }
+        };
         let mut roots = Vec::new();
         let mut literals = Vec::new();
-        for raw in patterns {
-            let (negated, body) = match raw.strip_prefix('!') {
-                Some(rest) => (true, rest),
-                None => (false, raw.as_str()),
-            };
-            let full = anchor(project_dir, body).ok_or_else(|| GlobError::Escapes(raw.clone()))?;
-            let glob = compile(&full)
-                .map_err(|reason| GlobError::Invalid { pattern: raw.clone(), reason })?;
-            if negated {
-                exclude.add(glob);
-            } else {
-                // `dist` as an output means the directory and everything in it.
-                if !has_meta(&full) {
-                    literals.push(full.clone());
-                    include.add(
-                        compile(&format!("{full}/**")).map_err(|reason| GlobError::Invalid {
-                            pattern: raw.clone(),
-                            reason,
-                        })?,
-                    );
-                }
-                roots.push(literal_prefix(&full));
-                include.add(glob);
+        for (ws, rel, literal) in &compiled.includes {
+            let full = if *ws { rel.clone() } else { join_rel(project_dir, rel) };
+            if *literal {
+                literals.push(full.clone());
             }
+            let prefix = literal_prefix(rel);
+            roots.push(if *ws { prefix } else { join_rel(project_dir, &prefix) });
         }
-        let build = |b: GlobSetBuilder| {
-            b.build().map_err(|e| GlobError::Invalid {
-                pattern: patterns.join(", "),
-                reason: e.to_string(),
-            })
-        };
         roots.sort();
         roots.dedup();
         // Drop roots nested in another root.
@@ -86,34 +103,45 @@ impl PathGlobs {
                 kept.push(r);
             }
         }
-        Ok(Self {
-            include: build(include)?,
-            exclude: build(exclude)?,
-            roots: kept,
-            literals,
-            patterns: patterns.to_vec(),
-        })
+        Ok(Self { base: project_dir.to_owned(), compiled, roots: kept, literals })
     }
 
     /// A set that matches nothing.
     pub fn empty() -> Self {
         Self {
-            include: GlobSet::empty(),
-            exclude: GlobSet::empty(),
+            base: String::new(),
+            compiled: Arc::new(Compiled {
+                include_proj: GlobSet::empty(),
+                include_ws: GlobSet::empty(),
+                exclude_proj: GlobSet::empty(),
+                exclude_ws: GlobSet::empty(),
+                includes: Vec::new(),
+                patterns: Vec::new(),
+            }),
             roots: Vec::new(),
             literals: Vec::new(),
-            patterns: Vec::new(),
         }
     }
 
     /// Whether the workspace-relative `path` is selected.
     pub fn is_match(&self, path: &str) -> bool {
-        self.include.is_match(path) && !self.exclude.is_match(path)
+        let c = &self.compiled;
+        let rel = if self.base.is_empty() {
+            Some(path)
+        } else if path == self.base {
+            Some("")
+        } else {
+            path.strip_prefix(self.base.as_str()).and_then(|r| r.strip_prefix('/'))
+        };
+        let included =
+            rel.is_some_and(|r| c.include_proj.is_match(r)) || c.include_ws.is_match(path);
+        included
+            && !(rel.is_some_and(|r| c.exclude_proj.is_match(r)) || c.exclude_ws.is_match(path))
     }
 
     /// Whether no include pattern was given.
     pub fn is_empty(&self) -> bool {
-        self.include.is_empty()
+        self.compiled.includes.is_empty()
     }
 
     /// Workspace-relative directories (or files) under which every match lies; `""` means the
@@ -129,7 +157,57 @@ impl PathGlobs {
 
     /// The patterns as written.
     pub fn patterns(&self) -> &[String] {
-        &self.patterns
+        &self.compiled.patterns
+    }
+}
+
+impl Compiled {
+    fn new(patterns: &[String]) -> Result<Self, GlobError> {
+        let mut sets = [
+            GlobSetBuilder::new(),
+            GlobSetBuilder::new(),
+            GlobSetBuilder::new(),
+            GlobSetBuilder::new(),
+        ];
+        let mut includes = Vec::new();
+        for raw in patterns {
+            let (negated, body) = match raw.strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, raw.as_str()),
+            };
+            let (ws, rel) = normalise(body).ok_or_else(|| GlobError::Escapes(raw.clone()))?;
+            let invalid = |reason| GlobError::Invalid { pattern: raw.clone(), reason };
+            let slot = match (negated, ws) {
+                (false, false) => 0,
+                (false, true) => 1,
+                (true, false) => 2,
+                (true, true) => 3,
+            };
+            sets[slot].add(compile(&rel).map_err(invalid)?);
+            if !negated {
+                let literal = !has_meta(&rel) && rel != "**";
+                if literal {
+                    // `dist` as an output means the directory and everything in it.
+                    sets[slot].add(compile(&format!("{rel}/**")).map_err(invalid)?);
+                }
+                includes.push((ws, rel, literal));
+            }
+        }
+        let build = |b: GlobSetBuilder| {
+            b.build().map_err(|e| GlobError::Invalid {
+                pattern: patterns.join(", "),
+                reason: e.to_string(),
+            })
+        };
+        let [a, b, c, d] = sets;
+        Ok(Self {
+            include_proj: build(a)?,
+            include_ws: build(b)?,
+            exclude_proj: build(c)?,
+            exclude_ws: build(d)?,
+            includes,
+            patterns: patterns.to_vec(),
+        })
     }
 }
 
@@ -158,23 +236,21 @@ pub fn is_clean_relative(path: &str) -> bool {
         && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
-fn anchor(project_dir: &str, body: &str) -> Option<String> {
-    let (base, rel) = match body.strip_prefix("//") {
-        Some(rest) => ("", rest),
-        None => (project_dir, body),
+/// Splits a pattern into (workspace-relative?, the pattern relative to its base); `None` when
+/// it leaves the workspace. An empty pattern (or `.`) means everything under the base.
+fn normalise(body: &str) -> Option<(bool, String)> {
+    let (ws, rel) = match body.strip_prefix("//") {
+        Some(rest) => (true, rest),
+        None => (false, body),
     };
     let rel = rel.trim_start_matches("./").trim_end_matches('/');
     if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
         return None;
     }
     if rel.is_empty() || rel == "." {
-        return Some(if base.is_empty() {
-            "**".to_owned()
-        } else {
-            format!("{}/**", globset::escape(base))
-        });
+        return Some((ws, "**".to_owned()));
     }
-    Some(if base.is_empty() { rel.to_owned() } else { format!("{}/{rel}", globset::escape(base)) })
+    Some((ws, rel.to_owned()))
 }
 
 fn compile(pattern: &str) -> Result<Glob, String> {

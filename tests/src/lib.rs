@@ -10,6 +10,8 @@
 //!   code, stdout, stderr, the parsed `--json` events and summary) and [`Running`] (a `prova`
 //!   still running: its stdout line by line, signals).
 //! - [`procs`]: whether a process, or any member of a process group, is still alive.
+//! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
+//!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //!
 //! # How the binary is found
 //! `env!("CARGO_BIN_EXE_prova")` only exists in integration tests of the package that owns the
@@ -42,6 +44,7 @@
 //!   orphan is re-parented to PID 1, which in some containers never reaps it, and a zombie
 //!   still answers `kill(pid, 0)`. A zombie counts as gone.
 
+pub mod cache;
 pub mod locate;
 pub mod procs;
 pub mod run;

@@ -381,6 +381,58 @@ impl Output {
         report["status"].as_str().unwrap_or_else(|| panic!("{task} has no status\n{self}")).into()
     }
 
+    /// The `cache` outcome of `task` in the summary: `hit`, `saved`, `not_saved` or
+    /// `uncached`.
+    #[track_caller]
+    pub fn cache_of(&self, task: &str) -> String {
+        let report = self.report(task);
+        report["cache"]["cache"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{task} has no cache outcome\n{self}"))
+            .into()
+    }
+
+    /// Why `task`'s entry was not saved (the `not_saved` reason); panics if it was not
+    /// `not_saved`.
+    #[track_caller]
+    pub fn not_saved_reason(&self, task: &str) -> String {
+        let report = self.report(task);
+        assert_eq!(report["cache"]["cache"], "not_saved", "{task}\n{self}");
+        report["cache"]["reason"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{task}: not_saved without a reason\n{self}"))
+            .into()
+    }
+
+    /// The summary line's key-pass counters (`--json`): `files`, `hashed`, `memo_hits`, ….
+    #[track_caller]
+    pub fn key_stats(&self) -> Value {
+        let last = self.json_lines().pop().unwrap_or_else(|| panic!("no output\n{self}"));
+        assert_eq!(last["event"], "summary", "the last line is not the summary\n{self}");
+        last["keys"].clone()
+    }
+
+    /// Everything `task` printed (`--json` `output` events, in order), logs replayed from
+    /// the cache included.
+    #[track_caller]
+    pub fn output_of(&self, task: &str) -> String {
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "output" && e["task"] == task)
+            .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// The `--json` notices (`warn` or `info`) about `task`, as `level: message`.
+    #[track_caller]
+    pub fn notices_of(&self, task: &str) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "notice" && e["task"] == task)
+            .map(|e| format!("{}: {}", e["level"].as_str().unwrap_or("?"), e["message"]))
+            .collect()
+    }
+
     /// The stdout lines of `task` in prefixed mode (`task | line`), prefixes removed.
     pub fn task_lines(&self, task: &str) -> Vec<String> {
         self.stdout

@@ -22,7 +22,9 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     let start = start
         .canonicalize()
         .with_context(|| format!("cannot use directory {}", start.display()))?;
+    let t = std::time::Instant::now();
     let ws = Workspace::load(&start)?;
+    tracing::info!(elapsed = ?t.elapsed(), projects = ws.projects.len(), "workspace loaded");
     let full = graph::build_graph(&ws)?;
     let cwd = start.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("").to_owned();
     let projects = if sel.all {
@@ -38,6 +40,7 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     };
     let selection = Selection { tasks: sel.tasks.clone(), projects, cwd };
     let graph = graph::select(&ws, &full, &selection)?;
+    tracing::info!(elapsed = ?t.elapsed(), tasks = graph.len(), "graph selected");
     Ok(Loaded { ws, graph })
 }
 

@@ -70,7 +70,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
         }
-        let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root);
+        let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
+            .with_input_scopes(prepared.input_scopes.clone());
         let hits = if policy.read { probe(&layer, &prepared).await? } else { HashMap::new() };
         if args.dry_run {
             common::print(&dry_run(&graph, &prepared, &hits, args.json))?;
@@ -82,6 +83,17 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             let _ = tx
                 .send(RunEvent::Notice { task: Some(id.clone()), level: NoticeLevel::Warn, message: message.to_owned() })
                 .await;
+        }
+        // Without the sandbox a local re-run cannot change the hostname or the user id: a
+        // task reading them would be "proven" silently (brief §7: say so plainly).
+        if let prova_worker::sandbox::SandboxStatus::Unavailable { reason } = &sandbox
+            && options.verify.determinism
+            && args.remote.remote.is_none()
+        {
+            let message = format!(
+                "the sandbox cannot run here ({reason}): determinism re-runs cannot change the hostname or the user id, so a task that reads them is not caught"
+            );
+            let _ = tx.send(RunEvent::Notice { task: None, level: NoticeLevel::Warn, message }).await;
         }
         let render = tokio::task::spawn_blocking(move || {
             let mut r = Renderer::new(std::io::stdout().lock(), style);

@@ -330,6 +330,7 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
         }
         planned.push(PlannedTask {
             id: t.spec.id.clone(),
+            project: usize::MAX,
             kind: if t.kind == RemoteKind::Group { TaskKind::Group } else { TaskKind::Command },
             spec: t.spec.clone(),
             cacheable: t.cacheable && t.kind == RemoteKind::Command,

@@ -43,6 +43,8 @@ pub struct FileList {
     files: Vec<String>,
     /// How it was made.
     pub source: Option<Source>,
+    /// Workspace-relative directories listed as git repositories of their own.
+    pub nested_repos: Vec<String>,
 }
 
 impl FileList {
@@ -51,7 +53,7 @@ impl FileList {
         files.sort_unstable();
         files.dedup();
         files.retain(|f| !is_internal(f));
-        Self { files, source: None }
+        Self { files, source: None, nested_repos: Vec::new() }
     }
 
     /// All paths.
@@ -93,19 +95,67 @@ fn is_internal(path: &str) -> bool {
 /// list their files from the outer repository, so each is listed separately.
 pub fn enumerate(root: &Path, nested_repos: &[String]) -> Result<FileList, FilesError> {
     if in_git_work_tree(root) {
-        let mut files = ls_files(root, "")?;
+        let mut files = ls_files(root, "", &[])?;
         for dir in nested_repos {
             files.retain(|f| !prova_protocol::globs::is_within(f, dir));
-            files.extend(ls_files(&root.join(dir), dir)?);
+            files.extend(ls_files(&root.join(dir), dir, &[])?);
         }
         let mut list = FileList::from_paths(files);
         list.source = Some(Source::Git);
+        list.nested_repos = nested_repos.to_vec();
         Ok(list)
     } else {
-        let mut list = FileList::from_paths(walk(root)?);
+        let mut list = FileList::from_paths(walk(root, root)?);
         list.source = Some(Source::Walk);
         Ok(list)
     }
+}
+
+/// The files under `dirs` (workspace-relative directories or files; `""` is the whole
+/// workspace), listed the way [`enumerate`] listed the workspace as `source`: `git ls-files`
+/// limited to those paths, or the same walk started there. For rechecking one task's inputs
+/// after it ran without listing the whole workspace again. Sorted, de-duplicated.
+pub fn enumerate_under(
+    root: &Path,
+    nested_repos: &[String],
+    source: Option<Source>,
+    dirs: &[String],
+) -> Result<Vec<String>, FilesError> {
+    use prova_protocol::globs::is_within;
+    let mut files = Vec::new();
+    if dirs.is_empty() {
+        return Ok(files);
+    }
+    if source == Some(Source::Git) {
+        files = ls_files(root, "", dirs)?;
+        for repo in nested_repos {
+            files.retain(|f| !is_within(f, repo));
+            // The part of the nested repository the paths reach, relative to it.
+            let inner: Vec<String> = dirs
+                .iter()
+                .filter_map(|d| {
+                    if is_within(repo, d) {
+                        Some(String::new())
+                    } else if is_within(d, repo) {
+                        Some(d[repo.len() + 1..].to_owned())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if !inner.is_empty() {
+                files.extend(ls_files(&root.join(repo), repo, &inner)?);
+            }
+        }
+    } else {
+        for dir in dirs {
+            // The whole-workspace walk skips these at any depth below the root; so does this.
+            let skipped =
+                |f: &str| f.split('/').any(|c| c == ".git" || c == ".prova" || c == "node_modules");
+            files.extend(walk(root, &root.join(dir))?.into_iter().filter(|f| !skipped(f)));
+        }
+    }
+    Ok(FileList::from_paths(files).files)
 }
 
 fn in_git_work_tree(root: &Path) -> bool {
@@ -118,22 +168,25 @@ fn in_git_work_tree(root: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn ls_files(dir: &Path, prefix: &str) -> Result<Vec<String>, FilesError> {
+/// `git ls-files` in `dir`, names prefixed with `prefix`; limited to `paths` (relative to
+/// `dir`, taken literally) unless it is empty or holds `""` (everything).
+fn ls_files(dir: &Path, prefix: &str, paths: &[String]) -> Result<Vec<String>, FilesError> {
     let fail = |message: String| FilesError::Git { dir: dir.display().to_string(), message };
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "core.quotepath=off",
-            "ls-files",
-            "-z",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-        ])
-        .output()
-        .map_err(|e| fail(e.to_string()))?;
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir).args([
+        "--literal-pathspecs",
+        "-c",
+        "core.quotepath=off",
+        "ls-files",
+        "-z",
+        "--cached",
+        "--others",
+        "--exclude-standard",
+    ]);
+    if !paths.iter().any(String::is_empty) {
+        cmd.arg("--").args(paths);
+    }
+    let out = cmd.output().map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {
         return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
     }
@@ -147,9 +200,13 @@ fn ls_files(dir: &Path, prefix: &str) -> Result<Vec<String>, FilesError> {
     Ok(files)
 }
 
-fn walk(root: &Path) -> Result<Vec<String>, FilesError> {
+/// The files under `start` (the workspace `root` or a path in it), relative to `root`.
+fn walk(root: &Path, start: &Path) -> Result<Vec<String>, FilesError> {
     let mut files = Vec::new();
-    let walker = ignore::WalkBuilder::new(root)
+    if std::fs::symlink_metadata(start).is_err() {
+        return Ok(files);
+    }
+    let walker = ignore::WalkBuilder::new(start)
         .hidden(false)
         .require_git(false)
         .git_global(false)
@@ -200,5 +257,58 @@ mod tests {
         let l = enumerate(d.path(), &[]).unwrap();
         assert_eq!(l.source, Some(Source::Walk));
         assert_eq!(l.all(), [".gitignore", "p/.env", "p/a.txt"]);
+    }
+
+    fn write(root: &Path, rel: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, rel).unwrap();
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = Command::new("git").arg("-C").arg(dir).args(args).status().unwrap().success();
+        assert!(ok, "git {args:?} in {}", dir.display());
+    }
+
+    /// A workspace with an ignored directory, a file outside the listed paths, a path with
+    /// glob metacharacters, and a nested repository.
+    fn tree(root: &Path) {
+        std::fs::write(root.join(".gitignore"), "dist/\n").unwrap();
+        for f in ["p/a.txt", "p/dist/out", "p/s[1]/b.txt", "q/c.txt", "n/d.txt", "p/node_modules/m"]
+        {
+            write(root, f);
+        }
+    }
+
+    #[test]
+    fn enumerate_under_lists_what_enumerate_lists_under_the_paths_when_walking() {
+        let d = tempfile::tempdir().unwrap();
+        tree(d.path());
+        let all = enumerate(d.path(), &[]).unwrap();
+        let dirs = ["p".to_owned(), "n/d.txt".to_owned(), "missing".to_owned()];
+        let under = enumerate_under(d.path(), &[], all.source, &dirs).unwrap();
+        assert_eq!(under, ["n/d.txt", "p/a.txt", "p/s[1]/b.txt"]);
+        let whole = enumerate_under(d.path(), &[], all.source, &[String::new()]).unwrap();
+        assert_eq!(whole, all.all());
+        assert!(enumerate_under(d.path(), &[], all.source, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn enumerate_under_lists_what_enumerate_lists_under_the_paths_in_git() {
+        let d = tempfile::tempdir().unwrap();
+        tree(d.path());
+        git(d.path(), &["init", "-q"]);
+        git(&d.path().join("n"), &["init", "-q"]);
+        let nested = ["n".to_owned()];
+        let all = enumerate(d.path(), &nested).unwrap();
+        assert_eq!(all.source, Some(Source::Git));
+        assert_eq!(all.nested_repos, nested);
+        // `s[1]` is taken literally, not as a pattern; the nested repository is listed by
+        // its own git.
+        let dirs = ["p/s[1]".to_owned(), "n".to_owned(), "q/c.txt".to_owned()];
+        let under = enumerate_under(d.path(), &nested, all.source, &dirs).unwrap();
+        assert_eq!(under, ["n/d.txt", "p/s[1]/b.txt", "q/c.txt"]);
+        let whole = enumerate_under(d.path(), &nested, all.source, &[String::new()]).unwrap();
+        assert_eq!(whole, all.all());
     }
 }

@@ -5,4 +5,4 @@ pub mod files;
 pub mod select;
 
 pub use files::{FileList, enumerate};
-pub use select::{InputSets, TaskInputs, resolve};
+pub use select::{InputScope, InputSets, TaskInputs, resolve};

@@ -2,13 +2,19 @@
 //! workspace file list, minus files of nested projects, minus its own outputs and the
 //! outputs of every task upstream of it — those are represented in the key by the upstream
 //! task's key, which is what lets every key be computed before anything runs.
+//!
+//! Each task also gets an [`InputScope`]: the same rules, kept so its inputs can be listed
+//! again after it ran — a file that became one of its inputs meanwhile means its key no
+//! longer holds (brief §6), which the stamps of the files it had cannot show.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
 
 use prova_protocol::TaskId;
 use prova_protocol::globs::{GlobError, PathGlobs, is_within};
 
-use super::files::FileList;
+use super::files::{FileList, FilesError, Source, enumerate_under};
 use crate::run::RunPlan;
 use crate::workspace::Workspace;
 
@@ -32,6 +38,99 @@ pub struct InputSets {
     pub workspace: Vec<u32>,
     /// Tasks whose declared inputs match no file: the quiet stale-hit trap, warned about.
     pub matched_nothing: Vec<TaskId>,
+    /// Per plan task: how to list its inputs again (see [`InputScope`]).
+    pub scopes: Vec<InputScope>,
+}
+
+/// What decides whether a path is one of a task's inputs — the rules of [`resolve`] — so
+/// that after the task ran its inputs can be listed again and compared with the ones its key
+/// folded: a file that appeared meanwhile (written by someone else, or by the task itself
+/// into its own inputs) means the key no longer holds.
+#[derive(Clone, Debug)]
+pub struct InputScope {
+    /// The task's plan index.
+    task: usize,
+    /// Its project directory.
+    dir: String,
+    /// Its project-relative patterns (`None`: only `//` patterns).
+    project: Option<PathGlobs>,
+    /// Project directories nested in its own (their files are not its inputs).
+    nested: Vec<String>,
+    /// Its `//` patterns, if any.
+    workspace: Option<Arc<PathGlobs>>,
+    shared: Arc<ScopeShared>,
+}
+
+/// The parts of every scope of a run that are the same for all tasks.
+#[derive(Debug)]
+struct ScopeShared {
+    /// How the workspace was listed, and its nested repositories.
+    source: Option<Source>,
+    nested_repos: Vec<String>,
+    /// `[workspace] fingerprint` and `inputs`: inputs of every task.
+    everyone: [PathGlobs; 2],
+    /// Every plan task's outputs (never inputs of it or of what depends on it).
+    outputs: Vec<PathGlobs>,
+    /// Every plan task's direct dependencies.
+    deps: Vec<Vec<usize>>,
+}
+
+impl InputScope {
+    /// The first file under `root` that is an input of the task now but is not in `known`
+    /// (the inputs, task and workspace-wide, its key folded). Lists only where the task's
+    /// patterns can match.
+    pub fn added(&self, root: &Path, known: &HashSet<&str>) -> Result<Option<String>, FilesError> {
+        let sh = &self.shared;
+        let mut roots: Vec<&String> = sh.everyone.iter().flat_map(|g| g.roots()).collect();
+        if let Some(g) = &self.project {
+            roots.extend(g.roots());
+        }
+        if let Some(g) = &self.workspace {
+            roots.extend(g.roots());
+        }
+        roots.sort();
+        roots.dedup();
+        let mut outer: Vec<String> = Vec::new();
+        for r in roots {
+            if !outer.iter().any(|o| is_within(r, o)) {
+                outer.push(r.clone());
+            }
+        }
+        let files = enumerate_under(root, &sh.nested_repos, sh.source, &outer)?;
+        let mut upstream: Option<HashSet<usize>> = None;
+        for f in files.iter().filter(|f| !known.contains(f.as_str())) {
+            // Only files and links are inputs (the digest pass skips anything else).
+            match std::fs::symlink_metadata(root.join(f)) {
+                Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
+                _ => continue,
+            }
+            if sh.everyone.iter().any(|g| g.is_match(f)) {
+                return Ok(Some(f.clone()));
+            }
+            let own = self.project.as_ref().is_some_and(|g| {
+                is_within(f, &self.dir)
+                    && g.is_match(f)
+                    && !self.nested.iter().any(|n| is_within(f, n))
+            }) || self.workspace.as_ref().is_some_and(|g| g.is_match(f));
+            if !own || sh.outputs[self.task].is_match(f) {
+                continue;
+            }
+            let up = upstream.get_or_insert_with(|| {
+                let mut seen = HashSet::new();
+                let mut stack = sh.deps[self.task].clone();
+                while let Some(d) = stack.pop() {
+                    if seen.insert(d) {
+                        stack.extend(sh.deps[d].iter().copied());
+                    }
+                }
+                seen
+            });
+            if !up.iter().any(|&u| sh.outputs[u].is_match(f)) {
+                return Ok(Some(f.clone()));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// A bad glob, with the task it belongs to.
@@ -48,8 +147,10 @@ pub struct InputError {
 /// Resolves the inputs of every task in `plan`.
 pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<InputSets, InputError> {
     let workspace_globs = |pats: &[String]| PathGlobs::new("", pats).map_err(err("[workspace]"));
-    let fingerprint = match_all(files, &workspace_globs(&ws.settings.fingerprint)?);
-    let workspace = match_all(files, &workspace_globs(&ws.settings.inputs)?);
+    let everyone =
+        [workspace_globs(&ws.settings.fingerprint)?, workspace_globs(&ws.settings.inputs)?];
+    let fingerprint = match_all(files, &everyone[0]);
+    let workspace = match_all(files, &everyone[1]);
 
     // Output globs of every task, and an index from each output root directory to the tasks
     // producing under it, so a file only meets the producers whose roots contain it.
@@ -62,23 +163,24 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         }
         outputs.push(g);
     }
-    let project_dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let mut project_dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    project_dirs.sort_unstable();
     let mut upstream_cache: HashMap<usize, HashSet<usize>> = HashMap::new();
-    let mut ws_pattern_cache: HashMap<Vec<String>, Vec<u32>> = HashMap::new();
+    let mut ws_pattern_cache: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)> = HashMap::new();
     let mut out = InputSets { fingerprint, workspace, ..InputSets::default() };
+    let mut scopes = Vec::with_capacity(plan.tasks.len());
 
     for (ti, t) in plan.tasks.iter().enumerate() {
-        let project = ws.project(t.id.project());
-        let def = project.and_then(|p| p.tasks.get(t.id.task()));
+        let def = plan.def(ws, ti);
         let dir = t.spec.project_dir.as_str();
         let declared = def.and_then(|d| d.inputs.clone());
         let (ws_pats, proj_pats): (Vec<String>, Vec<String>) = match &declared {
             Some(p) => p.iter().cloned().partition(|p| p.trim_start_matches('!').starts_with("//")),
             None => (Vec::new(), vec![String::new()]),
         };
-        let nested: Vec<&str> =
-            project_dirs.iter().copied().filter(|d| *d != dir && is_within(d, dir)).collect();
+        let nested = nested_in(&project_dirs, dir);
         let mut selected: Vec<u32> = Vec::new();
+        let mut project_globs = None;
         if !proj_pats.is_empty() {
             // Exclusions written as `!//x` apply here too.
             let mut pats = proj_pats.clone();
@@ -90,16 +192,18 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
                     selected.push((base + k) as u32);
                 }
             }
+            project_globs = Some(globs);
         }
         let ws_includes: Vec<String> =
             ws_pats.iter().filter(|p| !p.starts_with('!')).cloned().collect();
+        let mut ws_globs = None;
         if !ws_includes.is_empty() {
             let key = ws_pats.clone();
-            let hits = match ws_pattern_cache.get(&key) {
+            let (hits, g) = match ws_pattern_cache.get(&key) {
                 Some(h) => h.clone(),
                 None => {
                     let g = PathGlobs::new(dir, &ws_pats).map_err(err(t.id.as_str()))?;
-                    let h = match_all(files, &g);
+                    let h = (match_all(files, &g), Arc::new(g));
                     ws_pattern_cache.insert(key, h.clone());
                     h
                 }
@@ -107,7 +211,15 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
             selected.extend(hits);
             selected.sort_unstable();
             selected.dedup();
+            ws_globs = Some(g);
         }
+        scopes.push((
+            ti,
+            dir.to_owned(),
+            project_globs,
+            nested.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+            ws_globs,
+        ));
         // Drop own outputs and upstream outputs.
         selected.retain(|&fi| {
             let f = &files.all()[fi as usize];
@@ -135,11 +247,39 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         }
         out.tasks.push(TaskInputs { files: selected, declared: declared.is_some() });
     }
+    let shared = Arc::new(ScopeShared {
+        source: files.source,
+        nested_repos: files.nested_repos.clone(),
+        everyone,
+        outputs,
+        deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
+    });
+    out.scopes = scopes
+        .into_iter()
+        .map(|(task, dir, project, nested, workspace)| InputScope {
+            task,
+            dir,
+            project,
+            nested,
+            workspace,
+            shared: Arc::clone(&shared),
+        })
+        .collect();
     Ok(out)
 }
 
 fn err(task: &str) -> impl Fn(GlobError) -> InputError + '_ {
     move |source| InputError { task: task.to_owned(), source }
+}
+
+/// Project dirs strictly inside `dir`, from the sorted `dirs` (a contiguous run after `dir/`).
+fn nested_in<'a>(dirs: &[&'a str], dir: &str) -> Vec<&'a str> {
+    if dir.is_empty() {
+        return dirs.iter().copied().filter(|d| !d.is_empty()).collect();
+    }
+    let prefix = format!("{dir}/");
+    let start = dirs.partition_point(|d| *d < prefix.as_str());
+    dirs[start..].iter().copied().take_while(|d| d.starts_with(&prefix)).collect()
 }
 
 fn index_of_first(files: &FileList, dir: &str) -> usize {

@@ -66,7 +66,7 @@ pub fn compute(
     let mut stamps = vec![Vec::new(); n];
     for ti in topo(plan) {
         let t = &plan.tasks[ti];
-        let def = ws.project(t.id.project()).and_then(|p| p.tasks.get(t.id.task()));
+        let def = plan.def(ws, ti);
         let mut files_in = Vec::new();
         for i in &inputs.tasks[ti].files {
             if let Some((f, s)) = to_file(i) {

@@ -2,11 +2,12 @@
 //! Lookups are batched through the [`CacheThread`]; restores and the pre-save recheck run on
 //! blocking threads so no async worker waits on the disk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prova_protocol::Digest;
@@ -18,6 +19,7 @@ use super::LayerError;
 use prova_protocol::events::FileDivergence;
 
 use crate::cache::{CacheThread, Entry, Execution, NewEntry};
+use crate::inputs::InputScope;
 use crate::keys::{KeyComponents, Stamp, digests};
 
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
@@ -32,6 +34,9 @@ pub struct LocalLayer {
     root: PathBuf,
     /// Staging for restores, beside the outputs (same file system, so renames are atomic).
     staging: PathBuf,
+    /// Each task's input rules, by task id: before a save its inputs are listed again, and a
+    /// file that became an input while it ran withholds the entry.
+    scopes: Option<Arc<HashMap<String, InputScope>>>,
 }
 
 /// What a restore did.
@@ -84,7 +89,15 @@ impl LocalLayer {
             namespace: namespace.to_owned(),
             root: root.to_owned(),
             staging: root.join(".prova").join("tmp"),
+            scopes: None,
         }
+    }
+
+    /// The layer, rechecking before each save that no input was added to the task while it
+    /// ran (`scopes` by task id, from [`crate::prepare::Prepared::input_scopes`]).
+    pub fn with_input_scopes(mut self, scopes: Arc<HashMap<String, InputScope>>) -> Self {
+        self.scopes = Some(scopes);
+        self
     }
 
     /// The cache thread.
@@ -170,16 +183,36 @@ impl LocalLayer {
     pub async fn save_to(&self, ns: String, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
         let root = self.root.clone();
         let stamps = req.stamps;
-        let changed = tokio::task::spawn_blocking(move || {
-            digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
+        let scope = self.scopes.as_ref().and_then(|m| m.get(&req.task)).cloned();
+        let known: Vec<String> = req
+            .components
+            .inputs
+            .iter()
+            .chain(&req.components.workspace)
+            .map(|f| f.path.clone())
+            .collect();
+        let withheld = tokio::task::spawn_blocking(move || {
+            if let Some(path) =
+                digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
+            {
+                return Some(format!("input `{path}` changed while the task ran"));
+            }
+            let known: HashSet<&str> = known.iter().map(String::as_str).collect();
+            match scope.map(|s| s.added(&root, &known)) {
+                None | Some(Ok(None)) => None,
+                Some(Ok(Some(path))) => {
+                    Some(format!("input `{path}` was added while the task ran"))
+                }
+                Some(Err(e)) => Some(format!("its inputs could not be listed again: {e}")),
+            }
         })
         .await
         .map_err(|e| LayerError::Corrupt(e.to_string()))?;
-        if let Some(path) = changed {
+        if let Some(reason) = withheld {
             if let Some((_, Some(staged))) = &req.artifact {
                 let _ = fs::remove_file(staged);
             }
-            return Ok(SaveOutcome::Withheld(format!("input `{path}` changed while the task ran")));
+            return Ok(SaveOutcome::Withheld(reason));
         }
         let manifest = rmp_serde::to_vec_named(&req.manifest)
             .map_err(|e| LayerError::Corrupt(e.to_string()))?;

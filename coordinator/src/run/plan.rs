@@ -27,6 +27,9 @@ pub enum TaskKind {
 pub struct PlannedTask {
     /// `project#task`.
     pub id: TaskId,
+    /// Index of its project in `Workspace::projects` (`usize::MAX` when the plan did not
+    /// come from a workspace, e.g. on a coordinator).
+    pub project: usize,
     /// Group, command or persistent.
     pub kind: TaskKind,
     /// What the worker runs (for groups: an empty command that is never sent).
@@ -75,6 +78,7 @@ impl RunPlan {
                     spec_for(&n.id, &project.dir, def, if n.requested { args } else { &[] }, env);
                 PlannedTask {
                     id: n.id.clone(),
+                    project: n.project,
                     kind,
                     cacheable: kind == TaskKind::Command && def.is_some_and(|d| d.cache),
                     spec,
@@ -95,6 +99,12 @@ impl RunPlan {
             weight: self.tasks.iter().map(|t| history(&t.id).unwrap_or(1)).collect(),
             persistent: self.tasks.iter().map(|t| t.kind == TaskKind::Persistent).collect(),
         }
+    }
+
+    /// The task's definition in `ws`, if it came from there.
+    pub fn def<'a>(&self, ws: &'a Workspace, i: usize) -> Option<&'a TaskDef> {
+        let t = &self.tasks[i];
+        ws.projects.get(t.project).and_then(|p| p.tasks.get(t.id.task()))
     }
 
     /// The index of a task.

@@ -1,0 +1,144 @@
+//! The file-digest memo and its racy window (brief §5): a warm run reads no input bytes once
+//! the files are older than the window, and a file rewritten in place with the same size and
+//! mtime right after it was hashed is still noticed.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::time::Duration;
+
+use prova_tests::cache::{age_files, mtime, set_mtime};
+use prova_tests::{Output, TempWorkspace};
+use rusqlite::{Connection, params};
+
+const FILES: usize = 4;
+
+fn ws() -> TempWorkspace {
+    let mut ws = TempWorkspace::new().file(
+        "prova.toml",
+        r#"[workspace]
+projects = ["app"]
+
+[tasks.build]
+command = "mkdir -p dist && cat src/* > dist/out.txt"
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#,
+    );
+    for i in 0..FILES {
+        ws = ws.file(&format!("app/src/f{i}.txt"), &format!("file {i}\n"));
+    }
+    ws
+}
+
+fn run(ws: &TempWorkspace) -> Output {
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    out
+}
+
+fn counter(out: &Output, name: &str) -> u64 {
+    let stats = out.key_stats();
+    stats[name].as_u64().unwrap_or_else(|| panic!("no {name} in {stats}\n{out}"))
+}
+
+#[test]
+fn a_warm_run_with_nothing_changed_hashes_no_file() {
+    let ws = ws();
+    age_files(&ws, Duration::from_secs(10));
+    let cold = run(&ws);
+    assert_eq!(counter(&cold, "hashed"), FILES as u64, "{cold}");
+    assert_eq!(counter(&cold, "memo_hits"), 0, "{cold}");
+    assert_eq!(cold.cache_of("app#build"), "saved");
+
+    let warm = run(&ws);
+    assert_eq!(counter(&warm, "hashed"), 0, "a warm run read input bytes\n{warm}");
+    assert_eq!(counter(&warm, "memo_hits"), FILES as u64, "{warm}");
+    assert_eq!(warm.cache_of("app#build"), "hit", "{warm}");
+    assert_eq!(warm.report("app#build")["key"], cold.report("app#build")["key"]);
+}
+
+#[test]
+fn a_same_size_same_mtime_rewrite_right_after_hashing_is_noticed() {
+    let ws = ws();
+    let path = ws.path("app/src/f0.txt");
+    let first = run(&ws); // hashes f0 (fresh: inside the racy window of its memo row)
+    let original = mtime(&path);
+    ws.write("app/src/f0.txt", "FILE 0\n"); // same length, different bytes
+    set_mtime(&path, original);
+    assert_eq!(mtime(&path), original);
+
+    let second = run(&ws);
+    assert_ne!(
+        second.report("app#build")["key"],
+        first.report("app#build")["key"],
+        "the rewrite was missed\n{second}"
+    );
+    assert_eq!(second.cache_of("app#build"), "saved", "it executed again\n{second}");
+    assert!(ws.read("app/dist/out.txt").starts_with("FILE 0\n"));
+}
+
+/// The memo row of `path`, made to match the file's current stat exactly (as on a file
+/// system whose ctime did not tick between the hash and the rewrite), recorded `recorded_after`
+/// after the file's mtime.
+fn forge_memo_row(ws: &TempWorkspace, path: &str, recorded_after: Duration) {
+    let meta = std::fs::symlink_metadata(ws.path(path)).expect("stat of the input");
+    let ns = |s: i64, n: i64| s * 1_000_000_000 + n;
+    let mtime_ns = ns(meta.mtime(), meta.mtime_nsec());
+    let conn = Connection::open(ws.path(".prova/cache/index.sqlite")).expect("opening the index");
+    conn.busy_timeout(Duration::from_secs(10)).expect("setting a busy timeout");
+    let changed = conn
+        .execute(
+            "UPDATE memo SET dev = ?1, ino = ?2, size = ?3, mtime_ns = ?4, ctime_ns = ?5, \
+             mode = ?6, recorded_ns = ?7 WHERE path = ?8",
+            params![
+                meta.dev() as i64,
+                meta.ino() as i64,
+                meta.size() as i64,
+                mtime_ns,
+                ns(meta.ctime(), meta.ctime_nsec()),
+                meta.mode(),
+                mtime_ns + recorded_after.as_nanos() as i64,
+                path,
+            ],
+        )
+        .expect("updating the memo row");
+    assert_eq!(changed, 1, "one memo row for {path}");
+}
+
+/// Rewrites `app/src/f0.txt` in place with different bytes of the same length and its old
+/// mtime, then forges its memo row so every stamp matches: only the racy window can tell.
+fn rewrite_behind_the_memo(recorded_after: Duration) -> (Output, Output) {
+    let ws = ws();
+    // Every other input is old enough for its memo row to be trusted on the second run.
+    age_files(&ws, Duration::from_secs(60));
+    let path = ws.path("app/src/f0.txt");
+    let first = run(&ws);
+    let original = mtime(&path);
+    ws.write("app/src/f0.txt", "FILE 0\n");
+    set_mtime(&path, original);
+    forge_memo_row(&ws, "app/src/f0.txt", recorded_after);
+    let second = run(&ws);
+    (first, second)
+}
+
+#[test]
+fn the_racy_window_alone_catches_a_rewrite_whose_stamps_all_match() {
+    // Hashed 1 s after its mtime: inside the 2 s racy window, so the row is not trusted.
+    let (first, second) = rewrite_behind_the_memo(Duration::from_secs(1));
+    assert_eq!(counter(&second, "hashed"), 1, "f0 alone is read again\n{second}");
+    assert_ne!(
+        second.report("app#build")["key"],
+        first.report("app#build")["key"],
+        "a rewrite inside the racy window was served from the memo\n{second}"
+    );
+    assert_eq!(second.cache_of("app#build"), "saved", "{second}");
+}
+
+#[test]
+fn outside_the_racy_window_matching_stamps_are_trusted() {
+    // The control for the test above: the same forged row, recorded 10 s after the mtime, is
+    // trusted (the file is not read) — so the forgery matches every stamp, and it is the
+    // racy window, not some other stamp, that makes the difference there.
+    let (first, second) = rewrite_behind_the_memo(Duration::from_secs(10));
+    assert_eq!(counter(&second, "hashed"), 0, "{second}");
+    assert_eq!(second.report("app#build")["key"], first.report("app#build")["key"], "{second}");
+}
