@@ -124,9 +124,7 @@ CREATE TABLE durations (
 /// `SQLITE_BUSY` when a read turns into a write).
 pub(crate) fn configure(conn: &mut Connection) -> Result<(), CacheError> {
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql("set busy_timeout"))?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
-        .map_err(sql("set journal_mode"))?;
+    let mode = set_wal(conn)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(CacheError::NotWal { found: mode });
     }
@@ -134,6 +132,35 @@ pub(crate) fn configure(conn: &mut Connection) -> Result<(), CacheError> {
     conn.pragma_update(None, "foreign_keys", true).map_err(sql("set foreign_keys"))?;
     conn.set_transaction_behavior(TransactionBehavior::Immediate);
     Ok(())
+}
+
+/// Switches the database to WAL (a persistent mode: an index already in WAL is left alone)
+/// and returns the mode it is in. The switch needs an exclusive lock, and SQLite answers
+/// `SQLITE_BUSY` at once rather than through the busy handler when two processes open a
+/// fresh index together; so the switch is retried, a bounded number of times.
+fn set_wal(conn: &Connection) -> Result<String, CacheError> {
+    const ATTEMPTS: u32 = 50;
+    let mut attempt = 0;
+    loop {
+        let current: rusqlite::Result<String> =
+            conn.pragma_query_value(None, "journal_mode", |row| row.get(0));
+        let result = match current {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => Ok(mode),
+            Ok(_) => conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0)),
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && attempt < ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(
+                    10 * u64::from(attempt.min(10)),
+                ));
+            }
+            other => return other.map_err(sql("set journal_mode")),
+        }
+    }
 }
 
 /// `PRAGMA quick_check`, run at every open. It verifies the b-tree structure, page and record
