@@ -136,7 +136,9 @@ pub fn wrap(
         "none"
     };
     let trace = if a.trace_reads && ctx.strace {
-        let file = ctx.work_dir.join("traces").join(format!("{}.trace", a.attempt));
+        // The pid keeps two runs sharing a work dir (attempt ids restart per run) apart.
+        let file =
+            ctx.work_dir.join("traces").join(format!("{}-{}.trace", std::process::id(), a.attempt));
         let _ = std::fs::create_dir_all(ctx.work_dir.join("traces"));
         argv = sandbox::strace_argv(&file, &argv);
         Some(file)

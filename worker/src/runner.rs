@@ -162,6 +162,9 @@ pub async fn run_assignment(
                         .await
                         .map_err(|e| e.to_string())
                         .and_then(|r| r.map_err(|e| e.to_string()));
+                if let Some(f) = &trace_file {
+                    let _ = std::fs::remove_file(f);
+                }
                 match missing {
                     Ok(missing) => ReadsReport { traced: true, missing },
                     Err(e) => {

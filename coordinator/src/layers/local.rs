@@ -218,14 +218,7 @@ impl LocalLayer {
             .map_err(|e| LayerError::Corrupt(e.to_string()))?;
         let components = rmp_serde::to_vec_named(&req.components)
             .map_err(|e| LayerError::Corrupt(e.to_string()))?;
-        let log = if req.log.is_empty() {
-            None
-        } else {
-            Some(
-                zstd::bulk::compress(&req.log, 3)
-                    .map_err(|e| LayerError::Corrupt(e.to_string()))?,
-            )
-        };
+        let log = if req.log.is_empty() { None } else { Some(encode_log(&req.log)?) };
         let fingerprint = Some(req.manifest.fingerprint());
         let (task, key, duration_ms, artifact) = (req.task, req.key, req.duration_ms, req.artifact);
         self.cache
@@ -489,11 +482,55 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
+/// Logs up to this size are stored as they are: compressing a few hundred bytes saves
+/// nothing, and creating a zstd decoder per hit was a tenth of a warm run's CPU.
+const LOG_RAW_MAX: usize = 64 * 1024;
+const LOG_RAW: u8 = 0;
+const LOG_ZSTD: u8 = 1;
+
+/// A stored log: a tag byte, then the bytes as they are or zstd-compressed.
+fn encode_log(log: &[u8]) -> Result<Vec<u8>, LayerError> {
+    if log.len() <= LOG_RAW_MAX {
+        let mut out = Vec::with_capacity(log.len() + 1);
+        out.push(LOG_RAW);
+        out.extend_from_slice(log);
+        return Ok(out);
+    }
+    let mut out = vec![LOG_ZSTD];
+    out.extend(zstd::bulk::compress(log, 3).map_err(|e| LayerError::Corrupt(e.to_string()))?);
+    Ok(out)
+}
+
+/// Decodes a stored log (see [`encode_log`]), refusing more than `limit` bytes.
 pub(crate) fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    zstd::stream::read::Decoder::new(bytes)?.take(limit + 1).read_to_end(&mut out)?;
+    let (tag, body) = bytes.split_first().ok_or_else(|| io::Error::other("empty log blob"))?;
+    let out = match *tag {
+        LOG_RAW => body.to_vec(),
+        LOG_ZSTD => {
+            let mut out = Vec::new();
+            zstd::stream::read::Decoder::new(body)?.take(limit + 1).read_to_end(&mut out)?;
+            out
+        }
+        _ => return Err(io::Error::other("unknown log encoding")),
+    };
     if out.len() as u64 > limit {
         return Err(io::Error::other("log larger than the limit"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    #[test]
+    fn logs_round_trip_raw_and_compressed() {
+        for log in [b"hello\n".to_vec(), vec![b'x'; LOG_RAW_MAX + 10]] {
+            let enc = encode_log(&log).unwrap();
+            assert_eq!(decompress_bounded(&enc, 1 << 20).unwrap(), log);
+        }
+        assert_eq!(encode_log(b"ab").unwrap(), [LOG_RAW, b'a', b'b']);
+        assert!(decompress_bounded(&[9, 1, 2], 10).is_err());
+        assert!(decompress_bounded(&encode_log(&[0; 100]).unwrap(), 10).is_err());
+    }
 }

@@ -434,7 +434,10 @@ impl RunActor {
         let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
         let ok = status == TaskStatus::Succeeded;
         let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
-        if ok && self.options.verify.determinism {
+        // A proof that could not be made says so: determinism needs a saved entry, the inputs
+        // proof a cacheable task (only those run traced).
+        let v = &self.options.verify;
+        if ok && (v.determinism || (v.inputs && !self.cacheable(node))) {
             r.verdicts.push(self.unprovable(node));
         }
         self.finish(node, r).await;
