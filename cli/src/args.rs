@@ -362,8 +362,8 @@ pub struct RunArgs {
 
     /// Prove what runs: `determinism` (the default: re-run elsewhere, perturbed, and compare
     /// outputs), `inputs` (run with only declared inputs present, name what else it read),
-    /// or `all`.
-    #[arg(long, value_name = "PROOF", num_args = 0..=1, default_missing_value = "determinism", value_parser = ["determinism", "inputs", "all"])]
+    /// or `all`. Give a value as `--verify=inputs`.
+    #[arg(long, value_name = "PROOF", num_args = 0..=1, require_equals = true, default_missing_value = "determinism", value_parser = ["determinism", "inputs", "all"])]
     pub verify: Option<String>,
 
     /// Tasks whose nondeterminism is reported but does not fail the run; repeatable or

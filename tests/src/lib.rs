@@ -10,6 +10,8 @@
 //!   code, stdout, stderr, the parsed `--json` events and summary) and [`Running`] (a `prova`
 //!   still running: its stdout line by line, signals).
 //! - [`procs`]: whether a process, or any member of a process group, is still alive.
+//! - [`cluster`]: [`cluster::Cluster`], a farm on loopback: a real coordinator and N real
+//!   workers as subprocesses (kill, restart), `prova run --remote` against it, `farm status`.
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //!
@@ -45,6 +47,7 @@
 //!   still answers `kill(pid, 0)`. A zombie counts as gone.
 
 pub mod cache;
+pub mod cluster;
 pub mod locate;
 pub mod procs;
 pub mod run;

@@ -104,8 +104,12 @@ impl Message<ToWorker> for WorkerActor {
                 let me = ctx.actor_ref().clone();
                 let task = OwnedTask::spawn("worker.assignment", async move {
                     let report = run_assignment(*a, &context, link.clone(), cancel).await;
-                    let _ = link.send(FromWorker::Finished(Box::new(report))).await;
+                    // Free the slot before the report goes out: the coordinator may answer
+                    // `Finished` with the next assignment at once, and that must not find the
+                    // slot still taken (it would be refused: "no free slot"). The mailbox is
+                    // FIFO, so `Done` is handled before any assignment the report causes.
                     let _ = me.tell(Done(attempt)).await;
+                    let _ = link.send(FromWorker::Finished(Box::new(report))).await;
                 });
                 self.live.insert(attempt, (token, task));
             }
@@ -123,7 +127,8 @@ impl Message<Done> for WorkerActor {
 
     async fn handle(&mut self, Done(attempt): Done, _ctx: &mut Context<Self, Self::Reply>) {
         if let Some((_, task)) = self.live.remove(&attempt) {
-            drop(task.detach()); // already finished: nothing to abort
+            // It is sending its report: let it finish.
+            drop(task.detach());
         }
     }
 }
@@ -132,4 +137,66 @@ fn refused(attempt: AttemptId, why: &str) -> Finished {
     let mut f = crate::runner::refused(attempt);
     f.exit = ExitKind::SpawnFailed(why.to_owned());
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prova_protocol::TaskId;
+    use prova_protocol::spec::{CommandLine, TaskSpec};
+    use prova_protocol::work::{Assignment, Placement};
+
+    use super::*;
+    use crate::exec::LocalExecutor;
+    use crate::runner::RunnerConfig;
+
+    fn assignment(attempt: u64, root: &std::path::Path) -> ToWorker {
+        ToWorker::Assign(Box::new(Assignment {
+            attempt: AttemptId(attempt),
+            spec: TaskSpec {
+                id: TaskId::new("p", "t"),
+                project_dir: String::new(),
+                command: CommandLine::Argv(vec!["true".into()]),
+                args: vec![],
+                env: vec![],
+                timeout_ms: None,
+                retries: 0,
+                outputs: vec![],
+                persistent: false,
+                ready_when: None,
+                network: false,
+            },
+            placement: Placement::InPlace { workspace_root: root.to_owned() },
+            clean_outputs: false,
+            collect_outputs: false,
+            pack_to: None,
+            perturb: None,
+            trace_reads: false,
+        }))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slot_is_free_by_the_time_its_finished_report_arrives() {
+        // A coordinator answers `Finished` with the next assignment at once; on a one-slot
+        // worker that assignment must find the slot free, every time.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (link, mut reports) = mpsc::channel(256);
+        let context = WorkerContext::in_place(Arc::new(LocalExecutor), RunnerConfig::from_host());
+        let worker = WorkerActor::spawn(WorkerArgs { context, slots: 1, link });
+        worker.tell(assignment(1, dir.path())).await.expect("assign");
+        let mut n = 1;
+        while n <= 200 {
+            let msg = tokio::time::timeout(Duration::from_secs(30), reports.recv())
+                .await
+                .expect("a report within 30 s")
+                .expect("the link is open");
+            if let FromWorker::Finished(f) = msg {
+                assert_eq!(f.exit, ExitKind::Code(0), "attempt {}: {:?}", f.attempt, f.exit);
+                n += 1;
+                worker.tell(assignment(n, dir.path())).await.expect("assign");
+            }
+        }
+        worker.kill();
+    }
 }

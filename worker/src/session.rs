@@ -186,14 +186,22 @@ async fn connect(
     let conn = endpoint::connect(&ep, cfg.addr, &cfg.server_name)
         .await
         .map_err(|e| retry(e.to_string()))?;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| retry(e.to_string()))?;
+    // Under TLS 1.3 a refused certificate surfaces after the handshake, on the first stream
+    // operation (STACK pitfall 3): a TLS alert in the close frame is a refusal, not a blip.
+    let failed = |e: String| match conn.close_reason() {
+        Some(quinn::ConnectionError::ConnectionClosed(c)) if is_tls_alert(c.error_code) => {
+            ConnectError::Rejected(format!("handshake failed: {c}"))
+        }
+        _ => retry(e),
+    };
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| failed(e.to_string()))?;
     let hello = Hello {
         protocol_version: PROTOCOL_VERSION,
         build_version: BUILD_VERSION.to_owned(),
         role: "worker".to_owned(),
         capabilities: Vec::new(),
     };
-    frame::write_msg(&mut send, &hello).await.map_err(|e| retry(e.to_string()))?;
+    frame::write_msg(&mut send, &hello).await.map_err(|e| failed(e.to_string()))?;
     match frame::read_msg::<_, HelloReply>(&mut recv).await {
         Ok(Some(HelloReply::Welcome(_))) => {}
         Ok(Some(HelloReply::Reject(r))) => return Err(ConnectError::Rejected(r.reason)),
@@ -270,4 +278,9 @@ async fn serve(
             }
         }
     }
+}
+
+/// QUIC carries TLS alerts as transport error codes 0x100–0x1ff (RFC 9001 §4.8).
+fn is_tls_alert(code: quinn::TransportErrorCode) -> bool {
+    (0x100..0x200).contains(&u64::from(code))
 }

@@ -27,7 +27,11 @@ pub fn certs(cmd: CertsCommand) -> anyhow::Result<Code> {
                 anyhow::bail!("the coordinator's bundle comes from `prova certs init`");
             }
             let path = certs::issue(&dir, role, &name)?;
-            common::print(&format!("issued a {role} bundle for {name:?} in {}\n", path.display()))?;
+            let article = if role == Role::Admin { "an" } else { "a" };
+            common::print(&format!(
+                "issued {article} {role} bundle for {name:?} in {}\n",
+                path.display()
+            ))?;
         }
     }
     Ok(Code::Ok)

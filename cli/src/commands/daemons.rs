@@ -130,6 +130,9 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         let addr = resolve(&join).await?;
         std::fs::create_dir_all(&work_dir)
             .with_context(|| format!("cannot create {}", work_dir.display()))?;
+        // Absolute from here on: sandboxes and tracers run in other directories.
+        let work_dir = std::fs::canonicalize(&work_dir)
+            .with_context(|| format!("cannot resolve {}", work_dir.display()))?;
         let blobs = BlobCache::open(&work_dir.join("blobs"), blob_cache_size)
             .with_context(|| format!("cannot open the blob cache in {}", work_dir.display()))?;
         let (remote, conn_tx) = session::blobs();

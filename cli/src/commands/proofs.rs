@@ -13,6 +13,7 @@ use prova_protocol::wire::{ClientMsg, CoordinatorReply};
 use super::common;
 use crate::args::{HermeticityArgs, TaskArgs};
 use crate::exit::Code;
+use crate::render::plural;
 
 /// Keys a local report lists at most.
 const LIMIT: usize = 500;
@@ -60,7 +61,7 @@ fn text(r: &HermeticityReport) -> String {
     if r.keys.is_empty() {
         return "every recorded execution agrees with the others of its key\n".to_owned();
     }
-    let mut out = format!("{} keys whose executions disagree:\n", r.keys.len());
+    let mut out = format!("{} whose executions disagree:\n", plural(r.keys.len(), "key"));
     for k in &r.keys {
         let what = match (k.nondeterministic, k.flaky) {
             (true, true) => "nondeterministic and flaky",

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::common::{self, Loaded};
 use crate::args::RunArgs;
 use crate::exit::Code;
-use crate::render::{Renderer, Style, summary};
+use crate::render::{Renderer, Style, plural, summary};
 
 /// Bound on run events waiting for the renderer.
 const EVENT_QUEUE: usize = 1024;
@@ -182,7 +182,7 @@ fn dry_run(
             .collect();
         return format!("{}\n", serde_json::json!({ "tasks": tasks }));
     }
-    let mut out = format!("{} tasks would run, in this order:\n", order.len());
+    let mut out = format!("{} would run, in this order:\n", plural(order.len(), "task"));
     for (n, &i) in order.iter().enumerate() {
         let t = &plan.tasks[i];
         let what = match t.kind {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use prova_protocol::transport::{Bundle, endpoint, frame};
+use prova_protocol::transport::{Bundle, Role, endpoint, frame};
 use prova_protocol::wire::{Hello, HelloReply, PROTOCOL_VERSION};
 
 use crate::args::RemoteArgs;
@@ -35,33 +35,44 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
     let remote = args.remote.as_deref().context("--remote HOST:PORT is required")?;
     let certs: &Path = args.certs.as_deref().context("--certs DIR is required with --remote")?;
     let bundle = Arc::new(Bundle::load(certs)?);
+    if matches!(bundle.identity.role, Role::Worker | Role::Coordinator) {
+        anyhow::bail!(
+            "{} holds a {} certificate, which cannot use the farm's client API (runs, status); \
+             use a ci, client or admin bundle (`prova certs issue DIR --role ci --name NAME`)",
+            certs.display(),
+            bundle.identity.role
+        );
+    }
     let addr = crate::commands::daemons::resolve(remote).await?;
     let server_name = crate::commands::daemons::host_of(remote);
     let ep = endpoint::client(&bundle, addr)?;
     let conn = endpoint::connect(&ep, addr, &server_name)
         .await
         .with_context(|| format!("cannot reach {remote}"))?;
-    let (mut send, mut recv) = conn.open_bi().await?;
+    // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first
+    // stream operation (STACK pitfall 3): whichever step meets it reports the refusal.
+    let refused = |e: &dyn std::fmt::Display| {
+        let why = conn.close_reason().map(|r| r.to_string()).unwrap_or_else(|| e.to_string());
+        anyhow::anyhow!(
+            "{remote} refused the connection ({why}): is {} a bundle of this cluster?",
+            certs.display()
+        )
+    };
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| refused(&e))?;
     let hello = Hello {
         protocol_version: PROTOCOL_VERSION,
         build_version: BUILD_VERSION.to_owned(),
         role: bundle.identity.role.as_str().to_owned(),
         capabilities: Vec::new(),
     };
-    frame::write_msg(&mut send, &hello).await?;
+    frame::write_msg(&mut send, &hello).await.map_err(|e| refused(&e))?;
     match frame::read_msg::<_, HelloReply>(&mut recv).await {
         Ok(Some(HelloReply::Welcome(_))) => {}
         Ok(Some(HelloReply::Reject(r))) => {
             anyhow::bail!("{remote} refused this client: {}", r.reason)
         }
         Ok(None) => anyhow::bail!("{remote} closed the connection during the handshake"),
-        Err(e) => {
-            let why = conn.close_reason().map(|r| r.to_string()).unwrap_or_else(|| e.to_string());
-            anyhow::bail!(
-                "{remote} refused the connection ({why}): is {} a bundle of this cluster?",
-                certs.display()
-            )
-        }
+        Err(e) => return Err(refused(&e)),
     }
     Ok(Session { conn, send, recv, bundle, _endpoint: ep })
 }

@@ -208,7 +208,10 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::UndeclaredInputs { traced: false, .. } => {
             format!(
                 "{}\n",
-                paint("31", "verify: an undeclared input was read (install strace for the paths)")
+                paint(
+                    "31",
+                    "verify: failed with only its declared inputs present (no trace named the paths)"
+                )
             )
         }
         Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
@@ -221,4 +224,9 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
 fn xxhash(s: &str) -> u64 {
     s.bytes()
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// `1 task`, `2 tasks`.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }

@@ -157,7 +157,8 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                     paths.join(", ")
                 }
                 prova_protocol::events::Verdict::UndeclaredInputs { traced: false, .. } => {
-                    "install strace for the paths".to_owned()
+                    "failed with only its declared inputs present; no trace named the paths"
+                        .to_owned()
                 }
                 _ => String::new(),
             };

@@ -8,10 +8,11 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use kameo::prelude::*;
+use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::wire::{CoordinatorMsg, FarmStatus, WorkerInfo, WorkerMsg, WorkerStatus};
 use prova_protocol::work::{Assignment, FromWorker, Placement};
-use prova_protocol::{AttemptId, RunId, TaskId, WorkerId};
+use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -25,8 +26,6 @@ pub const TICK: Duration = Duration::from_secs(1);
 struct Link {
     tx: mpsc::Sender<CoordinatorMsg>,
     info: WorkerInfo,
-    /// Lease → task, for `farm status`.
-    running: HashMap<AttemptId, TaskId>,
 }
 
 /// The farm actor.
@@ -56,13 +55,23 @@ impl Actor for FarmActor {
             }
         });
         Ok(Self {
-            core: FarmCore::new(),
+            core: FarmCore::with_first_lease(lease_base()),
             started: Instant::now(),
             links: HashMap::new(),
             runs: HashMap::new(),
             next_run: 1,
         })
     }
+}
+
+/// Where this coordinator's lease ids start: the wall clock in microseconds. A restarted
+/// coordinator thus never hands out an id an earlier one gave out (its workers may still run
+/// those attempts and report them) — unless the earlier one issued more than a lease per
+/// microsecond of its life, or the clock went back.
+fn lease_base() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
 }
 
 impl FarmActor {
@@ -76,11 +85,6 @@ impl FarmActor {
     async fn apply(&mut self, cmd: FarmCommand) {
         match cmd {
             FarmCommand::Send { worker, msg } => {
-                if let prova_protocol::work::ToWorker::Assign(a) = &msg
-                    && let Some(l) = self.links.get_mut(&worker)
-                {
-                    l.running.insert(a.attempt, a.spec.id.clone());
-                }
                 let tx = self.links.get(&worker).map(|l| l.tx.clone());
                 if let Some(tx) = tx
                     && tx.send(CoordinatorMsg::Work(msg)).await.is_err()
@@ -107,8 +111,7 @@ impl FarmActor {
                 }
             }
             FarmCommand::Refuse { worker, lease, reason } => {
-                if let Some(l) = self.links.get_mut(&worker) {
-                    l.running.remove(&lease);
+                if let Some(l) = self.links.get(&worker) {
                     let _ = l.tx.send(CoordinatorMsg::Refused { attempt: lease, reason }).await;
                 }
             }
@@ -146,8 +149,9 @@ impl Message<WorkerUp> for FarmActor {
             labels: m.info.labels.clone(),
         };
         tracing::info!(worker = %m.id, slots = m.info.slots, sandbox = %m.info.sandbox, "worker joined");
-        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info, running: HashMap::new() });
-        self.feed(FarmEvent::WorkerJoined { id: m.id, caps }).await;
+        let running = m.info.running.clone();
+        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info });
+        self.feed(FarmEvent::WorkerJoined { id: m.id, caps, running }).await;
     }
 }
 
@@ -189,15 +193,11 @@ impl Message<FromWorkerSession> for FarmActor {
             }
             WorkerMsg::Report(msg) => {
                 if let FromWorker::Finished(f) = &msg
-                    && let Some(l) = self.links.get_mut(&m.id)
+                    && let Some(outs) = &f.outputs
+                    && let Some((d, _)) = outs.artifact
                 {
-                    l.running.remove(&f.attempt);
-                    if let Some(outs) = &f.outputs
-                        && let Some((d, _)) = outs.artifact
-                    {
-                        let id = m.id.clone();
-                        self.feed(FarmEvent::Holds { id, blobs: vec![d] }).await;
-                    }
+                    let id = m.id.clone();
+                    self.feed(FarmEvent::Holds { id, blobs: vec![d] }).await;
                 }
                 self.feed(FarmEvent::Report { worker: m.id, msg }).await;
             }
@@ -303,6 +303,13 @@ pub struct GetStatus;
 impl Message<GetStatus> for FarmActor {
     type Reply = Result<FarmStatus, Infallible>;
     async fn handle(&mut self, _: GetStatus, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        // Running tasks come from the live leases: a lease that expired or was lost is gone
+        // from here even while the worker's connection lingers.
+        let mut running: HashMap<&WorkerId, Vec<TaskId>> = HashMap::new();
+        for (worker, task) in self.core.running() {
+            running.entry(worker).or_default().push(task.clone());
+        }
+        running.values_mut().for_each(|v| v.sort());
         let workers = self
             .core
             .workers()
@@ -315,9 +322,7 @@ impl Message<GetStatus> for FarmActor {
                     platform: format!("{}/{}", caps.os, caps.arch),
                     labels: caps.labels.clone(),
                     sandbox: link.map(|l| l.info.sandbox.clone()).unwrap_or_default(),
-                    running: link
-                        .map(|l| l.running.values().cloned().collect())
-                        .unwrap_or_default(),
+                    running: running.remove(id).unwrap_or_default(),
                 }
             })
             .collect();
@@ -331,10 +336,19 @@ pub struct FarmSink {
     pub farm: ActorRef<FarmActor>,
     /// The run.
     pub run: RunId,
+    /// The cache namespace (trust tier) the run writes.
+    pub namespace: &'static str,
+}
+
+/// The key two runs' executions are shared under: the task key within the run's trust tier.
+/// A trusted (ci) run never waits on, and adopts, an execution a client run asked for.
+pub fn dedup_key(namespace: &str, key: &Digest) -> Digest {
+    Fold::new("prova.farm.dedup.v1").str(namespace).digest(key).finish()
 }
 
 impl WorkSink for FarmSink {
-    fn assign(&self, a: Assignment, hints: AssignHints) -> LinkFuture<'_> {
+    fn assign(&self, a: Assignment, mut hints: AssignHints) -> LinkFuture<'_> {
+        hints.key = hints.key.map(|k| dedup_key(self.namespace, &k));
         Box::pin(async move {
             let msg = RunWork::Submit { run: self.run, assignment: Box::new(a), hints };
             self.farm.tell(msg).await.map_err(|_| LinkClosed)
@@ -346,5 +360,19 @@ impl WorkSink for FarmSink {
             let msg = RunWork::Cancel(Origin { run: self.run, attempt });
             self.farm.tell(msg).await.map_err(|_| LinkClosed)
         })
+    }
+}
+
+#[cfg(test)]
+mod dedup_tests {
+    use super::*;
+
+    #[test]
+    fn executions_are_shared_within_a_trust_tier_only() {
+        let k = Digest::of(b"task key");
+        let other = Digest::of(b"another key");
+        assert_eq!(dedup_key("trusted", &k), dedup_key("trusted", &k));
+        assert_ne!(dedup_key("trusted", &k), dedup_key("untrusted", &k));
+        assert_ne!(dedup_key("trusted", &k), dedup_key("trusted", &other));
     }
 }

@@ -8,7 +8,15 @@
 //! - **Leases**: every placement is a fresh lease id with a deadline renewed by heartbeats.
 //!   An expired lease or a lost worker requeues the item and counts against its retry
 //!   budget; past the budget the item fails with the last error. A report for a lease that
-//!   is not live is refused.
+//!   is not live is refused. A worker whose lease expired is *silent*: placement passes it
+//!   over while another worker could take the item, until it shows life again (a SIGKILLed
+//!   worker's connection only idles out later, and locality would otherwise send the item
+//!   straight back to it).
+//! - **Re-registration**: a worker registering again (a reconnect or a restart under the
+//!   same name) says which attempts it still runs. Its leases missing from that list are lost
+//!   at once (requeued, counting against the budget) instead of at their expiry; attempts it
+//!   runs that are not live leases of it (given away meanwhile, or leased by an earlier
+//!   coordinator) are cancelled, and hold their slots until they end.
 //! - **Dedup**: an item whose key is already queued or leased for another run waits for
 //!   that execution and gets its result.
 //! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
@@ -101,12 +109,14 @@ pub struct Item {
 /// An event fed to the core.
 #[derive(Clone, Debug)]
 pub enum FarmEvent {
-    /// A worker registered (or re-registered after a reconnect).
+    /// A worker registered (or re-registered after a reconnect or a restart).
     WorkerJoined {
         /// Its id.
         id: WorkerId,
         /// What it offers.
         caps: WorkerCaps,
+        /// The attempts it still runs (empty for a fresh worker process).
+        running: Vec<AttemptId>,
     },
     /// A worker's connection is gone.
     WorkerLeft {
@@ -183,6 +193,18 @@ struct Worker {
     caps: WorkerCaps,
     busy: u32,
     holds: HashSet<Digest>,
+    /// Attempts it runs that are no live lease (cancelled on registration): they hold slots
+    /// until they end (their `Finished`, or a heartbeat without them).
+    stale: HashSet<AttemptId>,
+    /// A lease of it expired without a heartbeat; cleared by any sign of life.
+    silent: bool,
+}
+
+impl Worker {
+    /// Slots taken: live leases and stale attempts.
+    fn taken(&self) -> u32 {
+        self.busy + self.stale.len() as u32
+    }
 }
 
 struct Lease {
@@ -214,14 +236,26 @@ pub struct FarmCore {
 }
 
 impl FarmCore {
-    /// An empty farm.
+    /// An empty farm whose lease ids start at 1.
     pub fn new() -> Self {
-        Self { next_lease: 1, ..Self::default() }
+        Self::with_first_lease(1)
+    }
+
+    /// An empty farm whose lease ids start at `first`. A coordinator starts each of its
+    /// incarnations past every id an earlier one gave out: workers may still run (and report)
+    /// attempts of an earlier incarnation, and a repeated id would pass for the new lease.
+    pub fn with_first_lease(first: u64) -> Self {
+        Self { next_lease: first.max(1), ..Self::default() }
     }
 
     /// Connected workers with (slots, busy).
     pub fn workers(&self) -> impl Iterator<Item = (&WorkerId, &WorkerCaps, u32)> {
-        self.workers.iter().map(|(id, w)| (id, &w.caps, w.busy))
+        self.workers.iter().map(|(id, w)| (id, &w.caps, w.taken()))
+    }
+
+    /// The task of every live lease, with the worker holding it.
+    pub fn running(&self) -> impl Iterator<Item = (&WorkerId, &prova_protocol::TaskId)> {
+        self.leases.values().map(|l| (&l.worker, &l.item.assignment.spec.id))
     }
 
     /// Items waiting for a slot.
@@ -238,12 +272,37 @@ impl FarmCore {
     pub fn handle(&mut self, now: Duration, event: FarmEvent) -> Vec<FarmCommand> {
         let mut out = Vec::new();
         match event {
-            FarmEvent::WorkerJoined { id, caps } => {
+            FarmEvent::WorkerJoined { id, caps, running } => {
                 let holds = self.workers.remove(&id).map(|w| w.holds).unwrap_or_default();
-                // A re-registering worker's old leases were requeued when it left; any it
-                // still holds are stale and will be refused when they report.
+                // Leases of this name that the worker does not run (it restarted, or an
+                // assignment died with its old connection) are lost now: waiting for their
+                // expiry would only delay the retry. (Leases it had when its connection was
+                // seen to close were requeued then.)
+                let lost: Vec<AttemptId> = self
+                    .leases
+                    .iter()
+                    .filter(|(k, l)| l.worker == id && !running.contains(k))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for lease in lost {
+                    let why = format!("worker {id} registered again without it (restarted)");
+                    self.requeue(now, lease, why, &mut out);
+                }
+                // Attempts it runs that are no live lease of it will be refused when they
+                // report: stop them now.
+                let stale: HashSet<AttemptId> = running
+                    .iter()
+                    .copied()
+                    .filter(|a| self.leases.get(a).is_none_or(|l| l.worker != id))
+                    .collect();
+                for &attempt in &stale {
+                    out.push(FarmCommand::Send {
+                        worker: id.clone(),
+                        msg: ToWorker::Cancel { attempt },
+                    });
+                }
                 let busy = self.leases.values().filter(|l| l.worker == id).count() as u32;
-                self.workers.insert(id, Worker { caps, busy, holds });
+                self.workers.insert(id, Worker { caps, busy, holds, stale, silent: false });
             }
             FarmEvent::WorkerLeft { id } => {
                 self.workers.remove(&id);
@@ -254,12 +313,16 @@ impl FarmCore {
                 }
             }
             FarmEvent::Heartbeat { id, running } => {
-                for lease in running {
-                    if let Some(l) = self.leases.get_mut(&lease)
+                for lease in &running {
+                    if let Some(l) = self.leases.get_mut(lease)
                         && l.worker == id
                     {
                         l.deadline = now + LEASE_TTL;
                     }
+                }
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.silent = false;
+                    w.stale.retain(|a| running.contains(a));
                 }
             }
             FarmEvent::Holds { id, blobs } => {
@@ -295,6 +358,7 @@ impl FarmCore {
                         let w = l.worker.clone();
                         if let Some(worker) = self.workers.get_mut(&w) {
                             worker.busy = worker.busy.saturating_sub(1);
+                            worker.silent = true;
                         }
                         out.push(FarmCommand::Send {
                             worker: w.clone(),
@@ -374,6 +438,13 @@ impl FarmCore {
             | FromWorker::Ready { attempt } => *attempt,
             FromWorker::Finished(f) => f.attempt,
         };
+        let finished = matches!(msg, FromWorker::Finished(_));
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.silent = false;
+            if finished {
+                w.stale.remove(&lease);
+            }
+        }
         let live = self.leases.get(&lease).is_some_and(|l| l.worker == worker);
         if !live {
             out.push(FarmCommand::Refuse {
@@ -386,7 +457,6 @@ impl FarmCore {
         let Some(l) = self.leases.get_mut(&lease) else { return };
         l.deadline = now + LEASE_TTL;
         let origin = l.item.origin;
-        let finished = matches!(msg, FromWorker::Finished(_));
         let mut targets = vec![origin];
         if finished {
             targets.extend(self.followers.remove(&origin).unwrap_or_default());
@@ -515,20 +585,20 @@ impl FarmCore {
     }
 
     fn choose(&self, item: &Item) -> Option<WorkerId> {
+        // The worker to avoid, and silent ones, only when no other could ever take the item.
+        let shunned = |id: &WorkerId, w: &Worker| w.silent || item.avoid.as_ref() == Some(id);
         let fitting: Vec<(&WorkerId, &Worker)> = self
             .workers
             .iter()
-            .filter(|(_, w)| w.busy < w.caps.slots && item.reqs.fits(&w.caps))
+            .filter(|(_, w)| w.taken() < w.caps.slots && item.reqs.fits(&w.caps))
             .collect();
         let preferred: Vec<&(&WorkerId, &Worker)> =
-            fitting.iter().filter(|(id, _)| item.avoid.as_ref() != Some(*id)).collect();
+            fitting.iter().filter(|(id, w)| !shunned(id, w)).collect();
         let pool: Vec<&(&WorkerId, &Worker)> = if preferred.is_empty() {
-            // Only the avoided worker fits now: take it only if no other worker could ever run
+            // Only shunned workers fit now: take one only if no other worker could ever run
             // the item (a single-machine farm); otherwise wait for another.
-            let others_exist = self
-                .workers
-                .iter()
-                .any(|(id, w)| item.avoid.as_ref() != Some(id) && item.reqs.fits(&w.caps));
+            let others_exist =
+                self.workers.iter().any(|(id, w)| !shunned(id, w) && item.reqs.fits(&w.caps));
             if others_exist {
                 return None;
             }
@@ -539,7 +609,7 @@ impl FarmCore {
         pool.into_iter()
             .max_by_key(|(id, w)| {
                 let local = item.blobs.iter().filter(|b| w.holds.contains(b)).count();
-                (local, w.caps.slots - w.busy, std::cmp::Reverse((*id).clone()))
+                (local, w.caps.slots.saturating_sub(w.taken()), std::cmp::Reverse((*id).clone()))
             })
             .map(|(id, _)| (*id).clone())
     }

@@ -78,7 +78,7 @@ const T0: Duration = Duration::ZERO;
 #[test]
 fn places_by_priority_within_capacity() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 5))));
     // The first item took the only slot.
     let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 9))));
@@ -99,8 +99,8 @@ fn platform_and_labels_are_respected() {
     let mut f = FarmCore::new();
     let mut gpu = caps(4);
     gpu.labels.insert("pool".into(), "gpu".into());
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("cpu"), caps: caps(4) });
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("gpu"), caps: gpu });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("cpu"), caps: caps(4), running: vec![] });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("gpu"), caps: gpu, running: vec![] });
     let mut it = item(1, 1, 1);
     it.reqs.labels.insert("pool".into(), "gpu".into());
     let cmds = f.handle(T0, FarmEvent::Submit(Box::new(it)));
@@ -113,8 +113,8 @@ fn platform_and_labels_are_respected() {
 #[test]
 fn locality_prefers_the_worker_holding_the_inputs() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4) });
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(4) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4), running: vec![] });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(4), running: vec![] });
     let blob = Digest::of(b"input");
     f.handle(T0, FarmEvent::Holds { id: w("b"), blobs: vec![blob] });
     let mut it = item(1, 1, 1);
@@ -125,8 +125,8 @@ fn locality_prefers_the_worker_holding_the_inputs() {
 #[test]
 fn avoid_sends_the_rerun_elsewhere_and_falls_back_on_a_single_worker() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4) });
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4), running: vec![] });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
     let mut it = item(1, 1, 1);
     it.avoid = Some(w("a"));
     assert_eq!(assigned(&f.handle(T0, FarmEvent::Submit(Box::new(it))))[0].0, w("b"));
@@ -136,7 +136,7 @@ fn avoid_sends_the_rerun_elsewhere_and_falls_back_on_a_single_worker() {
     assert!(assigned(&f.handle(T0, FarmEvent::Submit(Box::new(it)))).is_empty());
     // With a single worker in the farm, the avoided worker is used.
     let mut solo = FarmCore::new();
-    solo.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    solo.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let mut it = item(1, 1, 1);
     it.avoid = Some(w("a"));
     assert_eq!(assigned(&solo.handle(T0, FarmEvent::Submit(Box::new(it))))[0].0, w("a"));
@@ -145,10 +145,10 @@ fn avoid_sends_the_rerun_elsewhere_and_falls_back_on_a_single_worker() {
 #[test]
 fn a_lost_worker_requeues_its_leases_on_another() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
     let (_, first_lease, _) = assigned(&cmds)[0].clone();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
     let cmds = f.handle(T0, FarmEvent::WorkerLeft { id: w("a") });
     let (worker, lease, _) = assigned(&cmds)[0].clone();
     assert_eq!(worker, w("b"));
@@ -158,12 +158,12 @@ fn a_lost_worker_requeues_its_leases_on_another() {
 #[test]
 fn a_stale_lease_report_is_refused() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
     f.handle(T0, FarmEvent::WorkerLeft { id: w("a") });
     // a comes back and reports the old lease: refused, nothing delivered.
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
     assert!(matches!(&cmds[..], [FarmCommand::Refuse { lease: l, .. }] if *l == lease), "{cmds:?}");
     // A report from the wrong worker for a live lease is refused too.
@@ -175,7 +175,7 @@ fn a_stale_lease_report_is_refused() {
 #[test]
 fn expired_leases_requeue_and_heartbeats_renew_them() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(2) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] });
     let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
     let t1 = LEASE_TTL - Duration::from_secs(1);
     f.handle(t1, FarmEvent::Heartbeat { id: w("a"), running: vec![lease] });
@@ -197,7 +197,7 @@ fn the_retry_budget_bounds_worker_losses() {
     let mut failed = None;
     for round in 0..=RETRY_BUDGET + 1 {
         let id = w(&format!("w{round}"));
-        f.handle(T0, FarmEvent::WorkerJoined { id: id.clone(), caps: caps(1) });
+        f.handle(T0, FarmEvent::WorkerJoined { id: id.clone(), caps: caps(1), running: vec![] });
         for c in f.handle(T0, FarmEvent::WorkerLeft { id }) {
             if let FarmCommand::Fail { origin, reason } = c {
                 failed = Some((origin, reason));
@@ -212,7 +212,7 @@ fn the_retry_budget_bounds_worker_losses() {
 #[test]
 fn identical_keys_from_two_runs_execute_once() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(4), running: vec![] });
     let key = Digest::of(b"key");
     let mut first = item(1, 10, 1);
     first.key = Some(key);
@@ -236,7 +236,7 @@ fn identical_keys_from_two_runs_execute_once() {
 #[test]
 fn an_item_no_worker_can_run_fails_after_the_wait() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let mut it = item(1, 1, 1);
     it.reqs.os = Some("macos".into());
     f.handle(T0, FarmEvent::Submit(Box::new(it)));
@@ -251,7 +251,7 @@ fn an_item_no_worker_can_run_fails_after_the_wait() {
 #[test]
 fn cancel_of_a_queued_item_fails_it_and_of_a_leased_one_cancels_on_the_worker() {
     let mut f = FarmCore::new();
-    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1) });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
     f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 1))));
     let cmds = f.handle(T0, FarmEvent::Cancel(Origin { run: RunId(1), attempt: AttemptId(2) }));
@@ -260,4 +260,117 @@ fn cancel_of_a_queued_item_fails_it_and_of_a_leased_one_cancels_on_the_worker() 
     assert!(
         matches!(&cmds[..], [FarmCommand::Send { msg: ToWorker::Cancel { attempt }, .. }] if *attempt == lease)
     );
+}
+
+/// Joins `id` with `slots`, running `running`.
+fn rejoin(f: &mut FarmCore, id: &str, slots: u32, running: Vec<AttemptId>) -> Vec<FarmCommand> {
+    f.handle(T0, FarmEvent::WorkerJoined { id: w(id), caps: caps(slots), running })
+}
+
+#[test]
+fn a_worker_registering_again_without_its_leases_loses_them_at_once() {
+    // A worker is SIGKILLed and restarted under the same name before its old connection is
+    // seen to close: the fresh process runs nothing, so its leases are requeued now, not at
+    // their expiry, and the loss counts against the budget.
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 1, vec![]);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    let cmds = rejoin(&mut f, "a", 1, vec![]);
+    let again = assigned(&cmds);
+    assert_eq!(again.len(), 1, "requeued and placed again: {cmds:?}");
+    assert_ne!(again[0].1, lease);
+    // The old lease is gone: a report on it is refused.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert!(matches!(&cmds[..], [FarmCommand::Refuse { .. }]), "{cmds:?}");
+    // Every such restart is a loss: past the budget the item fails.
+    let mut failed = None;
+    for _ in 0..RETRY_BUDGET {
+        for c in rejoin(&mut f, "a", 1, vec![]) {
+            if let FarmCommand::Fail { reason, .. } = c {
+                failed = Some(reason);
+            }
+        }
+    }
+    let reason = failed.expect("the item failed after the budget");
+    assert!(
+        reason.contains("registered again without it") && reason.contains("retry budget"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_worker_registering_again_keeps_the_leases_it_still_runs() {
+    // A reconnect (the worker process lived on): what it still runs stays leased to it.
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 2, vec![]);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    let cmds = rejoin(&mut f, "a", 2, vec![lease]);
+    assert!(cmds.is_empty(), "{cmds:?}");
+    assert_eq!(f.workers().next().map(|(_, _, busy)| busy), Some(1));
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert!(matches!(&cmds[..], [FarmCommand::Deliver { run: RunId(1), .. }]), "{cmds:?}");
+}
+
+#[test]
+fn attempts_a_worker_runs_without_a_live_lease_are_cancelled_and_hold_their_slots() {
+    // A coordinator restarted under a worker that still runs an attempt of the old one: the
+    // new farm cancels it, and does not give its slot away until it ends.
+    let mut f = FarmCore::with_first_lease(1000);
+    let old = AttemptId(7);
+    let cmds = rejoin(&mut f, "a", 1, vec![old]);
+    assert!(
+        matches!(&cmds[..], [FarmCommand::Send { msg: ToWorker::Cancel { attempt }, .. }] if *attempt == old),
+        "{cmds:?}"
+    );
+    assert!(assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))))).is_empty());
+    // Its report is refused, and frees the slot.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(old, true) });
+    assert!(matches!(&cmds[0], FarmCommand::Refuse { lease, .. } if *lease == old), "{cmds:?}");
+    assert_eq!(assigned(&cmds).len(), 1, "{cmds:?}");
+    // A heartbeat that no longer lists a stale attempt frees its slot too.
+    let mut g = FarmCore::new();
+    rejoin(&mut g, "a", 1, vec![old]);
+    g.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
+    let cmds = g.handle(T0, FarmEvent::Heartbeat { id: w("a"), running: vec![] });
+    assert_eq!(assigned(&cmds).len(), 1, "{cmds:?}");
+}
+
+#[test]
+fn lease_ids_start_where_the_coordinator_says() {
+    // Each coordinator incarnation starts its ids past the previous one's (see the actor):
+    // an attempt a worker still runs for an old coordinator never matches a new lease.
+    let mut f = FarmCore::with_first_lease(1_000_000);
+    rejoin(&mut f, "a", 1, vec![]);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    assert_eq!(lease, AttemptId(1_000_000));
+}
+
+#[test]
+fn an_expired_lease_does_not_send_the_item_back_to_the_silent_worker() {
+    // Locality prefers the worker that holds the inputs; when that worker went silent (its
+    // lease expired), the item goes to another, and the silent one gets nothing new until it
+    // shows life.
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 2, vec![]);
+    let blob = Digest::of(b"input");
+    f.handle(T0, FarmEvent::Holds { id: w("a"), blobs: vec![blob] });
+    let mut it = item(1, 1, 1);
+    it.blobs = vec![blob];
+    let (first, lease, _) = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(it))))[0].clone();
+    assert_eq!(first, w("a"));
+    rejoin(&mut f, "b", 2, vec![]);
+    f.handle(T0 + Duration::from_secs(1), FarmEvent::Heartbeat { id: w("b"), running: vec![] });
+    let cmds = f.handle(LEASE_TTL + Duration::from_secs(1), FarmEvent::Tick);
+    let again = assigned(&cmds);
+    assert_eq!(again.len(), 1, "{cmds:?}");
+    assert_eq!(again[0].0, w("b"), "sent back to the silent worker: {cmds:?}");
+    assert_ne!(again[0].1, lease);
+    let mut next = item(1, 2, 1);
+    next.blobs = vec![blob];
+    assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(next))))[0].0, w("b"));
+    // A heartbeat from it and it is a candidate again (and locality picks it).
+    f.handle(LEASE_TTL, FarmEvent::Heartbeat { id: w("a"), running: vec![] });
+    let mut third = item(1, 3, 1);
+    third.blobs = vec![blob];
+    assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(third))))[0].0, w("a"));
 }

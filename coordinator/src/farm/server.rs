@@ -28,6 +28,8 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HELLO: usize = 4096;
 /// The largest blob accepted (an artifact or an input file).
 pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
+/// How long a stopping coordinator waits for its connections' close frames to be sent.
+pub const CLOSE_FLUSH: Duration = Duration::from_secs(2);
 /// The build version sent in `Hello`/`Welcome`.
 pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
 
@@ -65,6 +67,9 @@ pub async fn serve(endpoint: quinn::Endpoint, shared: Arc<Shared>, shutdown: Can
         }));
     }
     endpoint.close(0u32.into(), b"coordinator shutting down");
+    // Let the CONNECTION_CLOSE frames go out before the process exits: without them every
+    // peer (a client waiting for its run, a worker) only notices at the idle timeout.
+    let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
 }
 
 async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: Arc<Shared>) {
@@ -106,14 +111,19 @@ async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: A
         "coordinator.blobs",
         serve_blobs(conn.clone(), identity.clone(), shared.clone()),
     );
-    match identity.role {
-        Role::Worker => worker_session::run(send, recv, identity, shared).await,
+    let refused = match identity.role {
+        Role::Worker => worker_session::run(send, recv, identity, shared).await.err(),
         Role::Ci | Role::Client | Role::Admin => {
-            client_session::run(send, recv, identity, shared).await
+            client_session::run(send, recv, identity, shared).await;
+            None
         }
-        Role::Coordinator => {}
+        Role::Coordinator => None,
+    };
+    match refused {
+        // The reason travels in the close frame: the peer's next read reports it.
+        Some(reason) => conn.close(1u32.into(), reason.as_bytes()),
+        None => conn.close(0u32.into(), b"session over"),
     }
-    conn.close(0u32.into(), b"session over");
 }
 
 /// The `Hello` must speak our protocol version and claim the certificate's own role, and that

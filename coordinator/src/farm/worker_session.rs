@@ -17,19 +17,23 @@ use super::server::Shared;
 /// back rather than growing memory.
 pub const WORKER_QUEUE: usize = 256;
 
-/// Runs the session until the worker goes.
+/// Runs the session until the worker goes. `Err` (a reason for the peer) when it does not
+/// begin by registering: a worker certificate gets the worker API and nothing else.
 pub async fn run(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: Identity,
     shared: Arc<Shared>,
-) {
+) -> Result<(), String> {
     let id = WorkerId(identity.name.clone());
     let info = match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
         Ok(Some(WorkerMsg::Register(info))) => info,
+        Ok(None) => return Ok(()),
         other => {
             tracing::info!(worker = %id, "expected Register, got {other:?}");
-            return;
+            return Err(format!(
+                "{id:?} holds a worker certificate: it may only register as a worker, not use the client API"
+            ));
         }
     };
     let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(WORKER_QUEUE);
@@ -41,7 +45,7 @@ pub async fn run(
         }
     });
     if shared.farm.tell(WorkerUp { id: id.clone(), info, tx: tx.clone() }).await.is_err() {
-        return;
+        return Ok(());
     }
     loop {
         match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
@@ -59,4 +63,5 @@ pub async fn run(
     }
     let _ = shared.farm.tell(WorkerDown { id, tx }).await;
     drop(writer);
+    Ok(())
 }
