@@ -12,6 +12,8 @@
 //! - [`procs`]: whether a process, or any member of a process group, is still alive.
 //! - [`cluster`]: [`cluster::Cluster`], a farm on loopback: a real coordinator and N real
 //!   workers as subprocesses (kill, restart), `prova run --remote` against it, `farm status`.
+//! - [`verify`]: for the proof suites: one-project workspaces of pure and impure tasks, and
+//!   readers for verdicts (`--json`, the `Verify:` line) and the ledger (`prova hermeticity`).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //!
@@ -51,6 +53,7 @@ pub mod cluster;
 pub mod locate;
 pub mod procs;
 pub mod run;
+pub mod verify;
 pub mod workspace;
 
 use std::time::Duration;
