@@ -14,6 +14,8 @@
 //!   workers as subprocesses (kill, restart), `prova run --remote` against it, `farm status`.
 //! - [`verify`]: for the proof suites: one-project workspaces of pure and impure tasks, and
 //!   readers for verdicts (`--json`, the `Verify:` line) and the ledger (`prova hermeticity`).
+//! - [`inproc`]: [`inproc::InProcessFarm`], the same farm inside the test process: a
+//!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //!
@@ -50,6 +52,7 @@
 
 pub mod cache;
 pub mod cluster;
+pub mod inproc;
 pub mod locate;
 pub mod procs;
 pub mod run;

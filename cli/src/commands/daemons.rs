@@ -53,29 +53,68 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
             bundle.identity.role
         );
     }
+    let settings = CoordinatorSettings { listen, bundle, cache_dir, trust_proven };
     let rt = common::runtime()?;
     rt.block_on(async move {
-        let (store, _join) = CacheThread::open(&cache_dir)
-            .with_context(|| format!("cannot open the farm cache at {}", cache_dir.display()))?;
-        let tmp = store.call(|s| s.tmp_dir()).await?;
-        let farm = FarmActor::spawn(());
-        let ep = endpoint::server(listen, &bundle)?;
-        let local = ep.local_addr()?;
+        let bound = bind_coordinator(settings).await?;
         common::print(&format!(
-            "prova coordinator listening on {local} (cache {})\n",
-            cache_dir.display()
+            "prova coordinator listening on {} (cache {})\n",
+            bound.addr,
+            bound.cache_dir.display()
         ))?;
-        let shared = Arc::new(Shared { farm, store, tmp, trust_proven });
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });
-        server::serve(ep, shared, shutdown).await;
+        bound.serve(shutdown).await;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(Code::Ok)
+}
+
+/// A coordinator's resolved settings.
+pub struct CoordinatorSettings {
+    /// The UDP address to bind (`127.0.0.1:0` picks a port).
+    pub listen: SocketAddr,
+    /// Its certificate bundle (role `coordinator`).
+    pub bundle: Bundle,
+    /// The farm cache directory.
+    pub cache_dir: PathBuf,
+    /// `--trust proven`: ci entries wait for a second worker's agreement.
+    pub trust_proven: bool,
+}
+
+/// A coordinator bound to its address with its cache open, not yet serving.
+pub struct BoundCoordinator {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its cache directory.
+    pub cache_dir: PathBuf,
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+}
+
+/// Opens the farm cache, starts the farm actor and binds the endpoint. Runs inside a tokio
+/// runtime; the binary and the in-process test harness both start coordinators this way.
+pub async fn bind_coordinator(s: CoordinatorSettings) -> anyhow::Result<BoundCoordinator> {
+    let (store, _join) = CacheThread::open(&s.cache_dir)
+        .with_context(|| format!("cannot open the farm cache at {}", s.cache_dir.display()))?;
+    let tmp = store.call(|st| st.tmp_dir()).await?;
+    let farm = FarmActor::spawn(());
+    let endpoint = endpoint::server(s.listen, &s.bundle)?;
+    let addr = endpoint.local_addr()?;
+    let shared = Arc::new(Shared { farm, store, tmp, trust_proven: s.trust_proven });
+    Ok(BoundCoordinator { addr, cache_dir: s.cache_dir, endpoint, shared })
+}
+
+impl BoundCoordinator {
+    /// Serves until `shutdown`, then closes every connection.
+    pub async fn serve(self, shutdown: CancellationToken) {
+        server::serve(self.endpoint, self.shared.clone(), shutdown).await;
+        let _ = self.shared.farm.stop_gracefully().await;
+    }
 }
 
 /// Runs a worker.
@@ -123,54 +162,102 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
             bundle.identity.role
         );
     }
-    let name = bundle.identity.name.clone();
     let server_name = args.server_name.or(file.server_name).unwrap_or_else(|| host_of(&join));
     let rt = common::runtime()?;
-    let result = rt.block_on(async move {
-        let addr = resolve(&join).await?;
-        std::fs::create_dir_all(&work_dir)
-            .with_context(|| format!("cannot create {}", work_dir.display()))?;
-        // Absolute from here on: sandboxes and tracers run in other directories.
-        let work_dir = std::fs::canonicalize(&work_dir)
-            .with_context(|| format!("cannot resolve {}", work_dir.display()))?;
-        let blobs = BlobCache::open(&work_dir.join("blobs"), blob_cache_size)
-            .with_context(|| format!("cannot open the blob cache in {}", work_dir.display()))?;
-        let (remote, conn_tx) = session::blobs();
-        let (link, reports) = mpsc::channel(256);
-        let context = WorkerContext {
-            executor: Arc::new(LocalExecutor),
-            config: RunnerConfig::from_host(),
-            work_dir: work_dir.clone(),
-            blobs: Some(blobs),
-            remote: Some(Arc::new(remote)),
-            sandbox: use_sandbox,
-            strace: sandbox::strace_available(),
-        };
-        let worker = WorkerActor::spawn(ActorArgs { context, slots: slots as usize, link });
-        let info = WorkerInfo {
+    rt.block_on(async move {
+        let settings = WorkerSettings {
+            join: resolve(&join).await?,
+            server_name,
+            bundle,
             slots,
-            os: std::env::consts::OS.to_owned(),
-            arch: std::env::consts::ARCH.to_owned(),
+            work_dir,
             labels,
-            sandbox: sandbox_desc.clone(),
-            running: Vec::new(),
+            blob_cache_size,
+            sandbox: use_sandbox,
+            sandbox_desc,
         };
-        common::print(&format!(
-            "prova worker {name} joining {addr} ({slots} slots, sandbox {sandbox_desc})\n"
-        ))?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });
-        let cfg = session::SessionConfig { addr, server_name, bundle: Arc::new(bundle), info };
-        let r = session::run(cfg, worker.clone(), reports, conn_tx, shutdown).await;
-        worker.kill();
-        r.map_err(anyhow::Error::from)
-    });
-    result?;
+        run_worker(settings, shutdown, common::print).await
+    })?;
     Ok(Code::Ok)
+}
+
+/// A worker's resolved settings.
+pub struct WorkerSettings {
+    /// The coordinator's address.
+    pub join: SocketAddr,
+    /// The name its certificate carries.
+    pub server_name: String,
+    /// Its certificate bundle (role `worker`).
+    pub bundle: Bundle,
+    /// Tasks at once.
+    pub slots: u32,
+    /// Exec roots, traces and the blob cache.
+    pub work_dir: PathBuf,
+    /// Placement labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The blob cache bound in bytes.
+    pub blob_cache_size: u64,
+    /// Run tasks under bubblewrap.
+    pub sandbox: bool,
+    /// How `farm status` describes its sandbox.
+    pub sandbox_desc: String,
+}
+
+/// Runs a worker until `shutdown` (or until the coordinator refuses it): its actor and its
+/// session with the coordinator. `announce` gets the `prova worker NAME joining …` line.
+pub async fn run_worker(
+    s: WorkerSettings,
+    shutdown: CancellationToken,
+    announce: impl FnOnce(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let name = s.bundle.identity.name.clone();
+    let work_dir = &s.work_dir;
+    std::fs::create_dir_all(work_dir)
+        .with_context(|| format!("cannot create {}", work_dir.display()))?;
+    // Absolute from here on: sandboxes and tracers run in other directories.
+    let work_dir = std::fs::canonicalize(work_dir)
+        .with_context(|| format!("cannot resolve {}", work_dir.display()))?;
+    let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
+        .with_context(|| format!("cannot open the blob cache in {}", work_dir.display()))?;
+    let (remote, conn_tx) = session::blobs();
+    let (link, reports) = mpsc::channel(256);
+    let context = WorkerContext {
+        executor: Arc::new(LocalExecutor),
+        config: RunnerConfig::from_host(),
+        work_dir,
+        blobs: Some(blobs),
+        remote: Some(Arc::new(remote)),
+        sandbox: s.sandbox,
+        strace: sandbox::strace_available(),
+    };
+    let worker = WorkerActor::spawn(ActorArgs { context, slots: s.slots as usize, link });
+    let info = WorkerInfo {
+        slots: s.slots,
+        os: std::env::consts::OS.to_owned(),
+        arch: std::env::consts::ARCH.to_owned(),
+        labels: s.labels,
+        sandbox: s.sandbox_desc.clone(),
+        running: Vec::new(),
+    };
+    announce(&format!(
+        "prova worker {name} joining {} ({} slots, sandbox {})\n",
+        s.join, s.slots, s.sandbox_desc
+    ))?;
+    let cfg = session::SessionConfig {
+        addr: s.join,
+        server_name: s.server_name,
+        bundle: Arc::new(s.bundle),
+        info,
+    };
+    let r = session::run(cfg, worker.clone(), reports, conn_tx, shutdown).await;
+    worker.kill();
+    r.map_err(anyhow::Error::from)
 }
 
 /// The host part of `HOST:PORT` (brackets of an IPv6 literal removed).
