@@ -487,6 +487,7 @@ impl<R: Read> Read for HashingReader<R> {
 const LOG_RAW_MAX: usize = 64 * 1024;
 const LOG_RAW: u8 = 0;
 const LOG_ZSTD: u8 = 1;
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// A stored log: a tag byte, then the bytes as they are or zstd-compressed.
 fn encode_log(log: &[u8]) -> Result<Vec<u8>, LayerError> {
@@ -503,14 +504,17 @@ fn encode_log(log: &[u8]) -> Result<Vec<u8>, LayerError> {
 
 /// Decodes a stored log (see [`encode_log`]), refusing more than `limit` bytes.
 pub(crate) fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+    let unzstd = |body: &[u8]| -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        zstd::stream::read::Decoder::new(body)?.take(limit + 1).read_to_end(&mut out)?;
+        Ok(out)
+    };
     let (tag, body) = bytes.split_first().ok_or_else(|| io::Error::other("empty log blob"))?;
     let out = match *tag {
         LOG_RAW => body.to_vec(),
-        LOG_ZSTD => {
-            let mut out = Vec::new();
-            zstd::stream::read::Decoder::new(body)?.take(limit + 1).read_to_end(&mut out)?;
-            out
-        }
+        LOG_ZSTD => unzstd(body)?,
+        // Caches written before the tag byte hold bare zstd frames.
+        _ if bytes.starts_with(&ZSTD_MAGIC) => unzstd(bytes)?,
         _ => return Err(io::Error::other("unknown log encoding")),
     };
     if out.len() as u64 > limit {
@@ -522,6 +526,13 @@ pub(crate) fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>
 #[cfg(test)]
 mod log_tests {
     use super::*;
+
+    #[test]
+    fn logs_of_caches_from_before_the_tag_byte_still_decode() {
+        let legacy = zstd::bulk::compress(b"old log\n", 3).unwrap();
+        assert_eq!(decompress_bounded(&legacy, 1 << 20).unwrap(), b"old log\n");
+        assert!(decompress_bounded(&[7, 1, 2], 1 << 20).is_err());
+    }
 
     #[test]
     fn logs_round_trip_raw_and_compressed() {
