@@ -17,8 +17,12 @@
 //!   `prova certs issue --role worker` per worker and a `ci` bundle for [`Cluster::run`];
 //!   [`Cluster::client_certs`] issues more (`client`, `admin`, other `ci` names).
 //! - **The coordinator** listens on `127.0.0.1:0`; its address is parsed from its first
-//!   stdout line (`prova coordinator listening on ADDR …`), never assumed.
-//! - **Workers** are started with `--join` that address, their own `--work-dir`, `--slots`,
+//!   stdout line (`prova coordinator listening on ADDR …`), never assumed. Extra flags
+//!   ([`ClusterBuilder::coordinator_args`], e.g. `--trust proven`) go to every start of it.
+//! - **Daemons run in the cluster root** (their working directory), so a relative path they
+//!   are given resolves there.
+//! - **Workers** are started with `--join` that address, their own `--work-dir` (absolute, or
+//!   relative to the cluster root with [`ClusterBuilder::relative_work_dirs`]), `--slots`,
 //!   `--sandbox`, and one extra label, `harness-start=<n>` (which start of that worker this
 //!   is). Placement never looks at labels a task does not ask for (and tasks cannot ask for
 //!   labels), so the label only serves the harness: after a (re)start it waits until
@@ -110,12 +114,25 @@ pub struct WorkerSpec {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Builds a [`Cluster`]: how many workers, their slots and sandbox.
+/// Builds a [`Cluster`]: how many workers, their slots and sandbox, how many of them start
+/// with it, how their work dirs are given, and extra coordinator flags.
 #[derive(Clone, Debug)]
 pub struct ClusterBuilder {
     workers: usize,
     slots: u32,
     sandbox: Sandbox,
+    started: Option<usize>,
+    options: ClusterOptions,
+}
+
+/// Cluster-wide settings that outlive a restart of a daemon.
+#[derive(Clone, Debug, Default)]
+struct ClusterOptions {
+    /// Extra flags of every start of the coordinator (e.g. `--trust proven`).
+    coordinator_args: Vec<String>,
+    /// Pass each worker's `--work-dir` relative to the daemons' working directory (the
+    /// cluster root): `workers/<name>`.
+    relative_work_dirs: bool,
 }
 
 impl ClusterBuilder {
@@ -137,8 +154,33 @@ impl ClusterBuilder {
         self
     }
 
+    /// Start only the first `n` workers with the cluster; the others get their certificates
+    /// and wait for [`Cluster::start_worker`]. Default: all of them.
+    pub fn started(mut self, n: usize) -> Self {
+        self.started = Some(n);
+        self
+    }
+
+    /// Extra flags for the coordinator, on every start of it (e.g. `["--trust", "proven"]`).
+    pub fn coordinator_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.options.coordinator_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Give every worker its `--work-dir` as a path relative to its working directory (the
+    /// cluster root, see [`Cluster::root`]): `workers/<name>` instead of the absolute path.
+    /// [`Cluster::work_dir`] still returns the absolute path.
+    pub fn relative_work_dirs(mut self) -> Self {
+        self.options.relative_work_dirs = true;
+        self
+    }
+
     /// Creates the certificates, starts the coordinator and the workers, and waits until
-    /// `farm status` lists every worker.
+    /// `farm status` lists every started worker.
     pub fn start(self) -> Cluster {
         let specs = (1..=self.workers)
             .map(|i| WorkerSpec {
@@ -148,7 +190,7 @@ impl ClusterBuilder {
                 labels: BTreeMap::new(),
             })
             .collect();
-        Cluster::with_workers(specs)
+        Cluster::assemble(specs, self.started.unwrap_or(self.workers), self.options)
     }
 }
 
@@ -266,6 +308,7 @@ pub struct Cluster {
     coordinator_starts: u32,
     addr: String,
     workers: Vec<WorkerProc>,
+    options: ClusterOptions,
 }
 
 impl Cluster {
@@ -276,11 +319,23 @@ impl Cluster {
 
     /// A builder: workers, slots, sandbox.
     pub fn builder() -> ClusterBuilder {
-        ClusterBuilder { workers: 2, slots: 2, sandbox: Sandbox::Bwrap }
+        ClusterBuilder {
+            workers: 2,
+            slots: 2,
+            sandbox: Sandbox::Bwrap,
+            started: None,
+            options: ClusterOptions::default(),
+        }
     }
 
     /// A cluster with exactly these workers.
     pub fn with_workers(specs: Vec<WorkerSpec>) -> Self {
+        let n = specs.len();
+        Self::assemble(specs, n, ClusterOptions::default())
+    }
+
+    /// Certificates for every worker in `specs`; the first `started` of them running.
+    fn assemble(specs: Vec<WorkerSpec>, started: usize, options: ClusterOptions) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("prova-farm-")
             .tempdir()
@@ -296,6 +351,7 @@ impl Cluster {
             coordinator_starts: 0,
             addr: String::new(),
             workers: Vec::new(),
+            options,
         };
         let certs = c.certs_dir().to_string_lossy().into_owned();
         c.prova_ok(&["certs", "init", &certs]);
@@ -306,7 +362,7 @@ impl Cluster {
         c.start_coordinator(None).unwrap_or_else(|e| panic!("{e}"));
         c.workers =
             specs.into_iter().map(|spec| WorkerProc { spec, daemon: None, starts: 0 }).collect();
-        for i in 0..c.workers.len() {
+        for i in 0..started.min(c.workers.len()) {
             c.spawn_worker(i);
         }
         c.wait_for_workers();
@@ -482,6 +538,31 @@ impl Cluster {
         }
     }
 
+    /// `prova hermeticity --json` against the farm (with the `ci` bundle): the run (exit 1
+    /// when a key disagrees) and the parsed report of the farm's ledger.
+    #[track_caller]
+    pub fn hermeticity(&self) -> (Output, Value) {
+        let out = self.hermeticity_cmd(true);
+        let report = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+            panic!("`prova hermeticity --remote … --json` is not JSON: {e}\n{out}")
+        });
+        (out, report)
+    }
+
+    /// `prova hermeticity` against the farm, in its text form.
+    pub fn hermeticity_text(&self) -> Output {
+        self.hermeticity_cmd(false)
+    }
+
+    fn hermeticity_cmd(&self, json: bool) -> Output {
+        let mut args = vec!["hermeticity".to_owned()];
+        if json {
+            args.push("--json".to_owned());
+        }
+        args.extend(self.remote_args(&self.ci_certs()));
+        ProvaCmd::new(&self.root, args).run()
+    }
+
     /// Waits until `farm status` shows `task` running; returns the index of the worker
     /// running it.
     #[track_caller]
@@ -532,6 +613,12 @@ impl Cluster {
         self.kill_worker(i);
         self.spawn_worker(i);
         self.wait_for_workers();
+    }
+
+    /// Starts worker `i`, which is not running (left out by [`ClusterBuilder::started`], or
+    /// killed); waits until the farm lists it. The same as [`Cluster::restart_worker`].
+    pub fn start_worker(&mut self, i: usize) {
+        self.restart_worker(i);
     }
 
     /// Reaps worker `i` if it died on its own; `true` if it did (then it is not running).
@@ -602,7 +689,7 @@ impl Cluster {
         self.coordinator_starts += 1;
         let n = self.coordinator_starts;
         let log = self.root.join("logs").join(format!("coordinator.{n}.err"));
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "coordinator".into(),
             "--listen".into(),
             listen.unwrap_or("127.0.0.1:0").into(),
@@ -611,6 +698,7 @@ impl Cluster {
             "--cache-dir".into(),
             self.cache_dir().to_string_lossy().into_owned(),
         ];
+        args.extend(self.options.coordinator_args.iter().cloned());
         let (daemon, first) = Daemon::spawn("the coordinator", &self.root, &args, &log)?;
         // `prova coordinator listening on 127.0.0.1:PORT (cache …)`
         let addr = first
@@ -624,7 +712,12 @@ impl Cluster {
     }
 
     fn spawn_worker(&mut self, i: usize) {
-        let work_dir = self.work_dir(i);
+        // The daemons run in the cluster root, so `workers/<name>` names the same directory.
+        let work_dir = if self.options.relative_work_dirs {
+            Path::new("workers").join(&self.workers[i].spec.name)
+        } else {
+            self.work_dir(i)
+        };
         let w = &mut self.workers[i];
         w.starts += 1;
         let name = w.spec.name.clone();

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId};
 use super::server::Shared;
-use crate::cache::{Entry, TRUSTED, UNTRUSTED};
+use crate::cache::{Entry, PENDING, TRUSTED, UNTRUSTED};
 use crate::keys::PlanKeys;
 use crate::layers::{FarmLayer, LocalLayer};
 use crate::run::VerifyOptions;
@@ -243,7 +243,28 @@ async fn start(
             .filter(|r| r.status == prova_protocol::events::TaskStatus::Succeeded)
             .filter_map(|r| r.key)
             .collect();
-        let found = shared.store.call(move |s| lookup(s, namespace, &wanted)).await;
+        // Under --trust=proven this run's own saves wait in `pending`: they are served to it
+        // (its outputs) and to nobody else until a second worker agrees.
+        let own: Vec<Digest> = if shared.trust_proven && namespace == TRUSTED {
+            summary
+                .tasks
+                .iter()
+                .filter(|r| matches!(r.cache, prova_protocol::events::CacheStatus::Saved))
+                .filter_map(|r| r.key)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let found = shared
+            .store
+            .call(move |s| {
+                let mut found = lookup(s, namespace, &wanted)?;
+                for (k, e) in s.get_entries(PENDING, &own)? {
+                    found.entry(k).or_insert(e);
+                }
+                Ok::<_, crate::cache::CacheError>(found)
+            })
+            .await;
         if let Ok(Ok(entries)) = found {
             for (i, id) in ids.iter().enumerate() {
                 if let Some(e) = entries.get(&keys.keys[i]) {
