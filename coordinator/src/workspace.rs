@@ -118,6 +118,8 @@ pub struct TaskDef {
     pub portable: bool,
     /// The sandbox keeps the network.
     pub network: bool,
+    /// Farm placement: labels a worker must carry to run it.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The `[tasks.X]` header that defines it last: the project's override if any, else the
     /// workspace default.
     pub defined_at: Location,
@@ -144,6 +146,7 @@ impl TaskDef {
             ready_when: None,
             portable: false,
             network: false,
+            labels: std::collections::BTreeMap::new(),
             defined_at,
         }
     }

@@ -62,6 +62,10 @@ pub struct TaskSpec {
     /// Whether the sandbox keeps the network.
     #[serde(default)]
     pub network: bool,
+    /// Farm placement: labels a worker must carry to run the task (omitted when empty, so
+    /// frames of tasks without labels are unchanged).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// How one execution of a process ended.

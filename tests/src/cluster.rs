@@ -24,8 +24,8 @@
 //! - **Workers** are started with `--join` that address, their own `--work-dir` (absolute, or
 //!   relative to the cluster root with [`ClusterBuilder::relative_work_dirs`]), `--slots`,
 //!   `--sandbox`, and one extra label, `harness-start=<n>` (which start of that worker this
-//!   is). Placement never looks at labels a task does not ask for (and tasks cannot ask for
-//!   labels), so the label only serves the harness: after a (re)start it waits until
+//!   is). Placement never looks at labels a task does not ask for (a task's `labels`), so
+//!   the label only serves the harness: after a (re)start it waits until
 //!   `prova farm status --json` lists the worker *with its current start number* — an old,
 //!   killed session of the same name that the coordinator has not noticed yet does not count.
 //! - **Readiness** is always observed, never slept for: the daemon's first stdout line (a

@@ -262,6 +262,18 @@ fn portable_drops_the_platform() {
 }
 
 #[test]
+fn placement_labels_move_the_config_component() {
+    let ws = ws();
+    let before = app(&ws);
+    edit(&ws, "prova.toml", "retries = 0\n", "retries = 0\nlabels = { pool = \"gpu\" }\n");
+    let after = app(&ws);
+    assert_moved(&before, &after, &["config", "upstream"]);
+    assert!(after.component("config").to_string().contains("pool=gpu"), "{}", after.json);
+    edit(&ws, "prova.toml", "pool = \"gpu\"", "pool = \"cpu\"");
+    assert_moved(&after, &app(&ws), &["config", "upstream"]);
+}
+
+#[test]
 fn unrelated_files_do_not_move_the_key() {
     let ws = ws();
     let before = app(&ws);

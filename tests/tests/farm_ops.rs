@@ -149,3 +149,30 @@ fn a_task_left_running_across_a_coordinator_restart_cannot_answer_for_new_work()
     assert_eq!(new.read("p/dist/out.txt"), "from the new coordinator\n", "{out}");
     assert_eq!(out.report("p#build")["cache"]["cache"], "saved", "{out}");
 }
+
+#[test]
+fn a_task_asking_for_labels_runs_only_on_a_worker_that_carries_them() {
+    let spec = |name: &str, pool: &str| WorkerSpec {
+        name: name.to_owned(),
+        slots: 2,
+        sandbox: Sandbox::None,
+        labels: BTreeMap::from([("pool".to_owned(), pool.to_owned())]),
+    };
+    let farm = Cluster::with_workers(vec![spec("w1", "cpu"), spec("w2", "gpu")]);
+    let ws = prova_tests::TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"a\", \"b\", \"c\", \"d\"]\n[tasks.build]\n\
+             command = \"mkdir -p dist && echo built > dist/out.txt\"\n\
+             outputs = [\"dist/**\"]\nlabels = { pool = \"gpu\" }\n",
+        )
+        .file("a/src.txt", "a\n")
+        .file("b/src.txt", "b\n")
+        .file("c/src.txt", "c\n")
+        .file("d/src.txt", "d\n");
+    let out = farm.run(&ws, ["build", "--all", "--json"]);
+    out.assert_code(0);
+    for p in ["a", "b", "c", "d"] {
+        assert_eq!(out.report(&format!("{p}#build"))["worker"], "w2", "{out}");
+    }
+}

@@ -166,6 +166,7 @@ mod tests {
                 persistent: false,
                 ready_when: None,
                 network: false,
+                labels: Default::default(),
             },
             placement: Placement::InPlace { workspace_root: root.to_owned() },
             clean_outputs: false,

@@ -91,6 +91,9 @@ pub struct TaskTable {
     pub portable: Option<Spanned<bool>>,
     /// The sandbox keeps the network. Default: false.
     pub network: Option<Spanned<bool>>,
+    /// Farm placement: only workers carrying every one of these labels run the task.
+    /// Default: none (any worker of the platform).
+    pub labels: Option<Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 /// `command = "npm run build"` (run by `sh -c`) or `command = ["tsc", "-p", "."]` (argv).
@@ -139,6 +142,7 @@ const TASK_KEYS: &[&str] = &[
     "ready_when",
     "portable",
     "network",
+    "labels",
 ];
 
 const STRINGS: &str = "an array of strings";
@@ -181,6 +185,7 @@ impl TableKind {
             (Self::Task, "retries") => "a non-negative integer",
             (Self::Task, "cache" | "persistent" | "portable" | "network") => BOOL,
             (Self::Task, "ready_when") => "a string (a regular expression)",
+            (Self::Task, "labels") => "a table of strings (`{ pool = \"gpu\" }`)",
             _ => STRINGS,
         }
     }

@@ -50,6 +50,8 @@ pub struct TaskLayer {
     pub portable: Option<bool>,
     /// `network`.
     pub network: Option<bool>,
+    /// `labels`.
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl TaskLayer {
@@ -81,6 +83,7 @@ impl TaskLayer {
             ready_when: t.ready_when.map(|r| check_regex(src, r).map(located)).transpose()?,
             portable: t.portable.map(Spanned::into_inner),
             network: t.network.map(Spanned::into_inner),
+            labels: t.labels.map(Spanned::into_inner),
         })
     }
 }
@@ -133,6 +136,7 @@ fn resolve(
     task.persistent = field!(persistent).unwrap_or(false);
     task.portable = field!(portable).unwrap_or(false);
     task.network = field!(network).unwrap_or(false);
+    task.labels = field!(labels).unwrap_or_default();
     let cache = field!(cache);
     let ready_when = field!(ready_when);
     if let Some(cache) = cache.as_ref().filter(|c| c.value && task.persistent) {

@@ -308,6 +308,22 @@ fn error_syntax_and_wrong_type_in_project_file() {
 }
 
 #[test]
+fn labels_merge_field_by_field_and_must_be_a_table_of_strings() {
+    let ws = Ws::new(DEFAULTS);
+    ws.file("apps/web/prova.toml", "[tasks.build]\nlabels = { pool = \"gpu\", os = \"linux\" }\n");
+    let loaded = ws.load();
+    let build = loaded.project("web").unwrap().task("build").unwrap();
+    let want: std::collections::BTreeMap<String, String> =
+        [("os", "linux"), ("pool", "gpu")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+    assert_eq!(build.labels, want);
+    assert!(loaded.project("web").unwrap().task("check").unwrap().labels.is_empty());
+    ws.file("apps/web/prova.toml", "[tasks.build]\nlabels = [\"gpu\"]\n");
+    let msg = ws.err().to_string();
+    assert!(msg.starts_with("apps/web/prova.toml:2:"), "{msg}");
+    assert!(msg.contains("`labels` in [tasks.build] must be a table of strings"), "{msg}");
+}
+
+#[test]
 fn error_unknown_project_dep_suggests_a_name() {
     let ws = Ws::new("[workspace]\nprojects = [\"packages/*\"]\n");
     ws.file("packages/web/prova.toml", "[project]\nname = \"web\"\ndeps = [\"utils\", \"uii\"]\n")

@@ -294,6 +294,7 @@ fn requirements(hints: &AssignHints) -> Requirements {
         r.os = Some(os.to_owned());
         r.arch = Some(arch.to_owned());
     }
+    r.labels = hints.labels.clone();
     r
 }
 

@@ -34,6 +34,7 @@ fn item(run: u64, attempt: u64, priority: u64) -> Item {
                 persistent: false,
                 ready_when: None,
                 network: false,
+                labels: Default::default(),
             },
             placement: Placement::ExecRoot {
                 inputs: vec![],

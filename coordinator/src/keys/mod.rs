@@ -149,6 +149,13 @@ fn config_pairs(def: Option<&crate::workspace::TaskDef>) -> Vec<(String, String)
             d.timeout.map_or_else(|| "none".to_owned(), |t| t.as_millis().to_string()),
         ),
     ];
+    // Labels pick the machines that may run it (a pool with a GPU, a toolchain): a task
+    // placed by other labels is another action. Absent when empty, so keys of tasks without
+    // labels are unchanged.
+    if !d.labels.is_empty() {
+        let labels: Vec<String> = d.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        v.push(("labels".to_owned(), labels.join("\0")));
+    }
     v.sort();
     v
 }

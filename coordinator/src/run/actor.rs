@@ -313,6 +313,7 @@ impl RunActor {
                 .as_ref()
                 .and_then(|c| c.keys.components.get(node))
                 .and_then(|c| c.platform.clone()),
+            labels: self.plan.tasks[node].spec.labels.clone(),
         };
         if self.work.assign(assignment, hints).await.is_err() {
             return Some(self.lost(node).await);

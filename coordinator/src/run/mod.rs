@@ -44,6 +44,8 @@ pub struct AssignHints {
     pub avoid: Option<prova_protocol::WorkerId>,
     /// `os/arch` the task must run on (`None`: portable).
     pub platform: Option<String>,
+    /// Labels the worker must carry (the task's `labels`).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A boxed future of a link operation.

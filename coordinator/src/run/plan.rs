@@ -149,5 +149,6 @@ fn spec_for(
         persistent: def.is_some_and(|d| d.persistent),
         ready_when: def.and_then(|d| d.ready_when.clone()),
         network: def.is_some_and(|d| d.network),
+        labels: def.map(|d| d.labels.clone()).unwrap_or_default(),
     }
 }

@@ -282,6 +282,7 @@ fn spec_shell() -> TaskSpec {
         persistent: false,
         ready_when: None,
         network: true,
+        labels: Default::default(),
     }
 }
 
@@ -298,6 +299,7 @@ fn spec_argv() -> TaskSpec {
         persistent: false,
         ready_when: None,
         network: false,
+        labels: Default::default(),
     }
 }
 
@@ -314,6 +316,7 @@ fn spec_persistent() -> TaskSpec {
         persistent: true,
         ready_when: Some("listening on \\d+".into()),
         network: true,
+        labels: Default::default(),
     }
 }
 
