@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use prova_tests::{TempWorkspace, cluster::Cluster};
-//! let farm = Cluster::start(2);                 // certs, coordinator on 127.0.0.1:0, w1, w2
+//! let mut farm = Cluster::start(2);             // certs, coordinator on 127.0.0.1:0, w1, w2
 //! let ws = TempWorkspace::new();                // … write a workspace …
 //! farm.run(&ws, ["build", "--all", "--json"]).assert_code(0); // prova run … --remote --certs <ci>
 //! farm.kill_worker(0);                          // SIGKILL w1
