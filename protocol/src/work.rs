@@ -162,6 +162,10 @@ impl Finished {
     }
 }
 
+/// How `Finished::output_error` begins when a traced run's trace could not be read: the
+/// inputs proof is then not made (rather than failed).
+pub const TRACE_READ_FAILED: &str = "reading the trace failed";
+
 /// Lookups under the exec root that found nothing: candidates for undeclared inputs (the
 /// client keeps those that exist in the workspace).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

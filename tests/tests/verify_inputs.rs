@@ -289,5 +289,5 @@ fn without_strace_an_undeclared_read_is_caught_but_not_named() {
         .env("PATH", &path)
         .run();
     text.assert_code(1);
-    text.assert_stdout_contains("✗ p#sneaky — undeclared-inputs: failed with only its declared inputs present; no trace named the paths");
+    text.assert_stdout_contains("✗ p#sneaky — undeclared-inputs: an undeclared input was read, install strace for the paths");
 }

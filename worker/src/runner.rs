@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::{CommandLine, ExitKind};
-use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ReadsReport};
+use prova_protocol::work::{
+    Assignment, Finished, FromWorker, Placement, ReadsReport, TRACE_READ_FAILED,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -168,7 +170,7 @@ pub async fn run_assignment(
                 match missing {
                     Ok(missing) => ReadsReport { traced: true, missing },
                     Err(e) => {
-                        report.output_error = Some(format!("reading the trace failed: {e}"));
+                        report.output_error = Some(format!("{TRACE_READ_FAILED}: {e}"));
                         ReadsReport { traced: false, missing: Vec::new() }
                     }
                 }

@@ -208,10 +208,7 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::UndeclaredInputs { traced: false, .. } => {
             format!(
                 "{}\n",
-                paint(
-                    "31",
-                    "verify: failed with only its declared inputs present (no trace named the paths)"
-                )
+                paint("31", "verify: an undeclared input was read, install strace for the paths")
             )
         }
         Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),

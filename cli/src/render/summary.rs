@@ -157,8 +157,7 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                     paths.join(", ")
                 }
                 prova_protocol::events::Verdict::UndeclaredInputs { traced: false, .. } => {
-                    "failed with only its declared inputs present; no trace named the paths"
-                        .to_owned()
+                    "an undeclared input was read, install strace for the paths".to_owned()
                 }
                 _ => String::new(),
             };

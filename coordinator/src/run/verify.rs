@@ -12,7 +12,7 @@ use prova_protocol::events::{CacheStatus, Divergence, RunEvent, TaskStatus, Verd
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::task::OwnedTask;
-use prova_protocol::work::{Finished, Perturb};
+use prova_protocol::work::{Finished, Perturb, TRACE_READ_FAILED};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 
 use super::actor::{Purpose, RunActor};
@@ -215,6 +215,10 @@ impl RunActor {
             } else {
                 Verdict::UndeclaredInputs { paths, traced: true }
             }
+        } else if let Some(e) = f.output_error.as_ref().filter(|e| e.starts_with(TRACE_READ_FAILED))
+        {
+            // A tracer ran but its trace could not be read: not a finding about the task.
+            Verdict::NotVerified { reason: e.clone() }
         } else if status == TaskStatus::Failed {
             Verdict::UndeclaredInputs { paths: Vec::new(), traced: false }
         } else {
