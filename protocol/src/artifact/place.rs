@@ -104,17 +104,32 @@ impl Placer<'_> {
             Ok(_) => {
                 fs::remove_file(&abs).map_err(ArtifactError::io(&abs))?;
                 self.stats.replaced += 1;
-                fs::create_dir(&abs).map_err(ArtifactError::io(&abs))?;
-                self.stats.dirs_created += 1;
+                self.create_dir(&abs)?;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&abs).map_err(ArtifactError::io(&abs))?;
-                self.stats.dirs_created += 1;
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.create_dir(&abs)?,
             Err(e) => return Err(ArtifactError::Io { path: abs, source: e }),
         }
         self.real_dirs.insert(rel.to_owned());
         Ok(())
+    }
+
+    /// Creates `abs`. Two restores into one project (two tasks writing under one output dir,
+    /// or two processes) may race to create the same parent: a real directory that appeared
+    /// meanwhile is what we wanted; anything else there is still an error.
+    fn create_dir(&mut self, abs: &Path) -> Result<(), ArtifactError> {
+        match fs::create_dir(abs) {
+            Ok(()) => {
+                self.stats.dirs_created += 1;
+                Ok(())
+            }
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    && fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(ArtifactError::Io { path: abs.to_owned(), source: e }),
+        }
     }
 
     fn file(&mut self, e: &ManifestEntry) -> Result<(), ArtifactError> {

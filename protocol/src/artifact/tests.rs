@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::*;
 use crate::artifact::test_support::{globs, set_mtime, write};
-use crate::manifest::EntryKind;
+use crate::manifest::{EntryKind, OutputManifest};
 
 fn tree(root: &Path) {
     write(root, "p/dist/index.js", b"export default 1;\n", 0o644);
@@ -109,4 +109,46 @@ fn mtimes_before_the_epoch_round_trip() {
     set_mtime_nofollow(&l, 7).unwrap();
     assert_eq!(mtime_ns(&fs::symlink_metadata(&l).unwrap()), 7);
     assert_eq!(mtime_ns(&fs::metadata(&f).unwrap()), -1_500_000_001);
+}
+
+/// Two restores into one project at once (two tasks whose outputs share `p/out/…`) race to
+/// create the same parent directories: neither may fail for finding one the other created.
+#[test]
+fn concurrent_restores_sharing_parent_directories_both_succeed() {
+    let shared = "p/out/s1/s2/s3/s4/s5/s6/s7/s8";
+    let staged = |name: &str| {
+        let src = tempfile::tempdir().unwrap();
+        write(src.path(), &format!("{shared}/{name}.txt"), name.as_bytes(), 0o644);
+        let g = globs("p", &[&format!("out/**/{name}.txt")]);
+        let manifest = collect_outputs(src.path(), &g).unwrap();
+        let manifest = OutputManifest {
+            entries: manifest.entries.into_iter().filter(|e| e.kind != EntryKind::Dir).collect(),
+        };
+        (src, manifest)
+    };
+    let (a_src, a) = staged("a");
+    let (b_src, b) = staged("b");
+    for round in 0..200 {
+        let ws = tempfile::tempdir().unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for (src, m) in [(a_src.path(), &a), (b_src.path(), &b)] {
+                let (ws, barrier) = (ws.path(), &barrier);
+                s.spawn(move || {
+                    // place() renames out of its staging dir: give each round its own copy.
+                    let staging = tempfile::tempdir().unwrap();
+                    for e in &m.entries {
+                        let to = staging.path().join(&e.path);
+                        fs::create_dir_all(to.parent().unwrap()).unwrap();
+                        fs::copy(src.join(&e.path), &to).unwrap();
+                        set_mtime(&to, e.mtime_ns);
+                    }
+                    barrier.wait();
+                    place(staging.path(), ws, m).unwrap_or_else(|e| panic!("round {round}: {e}"));
+                });
+            }
+        });
+        assert_eq!(fs::read(ws.path().join(format!("{shared}/a.txt"))).unwrap(), b"a");
+        assert_eq!(fs::read(ws.path().join(format!("{shared}/b.txt"))).unwrap(), b"b");
+    }
 }
