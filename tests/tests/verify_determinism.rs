@@ -287,6 +287,26 @@ fn a_task_embedding_the_locale_is_caught() {
     assert_eq!(ws.read("p/out/lang.txt"), "C.UTF-8\n");
 }
 
+#[test]
+fn a_task_depending_on_the_order_of_its_environment_is_caught() {
+    // Only the relative order of two variables every task has: the values and the set of
+    // names do not change between the runs, the order does. The shell's own environment, as
+    // it was exec'ed (what a program that dumps its environment writes; sh rebuilds the one
+    // its children get in its own order).
+    let cmd = "mkdir -p out && xargs -0 -n1 < /proc/$$/environ | cut -d= -f1 \
+               | grep -x -e HOME -e PATH > out/order.txt";
+    let ws = workspace(&task("order", cmd, &["out/order.txt"]));
+    let out = prova(&ws, ["run", "order", "--all", "--verify", "--json"]).run();
+    out.assert_code(1);
+    let v = only_verdict(&out, "p#order");
+    assert_eq!(name(&v), "nondeterministic", "{out}");
+    assert_eq!(v["changed"], serde_json::json!(["p/out/order.txt"]), "{out}");
+    let diff = v["files"][0]["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("-PATH") && diff.contains("+PATH"), "PATH moved past HOME:\n{diff}");
+    // The canonical (first) bytes stay: the first run's environment is sorted by name.
+    assert_eq!(ws.read("p/out/order.txt"), "HOME\nPATH\n");
+}
+
 /// `date -d @0 +%H:%M`: midnight in UTC, something else in most zones. (The re-run's zone
 /// comes from the system's tz database, which the sandbox mounts read-only.)
 const TZ_COMMAND: &str = "mkdir -p out && date -d @0 +%H:%M > out/tz.txt";

@@ -103,6 +103,7 @@ pub async fn run_assignment(
         CommandLine::Argv(v) => v.iter().chain(&a.spec.args).cloned().collect(),
     };
     let mut env = task_env(&ctx.config, &a);
+    let task_argv_len = argv.len();
     // Where the task runs: the workspace itself, or an exec root (kept alive until the
     // outputs are collected).
     let (root, cwd, exec_root, isolation, trace_file) = match &a.placement {
@@ -119,6 +120,9 @@ pub async fn run_assignment(
             Err(e) => return fail(e),
         },
     };
+    if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
+        argv = in_env_order(argv, task_argv_len, &env);
+    }
     let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
     report.isolation = isolation;
     let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
@@ -257,11 +261,25 @@ fn task_env(cfg: &RunnerConfig, a: &Assignment) -> Vec<(String, String)> {
                 None => env.push((k.clone(), v.clone())),
             }
         }
-        if p.reverse_env {
-            env.reverse();
-        }
     }
     env
+}
+
+/// The environment in reverse name order, as the task sees it. A process's environment is
+/// built sorted by name (std's `Command`), so a re-run that perturbs the order puts
+/// `env -i K=V …` (names descending) right before the task's own argv — the last `task_len`
+/// words of `argv`, after any sandbox and tracer — which rebuilds it in that order.
+fn in_env_order(argv: Vec<String>, task_len: usize, env: &[(String, String)]) -> Vec<String> {
+    let mut env = env.to_vec();
+    env.sort_by(|a, b| b.0.cmp(&a.0));
+    let at = argv.len().saturating_sub(task_len);
+    let (wrappers, task) = argv.split_at(at);
+    let env_bin = if Path::new("/usr/bin/env").exists() { "/usr/bin/env" } else { "env" };
+    let mut out = wrappers.to_vec();
+    out.extend([env_bin.to_owned(), "-i".to_owned()]);
+    out.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    out.extend_from_slice(task);
+    out
 }
 
 async fn run_try(
@@ -314,4 +332,37 @@ async fn run_try(
 /// An empty report for `attempt` (no try made yet).
 pub fn refused(attempt: prova_protocol::AttemptId) -> Finished {
     Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()))
+}
+
+#[cfg(test)]
+mod env_order_tests {
+    use super::in_env_order;
+
+    fn words(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_env_prefix_goes_right_before_the_tasks_own_argv() {
+        let env = vec![("A".to_owned(), "x=y".to_owned()), ("Z".to_owned(), "1".to_owned())];
+        let wrapped = words(&["bwrap", "--ro-bind", "/", "/", "--", "sh", "-c", "make"]);
+        let got = in_env_order(wrapped, 3, &env);
+        let env_bin = got[5].clone();
+        assert!(env_bin.ends_with("env"), "{got:?}");
+        let want = [
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            &env_bin,
+            "-i",
+            "Z=1",
+            "A=x=y",
+            "sh",
+            "-c",
+            "make",
+        ];
+        assert_eq!(got, words(&want));
+    }
 }
