@@ -1,0 +1,23 @@
+# Sourced by the farm benchmarks: start_farm WORKERS SLOTS SANDBOX starts a coordinator and
+# WORKERS workers on loopback (separate processes) under $T, sets ADDR and CI (the ci bundle),
+# and returns once `farm status` lists every worker. The caller's EXIT trap kills $PIDS.
+start_farm() {
+    "$P" certs init "$T/certs" --san 127.0.0.1 >/dev/null
+    "$P" certs issue "$T/certs" --role ci --name ci >/dev/null
+    "$P" coordinator --listen 127.0.0.1:0 --certs "$T/certs/coordinator" \
+        --cache-dir "$T/farm-cache" > "$T/coordinator.out" 2> "$T/coordinator.err" &
+    PIDS="$PIDS $!"
+    until grep -q "listening on" "$T/coordinator.out" 2>/dev/null; do sleep 0.05; done
+    ADDR=$(sed -n 's/^prova coordinator listening on \([^ ]*\).*/\1/p' "$T/coordinator.out")
+    CI="$T/certs/ci"
+    w=1
+    while [ "$w" -le "$1" ]; do
+        "$P" certs issue "$T/certs" --role worker --name "w$w" >/dev/null
+        "$P" worker --join "$ADDR" --certs "$T/certs/w$w" --work-dir "$T/work/w$w" \
+            --slots "$2" --sandbox="$3" > "$T/w$w.out" 2> "$T/w$w.err" &
+        PIDS="$PIDS $!"
+        w=$((w + 1))
+    done
+    until [ "$("$P" farm status --remote "$ADDR" --certs "$CI" --json 2>/dev/null \
+            | grep -o '"id"' | wc -l)" -ge "$1" ]; do sleep 0.1; done
+}

@@ -1,0 +1,53 @@
+#!/bin/sh
+# prova against turbo on a generated workspace, interleaved (../shared/bench/compare.py):
+# warm no-op `run build`, warm `run test` (all hits), and one edited file in a package
+# (the leaf of bench-meta.json by default; HUB=1 edits the hub, which re-runs its hundreds of
+# dependents under both tools). Also the dry run of the graph, and with COLD=1 one cold
+# build of each (caches and outputs removed first; every task is `npm run build`, so this
+# takes minutes and measures npm as much as either tool).
+#
+#   bench/vs_turbo.sh WORKSPACE [RUNS]
+#   PROVA=target/release/prova TURBO=/path/to/turbo bench/vs_turbo.sh /tmp/ws-1000 9
+#
+# The workspace comes from `../shared/bench/gen_workspace.py WS --packages N`; turbo from
+# `../shared/bench/peers.sh`. Each tool runs in its own copy (prova in WS-prova, made once
+# with cp -a): on a hit turbo rewrites every output file and prova would then restore its
+# own, so in one directory each would measure undoing the other. Both caches are filled
+# first (a cold run of each, which takes minutes: every task is `npm run …`).
+set -eu
+WS=$(realpath "$1")
+N=${2:-9}
+HERE=$(dirname "$(realpath "$0")")
+P=$(realpath "${PROVA:-$HERE/../target/release/prova}")
+T=${TURBO:-turbo}
+C=${COMPARE:-$HERE/../../shared/bench/compare.py}
+export TURBO_TELEMETRY_DISABLED=1 TURBO_NO_UPDATE_NOTIFIER=1
+[ -d "$WS-prova" ] || cp -a "$WS" "$WS-prova"
+PW="$WS-prova"
+cd "$WS"
+if [ "${HUB:-0}" = 1 ]; then
+    PKG=$(python3 -c 'import json; print(json.load(open("bench-meta.json"))["incremental_hub"]["dir"])')
+else
+    PKG=$(python3 -c 'import json; print(json.load(open("bench-meta.json"))["leaf_package"]["dir"])')
+fi
+"$P" -C "$PW" run build test --all >/dev/null 2>&1 || true
+"$T" run build test >/dev/null 2>&1 || true
+P="$P -C $PW"
+echo "== dry run of build ($WS)"
+python3 "$C" -n "$N" --a "$P run build --all --dry-run" --b "$T run build --dry-run"
+if [ "${COLD:-0}" = 1 ]; then
+    echo "== cold run build (one each)"
+    python3 "$C" -n 1 --warmup 0 --prep "rm -rf .turbo packages/*/dist $PW/.prova $PW/packages/*/dist" \
+        --a "$P run build --all" --b "$T run build"
+    "$P" run test --all >/dev/null 2>&1 || true
+    "$T" run test >/dev/null 2>&1 || true
+fi
+echo "== warm no-op run build"
+python3 "$C" -n "$N" --a "$P run build --all" --b "$T run build"
+echo "== warm run test (all hits)"
+python3 "$C" -n "$N" --a "$P run test --all" --b "$T run test"
+echo "== one file edited in $PKG"
+python3 "$C" -n "$N" --prep "echo \"// \$(date +%s%N)\" | tee -a $PKG/src/mod1.js >> $PW/$PKG/src/mod1.js" \
+    --a "$P run build --all" --b "$T run build"
+git checkout -q -- "$PKG/src/mod1.js"
+git -C "$PW" checkout -q -- "$PKG/src/mod1.js"
