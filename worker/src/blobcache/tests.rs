@@ -2,11 +2,12 @@
 
 use super::*;
 
+/// Opens (or reopens) the cache in `dir`; see [`reopen`] for why it may have to wait.
 fn cache(dir: &Path, max: u64) -> BlobCache {
-    BlobCache::open(dir, max).unwrap()
+    reopen(dir, max)
 }
 
-/// Opens `dir` again after its cache was dropped. Other tests of this process fork children
+/// Opens `dir`, also right after a cache of it was dropped. Other tests of this process fork children
 /// (the executor's tests), and a child forked while the lock file was open holds its
 /// descriptor, and so the `flock`, until it execs (the descriptor is close-on-exec): under
 /// load that window lasts a moment. Retried while locked, a bounded number of times.
