@@ -912,3 +912,22 @@ pub fn release(dir: &Path) {
     std::fs::write(dir.join("release"), "")
         .unwrap_or_else(|e| panic!("releasing the task in {}: {e}", dir.display()));
 }
+
+/// One project `p` whose `build` is [`blocking_command`]`(then)`, with outputs `dist/**`.
+pub fn blocking_workspace(then: &str) -> TempWorkspace {
+    let command = blocking_command(then);
+    TempWorkspace::new()
+        .file(
+            "prova.toml",
+            &format!(
+                "[workspace]\nprojects = [\"p\"]\n[tasks.build]\ncommand = '{command}'\n\
+                 outputs = [\"dist/**\"]\n"
+            ),
+        )
+        .file("p/src.txt", "source\n")
+}
+
+/// Whether a `--json` output line is a blocking task's `waiting in <dir>` line.
+pub fn waiting_line(l: &str) -> bool {
+    l.contains("\"output\"") && l.contains("waiting in ")
+}

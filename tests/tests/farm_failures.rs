@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use prova_tests::cluster::{
-    Cluster, POLL, READY_TIMEOUT, Sandbox, blocking_command, release, waiting_dirs,
+    Cluster, POLL, READY_TIMEOUT, Sandbox, blocking_workspace, release, waiting_dirs, waiting_line,
 };
 use prova_tests::{Output, TempWorkspace};
 
@@ -21,35 +21,16 @@ use prova_tests::{Output, TempWorkspace};
 /// machine's share.
 const LOSS_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// One project `p` whose `build` waits for the test (see [`blocking_command`]), then says
-/// where it finished and writes `dist/out.txt`.
-fn blocking_workspace() -> TempWorkspace {
-    let command =
-        blocking_command("echo \"done in $(pwd)\"; mkdir -p dist; echo built > dist/out.txt");
-    TempWorkspace::new()
-        .file(
-            "prova.toml",
-            &format!(
-                "[workspace]\nprojects = [\"p\"]\n[tasks.build]\ncommand = '{command}'\n\
-                 outputs = [\"dist/**\"]\n"
-            ),
-        )
-        .file("p/src.txt", "source\n")
-}
-
-fn waiting_lines(l: &str) -> bool {
-    l.contains("\"output\"") && l.contains("waiting in ")
-}
-
 #[test]
 fn a_worker_killed_mid_task_is_replaced_by_another_and_files_nothing() {
     let mut farm = Cluster::start(2);
-    let ws = blocking_workspace();
+    let ws =
+        blocking_workspace("echo \"done in $(pwd)\"; mkdir -p dist; echo built > dist/out.txt");
     let mut run = farm
         .run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"])
         .timeout(LOSS_TIMEOUT)
         .spawn();
-    run.wait_for_lines("the task to start", 1, waiting_lines);
+    run.wait_for_lines("the task to start", 1, waiting_line);
     let victim = farm.wait_running("p#build", READY_TIMEOUT);
     let other = 1 - victim;
     let first = waiting_dirs(run.stdout_so_far(), "p#build");
@@ -57,7 +38,7 @@ fn a_worker_killed_mid_task_is_replaced_by_another_and_files_nothing() {
 
     farm.kill_worker(victim);
     // No heartbeats: the lease expires and the task is placed on the worker that is left.
-    run.wait_for_lines("the task to start on the other worker", 2, waiting_lines);
+    run.wait_for_lines("the task to start on the other worker", 2, waiting_line);
     let dirs = waiting_dirs(run.stdout_so_far(), "p#build");
     assert!(
         dirs[1].starts_with(farm.work_dir(other)),
@@ -83,12 +64,13 @@ fn a_worker_killed_mid_task_is_replaced_by_another_and_files_nothing() {
 #[test]
 fn a_report_on_a_lease_the_farm_gave_away_is_refused() {
     let farm = Cluster::start(2);
-    let ws = blocking_workspace();
+    let ws =
+        blocking_workspace("echo \"done in $(pwd)\"; mkdir -p dist; echo built > dist/out.txt");
     let mut run = farm
         .run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"])
         .timeout(LOSS_TIMEOUT)
         .spawn();
-    run.wait_for_lines("the task to start", 1, waiting_lines);
+    run.wait_for_lines("the task to start", 1, waiting_line);
     let stale = farm.wait_running("p#build", READY_TIMEOUT);
     let other = 1 - stale;
     let pid = Pid::from_raw(farm.worker_pid(stale).expect("running"));
@@ -97,7 +79,7 @@ fn a_report_on_a_lease_the_farm_gave_away_is_refused() {
     // the task is placed on the other worker.
     kill(pid, Signal::SIGSTOP).expect("SIGSTOP the worker");
     let resumed = scopeguard(pid);
-    run.wait_for_lines("the task to start on the other worker", 2, waiting_lines);
+    run.wait_for_lines("the task to start on the other worker", 2, waiting_line);
     let dirs = waiting_dirs(run.stdout_so_far(), "p#build");
     assert!(dirs[0].starts_with(farm.work_dir(stale)) && dirs[1].starts_with(farm.work_dir(other)));
 

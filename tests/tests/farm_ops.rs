@@ -5,28 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use prova_tests::TempWorkspace;
 use prova_tests::cluster::{
-    Cluster, POLL, READY_TIMEOUT, Sandbox, WorkerSpec, blocking_command, demo, products, release,
-    waiting_dirs, worker_of, workers_of,
+    Cluster, POLL, READY_TIMEOUT, Sandbox, WorkerSpec, blocking_workspace, demo, products, release,
+    waiting_dirs, waiting_line, worker_of, workers_of,
 };
-
-fn blocking_workspace(then: &str) -> TempWorkspace {
-    let command = blocking_command(then);
-    TempWorkspace::new()
-        .file(
-            "prova.toml",
-            &format!(
-                "[workspace]\nprojects = [\"p\"]\n[tasks.build]\ncommand = '{command}'\n\
-                 outputs = [\"dist/**\"]\n"
-            ),
-        )
-        .file("p/src.txt", "source\n")
-}
-
-fn waiting_lines(l: &str) -> bool {
-    l.contains("\"output\"") && l.contains("waiting in ")
-}
 
 #[test]
 fn farm_status_shows_workers_slots_sandbox_and_a_running_task() {
@@ -56,7 +38,7 @@ fn farm_status_shows_workers_slots_sandbox_and_a_running_task() {
 
     let ws = blocking_workspace("mkdir -p dist; echo built > dist/out.txt");
     let mut run = farm.run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"]).spawn();
-    run.wait_for_lines("the task to start", 1, waiting_lines);
+    run.wait_for_lines("the task to start", 1, waiting_line);
     let on = farm.wait_running("p#build", READY_TIMEOUT);
     let busy = farm.status();
     let worker = worker_of(&busy, farm.worker_name(on)).expect("the worker running it");
@@ -118,7 +100,7 @@ fn a_task_left_running_across_a_coordinator_restart_cannot_answer_for_new_work()
     let mut farm = Cluster::builder().workers(1).slots(2).start();
     let old = blocking_workspace("mkdir -p dist; echo from the old coordinator > dist/out.txt");
     let mut old_run = farm.run_cmd(&old, &farm.ci_certs(), ["build", "--all", "--json"]).spawn();
-    old_run.wait_for_lines("the old task to start", 1, waiting_lines);
+    old_run.wait_for_lines("the old task to start", 1, waiting_line);
     let old_dir = waiting_dirs(old_run.stdout_so_far(), "p#build")[0].clone();
 
     farm.restart_coordinator();
@@ -132,7 +114,7 @@ fn a_task_left_running_across_a_coordinator_restart_cannot_answer_for_new_work()
         .run_cmd(&new, &farm.ci_certs(), ["build", "--all", "--json"])
         .timeout(Duration::from_secs(60))
         .spawn();
-    new_run.wait_for_lines("the new task to start", 1, waiting_lines);
+    new_run.wait_for_lines("the new task to start", 1, waiting_line);
     let new_dir = waiting_dirs(new_run.stdout_so_far(), "p#build")[0].clone();
     assert_ne!(new_dir, old_dir);
 
