@@ -2,7 +2,10 @@
 //! farm lacks, submit the graph, render its events, then bring the outputs back.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use prova_coordinator::prepare::Prepared;
@@ -119,8 +122,13 @@ async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyho
     }
 }
 
+/// How long an interrupted run waits for the coordinator's summary before leaving anyway.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+
 /// Submits `tasks` and relays the run's events to `events` until it is done. A Ctrl-C sends
-/// `Interrupt` (the farm cancels the run's tasks) and keeps waiting for the summary.
+/// `Interrupt` (the farm cancels the run's tasks) and waits for the summary — at most
+/// [`INTERRUPT_GRACE`], or until a second Ctrl-C: a coordinator that does not answer cannot
+/// hold the client (closing the connection interrupts the run on its side too).
 pub async fn submit(
     s: &mut Session,
     tasks: Vec<RemoteTask>,
@@ -136,12 +144,35 @@ pub async fn submit(
     let mut artifacts = Vec::new();
     let mut interrupt = Box::pin(crate::local::wait_for_signal());
     let mut interrupted = false;
+    let mut give_up: Pin<Box<dyn Future<Output = String> + Send>> =
+        Box::pin(std::future::pending());
     loop {
         let reply = tokio::select! {
             () = &mut interrupt, if !interrupted => {
                 interrupted = true;
-                frame::write_msg(&mut s.send, &ClientMsg::Interrupt).await?;
+                give_up = Box::pin(async {
+                    tokio::select! {
+                        () = tokio::time::sleep(INTERRUPT_GRACE) => format!(
+                            "the coordinator did not end the run within {} s",
+                            INTERRUPT_GRACE.as_secs()
+                        ),
+                        () = crate::local::wait_for_signal() => "interrupted again".to_owned(),
+                    }
+                });
+                // A coordinator that stopped reading must not hold this write either.
+                tokio::time::timeout(
+                    INTERRUPT_GRACE,
+                    frame::write_msg(&mut s.send, &ClientMsg::Interrupt),
+                )
+                .await
+                .map_err(|_| anyhow::anyhow!("interrupted: the coordinator does not read; leaving"))??;
                 continue;
+            }
+            why = &mut give_up => {
+                anyhow::bail!(
+                    "interrupted: {why}; leaving without its summary (closing the connection \
+                     cancels the run's tasks)"
+                )
             }
             r = frame::read_msg::<_, CoordinatorReply>(&mut s.recv) => r?,
         };

@@ -331,14 +331,54 @@ impl Message<GetStatus> for FarmActor {
     }
 }
 
+/// Submissions and cancels a run may have queued per task before the sink waits: a task is
+/// submitted at most twice (its execution and a determinism re-run) and each attempt
+/// cancelled at most twice (abort, then stop), so a run never reaches it.
+const WORK_PER_TASK: usize = 4;
+
 /// A run's link to the farm: assignments become items for placement.
+///
+/// The run actor never waits on the farm's mailbox: the farm waits on the run's (it delivers
+/// reports), so a run blocked submitting while the farm blocked delivering was a deadlock
+/// (a 2,000-task run stalled before its first event). A run's work goes into its own queue,
+/// sized by its task count, and a forwarder relays it to the farm in order.
 pub struct FarmSink {
-    /// The farm.
-    pub farm: ActorRef<FarmActor>,
-    /// The run.
-    pub run: RunId,
-    /// The cache namespace (trust tier) the run writes.
-    pub namespace: &'static str,
+    tx: mpsc::Sender<RunWork>,
+    run: RunId,
+    namespace: &'static str,
+}
+
+impl FarmSink {
+    /// The link of run `run` (`tasks` nodes) writing the cache namespace `namespace`.
+    pub fn new(
+        farm: ActorRef<FarmActor>,
+        run: RunId,
+        namespace: &'static str,
+        tasks: usize,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
+        // Not aborted with the sink: what the run queued last (cancels as it ends) still
+        // reaches the farm; the forwarder ends once the sink is dropped and its queue drained.
+        tokio::spawn(async move {
+            while let Some(work) = rx.recv().await {
+                if farm.tell(work).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Self { tx, run, namespace }
+    }
+
+    async fn push(&self, work: RunWork) -> Result<(), LinkClosed> {
+        match self.tx.try_send(work) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(LinkClosed),
+            Err(mpsc::error::TrySendError::Full(work)) => {
+                tracing::warn!(run = %self.run, "a run queued more farm work than its bound; waiting");
+                self.tx.send(work).await.map_err(|_| LinkClosed)
+            }
+        }
+    }
 }
 
 /// The key two runs' executions are shared under: the task key within the run's trust tier.
@@ -351,16 +391,12 @@ impl WorkSink for FarmSink {
     fn assign(&self, a: Assignment, mut hints: AssignHints) -> LinkFuture<'_> {
         hints.key = hints.key.map(|k| dedup_key(self.namespace, &k));
         Box::pin(async move {
-            let msg = RunWork::Submit { run: self.run, assignment: Box::new(a), hints };
-            self.farm.tell(msg).await.map_err(|_| LinkClosed)
+            self.push(RunWork::Submit { run: self.run, assignment: Box::new(a), hints }).await
         })
     }
 
     fn cancel(&self, attempt: AttemptId) -> LinkFuture<'_> {
-        Box::pin(async move {
-            let msg = RunWork::Cancel(Origin { run: self.run, attempt });
-            self.farm.tell(msg).await.map_err(|_| LinkClosed)
-        })
+        Box::pin(async move { self.push(RunWork::Cancel(Origin { run: self.run, attempt })).await })
     }
 }
 

@@ -200,7 +200,7 @@ async fn start(
             },
         },
         weights,
-        work: Arc::new(FarmSink { farm: shared.farm.clone(), run, namespace }),
+        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace, tasks.len())),
         worker: WorkerId("farm".into()),
         events: events_tx,
         done: done_tx,

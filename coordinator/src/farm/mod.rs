@@ -8,3 +8,6 @@ pub mod client_session;
 pub mod core;
 pub mod server;
 pub mod worker_session;
+
+#[cfg(test)]
+mod flow_tests;

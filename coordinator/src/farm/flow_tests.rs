@@ -1,0 +1,148 @@
+//! Flow control between the farm actor and the run actors it serves: a run that submits
+//! thousands of ready tasks while their reports stream back must finish. Both actors have
+//! bounded mailboxes; if each waited on the other's the farm stalled (a 2,000-task remote
+//! run hung before its first event, and `farm status` with it).
+//!
+//! The worker here is a peer stand-in on the farm's real worker link: it answers every
+//! assignment at once with `Started` and a successful `Finished`, which is the fastest a
+//! report stream can come back and so the hardest case for the farm.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kameo::prelude::*;
+use prova_protocol::events::TaskStatus;
+use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
+use prova_protocol::wire::{CoordinatorMsg, WorkerInfo, WorkerMsg};
+use prova_protocol::work::{Finished, FromWorker, ToWorker};
+use prova_protocol::{TaskId, WorkerId};
+use tokio::sync::{mpsc, oneshot};
+
+use super::actor::{AttachRun, FarmActor, FarmSink, FromWorkerSession, NewRunId, WorkerUp};
+use super::client_session::FARM_RUN_CONCURRENCY;
+use super::worker_session::WORKER_QUEUE;
+use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
+use crate::run::{Begin, ExecMode, RunActor, RunArgs, RunOptions, VerifyOptions};
+
+/// Far beyond any healthy run of this size (well under a second); only a stall reaches it.
+const STALL: Duration = Duration::from_secs(60);
+
+fn plan(n: usize) -> RunPlan {
+    let tasks = (0..n)
+        .map(|i| {
+            let id = TaskId::new(&format!("p{i}"), "build");
+            PlannedTask {
+                id: id.clone(),
+                project: usize::MAX,
+                kind: TaskKind::Command,
+                spec: TaskSpec {
+                    id,
+                    project_dir: format!("p{i}"),
+                    command: CommandLine::Shell("true".into()),
+                    args: vec![],
+                    env: vec![],
+                    timeout_ms: None,
+                    retries: 0,
+                    outputs: vec![],
+                    persistent: false,
+                    ready_when: None,
+                    network: false,
+                    labels: Default::default(),
+                },
+                cacheable: false,
+                deps: vec![],
+                requested: true,
+                inputs: vec![],
+            }
+        })
+        .collect();
+    RunPlan { root: "/nonexistent".into(), tasks }
+}
+
+/// Registers a worker with `slots` that reports every assignment done as soon as it arrives.
+async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
+    let id = WorkerId(name.into());
+    let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(WORKER_QUEUE);
+    let info = WorkerInfo {
+        slots,
+        os: std::env::consts::OS.into(),
+        arch: std::env::consts::ARCH.into(),
+        labels: Default::default(),
+        sandbox: "none: test".into(),
+        running: vec![],
+    };
+    farm.tell(WorkerUp { id: id.clone(), info, tx }).await.expect("the farm is up");
+    let farm = farm.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let CoordinatorMsg::Work(ToWorker::Assign(a)) = msg else { continue };
+            let attempt = a.attempt;
+            let mut done = Finished::never_ran(attempt, ExitKind::Code(0));
+            done.tries = 1;
+            done.isolation = "none".into();
+            for report in
+                [FromWorker::Started { attempt, try_no: 1 }, FromWorker::Finished(Box::new(done))]
+            {
+                let msg = WorkerMsg::Report(report);
+                if farm.tell(FromWorkerSession { id: id.clone(), msg }).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// Runs `n` independent tasks through the farm; `Some(statuses)` unless it stalled.
+async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<TaskStatus>> {
+    let run = farm.ask(NewRunId).await.expect("a run id");
+    let (events, mut events_rx) = mpsc::channel(1024);
+    // The client side: events are read as they come.
+    tokio::spawn(async move { while events_rx.recv().await.is_some() {} });
+    let (done, done_rx) = oneshot::channel();
+    let actor = RunActor::spawn(RunArgs {
+        plan: plan(n),
+        options: RunOptions {
+            concurrency: FARM_RUN_CONCURRENCY,
+            continue_on_failure: false,
+            verify: VerifyOptions::default(),
+        },
+        weights: vec![1; n],
+        work: Arc::new(FarmSink::new(farm.clone(), run, "trusted", n)),
+        worker: WorkerId("farm".into()),
+        events,
+        done,
+        first_attempt: 1,
+        cache: None,
+        exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
+        local_proof_sources: None,
+    });
+    farm.tell(AttachRun { actor: actor.clone(), run }).await.expect("attach");
+    actor.tell(Begin).await.expect("begin");
+    let summary = tokio::time::timeout(STALL, done_rx).await.ok()?.expect("a summary");
+    Some(summary.tasks.iter().map(|t| t.status).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_ready_tasks_with_instant_reports_do_not_stall_the_farm() {
+    let farm = FarmActor::spawn(());
+    instant_worker(&farm, "w1", 16).await;
+    instant_worker(&farm, "w2", 16).await;
+    let n = 3_000;
+    let statuses = run_through_farm(&farm, n)
+        .await
+        .expect("the run stalled: the farm and the run actor wait on each other");
+    assert_eq!(statuses.len(), n);
+    assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded), "{statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_at_once_both_finish() {
+    let farm = FarmActor::spawn(());
+    instant_worker(&farm, "w1", 8).await;
+    let (a, b) = tokio::join!(run_through_farm(&farm, 1_500), run_through_farm(&farm, 1_500));
+    for statuses in [a, b] {
+        let statuses = statuses.expect("a run stalled");
+        assert_eq!(statuses.len(), 1_500);
+        assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded));
+    }
+}
