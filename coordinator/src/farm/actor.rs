@@ -28,12 +28,28 @@ struct Link {
     info: WorkerInfo,
 }
 
+/// A run, as the actor knows it: its reports go through a queue of its own to a forwarder
+/// that waits on the run actor's mailbox, so the farm itself never waits on a run (a run
+/// waits on its client: a client that stops reading must not stall the farm).
+struct RunLink {
+    tx: mpsc::Sender<crate::run::actor::FromFarm>,
+    /// Room kept for reports that must arrive (`Started`, `Ready`, `Finished`): live output
+    /// is queued only while more than this is free, and dropped beyond (the task's log, in
+    /// its `Finished`, still holds it).
+    reserve: usize,
+    /// Output chunks dropped so far (logged once).
+    dropped: u64,
+}
+
+/// Output chunks a run may have queued beyond its reserve before live output is dropped.
+pub const OUTPUT_ALLOWANCE: usize = 4096;
+
 /// The farm actor.
 pub struct FarmActor {
     core: FarmCore,
     started: Instant,
     links: HashMap<WorkerId, Link>,
-    runs: HashMap<RunId, ActorRef<RunActor>>,
+    runs: HashMap<RunId, RunLink>,
     next_run: u64,
 }
 
@@ -87,34 +103,61 @@ impl FarmActor {
             FarmCommand::Send { worker, msg } => {
                 let tx = self.links.get(&worker).map(|l| l.tx.clone());
                 if let Some(tx) = tx
-                    && tx.send(CoordinatorMsg::Work(msg)).await.is_err()
+                    && send_within_bound(&tx, CoordinatorMsg::Work(msg), "worker").await.is_err()
                 {
                     // The session is gone; its WorkerDown follows and requeues.
                     tracing::debug!(%worker, "send to a closed worker session");
                 }
             }
-            FarmCommand::Deliver { run, msg, worker } => {
-                if let Some(r) = self.runs.get(&run) {
-                    let _ = r.tell(crate::run::actor::FromFarm { msg, worker }).await;
-                }
-            }
+            FarmCommand::Deliver { run, msg, worker } => self.deliver(run, msg, worker).await,
             FarmCommand::Fail { origin, reason } => {
-                if let Some(r) = self.runs.get(&origin.run) {
-                    let f = prova_protocol::work::Finished::never_ran(
-                        origin.attempt,
-                        ExitKind::SpawnFailed(reason),
-                    );
-                    let msg = FromWorker::Finished(Box::new(f));
-                    let _ = r
-                        .tell(crate::run::actor::FromFarm { msg, worker: WorkerId("farm".into()) })
-                        .await;
-                }
+                let f = prova_protocol::work::Finished::never_ran(
+                    origin.attempt,
+                    ExitKind::SpawnFailed(reason),
+                );
+                let msg = FromWorker::Finished(Box::new(f));
+                self.deliver(origin.run, msg, WorkerId("farm".into())).await;
             }
             FarmCommand::Refuse { worker, lease, reason } => {
                 if let Some(l) = self.links.get(&worker) {
-                    let _ = l.tx.send(CoordinatorMsg::Refused { attempt: lease, reason }).await;
+                    let msg = CoordinatorMsg::Refused { attempt: lease, reason };
+                    let _ = send_within_bound(&l.tx, msg, "worker").await;
                 }
             }
+        }
+    }
+}
+
+impl FarmActor {
+    /// Queues a report for `run` without waiting on it (see [`RunLink`]).
+    async fn deliver(&mut self, run: RunId, msg: FromWorker, worker: WorkerId) {
+        let Some(link) = self.runs.get_mut(&run) else { return };
+        if matches!(msg, FromWorker::Output { .. }) && link.tx.capacity() <= link.reserve {
+            if link.dropped == 0 {
+                tracing::warn!(%run, "the run's client is not keeping up: dropping live output");
+            }
+            link.dropped += 1;
+            return;
+        }
+        let msg = crate::run::actor::FromFarm { msg, worker };
+        let _ = send_within_bound(&link.tx, msg, "run").await;
+    }
+}
+
+/// Sends on a queue sized so that it cannot fill (its bound is derived from what may be in
+/// flight); `Err` when the receiver is gone. Should it fill all the same, a bug in that
+/// derivation, the send waits rather than dropping a message that must arrive.
+pub(crate) async fn send_within_bound<T>(
+    tx: &mpsc::Sender<T>,
+    msg: T,
+    queue: &'static str,
+) -> Result<(), ()> {
+    match tx.try_send(msg) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        Err(mpsc::error::TrySendError::Full(msg)) => {
+            tracing::warn!(queue, "a queue sized to never fill is full; waiting");
+            tx.send(msg).await.map_err(|_| ())
         }
     }
 }
@@ -205,19 +248,42 @@ impl Message<FromWorkerSession> for FarmActor {
     }
 }
 
-/// Allocate a run id and route that run's reports to `actor`.
+/// Route a run's reports to `actor`.
 pub struct AttachRun {
     /// The run's actor.
     pub actor: ActorRef<RunActor>,
     /// Its id (from [`NewRunId`]).
     pub run: RunId,
+    /// Its plan's [`report_reserve`].
+    pub reserve: usize,
 }
 
 impl Message<AttachRun> for FarmActor {
     type Reply = ();
     async fn handle(&mut self, m: AttachRun, _ctx: &mut Context<Self, ()>) {
-        self.runs.insert(m.run, m.actor);
+        let (tx, mut rx) = mpsc::channel(m.reserve.saturating_add(OUTPUT_ALLOWANCE));
+        let actor = m.actor;
+        // Ends when the run is detached (the sender dropped) and its queue drained, or when
+        // the run actor stops.
+        tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                if actor.tell(msg).await.is_err() {
+                    break;
+                }
+            }
+        });
+        self.runs.insert(m.run, RunLink { tx, reserve: m.reserve, dropped: 0 });
     }
+}
+
+/// Reports that must reach a run which it can have in flight at once: per task, two
+/// attempts (its execution and a determinism re-run), each with a `Started` per try, a
+/// `Ready` and a `Finished`.
+pub fn report_reserve(plan: &crate::run::RunPlan) -> usize {
+    plan.tasks
+        .iter()
+        .map(|t| 2 * (t.spec.retries as usize + 3))
+        .fold(16usize, usize::saturating_add)
 }
 
 /// A fresh run id.
@@ -357,6 +423,7 @@ impl FarmSink {
         tasks: usize,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
+        // See `send_within_bound`: a run keeps within `WORK_PER_TASK`.
         // Not aborted with the sink: what the run queued last (cancels as it ends) still
         // reaches the farm; the forwarder ends once the sink is dropped and its queue drained.
         tokio::spawn(async move {
@@ -370,14 +437,7 @@ impl FarmSink {
     }
 
     async fn push(&self, work: RunWork) -> Result<(), LinkClosed> {
-        match self.tx.try_send(work) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(LinkClosed),
-            Err(mpsc::error::TrySendError::Full(work)) => {
-                tracing::warn!(run = %self.run, "a run queued more farm work than its bound; waiting");
-                self.tx.send(work).await.map_err(|_| LinkClosed)
-            }
-        }
+        send_within_bound(&self.tx, work, "run work").await.map_err(|_| LinkClosed)
     }
 }
 

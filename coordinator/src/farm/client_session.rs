@@ -16,7 +16,7 @@ use prova_protocol::wire::{
 use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId};
+use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
 use super::server::Shared;
 use crate::cache::{Entry, PENDING, TRUSTED, UNTRUSTED};
 use crate::keys::PlanKeys;
@@ -186,6 +186,7 @@ async fn start(
     let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
     let (done_tx, done_rx) = oneshot::channel();
     let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
+    let reserve = report_reserve(&plan);
     let actor = RunActor::spawn(RunArgs {
         plan,
         options: RunOptions {
@@ -215,7 +216,11 @@ async fn start(
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
     });
-    shared.farm.tell(AttachRun { actor: actor.clone(), run }).await.map_err(|e| e.to_string())?;
+    shared
+        .farm
+        .tell(AttachRun { actor: actor.clone(), run, reserve })
+        .await
+        .map_err(|e| e.to_string())?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
     actor.tell(Begin).await.map_err(|e| e.to_string())?;
     let (shared, ids): (Arc<Shared>, Vec<TaskId>) =

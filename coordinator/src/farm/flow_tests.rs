@@ -18,7 +18,9 @@ use prova_protocol::work::{Finished, FromWorker, ToWorker};
 use prova_protocol::{TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{AttachRun, FarmActor, FarmSink, FromWorkerSession, NewRunId, WorkerUp};
+use super::actor::{
+    AttachRun, FarmActor, FarmSink, FromWorkerSession, NewRunId, WorkerUp, report_reserve,
+};
 use super::client_session::FARM_RUN_CONCURRENCY;
 use super::worker_session::WORKER_QUEUE;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
@@ -80,9 +82,12 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
             let mut done = Finished::never_ran(attempt, ExitKind::Code(0));
             done.tries = 1;
             done.isolation = "none".into();
-            for report in
-                [FromWorker::Started { attempt, try_no: 1 }, FromWorker::Finished(Box::new(done))]
-            {
+            let text = format!("output of {attempt}\n").into_bytes();
+            for report in [
+                FromWorker::Started { attempt, try_no: 1 },
+                FromWorker::Output { attempt, text },
+                FromWorker::Finished(Box::new(done)),
+            ] {
                 let msg = WorkerMsg::Report(report);
                 if farm.tell(FromWorkerSession { id: id.clone(), msg }).await.is_err() {
                     return;
@@ -94,13 +99,26 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
 
 /// Runs `n` independent tasks through the farm; `Some(statuses)` unless it stalled.
 async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<TaskStatus>> {
-    let run = farm.ask(NewRunId).await.expect("a run id");
     let (events, mut events_rx) = mpsc::channel(1024);
     // The client side: events are read as they come.
     tokio::spawn(async move { while events_rx.recv().await.is_some() {} });
+    let done = start_run(farm, n, events).await;
+    let summary = tokio::time::timeout(STALL, done).await.ok()?.expect("a summary");
+    Some(summary.tasks.iter().map(|t| t.status).collect())
+}
+
+/// Starts a run of `n` independent tasks whose events go to `events`.
+async fn start_run(
+    farm: &ActorRef<FarmActor>,
+    n: usize,
+    events: mpsc::Sender<prova_protocol::events::RunEvent>,
+) -> oneshot::Receiver<prova_protocol::events::RunSummary> {
+    let run = farm.ask(NewRunId).await.expect("a run id");
     let (done, done_rx) = oneshot::channel();
+    let plan = plan(n);
+    let reserve = report_reserve(&plan);
     let actor = RunActor::spawn(RunArgs {
-        plan: plan(n),
+        plan,
         options: RunOptions {
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: false,
@@ -116,10 +134,9 @@ async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<Ta
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
     });
-    farm.tell(AttachRun { actor: actor.clone(), run }).await.expect("attach");
+    farm.tell(AttachRun { actor: actor.clone(), run, reserve }).await.expect("attach");
     actor.tell(Begin).await.expect("begin");
-    let summary = tokio::time::timeout(STALL, done_rx).await.ok()?.expect("a summary");
-    Some(summary.tasks.iter().map(|t| t.status).collect())
+    done_rx
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,4 +162,17 @@ async fn two_runs_at_once_both_finish() {
         assert_eq!(statuses.len(), 1_500);
         assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_client_stops_reading_does_not_stall_another() {
+    let farm = FarmActor::spawn(());
+    instant_worker(&farm, "w1", 8).await;
+    // Its client never reads an event: the run stops at its first few.
+    let (events, _unread) = mpsc::channel(4);
+    let stuck = start_run(&farm, 2_000, events).await;
+    let statuses = run_through_farm(&farm, 500).await.expect("the other run stalled");
+    assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded));
+    assert_eq!(statuses.len(), 500);
+    drop(stuck);
 }

@@ -13,9 +13,17 @@ use tokio::sync::mpsc;
 use super::actor::{FromWorkerSession, WorkerDown, WorkerUp};
 use super::server::Shared;
 
-/// Messages queued for one worker (assignments, cancels): a slow worker holds the farm actor
-/// back rather than growing memory.
+/// Messages queued for one worker at least (assignments, cancels, refusals). The farm sends
+/// an assignment only into a free slot and a cancel or refusal only for an attempt the worker
+/// holds or reported, so a queue of [`worker_queue`] never fills: the farm never waits on a
+/// worker, however slowly it reads.
 pub const WORKER_QUEUE: usize = 256;
+
+/// The queue of a worker with `slots`: room for an assignment, a cancel and a refusal per
+/// slot, and then some.
+pub fn worker_queue(slots: u32) -> usize {
+    (slots as usize).saturating_mul(3).saturating_add(WORKER_QUEUE)
+}
 
 /// Runs the session until the worker goes. `Err` (a reason for the peer) when it does not
 /// begin by registering: a worker certificate gets the worker API and nothing else.
@@ -36,7 +44,7 @@ pub async fn run(
             ));
         }
     };
-    let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(WORKER_QUEUE);
+    let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(worker_queue(info.slots));
     let writer = OwnedTask::spawn("coordinator.worker.writer", async move {
         while let Some(msg) = rx.recv().await {
             if frame::write_msg(&mut send, &msg).await.is_err() {
