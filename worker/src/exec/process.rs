@@ -45,21 +45,18 @@ pub(crate) async fn run(
         Err(msg) => return Ok(spawn_failed(msg, StdInstant::now())),
     };
     let start = StdInstant::now();
-    let mut child = match spawn::spawn(cmd).await? {
+    let child = match spawn::spawn(cmd).await? {
         Ok(child) => child,
         Err(e) => {
             let program = req.argv.first().map_or("", String::as_str);
             return Ok(spawn_failed(format!("{program}: {e}"), start));
         }
     };
-    let raw_pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-    let pid = Pid::from_raw(raw_pid);
+    let pid = child.pid;
     // From here on, leaving early (error or drop) kills the group.
     let mut guard = GroupGuard { pid, armed: true };
     let pipes =
-        attach_pipes(&mut child).map_err(|source| ExecError::Pipes { pid: raw_pid, source })?;
-    // We reap the child ourselves (wait4, for rusage); std's handle has nothing left to do.
-    drop(child);
+        attach_pipes(child).map_err(|source| ExecError::Pipes { pid: pid.as_raw(), source })?;
 
     let ready = match (req.ready.clone(), ready) {
         (Some(pattern), Some(fire)) => Some((pattern, fire)),
@@ -95,14 +92,14 @@ fn spawn_failed(msg: String, start: StdInstant) -> ProcessResult {
     }
 }
 
-type Pipes = (tokio::process::ChildStdout, tokio::process::ChildStderr);
+type Pipes = (tokio::net::unix::pipe::Receiver, tokio::net::unix::pipe::Receiver);
 
-fn attach_pipes(child: &mut std::process::Child) -> io::Result<Pipes> {
-    let stdout = child.stdout.take().ok_or_else(|| io::Error::other("stdout was not piped"))?;
-    let stderr = child.stderr.take().ok_or_else(|| io::Error::other("stderr was not piped"))?;
+/// The child's stdout and stderr as async readers. We reap the child ourselves (wait4, for
+/// rusage).
+fn attach_pipes(child: spawn::Spawned) -> io::Result<Pipes> {
     Ok((
-        tokio::process::ChildStdout::from_std(stdout)?,
-        tokio::process::ChildStderr::from_std(stderr)?,
+        tokio::net::unix::pipe::Receiver::from_owned_fd(child.stdout)?,
+        tokio::net::unix::pipe::Receiver::from_owned_fd(child.stderr)?,
     ))
 }
 

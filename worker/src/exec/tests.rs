@@ -195,6 +195,34 @@ async fn missing_program_is_a_spawn_failure() {
 }
 
 #[tokio::test]
+async fn sigpipe_has_its_default_action_in_the_child() {
+    // prova (Rust) ignores SIGPIPE; a task must not inherit that, or `yes` never stops.
+    let dir = tempfile::tempdir().unwrap();
+    let (result, chunks) = run_collect(sh("yes | head -n 1", &[], dir.path())).await;
+    assert_eq!(result.exit, ExitKind::Code(0));
+    assert_eq!(chunks.concat(), b"y\n");
+}
+
+#[tokio::test]
+async fn a_script_without_a_shebang_runs_under_sh_and_path_is_the_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("greet");
+    std::fs::write(&script, "echo \"hello $1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let mut req = ProcessRequest::new(vec!["greet".into(), "there".into()], dir.path());
+    req.env = host_baseline();
+    // Found on the task's PATH (not prova's), which lists a directory relative to the task's.
+    req.env.retain(|(k, _)| k != "PATH");
+    req.env.push(("PATH".into(), "bin:/usr/bin:/bin".into()));
+    let (result, chunks) = run_collect(req).await;
+    assert_eq!(result.exit, ExitKind::Code(0));
+    assert_eq!(chunks.concat(), b"hello there\n");
+}
+
+#[tokio::test]
 async fn missing_cwd_and_empty_argv_are_spawn_failures() {
     let dir = tempfile::tempdir().unwrap();
     let gone = dir.path().join("no-such-dir");
