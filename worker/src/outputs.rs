@@ -89,7 +89,9 @@ fn remove(path: &Path, dir: bool) -> Result<(), OutputError> {
 }
 
 /// Collects the outputs under `root`, fingerprints them, and packs them to `pack_to` when
-/// given. Also returns the declared literal outputs that do not exist.
+/// given and there is something to pack (no outputs, no artifact: a task without outputs
+/// costs no archive, fsync, upload or blob). Also returns the declared literal outputs that
+/// do not exist.
 pub fn collect(
     root: &Path,
     globs: &PathGlobs,
@@ -104,8 +106,8 @@ pub fn collect(
         .collect();
     let fingerprint = manifest.fingerprint();
     let artifact = match pack_to {
-        Some(path) => Some(pack_file(root, &manifest, path)?),
-        None => None,
+        Some(path) if !manifest.entries.is_empty() => Some(pack_file(root, &manifest, path)?),
+        _ => None,
     };
     Ok((Outputs { manifest, fingerprint, artifact }, missing))
 }
@@ -146,5 +148,29 @@ impl<W: io::Write> io::Write for HashingWriter<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_outputs_no_archive_and_outputs_are_packed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("p/dist")).unwrap();
+        let globs = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
+        let pack = dir.path().join("a.tar.zst");
+
+        let (outs, _) = collect(&root, &globs, Some(&pack)).unwrap();
+        assert!(outs.manifest.entries.is_empty());
+        assert_eq!(outs.artifact, None);
+        assert!(!pack.exists(), "an empty output set was packed");
+
+        std::fs::write(root.join("p/dist/out.txt"), "x").unwrap();
+        let (outs, _) = collect(&root, &globs, Some(&pack)).unwrap();
+        let (_, size) = outs.artifact.expect("an artifact");
+        assert_eq!(std::fs::metadata(&pack).unwrap().len(), size);
     }
 }

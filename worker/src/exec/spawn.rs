@@ -85,8 +85,11 @@ pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
         .iter()
         .map(|a| CString::new(a.as_bytes()).map_err(|_| nul("an argument")))
         .collect::<Result<Vec<_>, _>>()?;
-    let envp = req
-        .env
+    // Sorted by name, one value per name (the last): the order `std::process::Command` gave
+    // and the one a determinism re-run reverses (`runner::in_env_order`).
+    let env: std::collections::BTreeMap<&str, &str> =
+        req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let envp = env
         .iter()
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| nul("an environment variable")))
         .collect::<Result<Vec<_>, _>>()?;

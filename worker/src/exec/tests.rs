@@ -210,8 +210,7 @@ async fn a_script_without_a_shebang_runs_under_sh_and_path_is_the_tasks() {
     std::fs::create_dir(&bin).unwrap();
     let script = bin.join("greet");
     std::fs::write(&script, "echo \"hello $1\"\n").unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut req = ProcessRequest::new(vec!["greet".into(), "there".into()], dir.path());
     req.env = host_baseline();
     // Found on the task's PATH (not prova's), which lists a directory relative to the task's.
@@ -220,6 +219,22 @@ async fn a_script_without_a_shebang_runs_under_sh_and_path_is_the_tasks() {
     let (result, chunks) = run_collect(req).await;
     assert_eq!(result.exit, ExitKind::Code(0));
     assert_eq!(chunks.concat(), b"hello there\n");
+}
+
+#[tokio::test]
+async fn the_child_environment_is_in_name_order_one_value_per_name() {
+    // A determinism re-run reverses this order; the first run must have a fixed one.
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = sh("tr '\\0' '\\n' < /proc/$$/environ", &[], dir.path());
+    req.env = vec![
+        ("ZED".into(), "1".into()),
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        ("ALPHA".into(), "old".into()),
+        ("ALPHA".into(), "2".into()),
+    ];
+    let (result, chunks) = run_collect(req).await;
+    assert_eq!(result.exit, ExitKind::Code(0));
+    assert_eq!(String::from_utf8_lossy(&chunks.concat()), "ALPHA=2\nPATH=/usr/bin:/bin\nZED=1\n");
 }
 
 #[tokio::test]
