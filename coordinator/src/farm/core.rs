@@ -547,13 +547,15 @@ impl FarmCore {
     }
 
     fn place(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
-        if self.queue.is_empty() {
+        // Nothing to place, or nowhere to place it: every event calls this, and scanning a
+        // queue of thousands while all slots are taken made a large run quadratic.
+        if self.queue.is_empty() || !self.any_free_slot() {
             return;
         }
         // Highest priority first; ties by submission order (stable sort).
         self.queue.sort_by_key(|q| std::cmp::Reverse(q.item.priority));
         let mut i = 0;
-        while i < self.queue.len() {
+        while i < self.queue.len() && self.any_free_slot() {
             let Some(worker) = self.choose(&self.queue[i].item) else {
                 i += 1;
                 continue;
@@ -582,6 +584,10 @@ impl FarmCore {
                 },
             );
         }
+    }
+
+    fn any_free_slot(&self) -> bool {
+        self.workers.values().any(|w| w.taken() < w.caps.slots)
     }
 
     fn choose(&self, item: &Item) -> Option<WorkerId> {
