@@ -68,6 +68,27 @@ pub struct TaskSpec {
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
+impl TaskSpec {
+    /// `command` run in `project_dir` with every other field at its default: no arguments,
+    /// env, timeout, retries, outputs or labels; not persistent; no network.
+    pub fn new(id: TaskId, project_dir: impl Into<String>, command: CommandLine) -> Self {
+        Self {
+            id,
+            project_dir: project_dir.into(),
+            command,
+            args: vec![],
+            env: vec![],
+            timeout_ms: None,
+            retries: 0,
+            outputs: vec![],
+            persistent: false,
+            ready_when: None,
+            network: false,
+            labels: Default::default(),
+        }
+    }
+}
+
 /// How one execution of a process ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExitKind {

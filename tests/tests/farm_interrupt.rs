@@ -102,29 +102,31 @@ fn run_against(c: &SilentCoordinator, ws: &TempWorkspace) -> prova_tests::Runnin
     ws.prova(["run", "build", "--all", "--remote", &remote, "--certs", &certs]).spawn()
 }
 
-#[test]
-fn an_interrupted_remote_run_leaves_when_the_coordinator_never_answers() {
+/// Starts a run against a silent coordinator, signals it once the run is submitted (the
+/// second signal, if any, once the coordinator saw the `Interrupt`) and waits for its end.
+fn interrupted(first: Signal, second: Option<Signal>) -> prova_tests::Output {
     let c = SilentCoordinator::start();
     let ws = workspace();
     let run = run_against(&c, &ws);
     c.expect(Seen::Go);
-    run.signal(Signal::SIGTERM);
+    run.signal(first);
     c.expect(Seen::Interrupt);
-    let out = run.wait();
+    if let Some(sig) = second {
+        run.signal(sig);
+    }
+    run.wait()
+}
+
+#[test]
+fn an_interrupted_remote_run_leaves_when_the_coordinator_never_answers() {
+    let out = interrupted(Signal::SIGTERM, None);
     out.assert_code(2);
     out.assert_stderr_contains("did not end the run within");
 }
 
 #[test]
 fn a_second_signal_leaves_at_once() {
-    let c = SilentCoordinator::start();
-    let ws = workspace();
-    let run = run_against(&c, &ws);
-    c.expect(Seen::Go);
-    run.signal(Signal::SIGINT);
-    c.expect(Seen::Interrupt);
-    run.signal(Signal::SIGINT);
-    let out = run.wait();
+    let out = interrupted(Signal::SIGINT, Some(Signal::SIGINT));
     out.assert_code(2);
     out.assert_stderr_contains("interrupted again; leaving");
 }

@@ -154,20 +154,7 @@ mod tests {
     fn assignment(attempt: u64, root: &std::path::Path) -> ToWorker {
         ToWorker::Assign(Box::new(Assignment {
             attempt: AttemptId(attempt),
-            spec: TaskSpec {
-                id: TaskId::new("p", "t"),
-                project_dir: String::new(),
-                command: CommandLine::Argv(vec!["true".into()]),
-                args: vec![],
-                env: vec![],
-                timeout_ms: None,
-                retries: 0,
-                outputs: vec![],
-                persistent: false,
-                ready_when: None,
-                network: false,
-                labels: Default::default(),
-            },
+            spec: TaskSpec::new(TaskId::new("p", "t"), "", CommandLine::Argv(vec!["true".into()])),
             placement: Placement::InPlace { workspace_root: root.to_owned() },
             clean_outputs: false,
             collect_outputs: false,

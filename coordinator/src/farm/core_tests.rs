@@ -22,20 +22,11 @@ fn item(run: u64, attempt: u64, priority: u64) -> Item {
         origin: Origin { run: RunId(run), attempt: AttemptId(attempt) },
         assignment: Assignment {
             attempt: AttemptId(attempt),
-            spec: TaskSpec {
-                id: TaskId::new("p", &format!("t{attempt}")),
-                project_dir: "p".into(),
-                command: CommandLine::Shell("true".into()),
-                args: vec![],
-                env: vec![],
-                timeout_ms: None,
-                retries: 0,
-                outputs: vec![],
-                persistent: false,
-                ready_when: None,
-                network: false,
-                labels: Default::default(),
-            },
+            spec: TaskSpec::new(
+                TaskId::new("p", &format!("t{attempt}")),
+                "p",
+                CommandLine::Shell("true".into()),
+            ),
             placement: Placement::ExecRoot {
                 inputs: vec![],
                 upstream: vec![],
