@@ -2,6 +2,11 @@
 //! register here with the sender of their control stream; run actors submit work through a
 //! [`FarmSink`]; the actor feeds the core and carries its commands out (send to a worker,
 //! deliver a report to a run, fail an item, refuse a stale report).
+//!
+//! Flow control: the farm actor never waits on a run or a worker, and a run never waits on
+//! the farm. Each direction goes through a queue sized from what can be in flight, drained
+//! by a forwarder task ([`FarmSink`], `RunLink`, `worker_session::worker_queue`); see
+//! `flow_tests.rs` for the deadlock this prevents.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -126,9 +131,7 @@ impl FarmActor {
             }
         }
     }
-}
 
-impl FarmActor {
     /// Queues a report for `run` without waiting on it (see [`RunLink`]).
     async fn deliver(&mut self, run: RunId, msg: FromWorker, worker: WorkerId) {
         let Some(link) = self.runs.get_mut(&run) else { return };
@@ -423,9 +426,9 @@ impl FarmSink {
         tasks: usize,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
-        // See `send_within_bound`: a run keeps within `WORK_PER_TASK`.
-        // Not aborted with the sink: what the run queued last (cancels as it ends) still
-        // reaches the farm; the forwarder ends once the sink is dropped and its queue drained.
+        // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
+        // not aborted with the sink: what the run queued last (cancels as it ends) still
+        // reaches the farm; it ends once the sink is dropped and its queue drained.
         tokio::spawn(async move {
             while let Some(work) = rx.recv().await {
                 if farm.tell(work).await.is_err() {
