@@ -1,6 +1,22 @@
-# Sourced by the farm benchmarks: start_farm WORKERS SLOTS SANDBOX starts a coordinator and
-# WORKERS workers on loopback (separate processes) under $T, sets ADDR and CI (the ci bundle),
-# and returns once `farm status` lists every worker. The caller's EXIT trap kills $PIDS.
+# Sourced by the farm benchmarks.
+#
+# farm_scratch NAME: a temp dir $T (/tmp/NAME.XXXXXX) and an exit trap that kills every
+# process in $PIDS and removes $T.
+farm_scratch() {
+    T=$(mktemp -d "/tmp/$1.XXXXXX")
+    PIDS=""
+    trap farm_cleanup EXIT INT TERM
+}
+
+farm_cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$T"
+}
+
+# start_farm WORKERS SLOTS SANDBOX starts a coordinator and WORKERS workers on loopback
+# (separate processes) under $T, sets ADDR and CI (the ci bundle), and returns once
+# `farm status` lists every worker.
 start_farm() {
     "$P" certs init "$T/certs" --san 127.0.0.1 >/dev/null
     "$P" certs issue "$T/certs" --role ci --name ci >/dev/null

@@ -15,14 +15,8 @@ W=${2:-4}
 S=${3:-4}
 ROUNDS=${4:-3}
 P=$(realpath "${PROVA:-target/release/prova}")
-T=$(mktemp -d /tmp/prova-farm-bench.XXXXXX)
-PIDS=""
-cleanup() {
-    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
+. "$(dirname "$0")/farm.sh"
+farm_scratch prova-farm-bench
 
 # The workspace: N projects, one trivial task each.
 mkdir -p "$T/ws/p"
@@ -34,7 +28,6 @@ while [ $i -lt "$N" ]; do
 done
 
 # The farm.
-. "$(dirname "$0")/farm.sh"
 start_farm "$W" "$S" none
 
 LOCAL="$P -C $T/ws run build --all --no-cache -j $((W * S))"

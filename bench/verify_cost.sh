@@ -19,15 +19,8 @@ SB=${5:-bwrap}
 HERE=$(dirname "$(realpath "$0")")
 P=$(realpath "${PROVA:-$HERE/../target/release/prova}")
 C=${COMPARE:-$HERE/../../shared/bench/compare.py}
-T=$(mktemp -d /tmp/prova-verify-bench.XXXXXX)
-PIDS=""
-cleanup() {
-    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
 . "$HERE/farm.sh"
+farm_scratch prova-verify-bench
 start_farm "$W" "$S" "$SB"
 echo "== local: --verify vs plain ($WS)"
 python3 "$C" --cwd "$WS" -n "$N" --a "$P run build --all --force --verify" --b "$P run build --all --force"

@@ -48,6 +48,21 @@ pub fn task_with(name: &str, command: &str, outputs: &[&str], extra: &str) -> St
     s
 }
 
+/// `p#tolerant`: reads `src/secret.txt` if it is there (it is not declared), and succeeds
+/// either way.
+pub fn tolerant() -> String {
+    task(
+        "tolerant",
+        "mkdir -p out && (cat src/secret.txt 2>/dev/null || true) && cat src/a.txt > out/tolerant.txt",
+        &["out/tolerant.txt"],
+    )
+}
+
+/// `p#complete`: reads only what it declares.
+pub fn complete() -> String {
+    task("complete", "mkdir -p out && cat src/a.txt > out/complete.txt", &["out/complete.txt"])
+}
+
 /// `prova -C <ws> args…` with the variables a determinism re-run perturbs pinned to known
 /// values (`USER=prova-e2e`, `TZ=UTC`, `LANG=C.UTF-8`), so a caught dependency never depends
 /// on how the test runner was started. `LC_ALL` is removed (it would override `LANG`).

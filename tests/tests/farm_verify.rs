@@ -13,7 +13,8 @@ use std::path::Path;
 
 use prova_tests::cluster::{Cluster, Sandbox};
 use prova_tests::verify::{
-    cache_word, key, name, only_verdict, sandbox_or_skip, task, verdict_events, workspace,
+    cache_word, complete, key, name, only_verdict, sandbox_or_skip, task, tolerant, verdict_events,
+    workspace,
 };
 use prova_tests::{Output, TempWorkspace};
 use serde_json::{Value, json};
@@ -259,20 +260,6 @@ fn trust_proven_withholds_a_ci_entry_until_a_second_worker_agrees() {
              not in its workspace (its entry is pending, so nothing was downloaded)\n{stdout}"
         );
     }
-}
-
-/// Reads `src/secret.txt` if it is there (it is not declared) and succeeds either way.
-fn tolerant() -> String {
-    task(
-        "tolerant",
-        "mkdir -p out && (cat src/secret.txt 2>/dev/null || true) && cat src/a.txt > out/t.txt",
-        &["out/t.txt"],
-    )
-}
-
-/// Reads only what it declares.
-fn complete() -> String {
-    task("complete", "mkdir -p out && cat src/a.txt > out/c.txt", &["out/c.txt"])
 }
 
 #[test]

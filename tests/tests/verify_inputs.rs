@@ -8,27 +8,13 @@
 //! or strace cannot run, unless `PROVA_ALLOW_NO_SANDBOX=1`.
 
 use prova_tests::verify::{
-    cache_word, key, name, only_verdict, path_with_failing, prova, sandbox_or_skip, task,
-    task_with, verdict_events, verdict_names, verify_line, workspace,
+    cache_word, complete, key, name, only_verdict, path_with_failing, prova, sandbox_or_skip, task,
+    task_with, tolerant, verdict_events, verdict_names, verify_line, workspace,
 };
 
 /// Reads `src/secret.txt`, which it does not declare (and fails without it).
 fn sneaky() -> String {
     task("sneaky", "mkdir -p out && cat src/secret.txt > out/sneaky.txt", &["out/sneaky.txt"])
-}
-
-/// Reads `src/secret.txt` if it is there, and succeeds either way.
-fn tolerant() -> String {
-    task(
-        "tolerant",
-        "mkdir -p out && (cat src/secret.txt 2>/dev/null || true) && cat src/a.txt > out/tolerant.txt",
-        &["out/tolerant.txt"],
-    )
-}
-
-/// Reads only what it declares.
-fn complete() -> String {
-    task("complete", "mkdir -p out && cat src/a.txt > out/complete.txt", &["out/complete.txt"])
 }
 
 /// Looks for a file that does not exist anywhere, then reads what it declares.

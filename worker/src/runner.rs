@@ -266,7 +266,7 @@ fn task_env(cfg: &RunnerConfig, a: &Assignment) -> Vec<(String, String)> {
 }
 
 /// The environment in reverse name order, as the task sees it. A process's environment is
-/// built sorted by name (std's `Command`), so a re-run that perturbs the order puts
+/// built sorted by name (`exec::spawn::build`), so a re-run that perturbs the order puts
 /// `env -i K=V …` (names descending) right before the task's own argv — the last `task_len`
 /// words of `argv`, after any sandbox and tracer — which rebuilds it in that order.
 fn in_env_order(argv: Vec<String>, task_len: usize, env: &[(String, String)]) -> Vec<String> {

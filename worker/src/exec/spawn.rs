@@ -20,7 +20,7 @@
 //! a child started from one would be SIGKILLed at a random later moment. The spawner thread
 //! lives as long as the process, so the signal means what it should: prova is gone.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -224,8 +224,9 @@ struct ChildArgs {
     error: libc::c_int,
 }
 
-fn ptrs(strings: &[&CString]) -> Vec<*const libc::c_char> {
-    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+/// A NULL-terminated array of pointers to `strings` (valid while they are).
+fn ptrs<'a>(strings: impl IntoIterator<Item = &'a CStr>) -> Vec<*const libc::c_char> {
+    strings.into_iter().map(CStr::as_ptr).chain(std::iter::once(std::ptr::null())).collect()
 }
 
 /// Starts `cmd`; runs on the spawner thread.
@@ -233,14 +234,12 @@ fn start(cmd: &Command, parent: Pid, stack: &mut [u8]) -> io::Result<Spawned> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let null = dev_null()?;
-    let sh = CString::from(c"/bin/sh");
-    let argv = ptrs(&cmd.argv.iter().collect::<Vec<_>>());
-    let envp = ptrs(&cmd.envp.iter().collect::<Vec<_>>());
+    let argv = ptrs(cmd.argv.iter().map(CString::as_c_str));
+    let envp = ptrs(cmd.envp.iter().map(CString::as_c_str));
     let sh_argv = ptrs(
-        &std::iter::once(&sh)
-            .chain(std::iter::once(&cmd.path))
-            .chain(cmd.argv.iter().skip(1))
-            .collect::<Vec<_>>(),
+        [c"/bin/sh", cmd.path.as_c_str()]
+            .into_iter()
+            .chain(cmd.argv.iter().skip(1).map(CString::as_c_str)),
     );
     let mut args = ChildArgs {
         path: cmd.path.as_ptr(),
