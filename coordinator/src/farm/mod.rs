@@ -1,11 +1,13 @@
 //! Farm mode, coordinator side: the sans-IO placement and lease [`core`], and the
 //! [`actor`] that wraps it (worker links, run routing, `FarmSink`); the QUIC [`server`]
-//! (mTLS, `Hello`, role authorisation, blob streams) and the per-peer sessions
+//! (mTLS, `Hello`, role authorisation, blob streams), its [`admission`] bounds (per-role
+//! pools, per-identity connection and upload shares) and the per-peer sessions
 //! ([`worker_session`], [`client_session`]). `flow_tests` runs the real farm and run
 //! actors against an instant worker: large runs, concurrent runs and a stalled client must
 //! not stall the farm.
 
 pub mod actor;
+pub mod admission;
 pub mod client_session;
 pub mod core;
 pub mod server;

@@ -1,6 +1,8 @@
-//! The coordinator's QUIC server: accept (capped), authenticate (mTLS, then `Hello` whose
-//! role must match the certificate's), authorise by role, and hand the connection to the
-//! role's session. Blob streams of a connection are served beside its control stream.
+//! The coordinator's QUIC server: accept (handshakes capped, refused when full), authenticate
+//! (mTLS, then `Hello` whose role must match the certificate's), admit (per-role pools and
+//! per-identity shares, [`super::admission`]), authorise by role, and hand the connection to
+//! the role's session. Blob streams of a connection are served beside its control stream;
+//! each upload is admitted against its identity's budget.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,11 +19,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::actor::FarmActor;
+use super::admission::{Admission, Limits, MAX_HANDSHAKES};
 use super::{client_session, worker_session};
 use crate::cache::CacheThread;
 
-/// Connections served at once; more wait in the accept queue (quinn bounds that too).
-pub const MAX_CONNECTIONS: usize = 512;
 /// How long a peer has to send its `Hello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest `Hello` frame accepted.
@@ -45,23 +46,40 @@ pub struct Shared {
     pub trust_proven: bool,
 }
 
-/// Serves `endpoint` until `shutdown`.
+/// Serves `endpoint` until `shutdown`, with the default [`Limits`].
 pub async fn serve(endpoint: quinn::Endpoint, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    serve_with(endpoint, shared, Admission::new(Limits::default()), shutdown).await;
+}
+
+/// [`serve`] with the given admission state.
+pub async fn serve_with(
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+    admission: Arc<Admission>,
+    shutdown: CancellationToken,
+) {
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     let mut conns: Vec<OwnedTask<()>> = Vec::new();
     loop {
         let incoming = tokio::select! {
             () = shutdown.cancelled() => break,
             i = endpoint.accept() => match i { Some(i) => i, None => break },
         };
-        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        // Never wait for a handshake slot: the accept loop would stall every peer behind
+        // ones that may never finish. Refusing costs one packet; the peer may retry.
+        let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+            tracing::info!(remote = %incoming.remote_address(), "refused: {MAX_HANDSHAKES} handshakes in progress");
+            incoming.refuse();
+            continue;
+        };
         conns.retain(|t| !t.is_finished());
-        let shared = shared.clone();
+        let (shared, admission) = (shared.clone(), admission.clone());
         conns.push(OwnedTask::spawn("coordinator.connection", async move {
-            let _permit = permit;
             let remote = incoming.remote_address();
-            match endpoint::accept(incoming).await {
-                Ok((conn, identity)) => serve_connection(conn, identity, shared).await,
+            let accepted = endpoint::accept(incoming).await;
+            drop(handshake);
+            match accepted {
+                Ok((conn, identity)) => serve_connection(conn, identity, shared, admission).await,
                 Err(e) => tracing::info!(%remote, "connection refused: {e}"),
             }
         }));
@@ -72,7 +90,12 @@ pub async fn serve(endpoint: quinn::Endpoint, shared: Arc<Shared>, shutdown: Can
     let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
 }
 
-async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: Arc<Shared>) {
+async fn serve_connection(
+    conn: quinn::Connection,
+    identity: Identity,
+    shared: Arc<Shared>,
+    admission: Arc<Admission>,
+) {
     let remote = conn.remote_address();
     let Ok(Ok((mut send, mut recv))) = tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await
     else {
@@ -91,14 +114,21 @@ async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: A
             return;
         }
     };
-    if let Err(reason) = check_hello(&hello, &identity) {
-        tracing::info!(%remote, %identity, "rejected: {reason}");
-        let _ = frame::write_msg(&mut send, &HelloReply::Reject(Reject { reason })).await;
-        let _ = send.finish();
-        // Give the peer a moment to read the reason before the connection goes.
-        let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
-        return;
-    }
+    // Admitted once the role is known to be genuine: the ticket is held for the
+    // connection's life.
+    let admitted = check_hello(&hello, &identity)
+        .and_then(|()| admission.connect(&identity).map_err(|e| e.to_string()));
+    let _ticket = match admitted {
+        Ok(ticket) => ticket,
+        Err(reason) => {
+            tracing::info!(%remote, %identity, "rejected: {reason}");
+            let _ = frame::write_msg(&mut send, &HelloReply::Reject(Reject { reason })).await;
+            let _ = send.finish();
+            // Give the peer a moment to read the reason before the connection goes.
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
+            return;
+        }
+    };
     let welcome = Welcome {
         protocol_version: PROTOCOL_VERSION,
         build_version: BUILD_VERSION.to_owned(),
@@ -109,7 +139,7 @@ async fn serve_connection(conn: quinn::Connection, identity: Identity, shared: A
     }
     let _blobs = OwnedTask::spawn(
         "coordinator.blobs",
-        serve_blobs(conn.clone(), identity.clone(), shared.clone()),
+        serve_blobs(conn.clone(), identity.clone(), shared.clone(), admission),
     );
     let refused = match identity.role {
         Role::Worker => worker_session::run(send, recv, identity, shared).await.err(),
@@ -148,13 +178,18 @@ fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), String> {
 }
 
 /// Blob streams: every bidirectional stream after the control stream carries one blob.
-async fn serve_blobs(conn: quinn::Connection, identity: Identity, shared: Arc<Shared>) {
+async fn serve_blobs(
+    conn: quinn::Connection,
+    identity: Identity,
+    shared: Arc<Shared>,
+    admission: Arc<Admission>,
+) {
     let mut streams: Vec<OwnedTask<()>> = Vec::new();
     while let Ok((send, recv)) = conn.accept_bi().await {
         streams.retain(|t| !t.is_finished());
-        let (identity, shared) = (identity.clone(), shared.clone());
+        let (identity, shared, admission) = (identity.clone(), shared.clone(), admission.clone());
         streams.push(OwnedTask::spawn("coordinator.blob", async move {
-            if let Err(e) = serve_blob(send, recv, &identity, &shared).await {
+            if let Err(e) = serve_blob(send, recv, &identity, &shared, &admission).await {
                 tracing::debug!(%identity, "blob stream: {e}");
             }
         }));
@@ -166,6 +201,7 @@ async fn serve_blob(
     mut recv: quinn::RecvStream,
     identity: &Identity,
     shared: &Shared,
+    admission: &Arc<Admission>,
 ) -> Result<(), String> {
     let req: BlobRequest = frame::read_msg_max(&mut recv, MAX_HELLO)
         .await
@@ -203,9 +239,12 @@ async fn serve_blob(
                     BlobAck::Refused { reason: "an admin certificate cannot upload".to_owned() };
                 return frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string());
             }
-            let ack = match receive_into_store(&mut recv, digest, size, shared).await {
-                Ok(()) => BlobAck::Stored,
-                Err(reason) => BlobAck::Refused { reason },
+            let ack = match admission.upload(identity, size) {
+                Err(refused) => BlobAck::Refused { reason: refused.to_string() },
+                Ok(_ticket) => match receive_into_store(&mut recv, digest, size, shared).await {
+                    Ok(()) => BlobAck::Stored,
+                    Err(reason) => BlobAck::Refused { reason },
+                },
             };
             frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
         }
@@ -229,9 +268,9 @@ async fn receive_into_store(
         .map_err(|e| e.to_string())?
         .into_temp_path();
     let mut file = tokio::fs::File::create(&staged).await.map_err(|e| e.to_string())?;
-    transport::recv_blob(recv, &mut file, Some(digest), MAX_BLOB)
-        .await
-        .map_err(|e| e.to_string())?;
+    // The bytes are bounded by the size the upload was admitted for, not only by MAX_BLOB:
+    // a header claiming more than the request would bypass the identity's budget.
+    transport::recv_blob(recv, &mut file, Some(digest), size).await.map_err(|e| e.to_string())?;
     file.sync_all().await.map_err(|e| e.to_string())?;
     drop(file);
     // Keep the path: put_blob_file renames it away (or removes it when the blob exists).

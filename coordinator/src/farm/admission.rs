@@ -1,0 +1,354 @@
+//! Who may hold how much of the coordinator (issue 10, "the least-trusted peer cannot starve
+//! the farm"). Every authenticated connection takes a ticket from its role's pool and from its
+//! certificate identity's share; every blob upload takes a ticket for its stream and its
+//! declared bytes. Tickets give their share back when dropped, so no exit path can leak one.
+//!
+//! The pools are separate per role, so clients — the least-trusted peers, and the most
+//! numerous — can never take the capacity of admins (an operator's `farm status` during an
+//! incident), of workers (a restarting worker re-registering) or of CI. Within a role, one
+//! certificate identity holds at most its share, so one developer's client cannot starve the
+//! others. Before a certificate is known, a connection is a handshake: those are bounded
+//! separately by the server ([`MAX_HANDSHAKES`]), and refused rather than queued when full.
+//!
+//! Plain data and a mutex: decided without I/O, tested below without sockets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prova_protocol::transport::{Identity, Role};
+
+/// QUIC handshakes in progress at once; beyond this a new connection is refused at once (a
+/// refusal costs one packet; queueing would hold memory for peers that may never finish).
+pub const MAX_HANDSHAKES: usize = 128;
+
+/// The bounds, per role.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections one role may hold in all.
+    pub role_connections: fn(Role) -> usize,
+    /// Connections one certificate identity may hold.
+    pub identity_connections: fn(Role) -> usize,
+    /// Blob uploads one identity may have in flight.
+    pub identity_uploads: fn(Role) -> usize,
+    /// Declared bytes of one identity's uploads in flight.
+    pub identity_upload_bytes: fn(Role) -> u64,
+}
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            role_connections: |role| match role {
+                Role::Worker => 512,
+                Role::Ci => 256,
+                Role::Client => 256,
+                Role::Admin => 32,
+                Role::Coordinator => 0,
+            },
+            // A worker holds one connection (two while a redial overlaps the old link's
+            // timeout); CI runners usually share one certificate; a developer runs a few.
+            identity_connections: |role| match role {
+                Role::Worker => 4,
+                Role::Ci => 128,
+                Role::Client => 16,
+                Role::Admin => 8,
+                Role::Coordinator => 0,
+            },
+            identity_uploads: |role| match role {
+                Role::Worker => 64,
+                Role::Ci => 256,
+                Role::Client => 32,
+                Role::Admin | Role::Coordinator => 0,
+            },
+            identity_upload_bytes: |role| match role {
+                Role::Worker => 64 * GIB,
+                Role::Ci => 64 * GIB,
+                Role::Client => 16 * GIB,
+                Role::Admin | Role::Coordinator => 0,
+            },
+        }
+    }
+}
+
+/// Why a connection or an upload was refused; the text is sent to the peer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The role's pool is full.
+    #[error(
+        "the coordinator holds its limit of {limit} `{role}` connections; try again when one ends"
+    )]
+    RoleFull {
+        /// The role.
+        role: Role,
+        /// Its pool's size.
+        limit: usize,
+    },
+    /// The identity holds its share.
+    #[error(
+        "certificate `{name}` ({role}) already holds {limit} connections, the most one `{role}` \
+         certificate may hold; close some (or use another certificate per machine)"
+    )]
+    IdentityConnections {
+        /// The certificate's name.
+        name: String,
+        /// Its role.
+        role: Role,
+        /// The share.
+        limit: usize,
+    },
+    /// The identity has its most uploads in flight.
+    #[error("certificate `{name}` already has {limit} uploads in flight; wait for one to end")]
+    IdentityUploads {
+        /// The certificate's name.
+        name: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The identity's uploads in flight would pass its byte budget.
+    #[error(
+        "an upload of {size} bytes would put certificate `{name}` past its {limit} bytes of \
+         uploads in flight"
+    )]
+    IdentityUploadBytes {
+        /// The certificate's name.
+        name: String,
+        /// The upload's declared size.
+        size: u64,
+        /// The budget.
+        limit: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Usage {
+    connections: usize,
+    uploads: usize,
+    upload_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    by_role: HashMap<Role, usize>,
+    by_identity: HashMap<Identity, Usage>,
+}
+
+/// The coordinator's admission state, shared by every connection.
+#[derive(Debug)]
+pub struct Admission {
+    limits: Limits,
+    state: Mutex<State>,
+}
+
+/// A held connection; dropping it gives the share back.
+#[derive(Debug)]
+pub struct ConnectionTicket {
+    admission: Arc<Admission>,
+    identity: Identity,
+}
+
+/// A held upload; dropping it gives the share back.
+#[derive(Debug)]
+pub struct UploadTicket {
+    admission: Arc<Admission>,
+    identity: Identity,
+    bytes: u64,
+}
+
+impl Admission {
+    /// Admission with `limits`.
+    pub fn new(limits: Limits) -> Arc<Self> {
+        Arc::new(Self { limits, state: Mutex::new(State::default()) })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every critical section only adds or subtracts counters: a panic inside one (there is
+        // none) would leave them consistent, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Admits a connection of `identity`, or says why not.
+    pub fn connect(self: &Arc<Self>, identity: &Identity) -> Result<ConnectionTicket, Refusal> {
+        let role = identity.role;
+        let role_limit = (self.limits.role_connections)(role);
+        let id_limit = (self.limits.identity_connections)(role);
+        let mut st = self.state();
+        let in_role = st.by_role.get(&role).copied().unwrap_or(0);
+        if in_role >= role_limit {
+            return Err(Refusal::RoleFull { role, limit: role_limit });
+        }
+        let held = st.by_identity.get(identity).map_or(0, |u| u.connections);
+        if held >= id_limit {
+            return Err(Refusal::IdentityConnections {
+                name: identity.name.clone(),
+                role,
+                limit: id_limit,
+            });
+        }
+        *st.by_role.entry(role).or_default() += 1;
+        st.by_identity.entry(identity.clone()).or_default().connections += 1;
+        Ok(ConnectionTicket { admission: self.clone(), identity: identity.clone() })
+    }
+
+    /// Admits an upload of `size` declared bytes by `identity`, or says why not.
+    pub fn upload(
+        self: &Arc<Self>,
+        identity: &Identity,
+        size: u64,
+    ) -> Result<UploadTicket, Refusal> {
+        let limit = (self.limits.identity_uploads)(identity.role);
+        let byte_limit = (self.limits.identity_upload_bytes)(identity.role);
+        let mut st = self.state();
+        let usage = st.by_identity.entry(identity.clone()).or_default();
+        if usage.uploads >= limit {
+            return Err(Refusal::IdentityUploads { name: identity.name.clone(), limit });
+        }
+        if usage.upload_bytes.saturating_add(size) > byte_limit {
+            return Err(Refusal::IdentityUploadBytes {
+                name: identity.name.clone(),
+                size,
+                limit: byte_limit,
+            });
+        }
+        usage.uploads += 1;
+        usage.upload_bytes += size;
+        Ok(UploadTicket { admission: self.clone(), identity: identity.clone(), bytes: size })
+    }
+
+    /// Connections held by `identity` now.
+    pub fn connections_of(&self, identity: &Identity) -> usize {
+        self.state().by_identity.get(identity).map_or(0, |u| u.connections)
+    }
+
+    fn release(&self, identity: &Identity, connection: bool, upload_bytes: Option<u64>) {
+        let mut st = self.state();
+        if connection && let Some(n) = st.by_role.get_mut(&identity.role) {
+            *n = n.saturating_sub(1);
+        }
+        let empty = match st.by_identity.get_mut(identity) {
+            Some(u) => {
+                if connection {
+                    u.connections = u.connections.saturating_sub(1);
+                }
+                if let Some(bytes) = upload_bytes {
+                    u.uploads = u.uploads.saturating_sub(1);
+                    u.upload_bytes = u.upload_bytes.saturating_sub(bytes);
+                }
+                u.connections == 0 && u.uploads == 0
+            }
+            None => false,
+        };
+        // Identities come and go (one per developer, per CI image): keep only live ones.
+        if empty {
+            st.by_identity.remove(identity);
+        }
+    }
+}
+
+impl Drop for ConnectionTicket {
+    fn drop(&mut self) {
+        self.admission.release(&self.identity, true, None);
+    }
+}
+
+impl Drop for UploadTicket {
+    fn drop(&mut self) {
+        self.admission.release(&self.identity, false, Some(self.bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(role: Role, name: &str) -> Identity {
+        Identity { role, name: name.to_owned() }
+    }
+
+    fn small() -> Arc<Admission> {
+        Admission::new(Limits {
+            role_connections: |r| match r {
+                Role::Client => 3,
+                Role::Coordinator => 0,
+                _ => 2,
+            },
+            identity_connections: |_| 2,
+            identity_uploads: |_| 2,
+            identity_upload_bytes: |_| 100,
+        })
+    }
+
+    #[test]
+    fn one_identity_holds_at_most_its_share_and_others_still_get_in() {
+        let a = small();
+        let alice = id(Role::Client, "alice");
+        let held: Vec<_> = (0..2).map(|_| a.connect(&alice).unwrap()).collect();
+        let err = a.connect(&alice).unwrap_err();
+        assert!(matches!(err, Refusal::IdentityConnections { limit: 2, .. }), "{err}");
+        assert!(err.to_string().contains("`alice` (client) already holds 2"), "{err}");
+        // Another developer, and every other role, is unaffected.
+        let _bob = a.connect(&id(Role::Client, "bob")).unwrap();
+        let _admin = a.connect(&id(Role::Admin, "ops")).unwrap();
+        let _worker = a.connect(&id(Role::Worker, "w1")).unwrap();
+        drop(held);
+        assert_eq!(a.connections_of(&alice), 0);
+        let _again = a.connect(&alice).unwrap();
+    }
+
+    #[test]
+    fn a_full_client_pool_never_takes_admin_or_worker_capacity() {
+        let a = small();
+        let _c: Vec<_> =
+            ["a", "b", "c"].iter().map(|n| a.connect(&id(Role::Client, n)).unwrap()).collect();
+        let err = a.connect(&id(Role::Client, "d")).unwrap_err();
+        assert!(matches!(err, Refusal::RoleFull { role: Role::Client, limit: 3 }), "{err}");
+        let _admins: Vec<_> =
+            (0..2).map(|i| a.connect(&id(Role::Admin, &format!("ops{i}"))).unwrap()).collect();
+        let _w = a.connect(&id(Role::Worker, "w1")).unwrap();
+        assert!(a.connect(&id(Role::Coordinator, "x")).is_err(), "coordinators have no pool");
+    }
+
+    #[test]
+    fn uploads_are_bounded_in_count_and_bytes_and_given_back() {
+        let a = small();
+        let alice = id(Role::Client, "alice");
+        let u1 = a.upload(&alice, 60).unwrap();
+        let err = a.upload(&alice, 41).unwrap_err();
+        assert!(matches!(err, Refusal::IdentityUploadBytes { size: 41, limit: 100, .. }), "{err}");
+        let u2 = a.upload(&alice, 40).unwrap();
+        let err = a.upload(&alice, 0).unwrap_err();
+        assert!(matches!(err, Refusal::IdentityUploads { limit: 2, .. }), "{err}");
+        // A huge declared size cannot overflow the sum.
+        drop(u2);
+        assert!(a.upload(&alice, u64::MAX).is_err());
+        drop(u1);
+        let _u = a.upload(&alice, 100).unwrap();
+        // Upload tickets do not count as connections, and the identity's row stays while
+        // anything is held.
+        assert_eq!(a.connections_of(&alice), 0);
+        assert!(a.state().by_identity.contains_key(&alice));
+    }
+
+    #[test]
+    fn released_identities_leave_no_row() {
+        let a = small();
+        for i in 0..50 {
+            let who = id(Role::Client, &format!("dev{i}"));
+            let _c = a.connect(&who).unwrap();
+            let _u = a.upload(&who, 1).unwrap();
+        }
+        let st = a.state();
+        assert!(st.by_identity.is_empty(), "{:?}", st.by_identity);
+        assert_eq!(st.by_role.get(&Role::Client), Some(&0));
+    }
+
+    #[test]
+    fn the_default_limits_reserve_capacity_per_role() {
+        let l = Limits::default();
+        for role in [Role::Worker, Role::Ci, Role::Client, Role::Admin] {
+            assert!((l.identity_connections)(role) <= (l.role_connections)(role), "{role}");
+            assert!((l.role_connections)(role) > 0, "{role}");
+        }
+        assert_eq!((l.identity_uploads)(Role::Admin), 0, "admins never upload");
+    }
+}
