@@ -10,6 +10,7 @@
 //!   perturbations), tries with retries, output collection and packing.
 //! - [`rootprep`]: exec-root placements: fetch or locate the bytes, materialise the root, wrap
 //!   the command in the sandbox and the tracer.
+//! - [`mask`]: secret values of a task's declared variables masked out of its output and log.
 //! - [`remote`]: the `RemoteBlobs` seam to the coordinator (fetch inputs, upload artifacts).
 //! - [`outputs`]: cleaning declared outputs before a try; collecting, fingerprinting and
 //!   packing them after.
@@ -27,6 +28,7 @@ pub mod actor;
 pub mod blobcache;
 pub mod exec;
 pub mod execroot;
+pub mod mask;
 pub mod outputs;
 pub mod remote;
 pub mod rootprep;

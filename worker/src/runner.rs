@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::blobcache::BlobCache;
 use crate::exec::{self, Executor, ProcessIo, ProcessRequest};
+use crate::mask::SecretMask;
 use crate::outputs;
 use crate::remote::RemoteBlobs;
 use crate::rootprep;
@@ -103,6 +104,8 @@ pub async fn run_assignment(
         CommandLine::Argv(v) => v.iter().chain(&a.spec.args).cloned().collect(),
     };
     let mut env = task_env(&ctx.config, &a);
+    // Secret values of the task's declared variables never reach its log (crate::mask).
+    let mask = SecretMask::from_env(&a.spec.env);
     let task_argv_len = argv.len();
     // Where the task runs: the workspace itself, or an exec root (kept alive until the
     // outputs are collected).
@@ -147,10 +150,12 @@ pub async fn run_assignment(
             ready: if a.spec.persistent { ready_re.clone() } else { None },
         };
         let result =
-            run_try(&ctx.executor, req, a.spec.persistent, &link, attempt, cancel.clone()).await;
+            run_try(&ctx.executor, req, a.spec.persistent, &link, attempt, &mask, cancel.clone())
+                .await;
         report.exit = result.exit;
         report.stats = result.stats;
         report.log = result.log.bytes;
+        mask.apply_vec(&mut report.log);
         report.log_omitted = result.log.omitted;
         if report.exit.success()
             || matches!(report.exit, ExitKind::Aborted)
@@ -288,6 +293,7 @@ async fn run_try(
     persistent: bool,
     link: &mpsc::Sender<FromWorker>,
     attempt: prova_protocol::AttemptId,
+    mask: &SecretMask,
     cancel: CancellationToken,
 ) -> exec::ProcessResult {
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUTPUT_QUEUE);
@@ -306,12 +312,16 @@ async fn run_try(
             tokio::select! {
                 biased;
                 chunk = out_rx.recv() => match chunk {
-                    Some(text) => { let _ = link.send(FromWorker::Output { attempt, text }).await; }
+                    Some(mut text) => {
+                        mask.apply_vec(&mut text);
+                        let _ = link.send(FromWorker::Output { attempt, text }).await;
+                    }
                     None => break,
                 },
                 fired = async { match ready_rx.as_mut() { Some(rx) => rx.await.is_ok(), None => std::future::pending().await } } => {
                     ready_rx = None;
-                    while let Ok(text) = out_rx.try_recv() {
+                    while let Ok(mut text) = out_rx.try_recv() {
+                        mask.apply_vec(&mut text);
                         let _ = link.send(FromWorker::Output { attempt, text }).await;
                     }
                     if fired {
