@@ -159,6 +159,45 @@ impl PathGlobs {
     pub fn patterns(&self) -> &[String] {
         &self.compiled.patterns
     }
+
+    /// Whether an include pattern matches the workspace-relative `path`, exclusions ignored:
+    /// what a pattern could reach on its own (an exclusion never makes an include safe).
+    pub fn includes_match(&self, path: &str) -> bool {
+        let c = &self.compiled;
+        let rel = if self.base.is_empty() {
+            Some(path)
+        } else if path == self.base {
+            Some("")
+        } else {
+            path.strip_prefix(self.base.as_str()).and_then(|r| r.strip_prefix('/'))
+        };
+        rel.is_some_and(|r| c.include_proj.is_match(r)) || c.include_ws.is_match(path)
+    }
+}
+
+/// Checks one pattern as [`PathGlobs::new`] would (it parses and stays in the workspace)
+/// without building a matcher: building one is the expensive part, and a config with many
+/// distinct patterns is checked pattern by pattern before any is matched.
+pub fn check_pattern(pattern: &str) -> Result<(), GlobError> {
+    let body = pattern.strip_prefix('!').unwrap_or(pattern);
+    let (_, rel) = normalise(body).ok_or_else(|| GlobError::Escapes(pattern.to_owned()))?;
+    compile(&rel)
+        .map(drop)
+        .map_err(|reason| GlobError::Invalid { pattern: pattern.to_owned(), reason })
+}
+
+/// The workspace-relative literal prefix of one pattern written in the config of a project at
+/// `project_dir`: the components before the first one with a glob metacharacter, joined to
+/// the project directory unless the pattern is `//`-relative. Every path the pattern can
+/// match is that prefix or lies under it (`""`: anywhere in the workspace). `None` for an
+/// exclusion (`!…`), which only narrows a set.
+pub fn include_prefix(project_dir: &str, pattern: &str) -> Result<Option<String>, GlobError> {
+    if pattern.starts_with('!') {
+        return Ok(None);
+    }
+    let (ws, rel) = normalise(pattern).ok_or_else(|| GlobError::Escapes(pattern.to_owned()))?;
+    let prefix = literal_prefix(&rel);
+    Ok(Some(if ws { prefix } else { join_rel(project_dir, &prefix) }))
 }
 
 impl Compiled {
@@ -325,6 +364,45 @@ mod tests {
         let set = g("pkgs/[x]", &["src/**"]);
         assert!(set.is_match("pkgs/[x]/src/a"));
         assert!(!set.is_match("pkgs/x/src/a"));
+    }
+
+    #[test]
+    fn include_prefixes_bound_every_match() {
+        let p = |dir: &str, pat: &str| include_prefix(dir, pat).unwrap();
+        assert_eq!(p("apps/web", "dist/**").as_deref(), Some("apps/web/dist"));
+        assert_eq!(p("apps/web", "dist/a.js").as_deref(), Some("apps/web/dist/a.js"));
+        assert_eq!(p("apps/web", "**").as_deref(), Some("apps/web"));
+        assert_eq!(p("apps/web", "").as_deref(), Some("apps/web"));
+        assert_eq!(p("apps/web", "./").as_deref(), Some("apps/web"));
+        assert_eq!(p("apps/web", "{dist,.git}/**").as_deref(), Some("apps/web"));
+        assert_eq!(p("apps/web", "//").as_deref(), Some(""));
+        assert_eq!(p("apps/web", "//[.]git/**").as_deref(), Some(""));
+        assert_eq!(p("apps/web", "//dist/web/**").as_deref(), Some("dist/web"));
+        assert_eq!(p("", "out/*.js").as_deref(), Some("out"));
+        assert_eq!(p("a", "!dist/**"), None);
+        assert!(include_prefix("a", "../b/**").is_err());
+    }
+
+    #[test]
+    fn check_pattern_agrees_with_compiling() {
+        for p in ["dist/**", "!src/**/*.snap", "//x", "", "a/[b", "../x", "//../x", "/etc", "a/{b"]
+        {
+            let compiled =
+                PathGlobs::new("d", &[p.to_owned()]).map(drop).map_err(|e| e.to_string());
+            assert_eq!(check_pattern(p).map_err(|e| e.to_string()), compiled, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn includes_match_ignores_exclusions() {
+        let set = g("apps/web", &["**", "!.git/**"]);
+        assert!(!set.is_match("apps/web/.git/HEAD"));
+        assert!(set.includes_match("apps/web/.git/HEAD"));
+        assert!(set.includes_match("apps/web"));
+        assert!(!set.includes_match("apps/webx/a"));
+        let ws = g("apps/web", &["//.git/**", "!//.git/hooks/**"]);
+        assert!(ws.includes_match(".git/hooks/pre-commit"));
+        assert!(!ws.is_match(".git/hooks/pre-commit"));
     }
 
     #[test]

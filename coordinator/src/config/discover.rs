@@ -47,7 +47,7 @@ pub fn find_root(start: &Path) -> Result<Root, ConfigError> {
             continue;
         }
         let text = read_file(&start, &file)?;
-        let src = Source { root: &start, file: &file, text: &text };
+        let src = Source::new(&start, &file, &text);
         match src.has_workspace_table() {
             Some(true) => return Ok(Root { dir: dir.to_path_buf(), file, text }),
             Some(false) => {

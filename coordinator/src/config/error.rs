@@ -248,6 +248,25 @@ pub enum ConfigError {
         help: Option<String>,
     },
 
+    /// An output pattern that could reach outside its task's project (see
+    /// [`super::outputs`]).
+    #[error(
+        "{at}: output `{pattern}` of task `{task}` is not confined to its project: {reason}{}",
+        help_line(help)
+    )]
+    UnconfinedOutput {
+        /// The pattern.
+        at: Box<Location>,
+        /// As written.
+        pattern: String,
+        /// `project#task`.
+        task: String,
+        /// What it could reach.
+        reason: String,
+        /// What to write instead.
+        help: Option<String>,
+    },
+
     /// A value of the right type that is still not allowed.
     #[error("{at}: `{field}`: {message}{}", help_line(help))]
     InvalidValue {
@@ -286,6 +305,7 @@ impl ConfigError {
             | Self::PackageJson { at, .. }
             | Self::MisplacedProjectTable { at, .. }
             | Self::NoSuchProjectDir { at, .. }
+            | Self::UnconfinedOutput { at, .. }
             | Self::InvalidValue { at, .. } => Some(at),
         }
     }
@@ -305,6 +325,7 @@ impl ConfigError {
             | Self::DuplicateProject { help, .. }
             | Self::MisplacedProjectTable { help, .. }
             | Self::NoSuchProjectDir { help, .. }
+            | Self::UnconfinedOutput { help, .. }
             | Self::InvalidValue { help, .. } => help.as_deref(),
             Self::Io { .. }
             | Self::Walk { .. }

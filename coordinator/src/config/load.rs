@@ -4,13 +4,16 @@
 //! stops the load; files are visited in a fixed order (projects by directory, tables in file
 //! order) so the same broken workspace always reports the same error.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use prova_protocol::TaskId;
 use toml::Spanned;
 
 use super::discover::{self, Root};
 use super::error::ConfigError;
+use super::outputs::{self, Confinement};
 use super::package_json;
 use super::parse::{Source, read_file};
 use super::schema::{ProjectFile, ProjectTable, TableKind, TaskTable, WorkspaceFile};
@@ -25,9 +28,36 @@ pub const ROOT_PROJECT_NAME: &str = "//";
 
 /// Loads the workspace whose root is at or above `start_dir`.
 pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
+    load_counting(start_dir).map(|(ws, _)| ws)
+}
+
+/// What a load cost, in units that do not depend on the machine: the test that loading
+/// stays linear in the size of the config compares them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadCounts {
+    /// Bytes of every config file read.
+    pub config_bytes: usize,
+    /// Bytes looked at to turn spans into `line:col` locations (line indexes aside).
+    pub location_bytes: usize,
+}
+
+/// [`load`], also returning what it cost.
+pub fn load_counting(start_dir: &Path) -> Result<(Workspace, LoadCounts), ConfigError> {
+    let counts = Cell::new(LoadCounts::default());
+    let count = |src: &Source<'_>| {
+        let mut c = counts.get();
+        c.config_bytes += src.text.len();
+        c.location_bytes += src.bytes_scanned();
+        counts.set(c);
+    };
+    let ws = load_inner(start_dir, &count)?;
+    Ok((ws, counts.get()))
+}
+
+fn load_inner(start_dir: &Path, count: &dyn Fn(&Source<'_>)) -> Result<Workspace, ConfigError> {
     let found = discover::find_root(start_dir)?;
     let Root { dir: root, file: config_file, text } = &found;
-    let src = Source { root, file: config_file, text };
+    let src = Source::new(root, config_file, text);
     let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
     let ws = file.workspace.unwrap_or_default();
     let settings = WorkspaceSettings {
@@ -53,21 +83,23 @@ pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
     let mut drafts = Vec::with_capacity(dirs.len());
     for (dir, matched_at) in dirs {
         let own_table = if dir.is_empty() { root_table.take() } else { None };
-        drafts.push(read_project(&src, dir, &matched_at, own_table)?);
+        drafts.push(read_project(&src, dir, &matched_at, own_table, count)?);
     }
     check_unique_names(&drafts)?;
     let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
     let known: HashSet<&str> = names.iter().copied().collect();
+    let confinement = Confinement::new(drafts.iter().map(|d| (d.dir.as_str(), d.name.as_str())));
     let mut projects = Vec::with_capacity(drafts.len());
     for draft in &drafts {
         projects.push(Project {
             deps: resolve_deps(draft, &names, &known)?,
-            tasks: merge_tasks(&draft.name, &defaults, &draft.own_tasks)?,
+            tasks: merge_tasks(draft, &confinement, &defaults)?,
             name: draft.name.clone(),
             dir: draft.dir.clone(),
             config_file: draft.config_file.clone(),
         });
     }
+    count(&src);
     Ok(Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects })
 }
 
@@ -91,6 +123,7 @@ fn read_project(
     dir: String,
     matched_at: &Location,
     root_table: Option<Spanned<ProjectTable>>,
+    count: &dyn Fn(&Source<'_>),
 ) -> Result<Draft, ConfigError> {
     let abs = if dir.is_empty() { ws.root.to_path_buf() } else { ws.root.join(&dir) };
     let package = package_json::read(ws.root, &abs)?;
@@ -99,10 +132,11 @@ fn read_project(
         (Some(ws.file.to_path_buf()), BTreeMap::new(), project_table(ws, root_table)?)
     } else if own_file.is_file() {
         let text = read_file(ws.root, &own_file)?;
-        let src = Source { root: ws.root, file: &own_file, text: &text };
+        let src = Source::new(ws.root, &own_file, &text);
         let parsed: ProjectFile = src.parse(TableKind::ProjectTop)?;
         let tasks = check_tasks(&src, parsed.tasks)?;
         let table = project_table(&src, parsed.project)?;
+        count(&src);
         (Some(own_file), tasks, table)
     } else {
         (None, BTreeMap::new(), (None, Vec::new()))
@@ -229,21 +263,42 @@ fn resolve_deps(
     Ok(deps)
 }
 
-/// Every workspace task (overridden where the project says so) plus the project-only ones.
+/// Every workspace task (overridden where the project says so) plus the project-only ones,
+/// each with its outputs checked against `confinement` for this project's directory.
 fn merge_tasks(
-    project: &str,
+    draft: &Draft,
+    confinement: &Confinement<'_>,
     defaults: &BTreeMap<String, TaskLayer>,
-    own: &BTreeMap<String, TaskLayer>,
 ) -> Result<BTreeMap<String, TaskDef>, ConfigError> {
+    let (project, own) = (draft.name.as_str(), &draft.own_tasks);
     let mut tasks = BTreeMap::new();
+    let confine = |name: &str, layers: [Option<&TaskLayer>; 2]| {
+        // The outputs the merged task has: the project's own if it sets them, else the
+        // default's; checked where they were written.
+        let outputs = layers.iter().flatten().find_map(|l| l.outputs.as_ref());
+        for pattern in outputs.into_iter().flatten() {
+            if let Some(reason) = confinement.check(&draft.dir, &pattern.value) {
+                return Err(ConfigError::UnconfinedOutput {
+                    at: pattern.at.clone().into(),
+                    pattern: pattern.value.clone(),
+                    task: TaskId::new(project, name).to_string(),
+                    reason,
+                    help: Some(outputs::HELP.to_owned()),
+                });
+            }
+        }
+        Ok(())
+    };
     for (name, default) in defaults {
         let def = match own.get(name) {
             Some(layer) => task::with_override(project, name, Some(default), layer)?,
             None => task::from_default(project, name, default)?,
         };
+        confine(name, [own.get(name), Some(default)])?;
         tasks.insert(name.clone(), def);
     }
     for (name, layer) in own.iter().filter(|(n, _)| !defaults.contains_key(*n)) {
+        confine(name, [Some(layer), None])?;
         tasks.insert(name.clone(), task::with_override(project, name, None, layer)?);
     }
     Ok(tasks)

@@ -12,11 +12,13 @@
 //!   `projects` globs, honouring `.gitignore`).
 //! - [`package_json`]: a project's name and workspace dependencies from its `package.json`.
 //! - [`load`]: the whole load, in order: root → projects → names → deps → tasks.
+//! - [`outputs`]: the rule that confines every output pattern to its task's project.
 //! - [`error`]: [`ConfigError`]; [`suggest()`]: the did-you-mean helper.
 
 pub mod discover;
 pub mod error;
 pub mod load;
+pub mod outputs;
 pub mod package_json;
 pub mod parse;
 pub mod schema;
@@ -107,6 +109,37 @@ pub fn line_col(text: &str, offset: usize) -> (u32, u32) {
     (saturate(line), saturate(col))
 }
 
+/// Where each line of a text starts, so the line and column of an offset cost a binary search
+/// and a count of one line's characters rather than a scan from the start of the text.
+#[derive(Clone, Debug)]
+pub struct LineIndex {
+    /// Byte offset of the start of each line; the first is 0.
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Indexes `text` (one pass).
+    pub fn new(text: &str) -> Self {
+        let starts =
+            std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        Self { starts }
+    }
+
+    /// [`line_col`] of `offset` in `text` (the text this index was built from), and how many
+    /// bytes of the text it looked at to count the column.
+    pub fn line_col(&self, text: &str, offset: usize) -> ((u32, u32), usize) {
+        let mut end = offset.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        // The number of line starts at or before `end` is the 1-based line.
+        let line = self.starts.partition_point(|&s| s <= end);
+        let start = self.starts.get(line.wrapping_sub(1)).copied().unwrap_or(0);
+        let prefix = text.get(start..end).unwrap_or_default();
+        ((saturate(line), saturate(prefix.chars().count() + 1)), prefix.len())
+    }
+}
+
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -128,6 +161,25 @@ mod location_tests {
         // Inside the `é`: clamped back to its start.
         let e = text.find('é').unwrap();
         assert_eq!(line_col(text, e + 1), (2, 8));
+    }
+
+    #[test]
+    fn the_line_index_agrees_with_the_scan_everywhere() {
+        let text = "a = 1\n[tasks.é]\n\nx = '∂'\nlast";
+        let index = LineIndex::new(text);
+        for offset in 0..text.len() + 3 {
+            assert_eq!(index.line_col(text, offset).0, line_col(text, offset), "offset {offset}");
+        }
+        assert_eq!(LineIndex::new("").line_col("", 5).0, (1, 1));
+    }
+
+    #[test]
+    fn the_line_index_looks_only_at_the_line_of_the_offset() {
+        let line = "x = 'some value'\n";
+        let text = line.repeat(10_000);
+        let index = LineIndex::new(&text);
+        let looked: usize = (0..10_000).map(|i| index.line_col(&text, i * line.len() + 5).1).sum();
+        assert_eq!(looked, 10_000 * 5, "each lookup counts only the 5 bytes before it on its line");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::de::IgnoredAny;
 
 use super::error::ConfigError;
 use super::parse::read_file;
-use super::{Located, Location};
+use super::{LineIndex, Located, Location};
 
 /// The file name.
 pub const PACKAGE_JSON: &str = "package.json";
@@ -58,7 +58,11 @@ pub fn parse(root: &Path, file: &Path, text: &str) -> Result<PackageJson, Config
             message: full.strip_suffix(&suffix).unwrap_or(&full).to_owned(),
         }
     })?;
-    let at = |offset: usize| Location::at_offset(root, file, text, offset);
+    let lines = LineIndex::new(text);
+    let at = |offset: usize| {
+        let ((line, col), _) = lines.line_col(text, offset);
+        Location::new(root, file, line, col)
+    };
     let name = raw.name.map(|n| Located::new(n, at(key_offset(text, "name", 0).unwrap_or(0))));
     let mut deps = Vec::new();
     for (section, map) in [

@@ -3,8 +3,9 @@
 //! the document (which table, which key, what value) by walking the parsed tree to that span,
 //! so the message can name the key, the table and the expected type in words.
 
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use toml::Spanned;
@@ -13,13 +14,13 @@ use toml::de::{DeTable, DeValue};
 use super::error::ConfigError;
 use super::schema::TableKind;
 use super::suggest::did_you_mean;
-use super::{Location, shown_path};
+use super::{LineIndex, Location, shown_path};
 
 /// Longest value excerpt quoted in a wrong-type message.
 const MAX_EXCERPT_CHARS: usize = 40;
 
 /// A config file's text and where it lives: what locations are computed from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Source<'a> {
     /// The workspace root, absolute.
     pub root: &'a Path,
@@ -27,12 +28,43 @@ pub struct Source<'a> {
     pub file: &'a Path,
     /// Its contents.
     pub text: &'a str,
+    /// Where each line starts, built on the first [`Source::at`]: a file with thousands of
+    /// tasks asks for a location per value, and scanning the text from the start for each
+    /// made loading quadratic in the number of tasks.
+    lines: OnceCell<LineIndex>,
+    /// The file as messages show it, computed once.
+    shown: OnceCell<PathBuf>,
+    /// Bytes of `text` looked at by [`Source::at`] so far, beyond building the index: what
+    /// the test that loading stays linear counts.
+    scanned: Cell<usize>,
 }
 
 impl<'a> Source<'a> {
-    /// The location of the start of `span`.
+    /// The file `file` (absolute) of the workspace at `root`, with contents `text`.
+    pub fn new(root: &'a Path, file: &'a Path, text: &'a str) -> Self {
+        Self {
+            root,
+            file,
+            text,
+            lines: OnceCell::new(),
+            shown: OnceCell::new(),
+            scanned: Cell::new(0),
+        }
+    }
+
+    /// The location of the start of `span`: a binary search in the line index, then a count
+    /// of the characters of that one line.
     pub fn at(&self, span: Range<usize>) -> Location {
-        Location::at_offset(self.root, self.file, self.text, span.start)
+        let lines = self.lines.get_or_init(|| LineIndex::new(self.text));
+        let ((line, col), looked) = lines.line_col(self.text, span.start);
+        self.scanned.set(self.scanned.get().saturating_add(looked));
+        let shown = self.shown.get_or_init(|| shown_path(self.root, self.file));
+        Location { file: self.file.to_path_buf(), shown: shown.clone(), line, col }
+    }
+
+    /// Bytes of the text [`Source::at`] has looked at so far (the line index aside).
+    pub fn bytes_scanned(&self) -> usize {
+        self.scanned.get()
     }
 
     /// Deserialises the whole document as `T`, whose top level is a `top` table.
@@ -190,13 +222,12 @@ mod tests {
     use crate::config::schema::{ProjectFile, WorkspaceFile};
 
     fn ws_err(text: &str) -> ConfigError {
-        let src = Source { root: Path::new("/ws"), file: Path::new("/ws/prova.toml"), text };
+        let src = Source::new(Path::new("/ws"), Path::new("/ws/prova.toml"), text);
         src.parse::<WorkspaceFile>(TableKind::WorkspaceTop).unwrap_err()
     }
 
     fn project_err(text: &str) -> ConfigError {
-        let src =
-            Source { root: Path::new("/ws"), file: Path::new("/ws/apps/web/prova.toml"), text };
+        let src = Source::new(Path::new("/ws"), Path::new("/ws/apps/web/prova.toml"), text);
         src.parse::<ProjectFile>(TableKind::ProjectTop).unwrap_err()
     }
 
@@ -283,7 +314,7 @@ mod tests {
 
     #[test]
     fn workspace_table_detection() {
-        let src = |text| Source { root: Path::new("/"), file: Path::new("/prova.toml"), text };
+        let src = |text| Source::new(Path::new("/"), Path::new("/prova.toml"), text);
         assert_eq!(src("[workspace]\n").has_workspace_table(), Some(true));
         assert_eq!(src("[project]\n").has_workspace_table(), Some(false));
         assert_eq!(src("workspace = 1\n").has_workspace_table(), Some(false));

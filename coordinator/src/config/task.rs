@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use prova_protocol::TaskId;
-use prova_protocol::globs::PathGlobs;
+use prova_protocol::globs::check_pattern;
 use prova_protocol::spec::CommandLine;
 use toml::Spanned;
 
@@ -30,8 +30,8 @@ pub struct TaskLayer {
     pub deps: Option<Vec<Located<String>>>,
     /// `inputs`.
     pub inputs: Option<Vec<String>>,
-    /// `outputs`.
-    pub outputs: Option<Vec<String>>,
+    /// `outputs`, each where it was written (the confinement check names the place).
+    pub outputs: Option<Vec<Located<String>>>,
     /// `env`.
     pub env: Option<Vec<String>>,
     /// `pass_env`.
@@ -73,7 +73,7 @@ impl TaskLayer {
                 .map(|deps| deps.into_iter().map(|d| check_dep(src, d).map(located)).collect())
                 .transpose()?,
             inputs: t.inputs.map(|v| check_globs(src, "inputs", v)).transpose()?,
-            outputs: t.outputs.map(|v| check_globs(src, "outputs", v)).transpose()?,
+            outputs: t.outputs.map(|v| check_located_globs(src, "outputs", v)).transpose()?,
             env: t.env.map(|v| check_env_names(src, "env", v)).transpose()?,
             pass_env: t.pass_env.map(|v| check_env_names(src, "pass_env", v)).transpose()?,
             timeout: t.timeout.map(|v| check_timeout(src, v)).transpose()?,
@@ -128,7 +128,8 @@ fn resolve(
     task.deps_from_project = own.is_some_and(|l| l.deps.is_some());
     task.deps = field!(deps).unwrap_or_default();
     task.inputs = field!(inputs);
-    task.outputs = field!(outputs).unwrap_or_default();
+    let outputs = own.and_then(|l| l.outputs.as_ref()).or(default.and_then(|l| l.outputs.as_ref()));
+    task.outputs = outputs.map(|v| v.iter().map(|o| o.value.clone()).collect()).unwrap_or_default();
     task.env = field!(env).unwrap_or_default();
     task.pass_env = field!(pass_env).unwrap_or_default();
     task.timeout = field!(timeout);
@@ -261,10 +262,19 @@ pub fn check_globs(
     field: &str,
     patterns: Vec<Spanned<String>>,
 ) -> Result<Vec<String>, ConfigError> {
+    check_located_globs(src, field, patterns).map(|v| v.into_iter().map(|p| p.value).collect())
+}
+
+/// [`check_globs`], keeping where each pattern was written.
+pub fn check_located_globs(
+    src: &Source<'_>,
+    field: &str,
+    patterns: Vec<Spanned<String>>,
+) -> Result<Vec<Located<String>>, ConfigError> {
     patterns
         .into_iter()
-        .map(|p| match PathGlobs::new("", std::slice::from_ref(p.get_ref())) {
-            Ok(_) => Ok(p.into_inner()),
+        .map(|p| match check_pattern(p.get_ref()) {
+            Ok(()) => Ok(Located::new(p.get_ref().clone(), src.at(p.span()))),
             Err(source) => Err(ConfigError::InvalidGlob {
                 at: src.at(p.span()).into(),
                 field: field.to_owned(),
@@ -364,7 +374,7 @@ mod tests {
     const FILE: &str = "/ws/prova.toml";
 
     fn layers(text: &str) -> Result<Vec<(String, TaskLayer)>, ConfigError> {
-        let src = Source { root: Path::new("/ws"), file: Path::new(FILE), text };
+        let src = Source::new(Path::new("/ws"), Path::new(FILE), text);
         let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
         file.tasks
             .into_iter()

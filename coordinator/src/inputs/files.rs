@@ -1,7 +1,9 @@
 //! The workspace's file list, enumerated once per run: in a git work tree the tracked and
 //! untracked-but-not-ignored files (`git ls-files --cached --others --exclude-standard`, one
 //! call, plus one per project that is its own repository); elsewhere a walk that honours
-//! `.gitignore`. `.git/` and `.prova/` are never inputs.
+//! `.gitignore`. `.git/` and `.prova/` are never inputs. A name that is not UTF-8 is refused
+//! ([`FilesError::NotUtf8`]): globs and key components are strings, so such a file could be
+//! neither selected nor keyed, and leaving it out would serve stale hits when it changes.
 
 use std::path::Path;
 use std::process::Command;
@@ -24,6 +26,16 @@ pub enum FilesError {
         dir: String,
         /// What failed.
         message: String,
+    },
+    /// A file in the workspace whose name is not UTF-8.
+    #[error(
+        "{path}: the file name is not valid UTF-8, so prova can neither match it against \
+         globs nor fold it into a key (shown with U+FFFD for each invalid byte)\n  help: \
+         rename it, or ignore it in .gitignore so it is no task's input"
+    )]
+    NotUtf8 {
+        /// Workspace-relative, converted lossily.
+        path: String,
     },
 }
 
@@ -192,9 +204,14 @@ fn ls_files(dir: &Path, prefix: &str, paths: &[String]) -> Result<Vec<String>, F
     }
     let mut files = Vec::new();
     for raw in out.stdout.split(|&b| b == 0).filter(|s| !s.is_empty()) {
-        // A non-UTF-8 name cannot be matched by a glob or named in a key component: skip it
-        // rather than guess an encoding (documented in the README).
-        let Ok(name) = std::str::from_utf8(raw) else { continue };
+        // A non-UTF-8 name cannot be matched by a glob or named in a key component; skipping
+        // it would leave it out of every key, so it is refused.
+        let Ok(name) = std::str::from_utf8(raw) else {
+            let lossy = String::from_utf8_lossy(raw);
+            return Err(FilesError::NotUtf8 {
+                path: prova_protocol::globs::join_rel(prefix, &lossy),
+            });
+        };
         files.push(prova_protocol::globs::join_rel(prefix, name));
     }
     Ok(files)
@@ -224,7 +241,9 @@ fn walk(root: &Path, start: &Path) -> Result<Vec<String>, FilesError> {
         })?;
         if entry.file_type().is_some_and(|t| !t.is_dir()) {
             let Ok(rel) = entry.path().strip_prefix(root) else { continue };
-            let Some(rel) = rel.to_str() else { continue };
+            let Some(rel) = rel.to_str() else {
+                return Err(FilesError::NotUtf8 { path: rel.to_string_lossy().into_owned() });
+            };
             files.push(rel.to_owned());
         }
     }
@@ -291,6 +310,48 @@ mod tests {
         let whole = enumerate_under(d.path(), &[], all.source, &[String::new()]).unwrap();
         assert_eq!(whole, all.all());
         assert!(enumerate_under(d.path(), &[], all.source, &[]).unwrap().is_empty());
+    }
+
+    /// A file named `p/bad\xff.txt` (not UTF-8) beside a normal one.
+    fn non_utf8_tree(root: &Path) {
+        use std::os::unix::ffi::OsStrExt as _;
+        write(root, "p/a.txt");
+        let name = std::ffi::OsStr::from_bytes(b"bad\xff.txt");
+        std::fs::write(root.join("p").join(name), "x").unwrap();
+    }
+
+    #[test]
+    fn a_non_utf8_name_is_refused_by_the_walk() {
+        let d = tempfile::tempdir().unwrap();
+        non_utf8_tree(d.path());
+        let err = enumerate(d.path(), &[]).unwrap_err();
+        assert!(matches!(&err, FilesError::NotUtf8 { path } if path == "p/bad\u{fffd}.txt"));
+        assert!(err.to_string().starts_with("p/bad\u{fffd}.txt: the file name is not valid UTF-8"));
+        let dirs = ["p".to_owned()];
+        assert!(matches!(
+            enumerate_under(d.path(), &[], Some(Source::Walk), &dirs),
+            Err(FilesError::NotUtf8 { .. })
+        ));
+    }
+
+    #[test]
+    fn a_non_utf8_name_is_refused_in_git_tracked_or_not() {
+        let d = tempfile::tempdir().unwrap();
+        non_utf8_tree(d.path());
+        git(d.path(), &["init", "-q"]);
+        let err = enumerate(d.path(), &[]).unwrap_err();
+        assert!(
+            matches!(&err, FilesError::NotUtf8 { path } if path == "p/bad\u{fffd}.txt"),
+            "{err}"
+        );
+        let dirs = ["p".to_owned()];
+        assert!(matches!(
+            enumerate_under(d.path(), &[], Some(Source::Git), &dirs),
+            Err(FilesError::NotUtf8 { .. })
+        ));
+        // Ignored, it is no input and nothing is refused.
+        std::fs::write(d.path().join(".gitignore"), "bad*\n").unwrap();
+        assert_eq!(enumerate(d.path(), &[]).unwrap().all(), [".gitignore", "p/a.txt"]);
     }
 
     #[test]
