@@ -188,6 +188,15 @@ pub struct CacheDirArgs {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// Waiting for the workspace lock (one writer per workspace; see `cli/src/lock.rs`).
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct LockArgs {
+    /// If another prova is writing this workspace, fail at once (exit 3) instead of waiting
+    /// for it.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
 /// `prova why` / `prova show`.
 #[derive(Debug, Args)]
 pub struct TaskArgs {
@@ -227,12 +236,18 @@ pub enum CacheCommand {
         /// Size bound, e.g. `2G`, `500M`, `1048576`.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         max_size: u64,
+        /// Waiting for the workspace lock.
+        #[command(flatten)]
+        lock: LockArgs,
     },
-    /// Remove every entry and blob.
+    /// Remove every entry and blob (also when the index is damaged).
     Clean {
         /// The cache.
         #[command(flatten)]
         cache: CacheDirArgs,
+        /// Waiting for the workspace lock.
+        #[command(flatten)]
+        lock: LockArgs,
     },
 }
 
@@ -378,6 +393,10 @@ pub struct RunArgs {
     /// With --remote: which outputs to bring back.
     #[arg(long, value_enum, default_value_t)]
     pub download: DownloadMode,
+
+    /// Waiting for the workspace lock.
+    #[command(flatten)]
+    pub lock: LockArgs,
 
     /// Arguments after `--` go to the requested tasks (not to their dependencies).
     #[arg(last = true, value_name = "ARGS")]

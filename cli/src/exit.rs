@@ -1,5 +1,7 @@
 //! Exit codes, documented in the README: 0 everything succeeded; 1 a task (or a proof)
-//! failed or the run was interrupted; 2 usage, config or infrastructure error.
+//! failed or the run was interrupted; 2 usage, config or infrastructure error; 3 the
+//! workspace is busy (another prova holds its lock and `--no-wait` was given), so a script
+//! can tell "try again later" from a real failure.
 
 use std::process::ExitCode;
 
@@ -12,6 +14,8 @@ pub enum Code {
     Failed = 1,
     /// Bad arguments, bad config, or the infrastructure failed.
     Usage = 2,
+    /// Another prova holds the workspace lock and `--no-wait` was given: nothing ran.
+    Busy = 3,
 }
 
 impl From<Code> for ExitCode {

@@ -8,15 +8,20 @@
 //! - [`remote`]: farm mode, client side: connect, upload inputs, submit, download outputs.
 //! - [`daemon_config`]: the config files of `prova coordinator` / `prova worker`.
 //! - [`render`]: turning run events into terminal output or JSON lines, and the summary.
-//! - [`exit`]: exit codes (0 ok, 1 a task or proof failed, 2 usage/config/infrastructure).
+//! - [`exit`]: exit codes (0 ok, 1 a task or proof failed, 2 usage/config/infrastructure,
+//!   3 the workspace is busy under `--no-wait`).
+//! - [`lock`]: the workspace lock (one writer per workspace).
+//! - [`stdio`]: a stderr writer that survives a closed pipe (the log, the error line).
 
 pub mod args;
 pub mod commands;
 pub mod daemon_config;
 pub mod exit;
 pub mod local;
+pub mod lock;
 pub mod remote;
 pub mod render;
+pub mod stdio;
 
 use std::process::ExitCode;
 
@@ -29,8 +34,11 @@ pub fn main() -> ExitCode {
     let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("prova: {e:#}");
-            exit::Code::Usage
+            stdio::eprint_line(&format!("prova: {e:#}"));
+            match e.downcast_ref::<lock::LockError>() {
+                Some(lock::LockError::Busy { .. }) => exit::Code::Busy,
+                _ => exit::Code::Usage,
+            }
         }
     };
     code.into()
@@ -44,6 +52,9 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROVA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(stdio::Stderr)
+        .log_internal_errors(false)
+        .try_init();
 }

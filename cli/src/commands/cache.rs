@@ -1,26 +1,74 @@
-//! `prova cache stats | prune | clean`.
+//! `prova cache stats | prune | clean`. Prune and clean take the workspace lock (when the
+//! cache is the workspace's); clean also works on an index that cannot be opened.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use prova_coordinator::cache::Store;
 use prova_coordinator::workspace::Workspace;
 
 use super::common;
-use crate::args::{CacheCommand, CacheDirArgs};
+use crate::args::{CacheCommand, CacheDirArgs, LockArgs};
 use crate::exit::Code;
+use crate::lock::WorkspaceLock;
 
-fn open(start: &Path, args: &CacheDirArgs) -> anyhow::Result<prova_coordinator::cache::Store> {
-    let dir = match &args.cache_dir {
-        Some(d) => d.clone(),
+/// The cache directory `args` name, and the workspace root when it was found from `start`
+/// (no `--cache-dir` / `PROVA_CACHE_DIR`): the commands that write the cache take that
+/// workspace's lock.
+fn locate(start: &Path, args: &CacheDirArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    Ok(match &args.cache_dir {
+        Some(d) => (d.clone(), None),
         None => {
             let start = start
                 .canonicalize()
                 .with_context(|| format!("cannot use directory {}", start.display()))?;
-            common::cache_dir(&Workspace::load(&start)?, args)
+            let ws = Workspace::load(&start)?;
+            (common::cache_dir(&ws, args), Some(ws.root))
         }
+    })
+}
+
+fn open_dir(dir: &Path) -> anyhow::Result<Store> {
+    Store::open(dir).with_context(|| format!("cannot open the cache at {}", dir.display()))
+}
+
+fn open(start: &Path, args: &CacheDirArgs) -> anyhow::Result<Store> {
+    open_dir(&locate(start, args)?.0)
+}
+
+/// The workspace lock, when the cache is the workspace's.
+fn lock(root: Option<&Path>, args: LockArgs) -> anyhow::Result<Option<WorkspaceLock>> {
+    Ok(root.map(|r| crate::lock::acquire(r, !args.no_wait)).transpose()?)
+}
+
+/// `prova cache clean`: through the index when it opens; else (garbage, a truncated file, a
+/// schema from a newer prova — what the open error tells the user to clean) by removing the
+/// cache's files without opening it.
+fn clean(dir: &Path) -> anyhow::Result<String> {
+    let why = match Store::open(dir) {
+        Ok(mut store) => match store.clean() {
+            Ok(()) => return Ok(format!("cleaned {}\n", dir.display())),
+            Err(e) if e.is_busy() => return Err(e.into()),
+            Err(e) => e,
+        },
+        // Another process holds the index: it is in use, not broken.
+        Err(e) if e.is_busy() => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot open the cache at {}", dir.display())));
+        }
+        Err(e) => e,
     };
-    prova_coordinator::cache::Store::open(&dir)
-        .with_context(|| format!("cannot open the cache at {}", dir.display()))
+    let c = Store::clean_dir(dir)
+        .with_context(|| format!("cannot clean the cache at {}", dir.display()))?;
+    let mut text = format!(
+        "the index could not be used ({why}): removed it without reading it\n         removed {} index files, {} blobs, {} staged or quarantined items",
+        c.index_files, c.blobs, c.other_items
+    );
+    if c.links > 0 {
+        text.push_str(&format!(", {} symbolic links (not followed)", c.links));
+    }
+    text.push_str(&format!("\ncleaned {}\n", dir.display()));
+    Ok(text)
 }
 
 /// Runs a cache subcommand.
@@ -57,8 +105,10 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
                 }
             }
         }
-        CacheCommand::Prune { cache, max_size } => {
-            let mut store = open(start, &cache)?;
+        CacheCommand::Prune { cache, max_size, lock: wait } => {
+            let (dir, root) = locate(start, &cache)?;
+            let _lock = lock(root.as_deref(), wait)?;
+            let mut store = open_dir(&dir)?;
             let p = store.prune(max_size)?;
             common::print(&format!(
                 "pruned {} entries and {} blobs ({} freed); {} remain referenced\n",
@@ -68,10 +118,10 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
                 fmt_bytes(p.referenced_bytes)
             ))?;
         }
-        CacheCommand::Clean { cache } => {
-            let mut store = open(start, &cache)?;
-            store.clean()?;
-            common::print(&format!("cleaned {}\n", store.dir().display()))?;
+        CacheCommand::Clean { cache, lock: wait } => {
+            let (dir, root) = locate(start, &cache)?;
+            let _lock = lock(root.as_deref(), wait)?;
+            common::print(&clean(&dir)?)?;
         }
     }
     Ok(Code::Ok)

@@ -54,14 +54,40 @@ pub fn cache_dir(ws: &Workspace, args: &crate::args::CacheDirArgs) -> std::path:
     }
 }
 
-/// Opens the cache thread for `ws`.
+/// How a command opens the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Read and write (creating the directory and index if need be).
+    ReadWrite,
+    /// Read only: `SQLITE_OPEN_READ_ONLY`, nothing created or written (`--cache local:r`).
+    ReadOnly,
+    /// Not at all: an empty in-memory store over a private temporary directory
+    /// (`--no-cache`).
+    Scratch,
+}
+
+/// Opens the cache thread for `ws`, read-write.
 pub fn open_cache(
     ws: &Workspace,
     args: &crate::args::CacheDirArgs,
 ) -> anyhow::Result<(prova_coordinator::cache::CacheThread, std::thread::JoinHandle<()>)> {
+    open_cache_as(ws, args, CacheMode::ReadWrite)
+}
+
+/// Opens the cache thread for `ws` in `mode`.
+pub fn open_cache_as(
+    ws: &Workspace,
+    args: &crate::args::CacheDirArgs,
+    mode: CacheMode,
+) -> anyhow::Result<(prova_coordinator::cache::CacheThread, std::thread::JoinHandle<()>)> {
+    use prova_coordinator::cache::CacheThread;
     let dir = cache_dir(ws, args);
-    prova_coordinator::cache::CacheThread::open(&dir)
-        .with_context(|| format!("cannot open the cache at {}", dir.display()))
+    let opened = match mode {
+        CacheMode::ReadWrite => CacheThread::open(&dir),
+        CacheMode::ReadOnly => CacheThread::open_read_only(&dir),
+        CacheMode::Scratch => CacheThread::scratch(),
+    };
+    opened.with_context(|| format!("cannot open the cache at {}", dir.display()))
 }
 
 /// A current-thread-free multi-thread runtime for a command.

@@ -1,5 +1,6 @@
-//! `prova run`: select, prepare (keys), then either print the plan (`--dry-run`) or run it
-//! in local mode and report.
+//! `prova run`: select, take the workspace lock (not for `--dry-run`), open the cache as the
+//! cache flags say (read-only for `local:r`, not at all for `--no-cache`), prepare (keys),
+//! then either print the plan (`--dry-run`) or run it, locally or on a farm, and report.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,7 +24,18 @@ const EVENT_QUEUE: usize = 1024;
 /// Runs the selection.
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let Loaded { ws, graph } = common::load(start, &args.select)?;
-    let (cache, cache_join) = common::open_cache(&ws, &args.cache_dir)?;
+    // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
+    // see the files the previous writer left; a dry run and a remote run that brings nothing
+    // back write neither outputs nor the local cache.
+    let brings_nothing_back =
+        args.remote.remote.is_some() && args.download == crate::args::DownloadMode::None;
+    let writes_workspace = !args.dry_run && !brings_nothing_back;
+    let _lock = if writes_workspace {
+        Some(crate::lock::acquire(&ws.root, !args.lock.no_wait)?)
+    } else {
+        None
+    };
+    let (cache, cache_join) = common::open_cache_as(&ws, &args.cache_dir, cache_mode(&args))?;
     let policy = if args.no_cache {
         CachePolicy { read: false, write: false }
     } else if args.force {
@@ -60,7 +72,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         };
         anyhow::bail!("--verify=inputs needs the bubblewrap sandbox, which cannot run here: {why}");
     }
-    let blobs_dir = common::cache_dir(&ws, &args.cache_dir).join("blobs");
+    let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
     let style = Style::new(args.output, args.json);
     let rt = common::runtime()?;
     let outcome = rt.block_on(async {
@@ -137,6 +149,22 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         common::print(&summary::text(&summary))?;
     }
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
+}
+
+/// How the run opens the cache: not at all when it neither reads nor writes it (`--no-cache`,
+/// `--cache local:`), read-only for `--cache local:r`. A remote run files what it downloads
+/// in the local cache, so it opens it read-write unless `--no-cache` (then the downloads go
+/// through a scratch store).
+fn cache_mode(args: &RunArgs) -> common::CacheMode {
+    use common::CacheMode;
+    let remote = args.remote.remote.is_some();
+    match args.cache {
+        _ if args.no_cache => CacheMode::Scratch,
+        _ if args.force || remote => CacheMode::ReadWrite,
+        Some(spec) if !spec.read && !spec.write => CacheMode::Scratch,
+        Some(spec) if !spec.write => CacheMode::ReadOnly,
+        _ => CacheMode::ReadWrite,
+    }
 }
 
 /// Cache entries present for the plan's cacheable tasks, by node.

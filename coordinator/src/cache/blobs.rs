@@ -83,6 +83,7 @@ impl Store {
         staged: &Path,
         expected: Option<&Digest>,
     ) -> Result<(Digest, u64), CacheError> {
+        self.writable("put_blob_file")?;
         let meta = fs::symlink_metadata(staged).map_err(io(staged))?;
         if !meta.is_file() {
             let e = std::io::Error::new(ErrorKind::InvalidInput, "a staged blob must be a file");
@@ -101,6 +102,7 @@ impl Store {
 
     /// Files `bytes` as a blob (temp → fsync → rename) and returns its digest.
     pub fn put_blob_bytes(&self, bytes: &[u8]) -> Result<Digest, CacheError> {
+        self.writable("put_blob_bytes")?;
         let digest = Digest::of(bytes);
         if self.has_blob(&digest) {
             refresh_mtime(&self.blob_path(&digest));
@@ -198,6 +200,11 @@ impl Store {
     /// old ones). Idempotent: an absent blob is fine. Entry rows that reference it are left
     /// alone: a later read of them is a miss, and the re-run's `put_entry` repairs the row.
     pub fn quarantine(&self, d: &Digest) -> Result<(), CacheError> {
+        if self.is_read_only() {
+            // The read was already a miss; a read-only store cannot move the file.
+            tracing::warn!(blob = %d, "blob bytes did not match its digest (read-only cache: left in place)");
+            return Ok(());
+        }
         let src = self.blob_path(d);
         let dest =
             self.dir().join(QUARANTINE_DIR).join(format!("{}-{}", d.to_hex(), unique_name("")));

@@ -103,6 +103,13 @@ pub enum CacheError {
         value: u64,
     },
 
+    /// A write on a store opened read-only (`--no-cache`, `--cache local:r`).
+    #[error("the cache is open read-only: {op} is not allowed")]
+    ReadOnly {
+        /// The refused operation.
+        op: &'static str,
+    },
+
     /// The owner thread could not be started.
     #[error("cannot start the cache thread: {0}")]
     Spawn(#[source] std::io::Error),

@@ -38,8 +38,11 @@ pub struct Execution {
 }
 
 impl Store {
-    /// Records one execution.
+    /// Records one execution (skipped on a read-only store).
     pub fn record_execution(&mut self, e: &Execution) -> Result<(), CacheError> {
+        if self.is_read_only() {
+            return Ok(()); // a read-only run keeps no ledger
+        }
         let tx = self.conn_mut().transaction().map_err(sql("record execution"))?;
         tx.execute(
             "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms) \

@@ -1,5 +1,6 @@
 //! Maintenance: [`Store::stats`], [`Store::prune`] (least recently used first, down to a byte
-//! bound) and [`Store::clean`].
+//! bound), [`Store::clean`], and [`Store::clean_dir`] for a directory whose index cannot be
+//! opened at all (garbage bytes, a truncated file, a schema from a newer prova).
 //!
 //! # Prune while other processes run
 //! Victim rows are chosen from a snapshot, then deleted in batches of [`PRUNE_BATCH`], each
@@ -83,6 +84,20 @@ pub struct PruneStats {
     pub quarantine_removed: u64,
 }
 
+/// What [`Store::clean_dir`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanedDir {
+    /// Index files (`index.sqlite` and its `-wal`, `-shm`, `-journal`).
+    pub index_files: u64,
+    /// Blob files under `blobs/`.
+    pub blobs: u64,
+    /// Items of `tmp/` and `quarantine/`.
+    pub other_items: u64,
+    /// Symbolic links found where the layout has a directory or file: removed, never
+    /// followed.
+    pub links: u64,
+}
+
 /// One entry as prune sees it.
 struct LruRow {
     id: i64,
@@ -142,6 +157,7 @@ impl Store {
         max_bytes: u64,
         now: SystemTime,
     ) -> Result<PruneStats, CacheError> {
+        self.writable("prune")?;
         let mut out = PruneStats::default();
         let victims = plan_victims(self.lru_rows()?, max_bytes);
         let dir = self.dir().to_path_buf();
@@ -214,6 +230,7 @@ impl Store {
     /// stays usable. A concurrent run's in-flight write fails (its staged file is gone) and
     /// its reads miss.
     pub fn clean(&mut self) -> Result<(), CacheError> {
+        self.writable("clean")?;
         let tx = self.conn_mut().transaction().map_err(sql("begin clean"))?;
         tx.execute_batch(
             "DELETE FROM entries; DELETE FROM memo; DELETE FROM durations; DELETE FROM executions;",
@@ -224,6 +241,53 @@ impl Store {
             remove_children_older(&self.dir().join(sub), SystemTime::now(), Duration::ZERO)?;
         }
         Ok(())
+    }
+
+    /// Empties the cache directory `dir` without opening its index, for `prova cache clean`
+    /// when [`open`](Self::open) fails: removes the index files and the contents of `blobs/`,
+    /// `tmp/` and `quarantine/` — the cache's own names only, so a `--cache-dir` pointed at
+    /// the wrong directory loses nothing else — and follows no symbolic link inside `dir` (a
+    /// link is removed, its target untouched). No other process may be using the directory;
+    /// the next `open` starts an empty index.
+    pub fn clean_dir(dir: &Path) -> Result<CleanedDir, CacheError> {
+        let mut out = CleanedDir::default();
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let p = dir.join(format!("{INDEX_FILE}{suffix}"));
+            match fs::symlink_metadata(&p) {
+                Ok(m) => {
+                    fs::remove_file(&p).map_err(io(&p))?;
+                    if m.file_type().is_symlink() {
+                        out.links += 1;
+                    } else {
+                        out.index_files += 1;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&p)(e)),
+            }
+        }
+        for sub in [BLOBS_DIR, TMP_DIR, QUARANTINE_DIR] {
+            let p = dir.join(sub);
+            let meta = match fs::symlink_metadata(&p) {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&p)(e)),
+            };
+            if !meta.is_dir() {
+                // A link (or a stray file) where a directory belongs: unlink it only.
+                fs::remove_file(&p).map_err(io(&p))?;
+                out.links += u64::from(meta.file_type().is_symlink());
+                continue;
+            }
+            if sub == BLOBS_DIR {
+                walk_blobs(&p, |_, _| out.blobs += 1)?;
+            } else {
+                out.other_items += count_children(&p)?;
+            }
+            // `remove_dir_all` removes a symbolic link it meets, never what it points at.
+            remove_children_older(&p, SystemTime::now(), Duration::ZERO)?;
+        }
+        Ok(out)
     }
 
     /// Every entry, least recently used first, with what it accounts for.

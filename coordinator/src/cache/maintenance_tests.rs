@@ -166,3 +166,42 @@ fn blob_path_names_parse_back() {
         None
     );
 }
+
+#[test]
+fn clean_dir_empties_a_cache_whose_index_cannot_open_and_follows_no_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("keep.txt"), "keep").unwrap();
+    let mut store = Store::open(dir.path()).unwrap();
+    with_blob(&mut store, 1, &[1; 100], 10);
+    with_blob(&mut store, 2, &[2; 100], 20);
+    drop(store);
+    let d = dir.path();
+    fs::write(d.join(INDEX_FILE), vec![0x5a; 4096]).unwrap();
+    assert!(Store::open(d).is_err());
+    // Links where the layout has files or directories, and inside its directories.
+    std::os::unix::fs::symlink(outside.path(), d.join(TMP_DIR).join("into-outside")).unwrap();
+    fs::remove_dir(d.join(QUARANTINE_DIR)).unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.join(QUARANTINE_DIR)).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("keep.txt"),
+        d.join(format!("{INDEX_FILE}-wal")),
+    )
+    .unwrap();
+    fs::write(d.join("notes.txt"), "not the cache's").unwrap();
+
+    let out = Store::clean_dir(d).unwrap();
+    assert_eq!(out.index_files, 1);
+    assert_eq!(out.blobs, 2);
+    assert_eq!(out.links, 2, "{out:?}");
+    assert_eq!(out.other_items, 1, "{out:?}");
+    assert_eq!(fs::read_to_string(outside.path().join("keep.txt")).unwrap(), "keep");
+    assert!(fs::read_to_string(d.join("notes.txt")).is_ok(), "a file not of the cache went");
+    assert!(!d.join(QUARANTINE_DIR).exists());
+    let store = Store::open(d).unwrap();
+    assert_eq!(store.stats().unwrap().blob_files, 0);
+    assert!(!present(&store, 1));
+    // Idempotent on the fresh directory.
+    drop(store);
+    Store::clean_dir(d).unwrap();
+}

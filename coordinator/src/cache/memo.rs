@@ -49,13 +49,13 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(sql("memo_load"))
     }
 
-    /// Inserts or replaces `rows` of `scope`, in one transaction.
+    /// Inserts or replaces `rows` of `scope`, in one transaction (skipped on a read-only store).
     pub fn memo_store(
         &mut self,
         scope: &str,
         rows: &[(String, MemoRow)],
     ) -> Result<(), CacheError> {
-        if rows.is_empty() {
+        if rows.is_empty() || self.is_read_only() {
             return Ok(());
         }
         let tx = self.conn_mut().transaction().map_err(sql("begin memo_store"))?;
@@ -91,7 +91,7 @@ impl Store {
 
     /// Forgets `paths` of `scope` (files that no longer exist), in one transaction.
     pub fn memo_remove(&mut self, scope: &str, paths: &[String]) -> Result<(), CacheError> {
-        if paths.is_empty() {
+        if paths.is_empty() || self.is_read_only() {
             return Ok(());
         }
         let tx = self.conn_mut().transaction().map_err(sql("begin memo_remove"))?;
@@ -109,7 +109,7 @@ impl Store {
     /// Folds each `(task id, duration ms)` into that task's moving average (the first sample
     /// is taken as is), in one transaction.
     pub fn record_durations(&mut self, rows: &[(String, u64)]) -> Result<(), CacheError> {
-        if rows.is_empty() {
+        if rows.is_empty() || self.is_read_only() {
             return Ok(());
         }
         let w = DURATION_NEW_SAMPLE_PERCENT;

@@ -6,7 +6,10 @@
 //! - [`blobs`]: blob files: staged writes (temp → fsync → rename), verified reads, quarantine.
 //! - [`memo`]: the file-digest memo and the durations history.
 //! - [`ledger`]: the fingerprint ledger: every execution's fingerprint per key and worker.
-//! - [`maintenance`]: `stats`, `prune` (LRU to a byte bound), `clean`.
+//! - [`maintenance`]: `stats`, `prune` (LRU to a byte bound), `clean`, `clean_dir` (a
+//!   directory whose index cannot be opened).
+//! - [`readonly`]: [`Store::open_read_only`] (`--cache local:r`) and [`Store::scratch`]
+//!   (`--no-cache`): reading a cache without writing to it.
 //! - [`schema`]: connection settings, consistency checks, ordered migrations.
 //! - [`thread`]: [`CacheThread`], the one thread per process that owns the `Store`.
 //! - [`error`]: the one error type, [`CacheError`].
@@ -44,6 +47,7 @@ pub mod error;
 pub mod ledger;
 pub mod maintenance;
 pub mod memo;
+pub mod readonly;
 pub mod schema;
 pub mod store;
 pub mod thread;
@@ -58,7 +62,7 @@ use prova_protocol::Digest;
 pub use blobs::MAX_BLOB_READ_BYTES;
 pub use error::CacheError;
 pub use ledger::Execution;
-pub use maintenance::{PruneStats, Stats};
+pub use maintenance::{CleanedDir, PruneStats, Stats};
 pub use store::Store;
 pub use thread::{CACHE_QUEUE_CAPACITY, CacheThread};
 

@@ -27,6 +27,13 @@ const ENTRY_COLUMNS: &str = "namespace, key, task, artifact, artifact_size, log,
 pub struct Store {
     dir: PathBuf,
     conn: Connection,
+    /// Opened by [`open_read_only`](Self::open_read_only) ([`super::readonly`] says what that
+    /// refuses and what it skips).
+    read_only: bool,
+    /// Where [`tmp_dir`](Self::tmp_dir) points.
+    tmp: PathBuf,
+    /// A private directory removed with the store (read-only and scratch stores).
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl std::fmt::Debug for Store {
@@ -50,7 +57,33 @@ impl Store {
         schema::configure(&mut conn)?;
         schema::quick_check(&conn)?;
         schema::migrate(&mut conn, MIGRATIONS)?;
-        Ok(Store { dir: dir.to_path_buf(), conn })
+        Ok(Store::from_parts(dir.to_path_buf(), conn, false, None))
+    }
+
+    /// A store over `conn` for the opening functions: `tmp/` is the scratch directory's when
+    /// there is one.
+    pub(crate) fn from_parts(
+        dir: PathBuf,
+        conn: Connection,
+        read_only: bool,
+        scratch: Option<tempfile::TempDir>,
+    ) -> Store {
+        let tmp = match &scratch {
+            Some(s) => s.path().join(TMP_DIR),
+            None => dir.join(TMP_DIR),
+        };
+        Store { dir, conn, read_only, tmp, _scratch: scratch }
+    }
+
+    /// Whether this store was opened read-only: every write is refused
+    /// ([`CacheError::ReadOnly`]) or skipped.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// [`CacheError::ReadOnly`] for `op` on a read-only store.
+    pub(crate) fn writable(&self, op: &'static str) -> Result<(), CacheError> {
+        if self.read_only { Err(CacheError::ReadOnly { op }) } else { Ok(()) }
     }
 
     /// Moves a damaged index (and its WAL files) of cache directory `dir` into `quarantine/`,
@@ -84,7 +117,7 @@ impl Store {
     /// The staging directory: write here, then hand the file to
     /// [`put_blob_file`](Self::put_blob_file) (same file system, so the rename is atomic).
     pub fn tmp_dir(&self) -> PathBuf {
-        self.dir.join(TMP_DIR)
+        self.tmp.clone()
     }
 
     /// The quarantine directory.
@@ -144,8 +177,8 @@ impl Store {
     /// Marks `keys` as used at `now_ms` (prune keeps the recently used), in one transaction.
     /// A time never moves backwards; absent keys are ignored.
     pub fn touch(&self, namespace: &str, keys: &[Digest], now_ms: i64) -> Result<(), CacheError> {
-        if keys.is_empty() {
-            return Ok(());
+        if keys.is_empty() || self.read_only {
+            return Ok(()); // a read-only run leaves the LRU order as it found it
         }
         let tx = self.conn.unchecked_transaction().map_err(sql("begin touch"))?;
         for chunk in keys.chunks(KEYS_PER_QUERY) {
@@ -168,6 +201,7 @@ impl Store {
     /// artifact's size must be its file's ([`CacheError::BlobSize`]); both are checked under
     /// the write lock, so a concurrent prune cannot remove them between check and insert.
     pub fn put_entry(&mut self, e: &NewEntry) -> Result<(), CacheError> {
+        self.writable("put_entry")?;
         let duration_ms = to_i64("duration_ms", e.duration_ms)?;
         let artifact_size = e.artifact.map(|(_, s)| to_i64("artifact size", s)).transpose()?;
         let tx = self.conn.transaction().map_err(sql("begin put_entry"))?;
@@ -235,6 +269,7 @@ impl Store {
 
     /// Removes one entry (its blobs stay until a prune finds them unreferenced). Absent is ok.
     pub fn delete_entry(&mut self, namespace: &str, key: &Digest) -> Result<(), CacheError> {
+        self.writable("delete_entry")?;
         self.conn
             .execute(
                 "DELETE FROM entries WHERE namespace = ?1 AND key = ?2",

@@ -44,6 +44,16 @@ impl CacheThread {
         Self::spawn(Store::open(dir)?)
     }
 
+    /// [`Store::open_read_only`] of `dir`, on its thread.
+    pub fn open_read_only(dir: &Path) -> Result<(Self, JoinHandle<()>), CacheError> {
+        Self::spawn(Store::open_read_only(dir)?)
+    }
+
+    /// A [`Store::scratch`] store on its thread: no cache directory is touched.
+    pub fn scratch() -> Result<(Self, JoinHandle<()>), CacheError> {
+        Self::spawn(Store::scratch()?)
+    }
+
     /// Runs `f` on the cache thread and returns what it returns. Waits while the queue is
     /// full. [`CacheError::ThreadGone`] if the thread stopped or `f` panicked.
     pub async fn call<R: Send + 'static>(
