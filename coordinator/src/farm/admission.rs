@@ -46,10 +46,12 @@ impl Default for Limits {
                 Role::Admin => 32,
                 Role::Coordinator => 0,
             },
-            // A worker holds one connection (two while a redial overlaps the old link's
-            // timeout); CI runners usually share one certificate; a developer runs a few.
+            // A worker holds one live connection, but a killed or partitioned worker's old
+            // links linger until their idle timeout (30 s): a worker restarted in a loop
+            // must not lock itself out. CI runners usually share one certificate; a
+            // developer runs a few.
             identity_connections: |role| match role {
-                Role::Worker => 4,
+                Role::Worker => 64,
                 Role::Ci => 128,
                 Role::Client => 16,
                 Role::Admin => 8,
