@@ -414,3 +414,33 @@ fn a_worker_with_a_closed_stderr_logs_and_stops_cleanly() {
 }
 
 use std::os::unix::process::CommandExt as _;
+
+#[test]
+fn a_dev_server_releases_the_workspace_once_only_it_is_left() {
+    // `prova run dev` keeps serving; its build is done, so another run may use the workspace.
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["p"]
+[tasks.build]
+command = "mkdir -p dist; echo built > dist/out.txt"
+outputs = ["dist/**"]
+[tasks.dev]
+command = "echo listening; while :; do sleep 1; done"
+persistent = true
+cache = false
+ready_when = "listening"
+deps = ["build"]
+[tasks.other]
+command = "echo other"
+"#,
+        )
+        .dir("p");
+    let mut dev = ws.prova(["run", "dev", "--all", "--json"]).spawn();
+    dev.wait_for_lines("the server to be ready", 1, |l| l.contains(r#""event":"task_ready""#));
+    let out = ws.prova(["run", "other", "--all", "--no-wait"]).run();
+    out.assert_code(0);
+    dev.signal(Signal::SIGINT);
+    dev.wait();
+}
