@@ -12,14 +12,15 @@
 //! - The kernel releases an flock when the last descriptor of it closes, which includes the
 //!   process dying by any means (SIGKILL too): a crashed prova never leaves a stale lock, so
 //!   the pid in the file is only ever a hint.
-//! - A `.prova` that cannot be written (a read-only mount): the lock file is opened
-//!   read-only if it exists (an flock needs no write access), else the `.prova` directory or
-//!   the workspace root itself is locked; the message then names no pid.
+//! - A `.prova` that cannot be created or written (a read-only mount or checkout): the lock
+//!   file is opened read-only if it exists (an flock needs no write access), else the
+//!   `.prova` directory or the workspace root itself is locked; the message then names no
+//!   pid. A symlink where the lock file belongs is refused, never followed.
 //! - The lock is per workspace, not per cache directory: a cache shared across clones
 //!   (`--cache-dir`) stays safe through SQLite's locks and atomic renames.
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read as _, Seek as _, Write as _};
+use std::io::{Read as _, Seek as _, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -124,13 +125,10 @@ fn open(root: &Path) -> Result<(File, PathBuf), LockError> {
         Ok(f) => return Ok((f, path)),
         Err(e) => e,
     };
-    let read_only =
-        matches!(err.kind(), ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem)
-            || err.raw_os_error() == Some(libc::EROFS);
-    if !read_only {
-        return Err(LockError::Io { path, source: err });
+    if err.raw_os_error() == Some(libc::ELOOP) {
+        return Err(LockError::Io { path, source: err }); // a symlink planted as the lock
     }
-    tracing::debug!(path = %path.display(), error = %err, "the workspace lock file is not writable; locking read-only");
+    tracing::debug!(path = %path.display(), error = %err, "cannot create or write the workspace lock file; locking read-only");
     for candidate in [&path, &dir, &root.to_path_buf()] {
         let opened = OpenOptions::new()
             .read(true)
@@ -179,6 +177,21 @@ mod tests {
         match acquire(ws.path(), false) {
             Err(LockError::Busy { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
             other => panic!("want Busy, got {other:?}"),
+        }
+        drop(held);
+        acquire(ws.path(), false).unwrap();
+    }
+
+    #[test]
+    fn a_workspace_where_the_lock_file_cannot_be_made_still_locks() {
+        // `.prova` is a file: neither the directory nor the lock file can be created, as in a
+        // read-only checkout; the workspace root itself is locked instead.
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join(".prova"), "not a directory").unwrap();
+        let held = acquire(ws.path(), false).unwrap();
+        match acquire(ws.path(), false) {
+            Err(LockError::Busy { pid: None, path }) => assert_eq!(path, ws.path().join(".prova")),
+            other => panic!("want Busy without a pid, got {other:?}"),
         }
         drop(held);
         acquire(ws.path(), false).unwrap();

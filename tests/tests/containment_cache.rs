@@ -357,60 +357,31 @@ fn a_closed_stderr_does_not_panic() {
 }
 
 #[test]
-fn a_worker_with_a_closed_stderr_logs_and_stops_cleanly() {
-    let certs = tempfile::tempdir().unwrap();
-    let dir = certs.path();
-    let run = |args: &[&str]| {
-        let s = Command::new(prova_bin()).args(args).stdout(Stdio::null()).status().unwrap();
-        assert!(s.success(), "{args:?}");
-    };
-    let d = dir.to_str().unwrap();
-    run(&["certs", "init", d]);
-    run(&["certs", "issue", d, "--role", "worker", "--name", "w1"]);
-    let work = dir.join("work");
-    // Nothing listens on the port: the worker logs every failed dial (debug level) to the
-    // closed stderr until SIGTERM.
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap().to_string();
-    drop(socket);
-    let mut child = Command::new(prova_bin())
-        .args(["worker", "--join", &addr, "--certs"])
-        .arg(dir.join("w1"))
-        .args(["--sandbox", "none", "--work-dir"])
-        .arg(&work)
-        .env("PROVA_LOG", "debug")
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(closed_pipe())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let pid = i32::try_from(child.id()).unwrap();
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert!(first.contains("joining"), "{first}");
-    // Bounded wait for at least one dial to have failed (and been logged): the blob cache
-    // directory exists once the worker is running its session loop.
-    wait_until("the worker to start its session", || work.exists());
-    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
-    let deadline = Instant::now() + POLL_LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            panic!("the worker did not stop after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.signal().is_none(), "{status}");
-    assert_ne!(status.code(), Some(101), "the worker panicked");
+fn a_dev_server_releases_the_workspace_once_only_it_is_left() {
+    // `prova run dev` keeps serving; its build is done, so another run may use the workspace.
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["p"]
+[tasks.build]
+command = "mkdir -p dist; echo built > dist/out.txt"
+outputs = ["dist/**"]
+[tasks.dev]
+command = "echo listening; while :; do sleep 1; done"
+persistent = true
+cache = false
+ready_when = "listening"
+deps = ["build"]
+[tasks.other]
+command = "echo other"
+"#,
+        )
+        .dir("p");
+    let mut dev = ws.prova(["run", "dev", "--all", "--json"]).spawn();
+    dev.wait_for_lines("the server to be ready", 1, |l| l.contains(r#""event":"task_ready""#));
+    let out = ws.prova(["run", "other", "--all", "--no-wait"]).run();
+    out.assert_code(0);
+    dev.signal(Signal::SIGINT);
+    dev.wait();
 }
-
-use std::os::unix::process::CommandExt as _;

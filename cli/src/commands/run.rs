@@ -30,11 +30,14 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let brings_nothing_back =
         args.remote.remote.is_some() && args.download == crate::args::DownloadMode::None;
     let writes_workspace = !args.dry_run && !brings_nothing_back;
-    let _lock = if writes_workspace {
+    let lock = if writes_workspace {
         Some(crate::lock::acquire(&ws.root, !args.lock.no_wait)?)
     } else {
         None
     };
+    // Released early once only persistent tasks (dev servers, never cached) are left, so
+    // `prova run dev` does not shut the workspace to every other run while it serves.
+    let lock = std::sync::Arc::new(std::sync::Mutex::new(lock));
     let (cache, cache_join) = common::open_cache_as(&ws, &args.cache_dir, cache_mode(&args))?;
     let policy = if args.no_cache {
         CachePolicy { read: false, write: false }
@@ -107,10 +110,24 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             );
             let _ = tx.send(RunEvent::Notice { task: None, level: NoticeLevel::Warn, message }).await;
         }
+        let mut unfinished = lock_until(&prepared);
+        let held = lock.clone();
+        if unfinished.as_ref().is_some_and(|u| u.is_empty())
+            && let Ok(mut held) = held.lock()
+        {
+            held.take(); // persistent tasks only
+        }
         let render = tokio::task::spawn_blocking(move || {
             let mut r = Renderer::new(std::io::stdout().lock(), style);
             let mut broken = false;
             while let Some(ev) = rx.blocking_recv() {
+                if let (RunEvent::TaskFinished(report), Some(unfinished)) = (&ev, &mut unfinished)
+                    && unfinished.remove(&report.task)
+                    && unfinished.is_empty()
+                    && let Ok(mut held) = held.lock()
+                {
+                    held.take();
+                }
                 if !broken && r.event(&ev).is_err() {
                     broken = true; // stdout closed: keep draining so the run is not blocked
                 }
@@ -165,6 +182,15 @@ fn cache_mode(args: &RunArgs) -> common::CacheMode {
         Some(spec) if !spec.write => CacheMode::ReadOnly,
         _ => CacheMode::ReadWrite,
     }
+}
+
+/// The tasks whose end releases the workspace lock early: every non-persistent task, when
+/// the plan has a persistent one (`None` otherwise: the lock is held to the end of the run).
+fn lock_until(prepared: &Prepared) -> Option<std::collections::HashSet<TaskId>> {
+    let tasks = &prepared.plan.tasks;
+    tasks.iter().any(|t| t.kind == TaskKind::Persistent).then(|| {
+        tasks.iter().filter(|t| t.kind != TaskKind::Persistent).map(|t| t.id.clone()).collect()
+    })
 }
 
 /// Cache entries present for the plan's cacheable tasks, by node.
