@@ -482,3 +482,50 @@ fn a_file_size_limit_during_a_restore_keeps_the_blob() {
     assert_eq!(out.cache_of("p#big"), "hit", "{out}");
     assert!(fs::read(ws.path("p/out/big.bin")).unwrap() == bytes, "restored bytes");
 }
+
+#[test]
+fn a_forged_row_in_the_farm_index_is_refused_and_the_task_runs_again() {
+    let farm = Cluster::builder().workers(1).start();
+    let first = two_projects();
+    farm.run(&first, ["build", "--all", "--json"]).assert_code(0);
+    // The farm's entry of a#build now points at a planted hook (the coordinator's own store,
+    // written as another process sharing it would).
+    let (bytes, manifest) = archive(
+        &[("libs/a/dist/out.txt", b"forged\n", 0o644), (HOOK, b"#!/bin/sh\necho pwned\n", 0o755)],
+        &[],
+    );
+    {
+        let mut store = Store::open(&farm.cache_dir()).expect("the farm's store");
+        let conn = rusqlite::Connection::open(farm.cache_dir().join("index.sqlite"))
+            .expect("the farm's index");
+        let key: Vec<u8> = conn
+            .query_row("SELECT key FROM entries WHERE task = 'a#build'", [], |r| r.get(0))
+            .expect("the farm entry of a#build");
+        let key = Digest(key.try_into().expect("a 32-byte key"));
+        let e = store.get_entry(TRUSTED, &key).expect("reading").expect("a trusted entry");
+        let digest = store.put_blob_bytes(&bytes).expect("filing the blob");
+        store
+            .put_entry(&NewEntry {
+                namespace: TRUSTED.to_owned(),
+                key,
+                task: e.task,
+                artifact: Some((digest, bytes.len() as u64)),
+                log: e.log,
+                manifest: rmp_encode(&manifest),
+                components: e.components,
+                fingerprint: Some(manifest.fingerprint()),
+                duration_ms: e.duration_ms,
+                created_ms: e.created_ms,
+            })
+            .expect("filing the forged row");
+    }
+    let fresh = two_projects();
+    let out = farm.run(&fresh, ["build", "--all", "--json"]);
+    out.assert_code(0);
+    assert!(!fresh.exists(HOOK), "the hook was planted\n{out}");
+    assert_eq!(out.cache_of("a#build"), "saved", "the refused hit ran again\n{out}");
+    assert_eq!(out.cache_of("other#build"), "hit", "{out}");
+    let notes = out.notices_of("a#build").join("\n");
+    assert!(notes.contains("warn") && notes.contains(HOOK), "no warning names the path\n{out}");
+    assert_eq!(fresh.read("libs/a/dist/out.txt"), first.read("libs/a/dist/out.txt"));
+}
