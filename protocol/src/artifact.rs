@@ -18,6 +18,7 @@
 //! [`OutputManifest`]: crate::manifest::OutputManifest
 
 mod collect;
+pub mod confine;
 mod links;
 mod pack;
 mod place;

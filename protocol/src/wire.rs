@@ -261,6 +261,24 @@ pub struct TaskArtifact {
     pub log: Option<Digest>,
     /// How long it ran.
     pub duration_ms: u64,
+    /// The trust tier of the farm's store it came from. The client files it under the
+    /// matching local namespace: only a `Trusted` entry may ever serve a local run. Absent
+    /// (an older coordinator): `Untrusted`, the safe side.
+    #[serde(default)]
+    pub tier: EntryTier,
+}
+
+/// A farm entry's trust tier, as a client sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryTier {
+    /// Written by a trusted (`ci`) run, and agreed on under `--trust proven`.
+    Trusted,
+    /// A trusted run's entry waiting for a second worker's agreement (`--trust proven`).
+    Pending,
+    /// Written by an untrusted (`client`) run.
+    #[default]
+    Untrusted,
 }
 
 /// Coordinator → client.

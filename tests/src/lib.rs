@@ -53,6 +53,7 @@
 pub mod cache;
 pub mod cluster;
 pub mod inproc;
+pub mod liar;
 pub mod locate;
 pub mod procs;
 pub mod run;

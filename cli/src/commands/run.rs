@@ -281,6 +281,13 @@ async fn remote_run(
     let got =
         download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
             .await?;
+    for (task, why) in &got.refused {
+        let message = format!("its outputs were not brought home: {why}");
+        let notice =
+            RunEvent::Notice { task: Some(task.clone()), level: NoticeLevel::Warn, message };
+        let _ = events.send(notice).await;
+    }
+    download::apply_refusals(&mut outcome.summary, &got.refused);
     if !wanted.is_empty() {
         let message = format!(
             "restored the outputs of {} tasks from the farm ({} blobs fetched)",

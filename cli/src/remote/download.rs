@@ -1,18 +1,23 @@
-//! Bringing a remote run's outputs home: each wanted artifact (and log) is fetched into the
-//! local cache unless it is there already, filed as a local entry under the same key (so the
-//! next local run hits), then restored into the workspace by the local layer.
+//! Bringing a remote run's outputs home: each wanted artifact's manifest is checked against
+//! the task's declared outputs first (a refused one is fetched, filed and written nowhere);
+//! then the artifact (and log) is fetched into the local cache unless it is there already,
+//! filed as a local entry under the same key in the namespace matching the farm tier it came
+//! from (only a trusted farm entry lets the next local run hit), and restored into the
+//! workspace by the local layer, which checks the archive against the manifest before it
+//! writes.
 
 use std::collections::{BTreeSet, HashMap};
 
-use anyhow::Context as _;
-use prova_coordinator::cache::{CacheThread, NewEntry, TRUSTED};
+use prova_coordinator::cache::{CacheThread, NewEntry, PENDING, TRUSTED, UNTRUSTED};
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::layers::local::now_ms;
 use prova_coordinator::prepare::Prepared;
+use prova_protocol::artifact::confine::check_manifest_confined;
+use prova_protocol::events::{RunSummary, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::transport::{self, frame};
-use prova_protocol::wire::{BlobAck, BlobRequest, TaskArtifact};
+use prova_protocol::wire::{BlobAck, BlobRequest, EntryTier, TaskArtifact};
 use prova_protocol::{Digest, TaskId};
 
 /// The largest blob brought back.
@@ -25,6 +30,45 @@ pub struct Downloaded {
     pub restored: usize,
     /// Blobs fetched over the network.
     pub fetched: usize,
+    /// Tasks whose outputs were not brought home, and why (a manifest outside the task's
+    /// outputs, an archive that does not match it, a disk error).
+    pub refused: Vec<(TaskId, String)>,
+}
+
+/// The local namespace an entry of farm tier `tier` is filed under: only a trusted farm
+/// entry becomes a trusted (locally served) one.
+pub fn local_namespace(tier: EntryTier) -> &'static str {
+    match tier {
+        EntryTier::Trusted => TRUSTED,
+        EntryTier::Pending => PENDING,
+        EntryTier::Untrusted => UNTRUSTED,
+    }
+}
+
+/// The manifest of `a`, if the task (declared `outputs` of the project at `project_dir`)
+/// may write it; otherwise why not.
+pub fn checked_manifest(
+    a: &TaskArtifact,
+    outputs: &PathGlobs,
+    project_dir: &str,
+) -> Result<OutputManifest, String> {
+    let manifest: OutputManifest = rmp_serde::from_slice(&a.manifest)
+        .map_err(|e| format!("the farm sent a corrupt manifest: {e}"))?;
+    check_manifest_confined(&manifest, outputs, project_dir)
+        .map_err(|e| format!("the farm sent outputs outside the task's declared outputs: {e}"))?;
+    Ok(manifest)
+}
+
+/// Marks the tasks whose download was refused as failed in `summary`: their outputs are not
+/// in the workspace.
+pub fn apply_refusals(summary: &mut RunSummary, refused: &[(TaskId, String)]) {
+    for (task, why) in refused {
+        if let Some(r) = summary.tasks.iter_mut().find(|r| &r.task == task) {
+            r.status = TaskStatus::Failed;
+            r.note = Some(format!("its outputs were not brought home: {why}"));
+            summary.ok = false;
+        }
+    }
 }
 
 /// Fetches, files and restores the artifacts of `wanted` tasks.
@@ -41,16 +85,26 @@ pub async fn download(
         prepared.plan.tasks.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
     for a in artifacts.iter().filter(|a| wanted.contains(&a.task)) {
         let Some(&i) = index.get(&a.task) else { continue };
+        let spec = &prepared.plan.tasks[i].spec;
+        let globs = PathGlobs::new(&spec.project_dir, &spec.outputs)?;
+        // Checked before anything is fetched, filed or written.
+        let manifest = match checked_manifest(a, &globs, &spec.project_dir) {
+            Ok(m) => m,
+            Err(why) => {
+                tracing::warn!(task = %a.task, "refusing a download: {why}");
+                out.refused.push((a.task.clone(), why));
+                continue;
+            }
+        };
         for d in a.artifact.map(|(d, _)| d).into_iter().chain(a.log) {
             if fetch(conn, cache, d).await? {
                 out.fetched += 1;
             }
         }
-        let manifest: OutputManifest = rmp_serde::from_slice(&a.manifest)
-            .with_context(|| format!("the manifest of {} is corrupt", a.task))?;
         let components = rmp_serde::to_vec_named(&prepared.keys.components[i])?;
+        let ns = local_namespace(a.tier);
         let entry = NewEntry {
-            namespace: TRUSTED.to_owned(),
+            namespace: ns.to_owned(),
             key: a.key,
             task: a.task.to_string(),
             artifact: a.artifact,
@@ -69,15 +123,18 @@ pub async fn download(
                     prova_coordinator::cache::CacheError,
                 > {
                     s.put_entry(&entry)?;
-                    s.get_entry(TRUSTED, &key)
+                    s.get_entry(ns, &key)
                 },
             )
             .await??;
         let Some(entry) = filed else { continue };
-        let spec = &prepared.plan.tasks[i].spec;
-        let globs = PathGlobs::new(&spec.project_dir, &spec.outputs)?;
-        if layer.restore(entry, globs).await?.is_some() {
-            out.restored += 1;
+        match layer.restore(entry, globs, spec.project_dir.clone()).await {
+            Ok(Some(_)) => out.restored += 1,
+            Ok(None) => out.refused.push((
+                a.task.clone(),
+                "its artifact is missing or corrupt (quarantined)".to_owned(),
+            )),
+            Err(e) => out.refused.push((a.task.clone(), e.to_string())),
         }
     }
     Ok(out)
@@ -110,4 +167,85 @@ async fn fetch(conn: &quinn::Connection, cache: &CacheThread, d: Digest) -> anyh
     }
     cache.call(move |s| s.put_blob_file(&path, Some(&d))).await??;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use prova_protocol::manifest::{EntryKind, ManifestEntry};
+
+    use super::*;
+
+    fn artifact(paths: &[&str], tier: EntryTier) -> TaskArtifact {
+        let entries = paths
+            .iter()
+            .map(|p| ManifestEntry {
+                path: (*p).to_owned(),
+                kind: EntryKind::File,
+                mode: 0o755,
+                size: 1,
+                digest: Some(Digest::of(b"x")),
+                mtime_ns: 0,
+                link_target: None,
+            })
+            .collect();
+        TaskArtifact {
+            task: TaskId::new("a", "build"),
+            key: Digest::of(b"key"),
+            artifact: Some((Digest::of(b"blob"), 1)),
+            manifest: rmp_serde::to_vec_named(&OutputManifest::new(entries)).unwrap(),
+            log: None,
+            duration_ms: 1,
+            tier,
+        }
+    }
+
+    #[test]
+    fn a_download_outside_the_declared_outputs_is_refused_before_anything_is_written() {
+        let globs = PathGlobs::new("libs/a", &["dist/**".to_owned()]).unwrap();
+        let ok = artifact(&["libs/a/dist/x"], EntryTier::Trusted);
+        assert!(checked_manifest(&ok, &globs, "libs/a").is_ok());
+        for bad in [".git/hooks/pre-commit", "libs/other/src/index.ts", "libs/a/src/x"] {
+            let a = artifact(&["libs/a/dist/x", bad], EntryTier::Trusted);
+            let why = checked_manifest(&a, &globs, "libs/a").unwrap_err();
+            assert!(why.contains(bad), "{why}");
+        }
+        let mut corrupt = ok.clone();
+        corrupt.manifest = vec![0xc1];
+        assert!(checked_manifest(&corrupt, &globs, "libs/a").is_err());
+    }
+
+    #[test]
+    fn only_trusted_farm_entries_are_filed_as_locally_trusted() {
+        assert_eq!(local_namespace(EntryTier::Trusted), TRUSTED);
+        assert_ne!(local_namespace(EntryTier::Pending), TRUSTED);
+        assert_ne!(local_namespace(EntryTier::Untrusted), TRUSTED);
+        assert_eq!(local_namespace(EntryTier::default()), UNTRUSTED, "an older coordinator");
+    }
+
+    #[test]
+    fn a_refused_download_fails_its_task_in_the_summary() {
+        use prova_protocol::events::{CacheStatus, TaskReport};
+        let task = TaskId::new("a", "build");
+        let mut summary = RunSummary {
+            ok: true,
+            interrupted: false,
+            wall_ms: 1,
+            tasks: vec![TaskReport {
+                task: task.clone(),
+                status: TaskStatus::Succeeded,
+                cache: CacheStatus::Saved,
+                exit: None,
+                attempts: 1,
+                stats: Default::default(),
+                key: None,
+                worker: None,
+                note: None,
+                verdicts: Vec::new(),
+            }],
+        };
+        apply_refusals(&mut summary, &[(task, "`.git/x` is not an output".to_owned())]);
+        assert!(!summary.ok);
+        assert_eq!(summary.tasks[0].status, TaskStatus::Failed);
+        assert!(summary.tasks[0].note.as_deref().unwrap_or_default().contains(".git/x"));
+    }
 }

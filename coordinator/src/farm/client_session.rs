@@ -11,7 +11,7 @@ use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, Role, frame};
 use prova_protocol::wire::{
-    ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
+    ClientMsg, CoordinatorReply, EntryTier, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
 };
 use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -280,6 +280,7 @@ async fn start(
                         manifest: e.manifest.clone(),
                         log: e.log,
                         duration_ms: e.duration_ms,
+                        tier: tier_of(&e.namespace),
                     });
                     let _ = out.send(msg).await;
                 }
@@ -288,6 +289,15 @@ async fn start(
         let _ = out.send(CoordinatorReply::Done(summary)).await;
     });
     Ok((actor, relay))
+}
+
+/// The tier a client is told an entry of store namespace `ns` has.
+fn tier_of(ns: &str) -> EntryTier {
+    match ns {
+        TRUSTED => EntryTier::Trusted,
+        PENDING => EntryTier::Pending,
+        _ => EntryTier::Untrusted,
+    }
 }
 
 /// Entries visible to a run writing `namespace`: an untrusted run also reads trusted entries;

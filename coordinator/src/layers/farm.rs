@@ -4,6 +4,7 @@
 //! artifact into its local layer afterwards.
 
 use prova_protocol::Digest;
+use prova_protocol::artifact::confine::check_manifest_confined;
 use prova_protocol::globs::PathGlobs;
 
 use super::local::{LocalLayer, MAX_LOG_BYTES};
@@ -66,7 +67,21 @@ impl FarmLayer {
         Ok(())
     }
 
-    async fn restore_entry(&self, entry: Entry) -> Result<Option<Restored>, LayerError> {
+    /// A hit: nothing is unpacked here, but the manifest must still be one the client may
+    /// write (a forged row in the farm's index is refused as a local one is).
+    async fn restore_entry(
+        &self,
+        entry: Entry,
+        outputs: PathGlobs,
+        project_dir: String,
+    ) -> Result<Option<Restored>, LayerError> {
+        let manifest: prova_protocol::manifest::OutputManifest =
+            rmp_serde::from_slice(&entry.manifest)
+                .map_err(|e| LayerError::Corrupt(format!("manifest of {}: {e}", entry.task)))?;
+        if let Err(e) = check_manifest_confined(&manifest, &outputs, &project_dir) {
+            tracing::warn!(task = %entry.task, "refusing a farm cache entry: {e}");
+            return Err(LayerError::Refused(format!("the entry of {}: {e}", entry.task)));
+        }
         let cache = self.inner.cache().clone();
         let artifact = entry.artifact.map(|(d, _)| d);
         let log = entry.log;
@@ -101,8 +116,13 @@ impl CacheLayer for FarmLayer {
         "farm"
     }
 
-    fn restore(&self, entry: Entry, _outputs: PathGlobs) -> LayerFuture<'_, Option<Restored>> {
-        Box::pin(self.restore_entry(entry))
+    fn restore(
+        &self,
+        entry: Entry,
+        outputs: PathGlobs,
+        project_dir: String,
+    ) -> LayerFuture<'_, Option<Restored>> {
+        Box::pin(self.restore_entry(entry, outputs, project_dir))
     }
 
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome> {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prova_protocol::Digest;
-use prova_protocol::artifact::{self, UnpackLimits};
+use prova_protocol::artifact::confine::{check_manifest_confined, unpack_confine};
+use prova_protocol::artifact::{self, ArtifactError, UnpackLimits};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::{EntryKind, OutputManifest};
 
@@ -113,14 +114,23 @@ impl LocalLayer {
 
     /// Restores `entry`'s outputs into the workspace (outputs matching `outputs` that are not
     /// in the entry are removed first) and returns its log. `Ok(None)` is a miss: the blob is
-    /// gone or its bytes were wrong (then it is quarantined).
+    /// gone or its bytes were wrong (then it is quarantined). The manifest is checked against
+    /// the task's declared outputs (`outputs`, of the project at `project_dir`) before
+    /// anything is removed or written: an entry that would write elsewhere — a forged row —
+    /// is [`LayerError::Refused`]. An I/O error (a full disk) is an error, never taken for
+    /// corruption: the blob is left alone.
     pub async fn restore(
         &self,
         entry: Entry,
         outputs: PathGlobs,
+        project_dir: String,
     ) -> Result<Option<Restored>, LayerError> {
         let manifest: OutputManifest = rmp_serde::from_slice(&entry.manifest)
             .map_err(|e| LayerError::Corrupt(format!("manifest of {}: {e}", entry.task)))?;
+        if let Err(e) = check_manifest_confined(&manifest, &outputs, &project_dir) {
+            tracing::warn!(task = %entry.task, "refusing a cache entry: {e}");
+            return Err(LayerError::Refused(format!("the entry of {}: {e}", entry.task)));
+        }
         let log = match entry.log {
             Some(d) => {
                 let got =
@@ -152,21 +162,27 @@ impl LocalLayer {
                 .map_err(|e| LayerError::Corrupt(e.to_string()))??;
             return Ok(Some(Restored { placed: 0, current: 0, log }));
         };
-        let Some(file) = self.cache.call(move |s| s.open_blob(&digest)).await?? else {
+        let opened = self
+            .cache
+            .call(move |s| s.open_blob(&digest).map(|f| f.map(|f| (f, s.blob_path(&digest)))))
+            .await??;
+        let Some((file, blob_path)) = opened else {
             return Ok(None);
         };
         let staging = self.staging.clone();
-        let confine = vec![project_of(&manifest)];
-        let result =
-            tokio::task::spawn_blocking(move || -> Result<Option<(u64, u64)>, LayerError> {
-                remove_paths(&root, &extras)?;
-                unpack_and_place(file, &digest, &staging, &root, &manifest, confine)
-            })
-            .await
-            .map_err(|e| LayerError::Corrupt(e.to_string()))??;
+        // Confined by the task, never by the manifest it is checking.
+        let confine = unpack_confine(&outputs, &project_dir);
+        let result = tokio::task::spawn_blocking(move || -> Result<Unpacked, LayerError> {
+            remove_paths(&root, &extras)?;
+            let blob = Blob { file, path: blob_path, digest };
+            unpack_and_place(blob, &staging, &root, &manifest, confine)
+        })
+        .await
+        .map_err(|e| LayerError::Corrupt(e.to_string()))??;
         match result {
-            Some((placed, current)) => Ok(Some(Restored { placed, current, log })),
-            None => {
+            Unpacked::Placed { placed, current } => Ok(Some(Restored { placed, current, log })),
+            Unpacked::Corrupt(why) => {
+                tracing::warn!(task = %entry.task, blob = %digest, "corrupt artifact: {why}");
                 self.cache.call(move |s| s.quarantine(&digest)).await??;
                 Ok(None)
             }
@@ -276,8 +292,9 @@ impl super::CacheLayer for LocalLayer {
         &self,
         entry: Entry,
         outputs: PathGlobs,
+        project_dir: String,
     ) -> super::LayerFuture<'_, Option<Restored>> {
-        Box::pin(LocalLayer::restore(self, entry, outputs))
+        Box::pin(LocalLayer::restore(self, entry, outputs, project_dir))
     }
 
     fn save(&self, req: SaveRequest) -> super::LayerFuture<'_, SaveOutcome> {
@@ -332,21 +349,6 @@ impl super::CacheLayer for LocalLayer {
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The project directory an artifact may write into: the longest common directory of its
-/// entries. Entries are confined to it on unpack.
-fn project_of(m: &OutputManifest) -> String {
-    let mut common: Option<Vec<&str>> = None;
-    for e in &m.entries {
-        let dir: Vec<&str> =
-            e.path.rsplit_once('/').map_or(Vec::new(), |(d, _)| d.split('/').collect());
-        common = Some(match common {
-            None => dir,
-            Some(c) => c.iter().zip(&dir).take_while(|(a, b)| a == b).map(|(a, _)| *a).collect(),
-        });
-    }
-    common.unwrap_or_default().join("/")
 }
 
 /// Whether every manifest entry is on disk with its stamps, and which existing output paths
@@ -435,50 +437,96 @@ fn remove_paths(root: &Path, paths: &[String]) -> Result<(), LayerError> {
     Ok(())
 }
 
-/// Unpacks the blob (hashing the bytes as they stream) into a fresh staging dir and places
-/// it. `Ok(None)` when the bytes do not match `digest` or do not match the manifest: a miss.
-fn unpack_and_place(
+/// A blob opened for a restore.
+struct Blob {
     file: fs::File,
-    digest: &Digest,
+    /// Where it lies (for error messages).
+    path: PathBuf,
+    digest: Digest,
+}
+
+/// What [`unpack_and_place`] found.
+enum Unpacked {
+    /// Placed: files written, files already current.
+    Placed { placed: u64, current: u64 },
+    /// The bytes do not hash to the digest, are not a valid archive, or do not match the
+    /// manifest: the blob is quarantined.
+    Corrupt(String),
+}
+
+/// Unpacks the blob (hashing the bytes as they stream) into a fresh staging dir and places
+/// it. [`Unpacked::Corrupt`] when the bytes do not match the digest, are no archive within
+/// `confine`, or do not match the manifest. An I/O error — reading the blob, or writing the
+/// staging dir or the workspace (`ENOSPC`, `EIO`, `EFBIG`) — is an `Err`: the blob is not
+/// to blame.
+fn unpack_and_place(
+    blob: Blob,
     staging: &Path,
     root: &Path,
     manifest: &OutputManifest,
     confine: Vec<String>,
-) -> Result<Option<(u64, u64)>, LayerError> {
+) -> Result<Unpacked, LayerError> {
     fs::create_dir_all(staging)
         .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
     let dir = tempfile::Builder::new()
         .prefix("restore-")
         .tempdir_in(staging)
         .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
-    let mut reader =
-        HashingReader { inner: io::BufReader::new(file), hasher: blake3::Hasher::new() };
+    let mut reader = HashingReader {
+        inner: io::BufReader::new(blob.file),
+        hasher: blake3::Hasher::new(),
+        error: None,
+    };
+    let read_failed = |reader: &mut HashingReader<_>| {
+        reader.error.take().map(|source| LayerError::Io { path: blob.path.clone(), source })
+    };
     let unpacked = match artifact::unpack(&mut reader, dir.path(), &UnpackLimits::new(confine)) {
         Ok(u) => u,
-        Err(_) => return Ok(None),
+        // Writing the staging copy failed: the destination's fault.
+        Err(ArtifactError::Io { path, source }) => return Err(LayerError::Io { path, source }),
+        Err(e) => {
+            if let Some(err) = read_failed(&mut reader) {
+                return Err(err);
+            }
+            return Ok(Unpacked::Corrupt(e.to_string()));
+        }
     };
     // Drain what the archive reader left (zstd frame end) so the digest covers every byte.
-    let _ = io::copy(&mut reader, &mut io::sink());
-    if Digest(*reader.hasher.finalize().as_bytes()) != *digest {
-        return Ok(None);
+    if let Err(source) = io::copy(&mut reader, &mut io::sink()) {
+        return Err(LayerError::Io { path: blob.path.clone(), source });
     }
-    if artifact::check_unpacked(&unpacked, manifest).is_err() {
-        return Ok(None);
+    if Digest(*reader.hasher.finalize().as_bytes()) != blob.digest {
+        return Ok(Unpacked::Corrupt("its bytes do not match its digest".to_owned()));
+    }
+    if let Err(e) = artifact::check_unpacked(&unpacked, manifest) {
+        return Ok(Unpacked::Corrupt(e.to_string()));
     }
     let stats = artifact::place(dir.path(), root, manifest)?;
-    Ok(Some((stats.placed, stats.already_current)))
+    Ok(Unpacked::Placed { placed: stats.placed, current: stats.already_current })
 }
 
+/// Hashes what it reads, and keeps the first read error (the archive reader above it turns
+/// errors into "corrupt archive"; this tells a failing disk from bad bytes).
 struct HashingReader<R> {
     inner: R,
     hasher: blake3::Hasher,
+    error: Option<io::Error>,
 }
 
 impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.hasher.update(&buf[..n]);
+                Ok(n)
+            }
+            Err(e) => {
+                if self.error.is_none() && e.kind() != io::ErrorKind::Interrupted {
+                    self.error = Some(io::Error::new(e.kind(), e.to_string()));
+                }
+                Err(e)
+            }
+        }
     }
 }
 

@@ -28,8 +28,16 @@ pub type LayerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LayerError>>
 pub trait CacheLayer: Send + Sync + 'static {
     /// `local`, `farm`: what a hit reports.
     fn name(&self) -> &'static str;
-    /// Makes `entry`'s outputs current; `Ok(None)` is a miss (blob gone or corrupt).
-    fn restore(&self, entry: Entry, outputs: PathGlobs) -> LayerFuture<'_, Option<Restored>>;
+    /// Makes `entry`'s outputs current; `Ok(None)` is a miss (blob gone or corrupt). The
+    /// manifest is first checked against the task's declared `outputs` (of the project at
+    /// `project_dir`, which also confines the unpack): an entry writing elsewhere is
+    /// [`LayerError::Refused`].
+    fn restore(
+        &self,
+        entry: Entry,
+        outputs: PathGlobs,
+        project_dir: String,
+    ) -> LayerFuture<'_, Option<Restored>>;
     /// Files an execution (or withholds it, with the reason).
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome>;
     /// Marks entries used now (LRU order).
@@ -65,6 +73,10 @@ pub enum LayerError {
         /// What failed.
         source: std::io::Error,
     },
+    /// The entry's manifest writes outside the task's declared outputs (a forged entry);
+    /// nothing was removed or written.
+    #[error("refused: {0}")]
+    Refused(String),
     /// Stored data could not be decoded.
     #[error("corrupt cache data: {0}")]
     Corrupt(String),

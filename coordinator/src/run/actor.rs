@@ -414,6 +414,9 @@ impl RunActor {
             return None;
         }
         self.live[node] = None;
+        if let Some(refused) = self.refuse_unconfined(node, &f).await {
+            return Some(refused);
+        }
         // Downstream exec roots unpack this artifact whether or not the entry is saved.
         self.artifacts[node] = f.outputs.as_ref().and_then(|o| o.artifact);
         if f.log_omitted > 0 {

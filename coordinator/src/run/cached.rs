@@ -3,6 +3,7 @@
 
 use kameo::prelude::*;
 use prova_protocol::Digest;
+use prova_protocol::artifact::confine::check_manifest_confined;
 use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus, Verdict};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExecStats;
@@ -37,12 +38,52 @@ impl RunActor {
         PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty())
     }
 
+    /// Refuses what a farm worker returned when its manifest is not the task's declared
+    /// outputs (a lying or compromised worker: a `.git/hooks` file, another project's
+    /// source, a link out of the project) or its fingerprint is not the manifest's. Called
+    /// before anything of the report is recorded, stored or handed downstream: the task
+    /// fails, naming the worker and the first offending path, and nothing is filed in any
+    /// namespace. `None` when the report may proceed.
+    pub(super) async fn refuse_unconfined(&mut self, node: usize, f: &Finished) -> Option<Event> {
+        if !self.farm_worker() {
+            return None;
+        }
+        let outputs = f.outputs.as_ref()?;
+        let globs = self.output_globs(node);
+        let project = &self.plan.tasks[node].spec.project_dir;
+        let why = match check_manifest_confined(&outputs.manifest, &globs, project) {
+            Err(e) => format!("outputs outside the task's declared outputs: {e}"),
+            Ok(()) if outputs.fingerprint != outputs.manifest.fingerprint() => {
+                "a fingerprint that is not its manifest's".to_owned()
+            }
+            Ok(()) => return None,
+        };
+        let worker = self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone());
+        let task = self.plan.tasks[node].id.clone();
+        tracing::warn!(%task, %worker, "refused what the worker returned: {why}");
+        let note = format!("worker `{worker}` returned {why}; refused, nothing was stored");
+        self.discard_staged(f.attempt);
+        let cache = CacheStatus::NotSaved { reason: format!("refused: worker `{worker}` lied") };
+        let r = self.report(
+            node,
+            TaskStatus::Failed,
+            cache,
+            Some(f.exit.clone()),
+            f.tries,
+            f.stats,
+            Some(note),
+        );
+        self.finish(node, r).await;
+        Some(Event::Finished { node, ok: false })
+    }
+
     /// Starts restoring `node` from its hit, if it has one; `false` when it must run.
     pub(super) fn start_restore(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> bool {
         if !self.cacheable(node) {
             return false;
         }
         let globs = self.output_globs(node);
+        let project = self.plan.tasks[node].spec.project_dir.clone();
         let Some(c) = &mut self.cache else { return false };
         if !c.policy.read {
             return false;
@@ -54,7 +95,7 @@ impl RunActor {
         self.side.insert(
             node,
             OwnedTask::spawn("run.restore", async move {
-                let result = layer.restore(entry, globs).await.map_err(|e| e.to_string());
+                let result = layer.restore(entry, globs, project).await.map_err(|e| e.to_string());
                 let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
             }),
         );
@@ -103,6 +144,7 @@ impl RunActor {
         let restore_into_workspace =
             !farm && matches!(self.exec, ExecMode::InPlace) && self.options.verify.inputs;
         let globs = self.output_globs(node);
+        let project = self.plan.tasks[node].spec.project_dir.clone();
         let staged_path = self.staged_path(f.attempt);
         let (Some(c), Some(outputs)) = (&self.cache, &f.outputs) else { return None };
         let staged = outputs.artifact.map(|(d, _)| d);
@@ -128,7 +170,7 @@ impl RunActor {
                 if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
                     let restored = match layer.entry(key).await {
                         Ok(Some(entry)) => {
-                            layer.restore(entry, globs).await.map_err(|e| e.to_string())
+                            layer.restore(entry, globs, project).await.map_err(|e| e.to_string())
                         }
                         Ok(None) => Err("the entry vanished after saving".to_owned()),
                         Err(e) => Err(e.to_string()),

@@ -19,8 +19,8 @@ use prova_protocol::spec::{CommandLine, ExecStats, ExitKind, TaskSpec};
 use prova_protocol::transport::BlobHeader;
 use prova_protocol::transport::frame::{FrameError, HEADER_LEN, decode_payload, encode_frame};
 use prova_protocol::wire::{
-    BlobAck, BlobRequest, ClientMsg, CoordinatorMsg, CoordinatorReply, FarmStatus, Hello,
-    HelloReply, InputRef, PROTOCOL_VERSION, Reject, RemoteKind, RemoteTask, RunOptionsWire,
+    BlobAck, BlobRequest, ClientMsg, CoordinatorMsg, CoordinatorReply, EntryTier, FarmStatus,
+    Hello, HelloReply, InputRef, PROTOCOL_VERSION, Reject, RemoteKind, RemoteTask, RunOptionsWire,
     TaskArtifact, Welcome, WorkerInfo, WorkerMsg, WorkerStatus,
 };
 use prova_protocol::work::{
@@ -693,6 +693,7 @@ pub fn goldens() -> Vec<Golden> {
         manifest: rmp_serde::to_vec_named(&manifest()).expect("manifest encodes"),
         log: Some(d("log")),
         duration_ms: 31_000,
+        tier: EntryTier::Pending,
     };
     let status = FarmStatus {
         workers: vec![
