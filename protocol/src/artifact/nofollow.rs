@@ -93,8 +93,8 @@ fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
-/// `ELOOP` or `ENOTDIR` from an `O_NOFOLLOW | O_DIRECTORY` open: the name is not a real
-/// directory (a symlink, or a file).
+/// `ELOOP` or `ENOTDIR` from an `O_NOFOLLOW` open: the name is a symlink (or, for a
+/// directory open, not a directory at all).
 pub fn is_not_a_dir(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
 }
@@ -325,8 +325,9 @@ pub fn remove_file_beneath(root: &Path, rel: &str) -> io::Result<()> {
     }
 }
 
-/// Real directories beneath a root, each opened once: for looking at many paths that share
-/// few directories (an entry's manifest) without re-walking every ancestor per path.
+/// Real directories beneath a root: for looking at many sorted paths (an entry's manifest)
+/// without re-walking every ancestor per path. Only the ancestors of the last directory asked
+/// for stay open, so the fds held are bounded by the tree's depth.
 #[derive(Debug)]
 pub struct Beneath {
     /// By workspace-relative path (`""` is the root); `None`: missing, not a real directory,
@@ -356,6 +357,8 @@ impl Beneath {
                 Err(e) => return Err(e),
             },
         };
+        // Only the chain of `rel`'s ancestors stays open: fds bounded by the depth.
+        self.dirs.retain(|k, _| crate::globs::is_within(rel, k));
         self.dirs.insert(rel.to_owned(), found.clone());
         Ok(found)
     }

@@ -114,7 +114,8 @@ fn split(path: &str) -> (&str, &OsStr) {
 struct Placer<'a> {
     staging: &'a Path,
     root: &'a Path,
-    /// Workspace directories checked (or made) real during this place, by relative path.
+    /// Workspace directories checked (or made) real, by relative path: the current entry's
+    /// ancestors (see [`keep_chain`]).
     ws: HashMap<String, Rc<DirFd>>,
     /// Staging directories opened, by relative path.
     stage: HashMap<String, Rc<DirFd>>,
@@ -159,6 +160,7 @@ impl Placer<'_> {
             }
         };
         let dir = Rc::new(dir);
+        keep_chain(&mut self.ws, rel);
         self.ws.insert(rel.to_owned(), dir.clone());
         Ok(dir)
     }
@@ -180,6 +182,7 @@ impl Placer<'_> {
             }
             Err(e) => return Err(self.stage_io(rel)(e)),
         };
+        keep_chain(&mut self.stage, rel);
         self.stage.insert(rel.to_owned(), dir.clone());
         Ok(dir)
     }
@@ -381,6 +384,13 @@ impl Placer<'_> {
         self.stats.replaced += 1;
         Ok(())
     }
+}
+
+/// Keeps only the open directories that are ancestors of `rel`: manifests are sorted, so a
+/// directory's entries are contiguous and each is opened once, while the number of open fds
+/// stays the depth of the tree, not its number of directories.
+fn keep_chain(dirs: &mut HashMap<String, Rc<DirFd>>, rel: &str) {
+    dirs.retain(|k, _| crate::globs::is_within(rel, k));
 }
 
 fn mismatch(e: &ManifestEntry, reason: &str) -> ArtifactError {
