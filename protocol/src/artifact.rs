@@ -15,19 +15,21 @@
 //!    through) symlinks on the way, leaving already-current files alone and restoring the
 //!    manifest's modes and mtimes.
 //!
+//! Every walk of the workspace here (collect, place, and the worker's clean) goes through
+//! [`nofollow`]: fd-relative, no symlink followed in any path component.
+//!
 //! [`OutputManifest`]: crate::manifest::OutputManifest
 
 mod collect;
 pub mod confine;
 mod links;
+pub mod nofollow;
 mod pack;
 mod place;
 mod unpack;
 
-use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use collect::collect_outputs;
 pub use pack::{PackStats, pack};
@@ -125,6 +127,14 @@ pub enum ArtifactError {
         path: String,
         /// The symlink on its way.
         link: String,
+    },
+    /// A directory on the way to an output (an output root or one of its ancestors) is a
+    /// symlink: cleaning, collecting or writing beneath it would act on whatever it points
+    /// at, so nothing beneath it is touched.
+    #[error("output dir `{path}` is a symlink; prova does not write through symlinks")]
+    SymlinkedOutputDir {
+        /// The symlink, workspace-relative.
+        path: String,
     },
     /// An entry below a path that the archive made a regular file.
     #[error("entry `{path}` lies below file `{parent}`")]
@@ -224,13 +234,16 @@ pub(crate) fn ancestors(path: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Modification time in nanoseconds since the epoch (saturating far outside ±292 years).
-pub(crate) fn mtime_ns(meta: &fs::Metadata) -> i64 {
+#[cfg(test)]
+pub(crate) fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    use std::os::unix::fs::MetadataExt;
     meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())
 }
 
 /// Sets a path's mtime without following a final symlink (the access time is left alone).
 /// `std` has no `lutimes`, so this is `utimensat(AT_SYMLINK_NOFOLLOW)`.
-pub(crate) fn set_mtime_nofollow(path: &Path, mtime_ns: i64) -> io::Result<()> {
+#[cfg(test)]
+pub(crate) fn set_mtime_nofollow(path: &std::path::Path, mtime_ns: i64) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;

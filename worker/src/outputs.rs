@@ -1,11 +1,22 @@
 //! A task's declared outputs on disk: removing them before an attempt (so nothing stale is
 //! mistaken for an output), and collecting, fingerprinting and packing them after.
+//!
+//! Cleaning never follows a symlink in any path component: the walk is fd-relative
+//! ([`prova_protocol::artifact::nofollow`]), entries are removed with `unlinkat`. If a
+//! directory on the way to an output root is a symlink (`dist -> /somewhere/else` with
+//! `outputs = ["dist/gen/**"]`), or the root itself is a symlink its globs do not select,
+//! nothing is cleaned and the attempt fails with "output dir `web/dist` is a symlink; prova
+//! does not write through symlinks": running the task would write its outputs through the
+//! link, outside what prova cleans, collects and restores. A symlink the globs select is an
+//! output itself and is removed (the link, not its target).
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use prova_protocol::artifact;
+use prova_protocol::artifact::nofollow::{self, DirFd, Kind, Parent};
+use prova_protocol::artifact::{self, ArtifactError};
 use prova_protocol::globs::{PathGlobs, join_rel};
 use prova_protocol::work::Outputs;
 
@@ -26,65 +37,94 @@ pub enum OutputError {
 }
 
 /// Removes every existing path that matches `globs` under `root` (files, symlinks, and
-/// directories left empty), without following symlinks.
+/// directories left empty), without following symlinks in any component; a symlinked
+/// directory on the way to a root is refused (see the module doc).
 pub fn clean(root: &Path, globs: &PathGlobs) -> Result<(), OutputError> {
+    let io_at = |rel: &str| {
+        let path = root.join(rel);
+        move |source| OutputError::Io { path, source }
+    };
+    let top = DirFd::open_root(root).map_err(io_at(""))?;
+    let c = Cleaner { root, globs };
     for r in globs.roots() {
-        let start = root.join(r);
-        let meta = match fs::symlink_metadata(&start) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(OutputError::Io { path: start, source: e }),
-        };
-        if !meta.is_dir() {
-            if globs.is_match(r) {
-                remove(&start, false)?;
-            }
+        if r.is_empty() {
+            // The whole workspace: never removed itself.
+            c.clean_dir(&top, "")?;
             continue;
         }
-        // Walk rather than drop the whole directory: an exclusion (`!dist/keep`) may
-        // protect part of it.
-        if clean_dir(root, r, globs)? && globs.is_match(r) {
-            remove(&start, true)?;
-        }
+        let (dir, name) = match nofollow::parent_of(&top, r).map_err(io_at(r))? {
+            Parent::Dir(d, n) => (d, n),
+            Parent::Missing => continue,
+            Parent::Symlink(path) => return Err(ArtifactError::SymlinkedOutputDir { path }.into()),
+        };
+        let Some(st) = dir.stat(&name).map_err(io_at(r))? else { continue };
+        match st.kind {
+            Kind::Dir => c.clean_entry(&dir, &name, r, Some(Kind::Dir))?,
+            Kind::Symlink if !globs.is_match(r) => {
+                return Err(ArtifactError::SymlinkedOutputDir { path: r.clone() }.into());
+            }
+            k => c.clean_entry(&dir, &name, r, Some(k))?,
+        };
     }
     Ok(())
 }
 
-fn clean_dir(root: &Path, rel: &str, globs: &PathGlobs) -> Result<bool, OutputError> {
-    let dir = root.join(rel);
-    let entries =
-        fs::read_dir(&dir).map_err(|e| OutputError::Io { path: dir.clone(), source: e })?;
-    let mut empty = true;
-    for entry in entries {
-        let entry = entry.map_err(|e| OutputError::Io { path: dir.clone(), source: e })?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            empty = false;
-            continue;
-        };
-        let child = join_rel(rel, &name);
-        let ft =
-            entry.file_type().map_err(|e| OutputError::Io { path: entry.path(), source: e })?;
-        if ft.is_dir() {
-            if clean_dir(root, &child, globs)? && globs.is_match(&child) {
-                remove(&entry.path(), true)?;
-            } else {
-                empty = false;
-            }
-        } else if globs.is_match(&child) {
-            remove(&entry.path(), false)?;
-        } else {
-            empty = false;
-        }
-    }
-    Ok(empty)
+struct Cleaner<'a> {
+    root: &'a Path,
+    globs: &'a PathGlobs,
 }
 
-fn remove(path: &Path, dir: bool) -> Result<(), OutputError> {
-    let r = if dir { fs::remove_dir_all(path) } else { fs::remove_file(path) };
-    match r {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(OutputError::Io { path: path.to_owned(), source: e }),
+impl Cleaner<'_> {
+    fn io(&self, rel: &str) -> impl FnOnce(io::Error) -> OutputError {
+        let path = self.root.join(rel);
+        move |source| OutputError::Io { path, source }
+    }
+
+    /// Cleans `name` of `dir` (workspace-relative `rel`): a real directory is walked (an
+    /// exclusion such as `!dist/keep` may protect part of it) and removed if it ends up empty
+    /// and is selected; anything else is removed if selected. Whether it is gone.
+    fn clean_entry(
+        &self,
+        dir: &DirFd,
+        name: &OsStr,
+        rel: &str,
+        kind: Option<Kind>,
+    ) -> Result<bool, OutputError> {
+        if matches!(kind, Some(Kind::Dir) | None) {
+            match dir.open_dir(name) {
+                Ok(sub) => {
+                    if self.clean_dir(&sub, rel)? && self.globs.is_match(rel) {
+                        dir.rmdir(name).map_err(self.io(rel))?;
+                        return Ok(true);
+                    }
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+                // Not a real directory (any more): judged as the file or link it is.
+                Err(e) if nofollow::is_not_a_dir(&e) => {}
+                Err(e) => return Err(self.io(rel)(e)),
+            }
+        }
+        if self.globs.is_match(rel) {
+            dir.unlink(name).map_err(self.io(rel))?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// Cleans inside the real directory `dir`; whether it is now empty.
+    fn clean_dir(&self, dir: &DirFd, rel: &str) -> Result<bool, OutputError> {
+        let mut empty = true;
+        for (name, kind) in dir.entries().map_err(self.io(rel))? {
+            let Some(s) = name.to_str() else {
+                empty = false;
+                continue;
+            };
+            let child = join_rel(rel, s);
+            empty &= self.clean_entry(dir, &name, &child, kind)?;
+        }
+        Ok(empty)
     }
 }
 
@@ -101,7 +141,7 @@ pub fn collect(
     let missing = globs
         .literals()
         .iter()
-        .filter(|l| fs::symlink_metadata(root.join(l)).is_err())
+        .filter(|l| !matches!(nofollow::lstat_beneath(root, l), Ok(Some(_))))
         .cloned()
         .collect();
     let fingerprint = manifest.fingerprint();
@@ -172,5 +212,64 @@ mod tests {
         let (outs, _) = collect(&root, &globs, Some(&pack)).unwrap();
         let (_, size) = outs.artifact.expect("an artifact");
         assert_eq!(std::fs::metadata(&pack).unwrap().len(), size);
+    }
+
+    fn files_under(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn clean_never_follows_a_symlink_in_any_component() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("gen/deep")).unwrap();
+        std::fs::write(outside.path().join("gen/a"), "a").unwrap();
+        std::fs::write(outside.path().join("gen/deep/b"), "b").unwrap();
+        let canary = files_under(outside.path());
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("p")).unwrap();
+
+        // An ancestor of the root, and the root itself (not selected by its globs).
+        symlink(outside.path(), root.join("p/dist")).unwrap();
+        for pats in [&["dist/gen/**"][..], &["dist/**"], &["dist/gen/deep/*.txt"]] {
+            let globs =
+                PathGlobs::new("p", &pats.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    .unwrap();
+            let err = clean(&root, &globs).unwrap_err();
+            assert!(err.to_string().contains("`p/dist` is a symlink"), "{pats:?}: {err}");
+            assert_eq!(files_under(outside.path()), canary);
+        }
+        // A selected link is removed itself.
+        let globs = PathGlobs::new("p", &["dist".to_owned()]).unwrap();
+        clean(&root, &globs).unwrap();
+        assert!(std::fs::symlink_metadata(root.join("p/dist")).is_err());
+        assert_eq!(files_under(outside.path()), canary);
+
+        // Deeper: `p/dist/gen` a link, and a link inside the walked tree.
+        std::fs::create_dir_all(root.join("p/dist/keep")).unwrap();
+        std::fs::write(root.join("p/dist/keep/k"), "k").unwrap();
+        std::fs::write(root.join("p/dist/x.js"), "x").unwrap();
+        symlink(outside.path().join("gen"), root.join("p/dist/gen")).unwrap();
+        let globs = PathGlobs::new("p", &["dist/gen/deep/**".to_owned()]).unwrap();
+        let err = clean(&root, &globs).unwrap_err();
+        assert!(err.to_string().contains("`p/dist/gen` is a symlink"), "{err}");
+        let globs =
+            PathGlobs::new("p", &["dist/**".to_owned(), "!dist/keep/**".to_owned()]).unwrap();
+        clean(&root, &globs).unwrap();
+        assert_eq!(files_under(outside.path()), canary);
+        assert_eq!(files_under(&root.join("p/dist")), ["keep", "keep/k"]);
     }
 }

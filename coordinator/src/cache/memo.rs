@@ -49,6 +49,40 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(sql("memo_load"))
     }
 
+    /// The memo rows of `scope` for `paths` (those that have one): what a restore needs for
+    /// one entry's files, without loading the whole scope.
+    pub fn memo_get(
+        &self,
+        scope: &str,
+        paths: &[String],
+    ) -> Result<HashMap<String, MemoRow>, CacheError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached(
+                "SELECT dev, ino, size, mtime_ns, ctime_ns, mode, digest, recorded_ns \
+                 FROM memo WHERE scope = ?1 AND path = ?2",
+            )
+            .map_err(sql("memo_get"))?;
+        let mut out = HashMap::new();
+        for p in paths {
+            let mut rows = stmt.query(params![scope, p]).map_err(sql("memo_get"))?;
+            if let Some(r) = rows.next().map_err(sql("memo_get"))? {
+                let row = MemoRow {
+                    dev: r.get::<_, i64>(0).map_err(sql("memo_get"))? as u64,
+                    ino: r.get::<_, i64>(1).map_err(sql("memo_get"))? as u64,
+                    size: get_u64(r, 2).map_err(sql("memo_get"))?,
+                    mtime_ns: r.get(3).map_err(sql("memo_get"))?,
+                    ctime_ns: r.get(4).map_err(sql("memo_get"))?,
+                    mode: r.get(5).map_err(sql("memo_get"))?,
+                    digest: Digest(r.get(6).map_err(sql("memo_get"))?),
+                    recorded_ns: r.get(7).map_err(sql("memo_get"))?,
+                };
+                out.insert(p.clone(), row);
+            }
+        }
+        Ok(out)
+    }
+
     /// Inserts or replaces `rows` of `scope`, in one transaction (skipped on a read-only store).
     pub fn memo_store(
         &mut self,
@@ -176,6 +210,22 @@ mod tests {
         store.memo_remove("/ws/a", &[rows[2].0.clone(), "never/there".into()]).unwrap();
         assert_eq!(store.memo_load("/ws/a").unwrap().len(), 1_999);
         store.memo_store("/ws/a", &[]).unwrap();
+    }
+
+    #[test]
+    fn memo_get_answers_for_the_paths_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let rows: Vec<(String, MemoRow)> =
+            (0..5).map(|i| (format!("dist/f{i}"), memo_row(i))).collect();
+        store.memo_store("outputs:/ws", &rows).unwrap();
+        store.memo_store("/ws", &[("dist/f9".into(), memo_row(9))]).unwrap();
+        let got = store
+            .memo_get("outputs:/ws", &["dist/f1".into(), "dist/f4".into(), "dist/f9".into()])
+            .unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got["dist/f1"], memo_row(1));
+        assert_eq!(got["dist/f4"], memo_row(4));
     }
 
     #[test]

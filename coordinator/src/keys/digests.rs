@@ -173,6 +173,39 @@ fn hash(abs: &Path, kind: InputKind) -> io::Result<Digest> {
     }
 }
 
+/// The memo scope of a workspace's **output** files (restored or found current by prova),
+/// apart from its inputs' scope (the root path itself): the same path can be both an input of
+/// one task and an output of another, and the two passes record at different times.
+pub fn outputs_scope(root: &Path) -> String {
+    format!("outputs:{}", root.display())
+}
+
+/// Whether `row` proves that a file with stamps `stamp` still holds `row.digest`, for
+/// deciding that an output is already current: every stamp (device, inode, size, mtime,
+/// ctime, mode) equal, and the file's **ctime** older than the row by more than the racy
+/// window. ctime rather than mtime: outputs often carry pinned mtimes (`touch -d`,
+/// `SOURCE_DATE_EPOCH`, restores themselves), which say nothing about when the bytes
+/// changed, while any write, chmod, rename or utimes moves ctime to "now" and cannot be set
+/// back.
+pub fn row_proves_output(stamp: &Stamp, row: &MemoRow) -> bool {
+    stamp.matches(row) && stamp.ctime_ns < row.recorded_ns.saturating_sub(RACY_WINDOW_NS)
+}
+
+/// The memo row recording that a file with `stamp` (taken before it was read) hashed to
+/// `digest`, at `recorded_ns` (taken before the stat).
+pub fn memo_row(stamp: &Stamp, digest: Digest, recorded_ns: i64) -> MemoRow {
+    MemoRow {
+        dev: stamp.dev,
+        ino: stamp.ino,
+        size: stamp.size,
+        mtime_ns: stamp.mtime_ns,
+        ctime_ns: stamp.ctime_ns,
+        mode: stamp.mode,
+        digest,
+        recorded_ns,
+    }
+}
+
 /// Re-stats `paths` and names the first whose stamps differ from `before` (or that
 /// vanished): the task's inputs changed while it ran, so its key no longer holds.
 pub fn first_changed<'a>(
@@ -186,4 +219,32 @@ pub fn first_changed<'a>(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod output_memo_tests {
+    use super::*;
+
+    fn stamp(ctime_ns: i64) -> Stamp {
+        Stamp { dev: 1, ino: 2, size: 3, mtime_ns: 0, ctime_ns, mode: 0o100644 }
+    }
+
+    #[test]
+    fn an_output_row_proves_only_outside_the_racy_window_of_ctime() {
+        let d = Digest::of(b"x");
+        let now = 100 * RACY_WINDOW_NS;
+        // A pinned, ancient mtime does not make a fresh row trustworthy: ctime decides.
+        let fresh = stamp(now - 1);
+        assert!(!row_proves_output(&fresh, &memo_row(&fresh, d, now)));
+        let old = stamp(now - RACY_WINDOW_NS - 1);
+        assert!(row_proves_output(&old, &memo_row(&old, d, now)));
+        // Any stamp that moved: no proof.
+        let mut moved = old;
+        moved.ino += 1;
+        assert!(!row_proves_output(&moved, &memo_row(&old, d, now)));
+        let mut moved = old;
+        moved.ctime_ns += 1;
+        assert!(!row_proves_output(&moved, &memo_row(&old, d, now)));
+        assert_ne!(outputs_scope(Path::new("/ws")), "/ws");
+    }
 }

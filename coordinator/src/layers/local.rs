@@ -5,21 +5,20 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prova_protocol::Digest;
 use prova_protocol::artifact::confine::{check_manifest_confined, unpack_confine};
-use prova_protocol::artifact::{self, ArtifactError, UnpackLimits};
+use prova_protocol::artifact::{self, ArtifactError, UnpackLimits, nofollow};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::{EntryKind, OutputManifest};
 
 use super::LayerError;
 use prova_protocol::events::FileDivergence;
 
-use crate::cache::{CacheThread, Entry, Execution, NewEntry};
+use crate::cache::{CacheThread, Entry, Execution, MemoRow, NewEntry};
 use crate::inputs::InputScope;
 use crate::keys::{KeyComponents, Stamp, digests};
 
@@ -146,7 +145,7 @@ impl LocalLayer {
         let root = self.root.clone();
         let (current, extras) = {
             let (root, manifest, outputs) = (root.clone(), manifest.clone(), outputs.clone());
-            tokio::task::spawn_blocking(move || compare_on_disk(&root, &manifest, &outputs))
+            tokio::task::spawn_blocking(self.current_check(root, manifest, outputs))
                 .await
                 .map_err(|e| LayerError::Corrupt(e.to_string()))??
         };
@@ -351,88 +350,208 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Whether every manifest entry is on disk with its stamps, and which existing output paths
-/// are not in the manifest.
+impl LocalLayer {
+    /// [`compare_on_disk`] as a blocking job over this layer's output memo.
+    fn current_check(
+        &self,
+        root: PathBuf,
+        manifest: OutputManifest,
+        outputs: PathGlobs,
+    ) -> impl FnOnce() -> Result<(bool, Vec<String>), LayerError> + Send + 'static {
+        let cache = self.cache.clone();
+        move || compare_on_disk(&root, &manifest, &outputs, Some(&cache))
+    }
+}
+
+/// Whether every manifest entry is on disk as the entry would restore it, and which existing
+/// output paths are not in the manifest. Nothing is followed: a symlink on the way to an
+/// entry makes it not current (the restore replaces the link), and nothing behind a symlinked
+/// directory is reported as an extra (it is not the task's to remove).
+///
+/// A file is current only when prova can prove its bytes are the entry's: size, mode and
+/// mtime equal **and** its content digest equal to the manifest's. The digest comes from the
+/// output memo (scope [`digests::outputs_scope`]) when the file's stamps — inode and ctime
+/// included — match a row prova recorded outside the racy window
+/// ([`digests::row_proves_output`]); otherwise the file is hashed and a row recorded, so a
+/// warm no-op run reads each output once and then only stats it. `cache` is `None` in tests
+/// that check the rule without a memo (everything is hashed).
 fn compare_on_disk(
     root: &Path,
     m: &OutputManifest,
     outputs: &PathGlobs,
+    cache: Option<&CacheThread>,
 ) -> Result<(bool, Vec<String>), LayerError> {
+    let scope = digests::outputs_scope(root);
+    let rows = match cache {
+        Some(c) => {
+            let files: Vec<String> = m
+                .entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::File)
+                .map(|e| e.path.clone())
+                .collect();
+            let scope = scope.clone();
+            match c.call_blocking(move |s| s.memo_get(&scope, &files)) {
+                Ok(Ok(rows)) => rows,
+                // No memo: every file is hashed, which is slower but still right.
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "output memo unreadable");
+                    HashMap::new()
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        None => HashMap::new(),
+    };
+    let io_err = |rel: &str| {
+        let path = root.join(rel);
+        move |source| LayerError::Io { path, source }
+    };
+    let mut tree = nofollow::Beneath::open(root).map_err(io_err(""))?;
+    // Taken before any stat: a row is only as recent as the oldest look behind it.
+    let now_ns = now_ms().saturating_mul(1_000_000);
+    let mut updates = Vec::new();
     let mut current = true;
     for e in &m.entries {
-        let ok = match fs::symlink_metadata(root.join(&e.path)) {
-            Ok(meta) => match e.kind {
-                EntryKind::File => {
-                    meta.is_file()
-                        && meta.size() == e.size
-                        && meta.mode() & 0o7777 == e.mode
-                        && Stamp::of(&meta).mtime_ns == e.mtime_ns
-                }
-                EntryKind::Symlink => {
-                    meta.file_type().is_symlink()
-                        && fs::read_link(root.join(&e.path))
-                            .ok()
-                            .and_then(|t| t.to_str().map(str::to_owned))
-                            == e.link_target
-                }
-                EntryKind::Dir => meta.is_dir(),
-            },
-            Err(_) => false,
+        let (parent, name) = e.path.rsplit_once('/').unwrap_or(("", e.path.as_str()));
+        let name = std::ffi::OsStr::new(name);
+        let Some(dir) = tree.dir(parent).map_err(io_err(&e.path))? else {
+            current = false;
+            break;
+        };
+        let ok = match e.kind {
+            EntryKind::File => current_file(&dir, name, e, rows.get(&e.path), now_ns, &mut updates)
+                .map_err(io_err(&e.path))?,
+            EntryKind::Symlink => {
+                matches!(dir.stat(name), Ok(Some(st)) if st.kind == nofollow::Kind::Symlink)
+                    && dir.readlink(name).ok().and_then(|t| t.to_str().map(str::to_owned))
+                        == e.link_target
+            }
+            EntryKind::Dir => tree.dir(&e.path).map_err(io_err(&e.path))?.is_some(),
         };
         if !ok {
             current = false;
             break;
         }
     }
+    if let (Some(c), false) = (cache, updates.is_empty()) {
+        let updates: Vec<(String, MemoRow)> = updates;
+        match c.call_blocking(move |s| s.memo_store(&scope, &updates)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "output memo not written"),
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut extras = Vec::new();
-    let known: std::collections::HashSet<&str> =
-        m.entries.iter().map(|e| e.path.as_str()).collect();
+    let known: HashSet<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
     for r in outputs.roots() {
-        walk_outputs(root, r, outputs, &known, &mut extras)?;
+        let (parent, name) = r.rsplit_once('/').unwrap_or(("", r.as_str()));
+        let Some(dir) = tree.dir(parent).map_err(io_err(r))? else { continue };
+        if r.is_empty() {
+            walk_outputs(&dir, r, outputs, &known, &mut extras).map_err(io_err(r))?;
+        } else {
+            output_leaf(&dir, std::ffi::OsStr::new(name), r, outputs, &known, &mut extras)
+                .map_err(io_err(r))?;
+        }
     }
     Ok((current, extras))
 }
 
-fn walk_outputs(
-    root: &Path,
+/// Whether the regular file `name` of `dir` is what entry `e` would restore: stamps, then
+/// content digest — from `row` when it proves the current stamps, else by hashing (and
+/// recording a row in `updates`).
+fn current_file(
+    dir: &nofollow::DirFd,
+    name: &std::ffi::OsStr,
+    e: &prova_protocol::manifest::ManifestEntry,
+    row: Option<&MemoRow>,
+    now_ns: i64,
+    updates: &mut Vec<(String, MemoRow)>,
+) -> io::Result<bool> {
+    let Some(st) = dir.stat(name)? else { return Ok(false) };
+    let stamps_match = st.kind == nofollow::Kind::File
+        && st.size == e.size
+        && st.mode & 0o7777 == e.mode
+        && st.mtime_ns == e.mtime_ns;
+    let Some(want) = e.digest.filter(|_| stamps_match) else { return Ok(false) };
+    let stamp = stamp_of(&st);
+    if let Some(row) = row
+        && digests::row_proves_output(&stamp, row)
+    {
+        return Ok(row.digest == want);
+    }
+    let mut file = match dir.open_file(name) {
+        Ok(f) => f,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(err) if nofollow::is_not_a_dir(&err) => return Ok(false),
+        Err(err) => return Err(err),
+    };
+    // The stamps of what was opened must be the ones judged (a swap in between: not current).
+    if stamp_of(&nofollow::stat_file(&file)?) != stamp {
+        return Ok(false);
+    }
+    let got = Digest::of_reader(&mut file)?;
+    updates.push((e.path.clone(), digests::memo_row(&stamp, got, now_ns)));
+    Ok(got == want)
+}
+
+fn stamp_of(st: &nofollow::Stat) -> Stamp {
+    Stamp {
+        dev: st.dev,
+        ino: st.ino,
+        size: st.size,
+        mtime_ns: st.mtime_ns,
+        ctime_ns: st.ctime_ns,
+        mode: st.mode,
+    }
+}
+
+/// An output root (or a path found under one), `name` of the real directory `dir`: a real
+/// directory is walked; anything else selected and not in the manifest is an extra.
+fn output_leaf(
+    dir: &nofollow::DirFd,
+    name: &std::ffi::OsStr,
     rel: &str,
     outputs: &PathGlobs,
-    known: &std::collections::HashSet<&str>,
+    known: &HashSet<&str>,
     extras: &mut Vec<String>,
-) -> Result<(), LayerError> {
-    let abs = root.join(rel);
-    let meta = match fs::symlink_metadata(&abs) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(LayerError::Io { path: abs, source: e }),
-    };
-    if meta.is_dir() {
-        let rd = fs::read_dir(&abs).map_err(|e| LayerError::Io { path: abs.clone(), source: e })?;
-        for entry in rd {
-            let entry = entry.map_err(|e| LayerError::Io { path: abs.clone(), source: e })?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            walk_outputs(
-                root,
-                &prova_protocol::globs::join_rel(rel, &name),
-                outputs,
-                known,
-                extras,
-            )?;
+) -> io::Result<()> {
+    let Some(st) = dir.stat(name)? else { return Ok(()) };
+    if st.kind == nofollow::Kind::Dir {
+        match dir.open_dir(name) {
+            Ok(sub) => return walk_outputs(&sub, rel, outputs, known, extras),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if nofollow::is_not_a_dir(&e) => {}
+            Err(e) => return Err(e),
         }
-    } else if outputs.is_match(rel) && !known.contains(rel) {
+    }
+    if outputs.is_match(rel) && !known.contains(rel) {
         extras.push(rel.to_owned());
     }
     Ok(())
 }
 
+fn walk_outputs(
+    dir: &nofollow::DirFd,
+    rel: &str,
+    outputs: &PathGlobs,
+    known: &HashSet<&str>,
+    extras: &mut Vec<String>,
+) -> io::Result<()> {
+    for (name, _) in dir.entries()? {
+        let Some(s) = name.to_str() else { continue };
+        let child = prova_protocol::globs::join_rel(rel, s);
+        output_leaf(dir, &name, &child, outputs, known, extras)?;
+    }
+    Ok(())
+}
+
+/// Removes `paths` (extras found by [`compare_on_disk`]) without following a symlink in any
+/// component.
 fn remove_paths(root: &Path, paths: &[String]) -> Result<(), LayerError> {
     for p in paths {
-        let abs = root.join(p);
-        match fs::remove_file(&abs) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(LayerError::Io { path: abs, source: e }),
-        }
+        nofollow::remove_file_beneath(root, p)
+            .map_err(|e| LayerError::Io { path: root.join(p), source: e })?;
     }
     Ok(())
 }
@@ -620,3 +739,7 @@ mod log_tests {
         assert!(decompress_bounded(&encode_log(&[0; 100]).unwrap(), 10).is_err());
     }
 }
+
+#[cfg(test)]
+#[path = "local_current_tests.rs"]
+mod current_tests;

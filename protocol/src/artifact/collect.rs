@@ -2,13 +2,20 @@
 //! outputs are usually one `dist/`; walking the workspace would cost a full tree scan per
 //! task), and symlinks are recorded as links, never followed — following them would make the
 //! manifest depend on what lies outside the outputs, and a link to `/` would never finish.
+//!
+//! The walk is fd-relative ([`super::nofollow`]): no component of any path is followed. A
+//! symlink *on the way* to an output root (`dist -> elsewhere` with `outputs =
+//! ["dist/gen/**"]`), or an output root that is a symlink the globs do not select, is refused
+//! with [`ArtifactError::SymlinkedOutputDir`]: what lies behind it is not the task's output and
+//! is never collected (so never cached nor replayed). A symlink the globs select is an output
+//! like any other and is recorded as a link.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{ArtifactError, mtime_ns};
+use super::ArtifactError;
+use super::nofollow::{self, DirFd, Kind, Parent};
 use crate::digest::Digest;
 use crate::globs::{PathGlobs, join_rel};
 use crate::manifest::{EntryKind, ManifestEntry, OutputManifest};
@@ -17,114 +24,191 @@ use crate::manifest::{EntryKind, ManifestEntry, OutputManifest};
 /// whose workspace-relative path the globs select: its BLAKE3 digest (of the bytes, or of a
 /// link's target string), size, mode (`& 0o7777`) and mtime. FIFOs, sockets and devices are
 /// skipped silently — they are never outputs. A missing root is not an error (a task may
-/// produce nothing under one of its patterns); a non-UTF-8 name is.
+/// produce nothing under one of its patterns); a non-UTF-8 name is, and so is a symlinked
+/// directory on the way to a root (see the module doc).
 pub fn collect_outputs(
     workspace_root: &Path,
     globs: &PathGlobs,
 ) -> Result<OutputManifest, ArtifactError> {
-    let mut entries = Vec::new();
-    // (workspace-relative, absolute); an explicit stack keeps deep trees off the call stack.
-    let mut stack: Vec<(String, PathBuf)> = globs
-        .roots()
-        .iter()
-        .rev()
-        .map(|r| {
-            (
-                r.clone(),
-                if r.is_empty() { workspace_root.to_owned() } else { workspace_root.join(r) },
-            )
-        })
-        .collect();
-    while let Some((rel, abs)) = stack.pop() {
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(ArtifactError::Io { path: abs, source: e }),
-        };
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            let mut children = Vec::new();
-            for child in fs::read_dir(&abs).map_err(ArtifactError::io(&abs))? {
-                let child = child.map_err(ArtifactError::io(&abs))?;
-                let name = child.file_name();
-                let Some(name) = name.to_str() else {
-                    return Err(ArtifactError::NonUtf8Path { path: child.path() });
-                };
-                children.push((join_rel(&rel, name), child.path()));
-            }
-            // Reverse-sorted so the stack pops in order (the manifest sorts anyway; this only
-            // makes the walk reproducible).
-            children.sort_by(|a, b| b.0.cmp(&a.0));
-            stack.extend(children);
-        } else if rel.is_empty() || !globs.is_match(&rel) {
+    let root = DirFd::open_root(workspace_root).map_err(ArtifactError::io(workspace_root))?;
+    let mut c = Collector { root: workspace_root, globs, entries: Vec::new() };
+    for r in globs.roots() {
+        if r.is_empty() {
+            c.walk(&root, "")?;
             continue;
-        } else if ft.is_symlink() {
-            entries.push(symlink_entry(rel, &abs, &meta)?);
-        } else if ft.is_file() {
-            entries.extend(file_entry(rel, &abs)?);
         }
-        // Anything else (FIFO, socket, device) is never an output.
+        let (dir, name) = match nofollow::parent_of(&root, r).map_err(c.io(r))? {
+            Parent::Dir(d, n) => (d, n),
+            Parent::Missing => continue,
+            Parent::Symlink(path) => return Err(ArtifactError::SymlinkedOutputDir { path }),
+        };
+        let Some(st) = dir.stat(&name).map_err(c.io(r))? else { continue };
+        match st.kind {
+            Kind::Dir => match dir.open_dir(&name) {
+                Ok(sub) => c.walk(&sub, r)?,
+                // Swapped for something else since the stat: judged again as that.
+                Err(e) if nofollow::is_not_a_dir(&e) => c.leaf(&dir, &name, r.clone(), None)?,
+                Err(e) => return Err(c.io(r)(e)),
+            },
+            Kind::Symlink if !globs.is_match(r) => {
+                return Err(ArtifactError::SymlinkedOutputDir { path: r.clone() });
+            }
+            _ => c.leaf(&dir, &name, r.clone(), Some(st.kind))?,
+        }
     }
-    let mut manifest = OutputManifest::new(entries);
+    let mut manifest = OutputManifest::new(c.entries);
     // Roots never nest (`PathGlobs` drops nested ones), but a duplicate would corrupt the
     // manifest's one-entry-per-path invariant, so make it impossible.
     manifest.entries.dedup_by(|a, b| a.path == b.path);
     Ok(manifest)
 }
 
-fn symlink_entry(
-    rel: String,
-    abs: &Path,
-    meta: &fs::Metadata,
-) -> Result<ManifestEntry, ArtifactError> {
-    let target = fs::read_link(abs).map_err(ArtifactError::io(abs))?;
-    let Some(target) = target.to_str() else {
-        return Err(ArtifactError::NonUtf8Path { path: abs.to_owned() });
-    };
-    Ok(ManifestEntry {
-        path: rel,
-        kind: EntryKind::Symlink,
-        mode: meta.mode() & 0o7777,
-        size: target.len() as u64,
-        digest: Some(Digest::of(target.as_bytes())),
-        mtime_ns: mtime_ns(meta),
-        link_target: Some(target.to_owned()),
-    })
+struct Collector<'a> {
+    root: &'a Path,
+    globs: &'a PathGlobs,
+    entries: Vec<ManifestEntry>,
 }
 
-/// Hashes a regular file. Returns `None` if the path stopped being a regular file since it
-/// was listed (it is then not an output of this run). Opened with `O_NOFOLLOW` (a file
-/// swapped for a link is not followed) and `O_NONBLOCK` (a file swapped for a FIFO does not
-/// hang the open). The size is what was hashed, so digest and size always agree.
-fn file_entry(rel: String, abs: &Path) -> Result<Option<ManifestEntry>, ArtifactError> {
-    let file = match open_nofollow(abs) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ArtifactError::Io { path: abs.to_owned(), source: e }),
-    };
-    let meta = file.metadata().map_err(ArtifactError::io(abs))?;
-    if !meta.is_file() {
-        return Ok(None);
+impl Collector<'_> {
+    fn io(&self, rel: &str) -> impl FnOnce(io::Error) -> ArtifactError {
+        ArtifactError::io(if rel.is_empty() { self.root.to_owned() } else { self.root.join(rel) })
     }
-    let mut counted = CountingReader { inner: file, count: 0 };
-    let digest = Digest::of_reader(&mut counted).map_err(ArtifactError::io(abs))?;
-    Ok(Some(ManifestEntry {
-        path: rel,
-        kind: EntryKind::File,
-        mode: meta.mode() & 0o7777,
-        size: counted.count,
-        digest: Some(digest),
-        // Taken before hashing: if the file changes meanwhile its mtime moves past this one,
-        // so a later "already current" check cannot mistake it for these bytes.
-        mtime_ns: mtime_ns(&meta),
-        link_target: None,
-    }))
+
+    /// Walks the real directory `dir` (workspace-relative `rel`).
+    fn walk(&mut self, dir: &DirFd, rel: &str) -> Result<(), ArtifactError> {
+        let mut children = Vec::new();
+        for (name, kind) in dir.entries().map_err(self.io(rel))? {
+            let Some(s) = name.to_str() else {
+                return Err(ArtifactError::NonUtf8Path { path: self.root.join(rel).join(&name) });
+            };
+            children.push((join_rel(rel, s), name, kind));
+        }
+        // Sorted so the walk is reproducible (the manifest sorts anyway).
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        for (child, name, kind) in children {
+            let kind = match kind {
+                Some(k) => k,
+                None => match dir.stat(&name).map_err(self.io(&child))? {
+                    Some(s) => s.kind,
+                    None => continue,
+                },
+            };
+            if kind == Kind::Dir {
+                match dir.open_dir(&name) {
+                    Ok(sub) => self.walk(&sub, &child)?,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) if nofollow::is_not_a_dir(&e) => self.leaf(dir, &name, child, None)?,
+                    Err(e) => return Err(self.io(&child)(e)),
+                }
+            } else {
+                self.leaf(dir, &name, child, Some(kind))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the non-directory `name` of `dir` if the globs select it.
+    fn leaf(
+        &mut self,
+        dir: &DirFd,
+        name: &OsStr,
+        rel: String,
+        kind: Option<Kind>,
+    ) -> Result<(), ArtifactError> {
+        if rel.is_empty() || !self.globs.is_match(&rel) {
+            return Ok(());
+        }
+        let kind = match kind {
+            Some(k) => k,
+            None => match dir.stat(name).map_err(self.io(&rel))? {
+                Some(s) => s.kind,
+                None => return Ok(()),
+            },
+        };
+        let entry = match kind {
+            Kind::Symlink => self.symlink_entry(dir, name, rel)?,
+            Kind::File => self.file_entry(dir, name, rel)?,
+            // A FIFO, socket or device is never an output; a directory here was swapped in
+            // since it was listed (not an output of this run).
+            Kind::Other | Kind::Dir => None,
+        };
+        self.entries.extend(entry);
+        Ok(())
+    }
+
+    fn symlink_entry(
+        &self,
+        dir: &DirFd,
+        name: &OsStr,
+        rel: String,
+    ) -> Result<Option<ManifestEntry>, ArtifactError> {
+        let Some(st) = dir.stat(name).map_err(self.io(&rel))? else { return Ok(None) };
+        if st.kind != Kind::Symlink {
+            return Ok(None);
+        }
+        let target = match dir.readlink(name) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io(&rel)(e)),
+        };
+        let Some(target) = target.to_str() else {
+            return Err(ArtifactError::NonUtf8Path { path: self.root.join(&rel) });
+        };
+        Ok(Some(ManifestEntry {
+            path: rel,
+            kind: EntryKind::Symlink,
+            mode: st.mode & 0o7777,
+            size: target.len() as u64,
+            digest: Some(Digest::of(target.as_bytes())),
+            mtime_ns: st.mtime_ns,
+            link_target: Some(target.to_owned()),
+        }))
+    }
+
+    /// Hashes a regular file. `None` if the name stopped being a regular file since it was
+    /// listed (it is then not an output of this run). Opened with `O_NOFOLLOW` (a file
+    /// swapped for a link is not followed) and `O_NONBLOCK` (a file swapped for a FIFO does
+    /// not hang the open). The size is what was hashed, so digest and size always agree.
+    fn file_entry(
+        &self,
+        dir: &DirFd,
+        name: &OsStr,
+        rel: String,
+    ) -> Result<Option<ManifestEntry>, ArtifactError> {
+        let file = match dir.open_file(name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+            Err(e) => return Err(self.io(&rel)(e)),
+        };
+        let st = nofollow::stat_file(&file).map_err(self.io(&rel))?;
+        if st.kind != Kind::File {
+            return Ok(None);
+        }
+        let mut counted = CountingReader { inner: file, count: 0 };
+        let digest = Digest::of_reader(&mut counted).map_err(self.io(&rel))?;
+        Ok(Some(ManifestEntry {
+            path: rel,
+            kind: EntryKind::File,
+            mode: st.mode & 0o7777,
+            size: counted.count,
+            digest: Some(digest),
+            // Taken before hashing: if the file changes meanwhile its mtime moves past this
+            // one, so a later "already current" check cannot mistake it for these bytes.
+            mtime_ns: st.mtime_ns,
+            link_target: None,
+        }))
+    }
 }
 
 /// Opens a file for reading without following a final symlink and without blocking on a
 /// FIFO.
-pub(crate) fn open_nofollow(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+pub(crate) fn open_nofollow(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
 }
 
 /// Counts the bytes read through it.
@@ -143,7 +227,9 @@ impl<R: Read> Read for CountingReader<R> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::symlink;
 
     use super::*;
@@ -254,5 +340,37 @@ mod tests {
         let m = collect_outputs(root, &globs("", &["**", "!d/**"])).unwrap();
         let paths: Vec<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["a"]);
+    }
+
+    #[test]
+    fn symlinked_dirs_on_the_way_to_a_root_are_refused_never_followed() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "gen/secret", b"s", 0o644);
+        let root = ws.path();
+        fs::create_dir_all(root.join("p")).unwrap();
+        symlink(outside.path(), root.join("p/dist")).unwrap();
+        for pats in [&["dist/gen/**"][..], &["dist/**"], &["dist/*.js"]] {
+            let err = collect_outputs(root, &globs("p", pats)).unwrap_err();
+            assert!(
+                matches!(&err, ArtifactError::SymlinkedOutputDir { path } if path == "p/dist"),
+                "{pats:?}: {err}"
+            );
+            assert!(err.to_string().contains("`p/dist` is a symlink; prova does not write"));
+        }
+        // A link the globs select is an output: recorded as a link, not followed.
+        let m = collect_outputs(root, &globs("p", &["dist"])).unwrap();
+        assert_eq!(m.entries.len(), 1);
+        assert_eq!(m.entries[0].kind, EntryKind::Symlink);
+        // A deeper link.
+        fs::remove_file(root.join("p/dist")).unwrap();
+        fs::create_dir_all(root.join("p/dist")).unwrap();
+        symlink(outside.path().join("gen"), root.join("p/dist/gen")).unwrap();
+        let err = collect_outputs(root, &globs("p", &["dist/gen/x/**"])).unwrap_err();
+        assert!(matches!(&err, ArtifactError::SymlinkedOutputDir { path } if path == "p/dist/gen"));
+        // Beneath the root, a link is an entry (if selected), never descended into.
+        let m = collect_outputs(root, &globs("p", &["dist/**"])).unwrap();
+        let paths: Vec<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["p/dist/gen"]);
     }
 }

@@ -1,6 +1,8 @@
-use std::os::unix::fs::symlink;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 
 use super::*;
+use crate::artifact::mtime_ns;
 use crate::artifact::test_support::{listing, set_mtime, stage, write};
 
 /// A source tree with two files and a link under `p/dist`.
@@ -168,4 +170,82 @@ fn a_manifest_that_does_not_match_staging_is_refused() {
     m.entries[0].path = "/abs".into();
     let err = place(staging.path(), ws.path(), &m).unwrap_err();
     assert!(matches!(err, ArtifactError::AbsolutePath { .. }), "{err}");
+}
+
+#[test]
+fn same_size_mode_and_mtime_but_other_bytes_is_rewritten() {
+    let src = source();
+    let ws = tempfile::tempdir().unwrap();
+    let (m, staging) = stage(src.path(), &["dist"], ws.path());
+    place(staging.path(), ws.path(), &m).unwrap();
+    // Same length as "fresh a", same mode, and the mtime pinned back: only the bytes differ.
+    let a = ws.path().join("p/dist/a.js");
+    fs::write(&a, b"stale A").unwrap();
+    set_mtime(&a, 1_600_000_000_123_456_789);
+    let (m, staging) = stage(src.path(), &["dist"], ws.path());
+    let stats = place(staging.path(), ws.path(), &m).unwrap();
+    assert_eq!((stats.placed, stats.already_current), (1, 2));
+    assert_eq!(fs::read(&a).unwrap(), b"fresh a");
+}
+
+#[test]
+fn symlinked_ancestors_at_any_depth_are_replaced() {
+    let src = source();
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "b.bin", b"outside b", 0o644);
+    write(outside.path(), "sub/b.bin", b"outside sub b", 0o644);
+    // Depth 3 (`p/dist/sub`), and on a second run depth 1 (`p`) — the project dir itself.
+    fs::create_dir_all(ws.path().join("p/dist")).unwrap();
+    symlink(outside.path(), ws.path().join("p/dist/sub")).unwrap();
+    let (m, staging) = stage(src.path(), &["dist"], ws.path());
+    let stats = place(staging.path(), ws.path(), &m).unwrap();
+    assert_eq!(stats.replaced, 1);
+    assert!(fs::symlink_metadata(ws.path().join("p/dist/sub")).unwrap().is_dir());
+    assert_eq!(fs::read(ws.path().join("p/dist/sub/b.bin")).unwrap(), b"fresh b");
+
+    fs::remove_dir_all(ws.path().join("p")).unwrap();
+    symlink(outside.path(), ws.path().join("p")).unwrap();
+    let (m, staging) = stage(src.path(), &["dist"], ws.path());
+    place(staging.path(), ws.path(), &m).unwrap();
+    assert!(fs::symlink_metadata(ws.path().join("p")).unwrap().is_dir());
+    assert_eq!(listing(outside.path()), ["b.bin", "sub"]);
+    assert_eq!(fs::read(outside.path().join("b.bin")).unwrap(), b"outside b");
+    assert_eq!(fs::read(outside.path().join("sub/b.bin")).unwrap(), b"outside sub b");
+}
+
+/// A staging directory on another file system than the workspace (`/dev/shm` is tmpfs; the
+/// workspace lives beside the build in `target/`): `renameat` gives `EXDEV`, the entries are
+/// copied beside their destination and renamed there.
+#[test]
+fn a_staging_dir_on_another_file_system_is_copied_across() {
+    let Ok(shm) = tempfile::Builder::new().prefix("prova-xdev-").tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm for a second file system");
+        return;
+    };
+    let ws = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let (d1, d2) =
+        (fs::metadata(ws.path()).unwrap().dev(), fs::metadata(shm.path()).unwrap().dev());
+    if d1 == d2 {
+        eprintln!("skipped: /dev/shm and {} share st_dev {d1}", ws.path().display());
+        return;
+    }
+    let src = source();
+    let (m, staging) = stage(src.path(), &["dist"], shm.path());
+    // A stale file and a link in the way: both replaced by the copies.
+    write(ws.path(), "p/dist/sub/b.bin", b"stale", 0o600);
+    fs::create_dir_all(ws.path().join("p/dist")).unwrap();
+    symlink("elsewhere", ws.path().join("p/dist/link.js")).unwrap();
+    let stats = place(staging.path(), ws.path(), &m).unwrap();
+    assert_eq!((stats.placed, stats.copied_across_devices), (3, 3));
+    let a = fs::symlink_metadata(ws.path().join("p/dist/a.js")).unwrap();
+    assert_eq!(fs::read(ws.path().join("p/dist/a.js")).unwrap(), b"fresh a");
+    assert_eq!((a.mode() & 0o7777, mtime_ns(&a)), (0o644, 1_600_000_000_123_456_789));
+    let b = fs::symlink_metadata(ws.path().join("p/dist/sub/b.bin")).unwrap();
+    assert_eq!(fs::read(ws.path().join("p/dist/sub/b.bin")).unwrap(), b"fresh b");
+    assert_eq!(b.mode() & 0o7777, 0o755);
+    assert_eq!(fs::read_link(ws.path().join("p/dist/link.js")).unwrap().to_str(), Some("a.js"));
+    // No temporary names left behind.
+    assert_eq!(listing(&ws.path().join("p/dist")), ["a.js", "link.js", "sub"]);
+    assert_eq!(listing(&ws.path().join("p/dist/sub")), ["b.bin"]);
 }
