@@ -258,3 +258,17 @@ fn json_task_finished_carries_the_tasks_verdicts() {
         assert_eq!(names, expect, "{mode}: task_finished\n{out}");
     }
 }
+
+#[test]
+fn a_task_asking_who_and_where_it_is_can_be_proven_deterministic() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // The re-run's user (uid 4242 under the sandbox) has a name, and its hostname resolves;
+    // the task's outputs do not depend on either, so it is deterministic.
+    let command = "mkdir -p out && whoami > /dev/null && id -gn > /dev/null && getent hosts $(hostname) > /dev/null && test $(cat /etc/hostname) = $(hostname) && cat src/a.txt > out/w.txt";
+    let ws = workspace(&task("who", command, &["out/w.txt"]));
+    let out = prova(&ws, ["run", "who", "--all", "--force", "--verify", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(verdict_names(&out, "p#who"), ["proven-deterministic"], "{out}");
+}
