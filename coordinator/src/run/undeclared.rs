@@ -105,16 +105,22 @@ impl<'a> Ignores<'a> {
         if self.view.files.source != Some(Source::Git) && parts.contains(&"node_modules") {
             return true; // the walk never enters these
         }
+        // An absent path could appear as a file or a directory: ignored as either counts
+        // (`gen/` ignores a missing `gen` that a glob `gen/*.sh` probed).
+        self.ignored_as(rel, &parts, false) || self.ignored_as(rel, &parts, true)
+    }
+
+    fn ignored_as(&mut self, rel: &str, parts: &[&str], is_dir: bool) -> bool {
         let mut ignored = false;
         if let Some(g) = self.load("\0exclude", ".git/info/exclude") {
-            ignored = matches!(g.matched_path_or_any_parents(rel, false), Match::Ignore(_));
+            ignored = matches!(g.matched_path_or_any_parents(rel, is_dir), Match::Ignore(_));
         }
         for depth in 0..parts.len() {
             let dir = parts[..depth].join("/");
             let file =
                 if dir.is_empty() { ".gitignore".to_owned() } else { format!("{dir}/.gitignore") };
             let Some(g) = self.load(&dir, &file) else { continue };
-            match g.matched_path_or_any_parents(parts[depth..].join("/"), false) {
+            match g.matched_path_or_any_parents(parts[depth..].join("/"), is_dir) {
                 Match::Ignore(_) => ignored = true,
                 Match::Whitelist(_) => ignored = false,
                 Match::None => {}
@@ -164,7 +170,7 @@ mod tests {
     #[test]
     fn missing_paths_existing_absent_ignored_and_internal() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(".gitignore"), "*.log\n!keep.log\n").unwrap();
+        std::fs::write(d.path().join(".gitignore"), "*.log\n!keep.log\ngen/\n").unwrap();
         std::fs::create_dir_all(d.path().join("p")).unwrap();
         std::fs::write(d.path().join("p/.gitignore"), "tmp/\n").unwrap();
         let v = view(d.path(), &["p/a.txt", "p/docs/x.md", ".gitignore"]);
@@ -179,6 +185,7 @@ mod tests {
                 "p/tmp/x",          // ignored by p/.gitignore
                 "p/.git/HEAD",      // internal
                 "p/node_modules/x", // never listed by the walk
+                "p/gen",            // ignored as a directory
             ]
             .map(String::from)
             .to_vec(),
