@@ -128,6 +128,12 @@ pub struct TaskReport {
     pub verdicts: Vec<Verdict>,
 }
 
+/// Most paths an [`Verdict::UndeclaredInputs`] names; the rest are counted in `more`.
+pub const MAX_NAMED_PATHS: usize = 50;
+
+/// Most log lines a failed sandboxed run's verdict carries.
+pub const LOG_TAIL_LINES: usize = 12;
+
 /// The outcome of a proof about one task (brief §2; the reference design's verdict table).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "kebab-case")]
@@ -148,12 +154,35 @@ pub enum Verdict {
         /// How.
         reason: String,
     },
-    /// With only its declared inputs present, the task tried to read these workspace paths.
+    /// With only its declared inputs present, the task touched these workspace paths: read,
+    /// stat or probed them (`dir/`: listed the directory, whose entries it does not all
+    /// declare).
     UndeclaredInputs {
-        /// Workspace-relative paths (empty when strace was not available).
+        /// Workspace-relative paths, sorted, at most [`MAX_NAMED_PATHS`] (empty when strace
+        /// was not available).
         paths: Vec<String>,
         /// Whether a tracer named the paths.
         traced: bool,
+        /// Paths found beyond `paths` (reported as "and N more").
+        #[serde(default)]
+        more: usize,
+        /// How the sandboxed run failed, when it did (`exit code 1`, `timed out`).
+        #[serde(default)]
+        failed: Option<String>,
+        /// The last lines of the sandboxed run's log, when it failed.
+        #[serde(default)]
+        log_tail: Vec<String>,
+    },
+    /// With only its declared inputs visible the task fails (or times out), and no
+    /// workspace path it needed could be named: never proven complete.
+    SandboxFailed {
+        /// How it failed (`exit code 1`, `timed out`).
+        reason: String,
+        /// Whether a tracer ran (without one, no path could have been named).
+        traced: bool,
+        /// The last lines of the sandboxed run's log.
+        #[serde(default)]
+        log_tail: Vec<String>,
     },
     /// With only its declared inputs present, it read nothing else in the workspace.
     ProvenComplete,
@@ -171,7 +200,10 @@ impl Verdict {
     pub fn fails(&self) -> bool {
         matches!(
             self,
-            Self::Nondeterministic(_) | Self::RerunFailed { .. } | Self::UndeclaredInputs { .. }
+            Self::Nondeterministic(_)
+                | Self::RerunFailed { .. }
+                | Self::UndeclaredInputs { .. }
+                | Self::SandboxFailed { .. }
         )
     }
 
@@ -183,6 +215,7 @@ impl Verdict {
             Self::AllowedNondeterministic(_) => "allowed-nondeterministic",
             Self::RerunFailed { .. } => "rerun-failed",
             Self::UndeclaredInputs { .. } => "undeclared-inputs",
+            Self::SandboxFailed { .. } => "sandbox-failed",
             Self::ProvenComplete => "proven-complete",
             Self::NoOutputs => "no-outputs",
             Self::NotVerified { .. } => "not-verified",

@@ -166,14 +166,33 @@ impl Finished {
 /// inputs proof is then not made (rather than failed).
 pub const TRACE_READ_FAILED: &str = "reading the trace failed";
 
-/// Lookups under the exec root that found nothing: candidates for undeclared inputs (the
-/// client keeps those that exist in the workspace).
+/// What a traced run touched in its exec root that the root could not show it: lookups
+/// that found nothing (`missing`) and directories it listed (`listed`). Candidates for
+/// undeclared inputs: the side holding the workspace decides which are (see
+/// `coordinator::run::undeclared`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadsReport {
     /// Whether strace ran (without it, only the failure itself is known).
     pub traced: bool,
-    /// Workspace-relative paths, sorted.
+    /// Workspace-relative paths that a lookup (open, stat, access, readlink, exec, chdir)
+    /// failed on with `ENOENT` or `EACCES`, sorted.
     pub missing: Vec<String>,
+    /// Directories whose entries the task read (`getdents`), with the entries they held in
+    /// the exec root after the run, sorted by directory.
+    #[serde(default)]
+    pub listed: Vec<Listing>,
+}
+
+/// A directory a traced task listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// Workspace-relative directory (`""`: the exec root itself).
+    pub dir: String,
+    /// The names it held in the exec root, sorted (bounded; see `complete`).
+    pub entries: Vec<String>,
+    /// Whether `entries` is every name (false: the directory was too large or unreadable).
+    #[serde(default)]
+    pub complete: bool,
 }
 
 /// Worker → coordinator.

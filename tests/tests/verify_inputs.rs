@@ -17,13 +17,16 @@ fn sneaky() -> String {
     task("sneaky", "mkdir -p out && cat src/secret.txt > out/sneaky.txt", &["out/sneaky.txt"])
 }
 
-/// Looks for a file that does not exist anywhere, then reads what it declares.
+/// Looks for a file that does not exist anywhere but is declared (its appearance would
+/// change the key), then reads what it declares. An undeclared probe is a finding
+/// (`verify_sound.rs`).
 fn probe() -> String {
     task(
         "probe",
         "mkdir -p out && (test -f maybe.txt || true) && cat src/a.txt > out/probe.txt",
         &["out/probe.txt"],
     )
+    .replace("inputs = [\"src/a.txt\"]", "inputs = [\"src/a.txt\", \"maybe.txt\"]")
 }
 
 #[test]

@@ -123,6 +123,18 @@ pub fn wrap(
         cfg.network = a.spec.network;
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
+        if cfg.uid.is_some() || cfg.hostname.is_some() {
+            // The perturbed user and hostname exist inside (`whoami`, resolving the host).
+            let user = a
+                .perturb
+                .as_ref()
+                .and_then(|x| x.env.iter().find(|(k, _)| k == "USER").map(|(_, v)| v.clone()))
+                .unwrap_or_else(|| "prova".to_owned());
+            match sandbox::identity_overlays(&ctx.work_dir.join("identity"), &cfg, &user) {
+                Ok(o) => cfg.overlays = o,
+                Err(e) => tracing::warn!("writing the sandbox's passwd and hosts failed: {e}"),
+            }
+        }
         argv = sandbox::bwrap_argv(&cfg, &argv);
         // The host's HOME and TMPDIR do not exist inside the sandbox; its /tmp is private.
         for (k, v) in [("HOME", "/tmp"), ("TMPDIR", "/tmp")] {

@@ -168,23 +168,23 @@ pub async fn run_assignment(
         report.reads = Some(match (&trace_file, &exec_root) {
             (Some(t), Some(p)) => {
                 let (t, r) = (t.clone(), p.root.path().to_owned());
-                let missing =
-                    tokio::task::spawn_blocking(move || crate::sandbox::undeclared_reads(&t, &r))
+                let reads =
+                    tokio::task::spawn_blocking(move || crate::sandbox::trace_reads(&t, &r))
                         .await
                         .map_err(|e| e.to_string())
                         .and_then(|r| r.map_err(|e| e.to_string()));
                 if let Some(f) = &trace_file {
                     let _ = std::fs::remove_file(f);
                 }
-                match missing {
-                    Ok(missing) => ReadsReport { traced: true, missing },
+                match reads {
+                    Ok(reads) => reads,
                     Err(e) => {
                         report.output_error = Some(format!("{TRACE_READ_FAILED}: {e}"));
-                        ReadsReport { traced: false, missing: Vec::new() }
+                        ReadsReport::default()
                     }
                 }
             }
-            _ => ReadsReport { traced: false, missing: Vec::new() },
+            _ => ReadsReport::default(),
         });
     }
     if report.exit.success() && a.collect_outputs {

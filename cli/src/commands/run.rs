@@ -84,6 +84,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         if options.verify.any() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
+            options.verify.workspace = Some(std::sync::Arc::new(prova_coordinator::run::undeclared::WorkspaceView {
+                root: ws.root.clone(),
+                files: prepared.files.clone(),
+                scopes: prepared.input_scopes.clone(),
+            }));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
             .with_input_scopes(prepared.input_scopes.clone());

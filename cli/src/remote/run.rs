@@ -217,13 +217,20 @@ pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet
 
 /// The coordinator names every lookup under the exec root that found nothing; an undeclared
 /// input is one that exists in this workspace. Paths that do not are dropped (a verdict left
-/// with none is `proven-complete`).
+/// with none is `proven-complete` — unless the sandboxed run failed: then `sandbox-failed`).
 pub fn filter_verdict(v: &mut prova_protocol::events::Verdict, files: &HashSet<String>) {
     use prova_protocol::events::Verdict;
-    if let Verdict::UndeclaredInputs { paths, traced: true } = v {
+    if let Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail } = v {
         paths.retain(|p| files.contains(p));
-        if paths.is_empty() {
-            *v = Verdict::ProvenComplete;
+        if paths.is_empty() && *more == 0 {
+            *v = match failed.take() {
+                Some(reason) => Verdict::SandboxFailed {
+                    reason,
+                    traced: true,
+                    log_tail: std::mem::take(log_tail),
+                },
+                None => Verdict::ProvenComplete,
+            };
         }
     }
 }

@@ -197,25 +197,58 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::RerunFailed { reason } => {
             format!("{} ({reason})\n", paint("31", "verify: the re-run FAILED"))
         }
-        Verdict::UndeclaredInputs { paths, traced: true } => {
+        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail } => {
             let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
             for p in paths {
                 s.push_str(&format!("  {p}\n"));
             }
+            if *more > 0 {
+                s.push_str(&format!("  and {more} more\n"));
+            }
+            if paths.iter().any(|p| p.ends_with('/')) {
+                s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
+            }
             s.push_str("  add them to the task's inputs\n");
+            push_failure(&mut s, failed.as_deref(), log_tail);
             s
         }
-        Verdict::UndeclaredInputs { traced: false, .. } => {
-            format!(
+        Verdict::UndeclaredInputs { traced: false, failed, log_tail, .. } => {
+            let mut s = format!(
                 "{}\n",
                 paint("31", "verify: an undeclared input was read, install strace for the paths")
-            )
+            );
+            push_failure(&mut s, failed.as_deref(), log_tail);
+            s
+        }
+        Verdict::SandboxFailed { reason, traced, log_tail } => {
+            let head = format!("verify: FAILS with only its declared inputs visible ({reason})");
+            let mut s = format!("{}\n", paint("31", &head));
+            s.push_str(if *traced {
+                "  no undeclared workspace path could be named: it may need a file outside the workspace, the network or the environment\n"
+            } else {
+                "  the trace could not be read, so no path can be named\n"
+            });
+            push_failure(&mut s, None, log_tail);
+            s
         }
         Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
         Verdict::NoOutputs => "verify: no outputs (nothing to replay but the log)\n".to_owned(),
         Verdict::NotVerified { .. } => return None,
     };
     Some(text)
+}
+
+/// How a sandboxed run failed and its log's last lines, under a verdict.
+fn push_failure(s: &mut String, failed: Option<&str>, log_tail: &[String]) {
+    if let Some(how) = failed {
+        s.push_str(&format!("  the sandboxed run failed ({how})\n"));
+    }
+    if !log_tail.is_empty() {
+        s.push_str("  last lines of its log:\n");
+        for l in log_tail {
+            s.push_str(&format!("  | {l}\n"));
+        }
+    }
 }
 
 fn xxhash(s: &str) -> u64 {

@@ -129,6 +129,7 @@ fn verify_section(s: &RunSummary, out: &mut String) {
         ("nondeterministic", "nondeterministic"),
         ("rerun-failed", "re-run failed"),
         ("undeclared-inputs", "undeclared inputs"),
+        ("sandbox-failed", "failed in the sandbox"),
         ("allowed-nondeterministic", "allowed nondeterministic"),
         ("no-outputs", "no outputs"),
         ("not-verified", "not verified"),
@@ -153,8 +154,23 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                     format!("changed: {}", all.join(", "))
                 }
                 prova_protocol::events::Verdict::RerunFailed { reason } => reason.clone(),
-                prova_protocol::events::Verdict::UndeclaredInputs { paths, traced: true } => {
-                    paths.join(", ")
+                prova_protocol::events::Verdict::UndeclaredInputs {
+                    paths,
+                    traced: true,
+                    more,
+                    ..
+                } => {
+                    let mut shown: Vec<&str> = paths.iter().map(String::as_str).collect();
+                    let hidden = more + shown.len().saturating_sub(5);
+                    shown.truncate(5);
+                    let mut s = shown.join(", ");
+                    if hidden > 0 {
+                        s.push_str(&format!(" and {hidden} more"));
+                    }
+                    s
+                }
+                prova_protocol::events::Verdict::SandboxFailed { reason, .. } => {
+                    format!("fails with only its declared inputs visible ({reason})")
                 }
                 prova_protocol::events::Verdict::UndeclaredInputs { traced: false, .. } => {
                     "an undeclared input was read, install strace for the paths".to_owned()

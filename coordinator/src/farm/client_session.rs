@@ -198,6 +198,7 @@ async fn start(
                 allow: options.verify_allow.iter().cloned().collect(),
                 // The client keeps the undeclared paths that exist in its workspace.
                 workspace_files: None,
+                workspace: None,
             },
         },
         weights,

@@ -131,6 +131,36 @@ impl InputScope {
         }
         Ok(None)
     }
+
+    /// Whether a file at `path` (workspace-relative; it need not exist) is represented in the
+    /// task's key: one of its inputs, task or workspace-wide, were it there, or an output of
+    /// the task or of a task upstream of it (represented by that task's key). What the inputs
+    /// proof asks of each path a task touched.
+    pub fn represents(&self, path: &str) -> bool {
+        let sh = &self.shared;
+        if sh.everyone.iter().any(|g| g.is_match(path)) || sh.outputs[self.task].is_match(path) {
+            return true;
+        }
+        let own = self.project.as_ref().is_some_and(|g| {
+            is_within(path, &self.dir)
+                && g.is_match(path)
+                && !self.nested.iter().any(|n| is_within(path, n))
+        }) || self.workspace.as_ref().is_some_and(|g| g.is_match(path));
+        if own {
+            return true;
+        }
+        let mut seen = HashSet::new();
+        let mut stack = sh.deps[self.task].clone();
+        while let Some(d) = stack.pop() {
+            if seen.insert(d) {
+                if sh.outputs[d].is_match(path) {
+                    return true;
+                }
+                stack.extend(sh.deps[d].iter().copied());
+            }
+        }
+        false
+    }
 }
 
 /// A bad glob, with the task it belongs to.

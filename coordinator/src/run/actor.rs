@@ -194,6 +194,7 @@ impl RunActor {
             let _ = c.layer.touch(std::mem::take(&mut self.hit_keys)).await;
         }
         self.proofs.drain().await;
+        self.release_all().await;
         let proofs_ok =
             self.reports.iter().flatten().all(|r| !r.verdicts.iter().any(Verdict::fails));
         let summary = RunSummary {
@@ -385,12 +386,8 @@ impl RunActor {
         verdicts.append(&mut report.verdicts);
         report.verdicts = verdicts;
         self.reports[node] = Some(report.clone());
-        let task = report.task.clone();
-        let verdicts = report.verdicts.clone();
-        let _ = self.events.send(RunEvent::TaskFinished(report)).await;
-        for verdict in verdicts {
-            let _ = self.events.send(RunEvent::Verdict { task: task.clone(), verdict }).await;
-        }
+        // Held while a determinism re-run is pending (`verify::announce_finished`).
+        self.announce_finished(node, report).await;
     }
 
     /// The id the next attempt will get.

@@ -9,11 +9,13 @@
 //! - `cached`: restoring hits and filing executions through the run's cache layer.
 //! - `verify`: the proofs (`--verify`): inputs from a traced exec-root execution,
 //!   determinism from a perturbed re-run elsewhere, every execution into the ledger.
+//! - [`undeclared`]: which paths a traced run touched are undeclared inputs.
 
 pub mod actor;
 mod cached;
 pub mod plan;
 pub mod types;
+pub mod undeclared;
 mod verify;
 
 use std::future::Future;

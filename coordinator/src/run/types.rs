@@ -37,6 +37,9 @@ pub struct VerifyOptions {
     /// The workspace's files: an undeclared read only counts when the path exists there.
     /// `None` on a coordinator (the client filters the paths it receives).
     pub workspace_files: Option<Arc<HashSet<String>>>,
+    /// The workspace the inputs proof judges traced runs against (local mode; on a farm
+    /// coordinator `None`, and `workspace_files` decides).
+    pub workspace: Option<Arc<super::undeclared::WorkspaceView>>,
 }
 
 impl VerifyOptions {

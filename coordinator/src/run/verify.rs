@@ -8,9 +8,13 @@
 use std::collections::VecDeque;
 
 use kameo::prelude::*;
-use prova_protocol::events::{CacheStatus, Divergence, RunEvent, TaskStatus, Verdict};
+use prova_protocol::events::{
+    CacheStatus, Divergence, LOG_TAIL_LINES, MAX_NAMED_PATHS, RunEvent, TaskReport, TaskStatus,
+    Verdict,
+};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
+use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Finished, Perturb, TRACE_READ_FAILED};
 use prova_protocol::{AttemptId, Digest, WorkerId};
@@ -19,6 +23,31 @@ use super::actor::{Purpose, RunActor};
 use super::plan::TaskKind;
 use crate::cache::Execution;
 use crate::layers::local::now_ms;
+
+/// Longest log line a verdict carries (longer ones are cut, marked `…`).
+const LOG_LINE_CHARS: usize = 400;
+
+/// The last [`LOG_TAIL_LINES`] non-empty lines of a log, each bounded.
+fn log_tail(log: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(log);
+    let mut lines: Vec<String> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(LOG_TAIL_LINES)
+        .map(|l| {
+            if l.chars().count() > LOG_LINE_CHARS {
+                let mut cut: String = l.chars().take(LOG_LINE_CHARS).collect();
+                cut.push('…');
+                cut
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    lines.reverse();
+    lines
+}
 
 /// How long the end of a run waits for its ledger writes.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -38,6 +67,12 @@ pub(super) struct Proofs {
     rerun_worker: Vec<Option<WorkerId>>,
     /// Verdicts concluded before the task's final report (the inputs proof).
     pending: Vec<Vec<Verdict>>,
+    /// Per task: proofs still to conclude after its final report (a queued or running
+    /// re-run, a comparison).
+    awaiting: Vec<usize>,
+    /// Per task: its `TaskFinished` event is held until `awaiting` reaches 0, so the event
+    /// carries every verdict (`--json` readers see one complete report).
+    held: Vec<bool>,
     queue: VecDeque<usize>,
     in_flight: Vec<(usize, AttemptId)>,
     max_in_flight: usize,
@@ -53,6 +88,8 @@ impl Proofs {
             primary: vec![None; n],
             rerun_worker: vec![None; n],
             pending: vec![Vec::new(); n],
+            awaiting: vec![0; n],
+            held: vec![false; n],
             queue: VecDeque::new(),
             in_flight: Vec::new(),
             max_in_flight: max_in_flight.max(1),
@@ -193,40 +230,85 @@ impl RunActor {
     }
 
     /// The inputs proof's verdict from a traced execution, held for the task's final report.
+    /// A run that failed with only its declared inputs visible is never proven complete: it
+    /// names the undeclared paths it touched, or says it fails there, with its log's tail.
     pub(super) async fn inputs_verdict(&mut self, node: usize, f: &Finished, status: TaskStatus) {
         if !(self.options.verify.inputs && self.cacheable(node)) {
             return;
         }
         let Some(reads) = &f.reads else { return };
+        let failed = match &f.exit {
+            ExitKind::Aborted => {
+                let reason = "the run was interrupted: nothing to prove".to_owned();
+                self.proofs.pending[node].push(Verdict::NotVerified { reason });
+                return;
+            }
+            ExitKind::SpawnFailed(_) => {
+                let reason = format!("the task did not run ({})", f.exit.describe());
+                self.proofs.pending[node].push(Verdict::NotVerified { reason });
+                return;
+            }
+            e if status == TaskStatus::Failed || !e.success() => Some(e.describe()),
+            _ => None,
+        };
+        let log_tail = if failed.is_some() { log_tail(&f.log) } else { Vec::new() };
         let verdict = if reads.traced {
-            let spec = &self.plan.tasks[node].spec;
-            let own = PathGlobs::new(&spec.project_dir, &spec.outputs)
-                .unwrap_or_else(|_| PathGlobs::empty());
-            let files = self.options.verify.workspace_files.clone();
-            let paths: Vec<String> = reads
-                .missing
-                .iter()
-                .filter(|p| !own.is_match(p))
-                .filter(|p| files.as_ref().is_none_or(|f| f.contains(*p)))
-                .cloned()
-                .collect();
-            if paths.is_empty() {
-                Verdict::ProvenComplete
-            } else {
-                Verdict::UndeclaredInputs { paths, traced: true }
+            let mut paths = self.undeclared_paths(node, reads);
+            let more = paths.len().saturating_sub(MAX_NAMED_PATHS);
+            paths.truncate(MAX_NAMED_PATHS);
+            match (paths.is_empty(), failed) {
+                (true, None) => Verdict::ProvenComplete,
+                (true, Some(reason)) => Verdict::SandboxFailed { reason, traced: true, log_tail },
+                (false, failed) => {
+                    Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail }
+                }
             }
         } else if let Some(e) = f.output_error.as_ref().filter(|e| e.starts_with(TRACE_READ_FAILED))
         {
-            // A tracer ran but its trace could not be read: not a finding about the task.
-            Verdict::NotVerified { reason: e.clone() }
-        } else if status == TaskStatus::Failed {
-            Verdict::UndeclaredInputs { paths: Vec::new(), traced: false }
+            // A tracer ran but its trace could not be read: no paths, but a failure is
+            // still a failure with only the declared inputs visible.
+            match failed {
+                Some(reason) => Verdict::SandboxFailed { reason, traced: false, log_tail },
+                None => Verdict::NotVerified { reason: e.clone() },
+            }
+        } else if let Some(reason) = failed {
+            Verdict::UndeclaredInputs {
+                paths: Vec::new(),
+                traced: false,
+                more: 0,
+                failed: Some(reason),
+                log_tail,
+            }
         } else {
             Verdict::NotVerified {
                 reason: "strace is not installed: reads of undeclared inputs cannot be named (install strace)".to_owned(),
             }
         };
         self.proofs.pending[node].push(verdict);
+    }
+
+    /// The undeclared inputs among a traced run's candidates: judged against the workspace
+    /// when this side has it ([`super::undeclared`]); otherwise (a farm coordinator) every
+    /// failed lookup outside the task's outputs, for the client to filter.
+    fn undeclared_paths(
+        &self,
+        node: usize,
+        reads: &prova_protocol::work::ReadsReport,
+    ) -> Vec<String> {
+        let spec = &self.plan.tasks[node].spec;
+        if let Some(view) = &self.options.verify.workspace {
+            return view.undeclared(&spec.id.to_string(), reads);
+        }
+        let own =
+            PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty());
+        let files = self.options.verify.workspace_files.clone();
+        reads
+            .missing
+            .iter()
+            .filter(|p| !own.is_match(p))
+            .filter(|p| files.as_ref().is_none_or(|f| f.contains(*p)))
+            .cloned()
+            .collect()
     }
 
     /// Why a task that executed cannot get a determinism proof.
@@ -267,6 +349,7 @@ impl RunActor {
         }
         self.proofs.queue.push_back(node);
         self.proofs.outstanding += 1;
+        self.proofs.awaiting[node] += 1;
         self.pump_reruns().await;
         None
     }
@@ -395,13 +478,55 @@ impl RunActor {
         }
     }
 
+    /// Announces a task's final report: now, or — while proofs about it are still running —
+    /// once the last of them concluded, so `TaskFinished` carries every verdict.
+    pub(super) async fn announce_finished(&mut self, node: usize, report: TaskReport) {
+        if self.proofs.awaiting[node] > 0 {
+            self.proofs.held[node] = true;
+            return;
+        }
+        self.send_finished(report).await;
+    }
+
+    async fn send_finished(&mut self, report: TaskReport) {
+        let task = report.task.clone();
+        let verdicts = report.verdicts.clone();
+        let _ = self.events.send(RunEvent::TaskFinished(report)).await;
+        for verdict in verdicts {
+            let _ = self.events.send(RunEvent::Verdict { task: task.clone(), verdict }).await;
+        }
+    }
+
+    /// Sends the held report of `node` if nothing about it is still to conclude.
+    async fn release(&mut self, node: usize) {
+        if self.proofs.awaiting[node] == 0
+            && std::mem::take(&mut self.proofs.held[node])
+            && let Some(r) = self.reports[node].clone()
+        {
+            self.send_finished(r).await;
+        }
+    }
+
+    /// Sends every report still held (the run ends, interrupted, with proofs unfinished).
+    pub(super) async fn release_all(&mut self) {
+        for node in 0..self.proofs.held.len() {
+            self.proofs.awaiting[node] = 0;
+            self.release(node).await;
+        }
+    }
+
     /// Adds a verdict to the task's report, announces it, and starts the next re-run.
     async fn conclude(&mut self, node: usize, verdict: Verdict) {
         let task = self.plan.tasks[node].id.clone();
         if let Some(r) = &mut self.reports[node] {
             r.verdicts.push(verdict.clone());
         }
-        let _ = self.events.send(RunEvent::Verdict { task, verdict }).await;
+        self.proofs.awaiting[node] = self.proofs.awaiting[node].saturating_sub(1);
+        if self.proofs.held[node] {
+            self.release(node).await;
+        } else {
+            let _ = self.events.send(RunEvent::Verdict { task, verdict }).await;
+        }
         self.proofs.outstanding = self.proofs.outstanding.saturating_sub(1);
         Box::pin(self.pump_reruns()).await;
     }
@@ -410,6 +535,10 @@ impl RunActor {
     pub(super) async fn cancel_reruns(&mut self) {
         let queued: Vec<usize> = self.proofs.queue.drain(..).collect();
         self.proofs.outstanding = self.proofs.outstanding.saturating_sub(queued.len());
+        for &node in &queued {
+            self.proofs.awaiting[node] = self.proofs.awaiting[node].saturating_sub(1);
+            self.release(node).await;
+        }
         for (_, attempt) in self.proofs.in_flight.clone() {
             let _ = self.work.cancel(attempt).await;
         }

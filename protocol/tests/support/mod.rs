@@ -24,7 +24,7 @@ use prova_protocol::wire::{
     TaskArtifact, Welcome, WorkerInfo, WorkerMsg, WorkerStatus,
 };
 use prova_protocol::work::{
-    Assignment, Finished, FromWorker, Outputs, Perturb, Placement, ReadsReport, ToWorker,
+    Assignment, Finished, FromWorker, Listing, Outputs, Perturb, Placement, ReadsReport, ToWorker,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -452,6 +452,7 @@ pub fn verdict_variant(v: &Verdict) -> &'static str {
         Verdict::AllowedNondeterministic(_) => "AllowedNondeterministic",
         Verdict::RerunFailed { .. } => "RerunFailed",
         Verdict::UndeclaredInputs { .. } => "UndeclaredInputs",
+        Verdict::SandboxFailed { .. } => "SandboxFailed",
         Verdict::ProvenComplete => "ProvenComplete",
         Verdict::NoOutputs => "NoOutputs",
         Verdict::NotVerified { .. } => "NotVerified",
@@ -465,6 +466,7 @@ pub const EVERY_VERDICT: &[&str] = &[
     "AllowedNondeterministic",
     "RerunFailed",
     "UndeclaredInputs",
+    "SandboxFailed",
     "ProvenComplete",
     "NoOutputs",
     "NotVerified",
@@ -504,7 +506,18 @@ pub fn verdicts() -> Vec<Verdict> {
         Verdict::Nondeterministic(divergence(false)),
         Verdict::AllowedNondeterministic(divergence(true)),
         Verdict::RerunFailed { reason: "exit code 1 on the re-run".into() },
-        Verdict::UndeclaredInputs { paths: vec!["apps/web/.env".into()], traced: true },
+        Verdict::UndeclaredInputs {
+            paths: vec!["apps/web/.env".into(), "apps/web/src/".into()],
+            traced: true,
+            more: 3,
+            failed: Some("exit code 1".into()),
+            log_tail: vec!["cat: .env: No such file or directory".into()],
+        },
+        Verdict::SandboxFailed {
+            reason: "timed out".into(),
+            traced: true,
+            log_tail: vec!["waiting for /opt/marker".into()],
+        },
         Verdict::ProvenComplete,
         Verdict::NoOutputs,
         Verdict::NotVerified { reason: "a cache hit: nothing ran".into() },
@@ -585,7 +598,15 @@ fn finished() -> Finished {
         }),
         missing_literals: vec!["apps/web/build/web.txt".into()],
         output_error: Some("apps/web/dist/socket: not a regular file".into()),
-        reads: Some(ReadsReport { traced: true, missing: vec!["apps/web/.env".into()] }),
+        reads: Some(ReadsReport {
+            traced: true,
+            missing: vec!["apps/web/.env".into()],
+            listed: vec![Listing {
+                dir: "apps/web/src".into(),
+                entries: vec!["main.ts".into()],
+                complete: true,
+            }],
+        }),
         isolation: "bwrap".into(),
     }
 }

@@ -73,6 +73,9 @@ pub struct SandboxConfig {
     /// installed outside `/usr`, e.g. `/opt/node`). Empty by default: every entry widens what
     /// an undeclared read can reach.
     pub extra_ro: Vec<PathBuf>,
+    /// Host files mounted read-only over paths inside (host file, path inside), e.g. the
+    /// [`identity_overlays`] of a sandbox with its own uid and hostname.
+    pub overlays: Vec<(PathBuf, PathBuf)>,
 }
 
 impl SandboxConfig {
@@ -88,6 +91,7 @@ impl SandboxConfig {
             uid: None,
             gid: None,
             extra_ro: Vec::new(),
+            overlays: Vec::new(),
         }
     }
 }
@@ -115,6 +119,14 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     }
     for p in &cfg.extra_ro {
         a.mount("--ro-bind-try", p);
+    }
+    // Files standing in for system ones (after them, so they win).
+    for (host, inside) in &cfg.overlays {
+        a.0.extend([
+            "--ro-bind".to_owned(),
+            host.to_string_lossy().into_owned(),
+            inside.to_string_lossy().into_owned(),
+        ]);
     }
     // A /proc for the new pid namespace (the host's processes stay invisible), a minimal
     // /dev (null, zero, random, tty…), and a private, empty /tmp that vanishes with the
@@ -148,6 +160,64 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     a.args(&["--"]);
     a.0.extend(inner.iter().cloned());
     a.0
+}
+
+/// For a sandbox with its own uid or hostname (a determinism re-run): `/etc/passwd` and
+/// `/etc/group` that also name the uid/gid (as `user`), and `/etc/hosts` and
+/// `/etc/hostname` that resolve the hostname, written under `dir` (named by content, so
+/// re-runs share them) → overlays for [`SandboxConfig::overlays`]. A correct task that asks
+/// `whoami` or resolves its hostname must not fail only because the re-run perturbed them.
+pub fn identity_overlays(
+    dir: &Path,
+    cfg: &SandboxConfig,
+    user: &str,
+) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let mut files: Vec<(&str, String)> = Vec::new();
+    if let Some(uid) = cfg.uid {
+        let gid = cfg.gid.unwrap_or(uid);
+        let mut passwd = read("/etc/passwd");
+        let has = |text: &str, id: u32| {
+            text.lines().any(|l| l.split(':').nth(2).is_some_and(|f| f == id.to_string()))
+        };
+        if !has(&passwd, uid) {
+            ensure_newline(&mut passwd);
+            passwd.push_str(&format!("{user}:x:{uid}:{gid}:prova re-run:/tmp:/bin/sh\n"));
+        }
+        let mut group = read("/etc/group");
+        if !has(&group, gid) {
+            ensure_newline(&mut group);
+            group.push_str(&format!("{user}:x:{gid}:\n"));
+        }
+        files.push(("/etc/passwd", passwd));
+        files.push(("/etc/group", group));
+    }
+    if let Some(h) = &cfg.hostname {
+        let mut hosts = format!("127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{h}\n");
+        hosts.push_str(&read("/etc/hosts"));
+        files.push(("/etc/hosts", hosts));
+        files.push(("/etc/hostname", format!("{h}\n")));
+    }
+    let mut out = Vec::new();
+    for (inside, text) in files {
+        let digest = prova_protocol::Digest::of(text.as_bytes()).to_hex();
+        let name = inside.trim_start_matches("/etc/");
+        let path = dir.join(format!("{name}-{}", &digest[..16]));
+        if !path.is_file() {
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(".{name}-{}-{}", &digest[..16], std::process::id()));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)?;
+        }
+        out.push((path, PathBuf::from(inside)));
+    }
+    Ok(out)
+}
+
+fn ensure_newline(s: &mut String) {
+    if !s.is_empty() && !s.ends_with('\n') {
+        s.push('\n');
+    }
 }
 
 struct Argv(Vec<String>);

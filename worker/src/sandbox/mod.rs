@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
-pub use bwrap::{SandboxConfig, bwrap_argv};
-pub use trace::{TraceError, strace_argv, undeclared_reads};
+pub use bwrap::{SandboxConfig, bwrap_argv, identity_overlays};
+pub use trace::{TraceError, strace_argv, trace_reads, undeclared_reads};
 
 /// How long a probe (`bwrap --version`, a trial sandbox, a trial trace) may take. Starting a
 /// sandbox takes milliseconds; this only trips on a host that hangs in namespace set-up.

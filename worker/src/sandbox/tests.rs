@@ -343,6 +343,34 @@ async fn strace_finds_nothing_for_a_complete_task() {
     assert!(std::fs::metadata(&trace).unwrap().len() > 0, "something was traced");
 }
 
+#[tokio::test]
+async fn strace_sees_every_way_a_path_is_touched() {
+    if !tracing_here() {
+        return;
+    }
+    let t = task();
+    let trace = t.tmp.path().join("trace.txt");
+    // A glob, `find`, `ls` of a directory outside the root, tests of missing paths, a
+    // readlink, an exec and a chdir that fail, an open through a directory fd (`find`).
+    let script = "cat *.txt > out/glob.txt; find . -name nothing; ls / >/dev/null; \
+                  test -f missing.txt; test -d nodir; readlink gone; ./nope.sh; cd sub; true";
+    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
+    let (exit, log) = run(argv, t.root.path()).await;
+    assert_eq!(exit, ExitKind::Code(0), "{log}");
+    let reads = trace_reads(&trace, t.root.path()).unwrap();
+    assert!(reads.traced);
+    for p in ["p/missing.txt", "p/nodir", "p/gone", "p/nope.sh", "p/sub"] {
+        assert!(reads.missing.iter().any(|m| m == p), "{p} not in {:?}", reads.missing);
+    }
+    let dirs: Vec<&str> = reads.listed.iter().map(|l| l.dir.as_str()).collect();
+    assert!(dirs.contains(&"p"), "{dirs:?}");
+    assert!(dirs.contains(&"p/out"), "find walks into out/: {dirs:?}");
+    let p = reads.listed.iter().find(|l| l.dir == "p").unwrap();
+    assert!(p.complete);
+    assert_eq!(p.entries, ["data.txt", "in.txt", "out"], "what the root holds");
+    assert!(dirs.iter().all(|d| !d.starts_with('/')), "outside the root: {dirs:?}");
+}
+
 #[test]
 fn detect_finds_bwrap_here() {
     if sandbox_here() {

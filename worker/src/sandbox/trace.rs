@@ -1,35 +1,45 @@
 //! Naming undeclared inputs: run the sandboxed task under `strace`, then read the trace back
-//! for path lookups inside the exec root that failed with `ENOENT` — the file is not in the
-//! root, so if the task wanted it, it is an input nobody declared.
+//! for every way the task touched its exec root that the root could not answer as the
+//! workspace would: lookups that failed (`ENOENT`, `EACCES`) — the path is not in the root,
+//! so if the task wanted it, or would act differently were it there, it is an input nobody
+//! declared — and directory listings (`getdents`), whose entry set the root shows only in
+//! part.
 //!
 //! strace runs outside bwrap and follows the task into its namespaces (`-f`). Options:
 //! - `-y` annotates every file descriptor with its path, including `AT_FDCWD</cwd>`: most
-//!   lookups are `*at` calls, so their base directory is right there in the line;
+//!   lookups are `*at` calls, so their base directory is right there in the line, and a
+//!   `getdents64(3</root/src>, …)` names the directory it lists;
 //! - `--pidns-translation` adds the host pid to the child pid a `clone` returns (the task
 //!   lives in its own pid namespace), so a child's working directory can be inherited from
 //!   its parent for the few non-`*at` calls with relative paths (`execve("./x")`);
-//! - `-e trace=%file,%process,fchdir`: every call that takes a path, plus process creation
-//!   and working-directory changes — nothing else is needed, and `--seccomp-bpf` keeps the
-//!   untraced calls from stopping at all;
+//! - `-e trace=%file,%process,fchdir,getdents,getdents64`: every call that takes a path,
+//!   process creation, working-directory changes and directory reads — nothing else is
+//!   needed, and `--seccomp-bpf` keeps the untraced calls from stopping at all;
 //! - `-qq -e signal=none`: no attach/exit/signal chatter.
 //!
-//! What counts: `open`/`openat`/`openat2` (except write-only or creating opens: a failed
-//! write is the task's own error, not a read), the `stat`/`access`/`readlink`/`xattr`
-//! families, `execve`/`execveat`, `chdir`, `open_tree`, `name_to_handle_at`. Relative paths
-//! are resolved against the call's directory fd, the process's tracked working directory
-//! (from `AT_FDCWD<…>`, `chdir`, `fchdir`, and its parent at fork), in that order; a lookup
-//! whose base cannot be known is skipped. `..` is resolved lexically.
+//! What counts as a lookup: `open`/`openat`/`openat2` of files and directories (except
+//! write-only or creating opens: a failed write is the task's own error, not a read), the
+//! `stat` family (`stat`, `lstat`, `newfstatat`, `fstatat64`, `statx`, …), `access`/
+//! `faccessat`/`faccessat2`, `readlink`/`readlinkat`, the `xattr` family, `execve`/
+//! `execveat`, `chdir`, `open_tree`, `name_to_handle_at`. Relative paths are resolved against
+//! the call's directory fd, the process's tracked working directory (from `AT_FDCWD<…>`,
+//! `chdir`, `fchdir`, and its parent at fork), in that order; a lookup whose base cannot be
+//! known is skipped. `..` is resolved lexically. Shell globs, `ls` and `find` show up as
+//! listings, `test -e`/`test -f` of a missing path as a failed `stat`.
 //!
-//! What the caller still decides: a lookup that fails is not always a read of a workspace
-//! file — tools probe (`node_modules` walks, `__pycache__`, a previous build's
-//! `.tsbuildinfo` in the output directory). Keep the paths that exist in the workspace and
-//! lie outside the task's own outputs; those are the undeclared inputs to report.
+//! What the caller still decides: a lookup that fails or a listing is not always a read of
+//! a workspace input — tools probe paths the task declares (absent today, an input when they
+//! appear), its own outputs, ignored files. [`trace_reads`] reports the candidates with what
+//! each listed directory held in the root; the side that has the workspace keeps the
+//! undeclared ones.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use prova_protocol::work::{Listing, ReadsReport};
 
 /// Largest trace file read: a big build's trace of path lookups stays well under this; past
 /// it the trace is refused rather than read into an unbounded parse.
@@ -40,7 +50,7 @@ pub const MAX_TRACE_BYTES: u64 = 256 << 20;
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// The calls traced: see the module docs.
-pub const TRACED: &str = "trace=%file,%process,fchdir";
+pub const TRACED: &str = "trace=%file,%process,fchdir,getdents,getdents64";
 
 /// A trace could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -95,10 +105,68 @@ pub fn strace_argv(out: &Path, inner: &[String]) -> Vec<String> {
     argv
 }
 
+/// Most failed lookups kept from one trace (a compiler probing include paths can try many;
+/// past this the report would outgrow a wire frame).
+pub const MAX_MISSING: usize = 20_000;
+
+/// Most directory listings kept from one trace.
+pub const MAX_LISTINGS: usize = 5_000;
+
+/// Most directory entries reported over all listings of one trace; a listing cut short is
+/// marked incomplete.
+pub const MAX_LISTED_ENTRIES: usize = 100_000;
+
 /// The workspace-relative paths (relative to `root`, the exec root) that the traced task
 /// looked up and did not find, sorted and de-duplicated. Lookups outside the root (system
 /// files) are ignored. See the module docs for what counts and what the caller filters.
 pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceError> {
+    Ok(analyse(trace, root)?.found.into_iter().collect())
+}
+
+/// Everything the trace of a task in exec root `root` says it touched that the root could
+/// not show it: failed lookups, and the directories it listed with what each holds in the
+/// root now (read after the run, while the root still exists).
+pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
+    let a = analyse(trace, root)?;
+    let mut budget = MAX_LISTED_ENTRIES;
+    let listed = a
+        .listed
+        .iter()
+        .take(MAX_LISTINGS)
+        .map(|rel| {
+            let dir = if rel.is_empty() { root.to_owned() } else { root.join(rel) };
+            let (entries, complete) = entries_of(&dir, &mut budget);
+            Listing { dir: rel.clone(), entries, complete }
+        })
+        .collect();
+    Ok(ReadsReport { traced: true, missing: a.found.into_iter().collect(), listed })
+}
+
+/// The names in `dir`, sorted, at most `budget` (which is spent); whether that is all.
+fn entries_of(dir: &Path, budget: &mut usize) -> (Vec<String>, bool) {
+    let Ok(rd) = fs::read_dir(dir) else { return (Vec::new(), false) };
+    let mut names = Vec::new();
+    let mut complete = true;
+    for e in rd {
+        let Ok(e) = e else {
+            complete = false;
+            continue;
+        };
+        if *budget == 0 {
+            complete = false;
+            break;
+        }
+        // A name that is not UTF-8 cannot be a workspace file (the file list skips those).
+        if let Some(n) = e.file_name().to_str() {
+            names.push(n.to_owned());
+            *budget -= 1;
+        }
+    }
+    names.sort_unstable();
+    (names, complete)
+}
+
+fn analyse(trace: &Path, root: &Path) -> Result<Analysis, TraceError> {
     let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
     let size = fs::metadata(trace).map_err(io_err)?.len();
     if size > MAX_TRACE_BYTES {
@@ -115,16 +183,17 @@ pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceE
             parents.insert(child, pid);
         }
     })?;
-    // Pass 2: follow working directories, collect failed lookups under the root.
+    // Pass 2: follow working directories, collect failed lookups and listings under the root.
     let mut a = Analysis {
         root: normalize(root.as_os_str().as_bytes()),
         parents,
         cwd: HashMap::new(),
         fork_cwd: HashMap::new(),
         found: BTreeSet::new(),
+        listed: BTreeSet::new(),
     };
     for_each_event(trace, |ev| a.event(ev))?;
-    Ok(a.found.into_iter().collect())
+    Ok(a)
 }
 
 /// One logical trace line, with `<unfinished ...>` and `<... resumed>` halves joined.
@@ -312,7 +381,10 @@ struct Analysis {
     cwd: HashMap<u32, Vec<u8>>,
     /// A parent's working directory when it last started a fork-like call.
     fork_cwd: HashMap<u32, Vec<u8>>,
+    /// Failed lookups under the root (at most [`MAX_MISSING`]).
     found: BTreeSet<String>,
+    /// Directories under the root (or the root, `""`) whose entries were read.
+    listed: BTreeSet<String>,
 }
 
 /// How far up the parent chain a working directory is looked for.
@@ -373,6 +445,19 @@ impl Analysis {
             }
             return;
         }
+        if matches!(call.name, "getdents" | "getdents64") {
+            if let Some(Some(dir)) = call.args.first().map(|a| fd_annotation(a).1) {
+                let dir = normalize(&dir);
+                let rel =
+                    if dir == self.root { Some(&b""[..]) } else { strip_root(&dir, &self.root) };
+                if let Some(rel) = rel
+                    && self.listed.len() < MAX_LISTINGS
+                {
+                    self.listed.insert(String::from_utf8_lossy(rel).into_owned());
+                }
+            }
+            return;
+        }
         let Some(l) = lookup(call.name) else { return };
         // The directory fd: `AT_FDCWD</cwd>` also tells us the working directory.
         let mut base: Option<Vec<u8>> = None;
@@ -404,13 +489,12 @@ impl Analysis {
             joined.extend_from_slice(&path);
             normalize(&joined)
         };
-        if call.name == "chdir" {
-            if ok {
-                self.cwd.insert(pid, resolved);
-            }
+        if call.name == "chdir" && ok {
+            self.cwd.insert(pid, resolved);
             return;
         }
-        if !call.ret.starts_with("-1 ENOENT") {
+        // Not found, or not allowed: either way the root could not show the task the path.
+        if !(call.ret.starts_with("-1 ENOENT") || call.ret.starts_with("-1 EACCES")) {
             return;
         }
         let writes = l
@@ -420,7 +504,9 @@ impl Analysis {
         if writes {
             return;
         }
-        if let Some(rel) = strip_root(&resolved, &self.root) {
+        if let Some(rel) = strip_root(&resolved, &self.root)
+            && self.found.len() < MAX_MISSING
+        {
             self.found.insert(String::from_utf8_lossy(rel).into_owned());
         }
     }
@@ -579,6 +665,50 @@ mod tests {
         );
         // A root given with a trailing slash or `.` is the same root.
         assert_eq!(undeclared_reads(f.path(), Path::new("/ws/./root/")).unwrap(), got);
+    }
+
+    #[test]
+    fn listings_and_refused_lookups_are_kept() {
+        let f = canned_file(
+            r#"7  openat(AT_FDCWD</r/p>, "src", O_RDONLY|O_NONBLOCK|O_CLOEXEC|O_DIRECTORY) = 3</r/p/src>
+7  getdents64(3</r/p/src>, 0x55d0 /* 3 entries */, 32768) = 80
+7  getdents64(3</r/p/src>, 0x55d0 /* 0 entries */, 32768) = 0
+7  getdents64(4</r>, 0x55d0 /* 2 entries */, 32768) = 48
+7  getdents64(5</etc>, 0x55d0 /* 9 entries */, 32768) = 480
+7  faccessat2(AT_FDCWD</r/p>, "locked.txt", R_OK, AT_EACCESS) = -1 EACCES (Permission denied)
+7  statx(3</r/p/src>, "gone.h", AT_STATX_SYNC_AS_STAT, STATX_ALL, 0x7ffc) = -1 ENOENT (No such file or directory)
+7  readlinkat(AT_FDCWD</r/p>, "link", 0x7ffc, 4096) = -1 EINVAL (Invalid argument)
+"#,
+        );
+        let a = analyse(f.path(), Path::new("/r")).unwrap();
+        assert_eq!(a.listed.into_iter().collect::<Vec<_>>(), ["", "p/src"]);
+        assert_eq!(a.found.into_iter().collect::<Vec<_>>(), ["p/locked.txt", "p/src/gone.h"]);
+        assert!(TRACED.contains("getdents64"), "{TRACED}");
+    }
+
+    #[test]
+    fn trace_reads_lists_what_the_root_holds_for_each_listed_directory() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("p/src/sub")).unwrap();
+        std::fs::write(root.path().join("p/src/b.txt"), "b").unwrap();
+        std::fs::write(root.path().join("p/src/a.txt"), "a").unwrap();
+        let r = root.path().display().to_string();
+        let f = canned_file(&format!(
+            "7  getdents64(3<{r}/p/src>, 0x1 /* 3 entries */, 32768) = 80\n\
+             7  getdents64(3<{r}/p/gone>, 0x1 /* 3 entries */, 32768) = 80\n"
+        ));
+        let reads = trace_reads(f.path(), root.path()).unwrap();
+        assert_eq!(
+            reads.listed,
+            [
+                Listing { dir: "p/gone".into(), entries: vec![], complete: false },
+                Listing {
+                    dir: "p/src".into(),
+                    entries: vec!["a.txt".into(), "b.txt".into(), "sub".into()],
+                    complete: true,
+                },
+            ]
+        );
     }
 
     #[test]

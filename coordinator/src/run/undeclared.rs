@@ -1,0 +1,224 @@
+//! Which of the paths a traced run touched are undeclared inputs (`--verify=inputs`, issue
+//! 11). The worker reports every failed lookup under the exec root and every directory the
+//! task listed, with what it held there ([`ReadsReport`]); only the side holding the
+//! workspace can tell which of those the task's key does not see:
+//!
+//! - a failed lookup of `p` is undeclared unless `p` is represented in the key
+//!   ([`InputScope::represents`]: an input were it there, or an output of the task or of a
+//!   task upstream) or is internal (`.git`, `.prova`). A `p` that is a workspace file, or a
+//!   workspace directory with files the key does not represent, is named; so is a `p` that
+//!   does not exist at all and is not ignored (`.gitignore`): the task acts on its absence,
+//!   and a file appearing there would not change the key;
+//! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
+//!   exec root did not (the listing the task saw was not the workspace's) and that the key
+//!   does not represent; it is named `d/`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ignore::Match;
+use ignore::gitignore::Gitignore;
+use prova_protocol::work::ReadsReport;
+
+use crate::inputs::files::Source;
+use crate::inputs::{FileList, InputScope};
+
+/// The workspace as the inputs proof judges a traced run against it.
+#[derive(Clone, Debug)]
+pub struct WorkspaceView {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// Its file list (the one the keys were computed from).
+    pub files: Arc<FileList>,
+    /// Each task's input rules, by task id.
+    pub scopes: Arc<HashMap<String, InputScope>>,
+}
+
+impl WorkspaceView {
+    /// The undeclared inputs among `reads` of `task`, sorted and de-duplicated.
+    pub fn undeclared(&self, task: &str, reads: &ReadsReport) -> Vec<String> {
+        let scope = self.scopes.get(task);
+        let represented = |p: &str| scope.is_some_and(|s| s.represents(p));
+        let mut ignores = Ignores::new(self);
+        let mut out = Vec::new();
+        for p in &reads.missing {
+            if is_internal(p) || represented(p) {
+                continue;
+            }
+            let exists = self.files.all().binary_search(p).is_ok();
+            let named = if exists {
+                true
+            } else {
+                let under = self.files.under(p);
+                if under.is_empty() {
+                    !ignores.ignored(p)
+                } else {
+                    under.iter().any(|f| !represented(f))
+                }
+            };
+            if named {
+                out.push(p.clone());
+            }
+        }
+        for l in &reads.listed {
+            if is_internal(&l.dir) {
+                continue;
+            }
+            let prefix = if l.dir.is_empty() { String::new() } else { format!("{}/", l.dir) };
+            let hidden = self.files.under(&l.dir).iter().any(|f| {
+                let rest = &f[prefix.len()..];
+                let name = rest.split('/').next().unwrap_or(rest);
+                l.entries.binary_search_by(|e| e.as_str().cmp(name)).is_err() && !represented(f)
+            });
+            if hidden {
+                out.push(if l.dir.is_empty() { "./".to_owned() } else { prefix });
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+fn is_internal(path: &str) -> bool {
+    path.split('/').any(|c| c == ".git" || c == ".prova")
+}
+
+/// `.gitignore` files along the paths asked about, read once each.
+struct Ignores<'a> {
+    view: &'a WorkspaceView,
+    /// Workspace-relative directory → its `.gitignore`, if it has one.
+    by_dir: HashMap<String, Option<Gitignore>>,
+}
+
+impl<'a> Ignores<'a> {
+    fn new(view: &'a WorkspaceView) -> Self {
+        Self { view, by_dir: HashMap::new() }
+    }
+
+    /// Whether `rel` (which need not exist) would be left out of the file list: below a
+    /// directory the listing skips, or ignored by the `.gitignore` files above it (deeper
+    /// ones decide; `!` re-includes), or by `.git/info/exclude`.
+    fn ignored(&mut self, rel: &str) -> bool {
+        let parts: Vec<&str> = rel.split('/').collect();
+        if self.view.files.source != Some(Source::Git) && parts.contains(&"node_modules") {
+            return true; // the walk never enters these
+        }
+        // An absent path could appear as a file or a directory: ignored as either counts
+        // (`gen/` ignores a missing `gen` that a glob `gen/*.sh` probed).
+        self.ignored_as(rel, &parts, false) || self.ignored_as(rel, &parts, true)
+    }
+
+    fn ignored_as(&mut self, rel: &str, parts: &[&str], is_dir: bool) -> bool {
+        let mut ignored = false;
+        if let Some(g) = self.load("\0exclude", ".git/info/exclude") {
+            ignored = matches!(g.matched_path_or_any_parents(rel, is_dir), Match::Ignore(_));
+        }
+        for depth in 0..parts.len() {
+            let dir = parts[..depth].join("/");
+            let file =
+                if dir.is_empty() { ".gitignore".to_owned() } else { format!("{dir}/.gitignore") };
+            let Some(g) = self.load(&dir, &file) else { continue };
+            match g.matched_path_or_any_parents(parts[depth..].join("/"), is_dir) {
+                Match::Ignore(_) => ignored = true,
+                Match::Whitelist(_) => ignored = false,
+                Match::None => {}
+            }
+        }
+        ignored
+    }
+
+    /// The ignore file at workspace-relative `file`, cached under `key`.
+    fn load(&mut self, key: &str, file: &str) -> Option<&Gitignore> {
+        let root = &self.view.root;
+        self.by_dir
+            .entry(key.to_owned())
+            .or_insert_with(|| {
+                let path = root.join(file);
+                if !path.is_file() {
+                    return None;
+                }
+                // Matched relative to the directory holding the file (the repository root
+                // for `info/exclude`); a malformed line is skipped, as git skips it.
+                let base =
+                    if key == "\0exclude" { root.clone() } else { path.parent()?.to_owned() };
+                let mut b = ignore::gitignore::GitignoreBuilder::new(base);
+                let _ = b.add(&path);
+                b.build().ok()
+            })
+            .as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prova_protocol::work::Listing;
+
+    use super::*;
+
+    fn view(root: &std::path::Path, files: &[&str]) -> WorkspaceView {
+        let mut list = FileList::from_paths(files.iter().map(|f| (*f).to_owned()).collect());
+        list.source = Some(Source::Walk);
+        WorkspaceView {
+            root: root.to_owned(),
+            files: Arc::new(list),
+            scopes: Arc::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn missing_paths_existing_absent_ignored_and_internal() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".gitignore"), "*.log\n!keep.log\ngen/\n").unwrap();
+        std::fs::create_dir_all(d.path().join("p")).unwrap();
+        std::fs::write(d.path().join("p/.gitignore"), "tmp/\n").unwrap();
+        let v = view(d.path(), &["p/a.txt", "p/docs/x.md", ".gitignore"]);
+        let reads = ReadsReport {
+            traced: true,
+            missing: [
+                "p/a.txt",          // a workspace file
+                "p/docs",           // a workspace directory
+                "p/config.local",   // nowhere: acting on its absence
+                "p/build.log",      // ignored by the root's .gitignore
+                "p/keep.log",       // re-included
+                "p/tmp/x",          // ignored by p/.gitignore
+                "p/.git/HEAD",      // internal
+                "p/node_modules/x", // never listed by the walk
+                "p/gen",            // ignored as a directory
+            ]
+            .map(String::from)
+            .to_vec(),
+            listed: Vec::new(),
+        };
+        assert_eq!(
+            v.undeclared("p#t", &reads),
+            ["p/a.txt", "p/config.local", "p/docs", "p/keep.log"]
+        );
+    }
+
+    #[test]
+    fn a_listing_is_undeclared_when_the_workspace_has_entries_the_root_lacked() {
+        let d = tempfile::tempdir().unwrap();
+        let v = view(d.path(), &["p/src/a.txt", "p/src/b.txt", "p/src/sub/c.txt", "top.txt"]);
+        let listing = |dir: &str, entries: &[&str]| Listing {
+            dir: dir.to_owned(),
+            entries: entries.iter().map(|e| (*e).to_owned()).collect(),
+            complete: true,
+        };
+        let reads = |listed| ReadsReport { traced: true, missing: Vec::new(), listed };
+        assert_eq!(v.undeclared("p#t", &reads(vec![listing("p/src", &["a.txt"])])), ["p/src/"]);
+        assert_eq!(
+            v.undeclared("p#t", &reads(vec![listing("p/src", &["a.txt", "b.txt"])])),
+            ["p/src/"],
+            "sub/ is missing"
+        );
+        assert!(
+            v.undeclared("p#t", &reads(vec![listing("p/src", &["a.txt", "b.txt", "new", "sub"])]))
+                .is_empty(),
+            "an extra entry (an output) hides nothing"
+        );
+        assert_eq!(v.undeclared("p#t", &reads(vec![listing("", &["p"])])), ["./"]);
+        assert!(v.undeclared("p#t", &reads(vec![listing("q", &[])])).is_empty());
+    }
+}
