@@ -109,16 +109,25 @@ pub async fn run(
     Ok(summary)
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
+/// Resolves on the first SIGINT or SIGTERM after the call.
 pub async fn wait_for_signal() {
+    signal_listener().await;
+}
+
+/// A future that resolves on the first SIGINT or SIGTERM delivered after this call returns.
+/// The handlers are registered here, not when the future is first polled: a signal that
+/// arrives between the two would otherwise be lost (tokio's listeners only see deliveries
+/// after they exist), and a second Ctrl-C sent right after an `Interrupt` went out was.
+pub fn signal_listener() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    let streams = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
+    async move {
+        let (Ok(mut int), Ok(mut term)) = streams else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }

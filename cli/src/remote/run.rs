@@ -136,13 +136,14 @@ pub async fn submit(
     events: mpsc::Sender<RunEvent>,
     files: &HashSet<String>,
 ) -> anyhow::Result<RemoteOutcome> {
+    // Listening from before the run exists: a Ctrl-C while it is submitted is not lost.
+    let mut interrupt = Box::pin(crate::local::signal_listener());
     frame::write_msg(&mut s.send, &ClientMsg::Begin { options, tasks: tasks.len() as u32 }).await?;
     for chunk in tasks.chunks(TASK_CHUNK) {
         frame::write_msg(&mut s.send, &ClientMsg::Tasks(chunk.to_vec())).await?;
     }
     frame::write_msg(&mut s.send, &ClientMsg::Go).await?;
     let mut artifacts = Vec::new();
-    let mut interrupt = Box::pin(crate::local::wait_for_signal());
     let mut interrupted = false;
     let mut give_up: Pin<Box<dyn Future<Output = String> + Send>> =
         Box::pin(std::future::pending());
@@ -150,13 +151,16 @@ pub async fn submit(
         let reply = tokio::select! {
             () = &mut interrupt, if !interrupted => {
                 interrupted = true;
-                give_up = Box::pin(async {
+                // Listening before the `Interrupt` goes out: a second Ctrl-C right after it
+                // must not be missed.
+                let again = crate::local::signal_listener();
+                give_up = Box::pin(async move {
                     tokio::select! {
                         () = tokio::time::sleep(INTERRUPT_GRACE) => format!(
                             "the coordinator did not end the run within {} s",
                             INTERRUPT_GRACE.as_secs()
                         ),
-                        () = crate::local::wait_for_signal() => "interrupted again".to_owned(),
+                        () = again => "interrupted again".to_owned(),
                     }
                 });
                 // A coordinator that stopped reading must not hold this write either.
