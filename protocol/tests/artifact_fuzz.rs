@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used)] // the test's own fixtures: a failure there is a broken test
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
@@ -22,26 +24,10 @@ use std::path::{Component, Path, PathBuf};
 use prova_protocol::artifact::{UnpackLimits, collect_outputs, pack, unpack};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::EntryKind;
+use support::XorShift;
 
 /// Mutations per seed archive and kind: bounded so the suite stays well under a minute.
 const CASES: u64 = 1500;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// A project `app` with outputs under `app/dist`: files of several sizes (one past a tar
 /// block, one with a long name), a nested directory, an executable, and symlinks inside.
@@ -66,7 +52,7 @@ fn seed_tree(root: &Path) -> Vec<u8> {
     out
 }
 
-fn mutate(rng: &mut Rng, bytes: &[u8]) -> Vec<u8> {
+fn mutate(rng: &mut XorShift, bytes: &[u8]) -> Vec<u8> {
     let mut b = bytes.to_vec();
     match rng.below(6) {
         // Flip a few bits.
@@ -217,7 +203,7 @@ fn fuzz(seed: u64, tar_level: bool) {
     limits.max_entries = 64;
     assert!(run_case(scratch.path(), &archive, &limits, "the seed"), "the seed must unpack");
     let tar = decompress(&archive);
-    let mut rng = Rng(seed);
+    let mut rng = XorShift::new(seed);
     let mut accepted = 0u64;
     for i in 0..CASES {
         let (bytes, case) = if tar_level {

@@ -1,6 +1,6 @@
 //! The farm's wire messages as test data: one representative value per message variant (the
 //! golden fixtures of `tests/golden/`), and helpers to encode and decode them as the type they
-//! belong to. Shared by `golden.rs` and `wire_robustness.rs`.
+//! belong to. Shared by `golden.rs`, `wire_robustness.rs` and `artifact_fuzz.rs` (its PRNG).
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
