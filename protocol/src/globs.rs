@@ -126,17 +126,20 @@ impl PathGlobs {
     /// Whether the workspace-relative `path` is selected.
     pub fn is_match(&self, path: &str) -> bool {
         let c = &self.compiled;
-        let rel = if self.base.is_empty() {
+        let rel = self.project_relative(path);
+        self.includes_match(path)
+            && !(rel.is_some_and(|r| c.exclude_proj.is_match(r)) || c.exclude_ws.is_match(path))
+    }
+
+    /// `path` relative to the project directory, `None` when it lies outside it.
+    fn project_relative<'p>(&self, path: &'p str) -> Option<&'p str> {
+        if self.base.is_empty() {
             Some(path)
         } else if path == self.base {
             Some("")
         } else {
             path.strip_prefix(self.base.as_str()).and_then(|r| r.strip_prefix('/'))
-        };
-        let included =
-            rel.is_some_and(|r| c.include_proj.is_match(r)) || c.include_ws.is_match(path);
-        included
-            && !(rel.is_some_and(|r| c.exclude_proj.is_match(r)) || c.exclude_ws.is_match(path))
+        }
     }
 
     /// Whether no include pattern was given.
@@ -164,13 +167,7 @@ impl PathGlobs {
     /// what a pattern could reach on its own (an exclusion never makes an include safe).
     pub fn includes_match(&self, path: &str) -> bool {
         let c = &self.compiled;
-        let rel = if self.base.is_empty() {
-            Some(path)
-        } else if path == self.base {
-            Some("")
-        } else {
-            path.strip_prefix(self.base.as_str()).and_then(|r| r.strip_prefix('/'))
-        };
+        let rel = self.project_relative(path);
         rel.is_some_and(|r| c.include_proj.is_match(r)) || c.include_ws.is_match(path)
     }
 }

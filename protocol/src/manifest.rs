@@ -39,6 +39,19 @@ pub struct ManifestEntry {
 }
 
 impl ManifestEntry {
+    /// A directory entry at `path` with `mode` (directories carry no digest, size or mtime).
+    pub fn dir(path: impl Into<String>, mode: u32) -> Self {
+        Self {
+            path: path.into(),
+            kind: EntryKind::Dir,
+            mode,
+            size: 0,
+            digest: None,
+            mtime_ns: 0,
+            link_target: None,
+        }
+    }
+
     /// Whether the owner-execute bit is set (the only mode bit the fingerprint sees).
     pub fn executable(&self) -> bool {
         self.mode & 0o100 != 0

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use prova_protocol::artifact::{collect_outputs, pack};
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
+use prova_protocol::manifest::{ManifestEntry, OutputManifest};
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::transport::{self, Bundle, endpoint, frame};
 use prova_protocol::wire::{
@@ -260,15 +260,7 @@ fn forge(
         let d = sub(d);
         let abs = tree.join(&d);
         std::fs::create_dir_all(&abs).map_err(|e| err(&abs, e))?;
-        packed.entries.push(ManifestEntry {
-            path: d,
-            kind: EntryKind::Dir,
-            mode: 0o755,
-            size: 0,
-            digest: None,
-            mtime_ns: 0,
-            link_target: None,
-        });
+        packed.entries.push(ManifestEntry::dir(d, 0o755));
     }
     let packed = OutputManifest::new(packed.entries);
     let out_path = dir.path().join("artifact.tar.zst");

@@ -16,7 +16,7 @@ use prova_coordinator::cache::{NewEntry, Store, TRUSTED};
 use prova_protocol::Digest;
 use prova_protocol::artifact::{collect_outputs, pack};
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
+use prova_protocol::manifest::{ManifestEntry, OutputManifest};
 use prova_tests::cluster::Cluster;
 use prova_tests::liar::{Forgery, LyingWorker};
 use prova_tests::verify::{task, workspace};
@@ -191,6 +191,11 @@ fn key_of(ws: &TempWorkspace, task: &str) -> Digest {
 fn forge_row(ws: &TempWorkspace, task: &str, bytes: &[u8], manifest: &OutputManifest) {
     let key = key_of(ws, task);
     let mut store = Store::open(&ws.path(".prova/cache")).expect("test setup");
+    replace_row(&mut store, key, bytes, manifest);
+}
+
+/// Points the trusted entry of `key` in `store` at `bytes` with `manifest`, keeping the rest.
+fn replace_row(store: &mut Store, key: Digest, bytes: &[u8], manifest: &OutputManifest) {
     let e = store.get_entry(TRUSTED, &key).expect("test setup").expect("the entry");
     let digest = store.put_blob_bytes(bytes).expect("test setup");
     store
@@ -222,15 +227,7 @@ fn a_forged_local_row_is_refused_and_writes_nothing() {
         (&'static str, Vec<(&'static str, &'static [u8], u32)>, Vec<(&'static str, &'static str)>);
     let dir_case = {
         let mut m = archive(&[("libs/a/dist/out.txt", b"forged\n", 0o644)], &[]).1;
-        m.entries.push(ManifestEntry {
-            path: ".git/hooks/evil".to_owned(),
-            kind: EntryKind::Dir,
-            mode: 0o755,
-            size: 0,
-            digest: None,
-            mtime_ns: 0,
-            link_target: None,
-        });
+        m.entries.push(ManifestEntry::dir(".git/hooks/evil", 0o755));
         OutputManifest::new(m.entries)
     };
     let cases: Vec<Case> = vec![
@@ -502,22 +499,7 @@ fn a_forged_row_in_the_farm_index_is_refused_and_the_task_runs_again() {
             .query_row("SELECT key FROM entries WHERE task = 'a#build'", [], |r| r.get(0))
             .expect("the farm entry of a#build");
         let key = Digest(key.try_into().expect("a 32-byte key"));
-        let e = store.get_entry(TRUSTED, &key).expect("reading").expect("a trusted entry");
-        let digest = store.put_blob_bytes(&bytes).expect("filing the blob");
-        store
-            .put_entry(&NewEntry {
-                namespace: TRUSTED.to_owned(),
-                key,
-                task: e.task,
-                artifact: Some((digest, bytes.len() as u64)),
-                log: e.log,
-                manifest: rmp_encode(&manifest),
-                components: e.components,
-                fingerprint: Some(manifest.fingerprint()),
-                duration_ms: e.duration_ms,
-                created_ms: e.created_ms,
-            })
-            .expect("filing the forged row");
+        replace_row(&mut store, key, &bytes, &manifest);
     }
     let fresh = two_projects();
     let out = farm.run(&fresh, ["build", "--all", "--json"]);

@@ -146,19 +146,7 @@ fn digest_chunk(
         };
         out.hashed += 1;
         out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest, stamp });
-        out.updates.push((
-            rel.to_owned(),
-            MemoRow {
-                dev: stamp.dev,
-                ino: stamp.ino,
-                size: stamp.size,
-                mtime_ns: stamp.mtime_ns,
-                ctime_ns: stamp.ctime_ns,
-                mode: stamp.mode,
-                digest,
-                recorded_ns: now_ns,
-            },
-        ));
+        out.updates.push((rel.to_owned(), memo_row(&stamp, digest, now_ns)));
     }
     out
 }
