@@ -58,6 +58,30 @@ command = "printf '%s\n' \"n=$#\" \"$@\" > prep.args"
     assert_eq!(ws.read("lib/prep.args"), "n=0\n");
 }
 
+#[test]
+fn forwarded_args_are_appended_to_a_string_command() {
+    // `command = "eslint ."` with `-- --fix` runs `eslint . --fix` (npm and turbo semantics):
+    // the README's example. Arguments stay whole words and are never run as shell code.
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"app\"]\n\n[tasks.lint]\ncommand = \"./lint.sh .\"\n",
+        )
+        .file("app/lint.sh", "#!/bin/sh\nprintf '%s\\n' \"n=$#\" \"$@\" > lint.args\n")
+        .dir("app");
+    std::fs::set_permissions(
+        ws.path("app/lint.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    ws.prova(["run", "lint", "--", "--fix", "two words", "$(touch pwned)"]).run().assert_code(0);
+    assert_eq!(ws.read("app/lint.args"), "n=4\n.\n--fix\ntwo words\n$(touch pwned)\n");
+    assert!(!ws.path("app/pwned").exists(), "an argument ran as shell code");
+    // Without arguments the command is as written.
+    ws.prova(["run", "lint"]).run().assert_code(0);
+    assert_eq!(ws.read("app/lint.args"), "n=1\n.\n");
+}
+
 fn flaky(retries: u32) -> TempWorkspace {
     // Fails on its first attempt, succeeds on the second: the counter file outlives attempts.
     let config = format!(

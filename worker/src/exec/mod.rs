@@ -206,13 +206,50 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// `sh -c <cmd> sh <args...>`: the shell form of a command, with forwarded arguments as the
-/// shell's `"$@"` (the second `sh` is `$0`).
+/// `sh -c <cmd> sh <args...>`: the shell form of a command with forwarded arguments.
+///
+/// A command that refers to its positional parameters (`$@`, `$*`, `$1`…`$9`, `${…}` forms)
+/// gets them as the shell's `"$@"` (the second `sh` is `$0`). Any other command gets them
+/// appended, shell-quoted, to its text — as `npm run` and `turbo` do — so
+/// `prova run lint -- --fix` runs `eslint . --fix` for `command = "eslint ."`.
 pub fn shell_argv(cmd: &str, args: &[String]) -> Vec<String> {
     let mut argv = Vec::with_capacity(4 + args.len());
-    argv.extend(["sh", "-c", cmd, "sh"].map(str::to_owned));
-    argv.extend(args.iter().cloned());
+    if args.is_empty() || uses_positional(cmd) {
+        argv.extend(["sh", "-c", cmd, "sh"].map(str::to_owned));
+        argv.extend(args.iter().cloned());
+    } else {
+        let mut line = cmd.to_owned();
+        for a in args {
+            line.push(' ');
+            line.push_str(&shell_quote(a));
+        }
+        argv.extend(["sh".to_owned(), "-c".to_owned(), line, "sh".to_owned()]);
+    }
     argv
+}
+
+/// Whether a shell command text reads its positional parameters.
+fn uses_positional(cmd: &str) -> bool {
+    let b = cmd.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c == b'$'
+            && match b.get(i + 1) {
+                Some(b'@' | b'*' | b'1'..=b'9' | b'#') => true,
+                Some(b'{') => matches!(b.get(i + 2), Some(b'@' | b'*' | b'1'..=b'9' | b'#')),
+                _ => false,
+            }
+    })
+}
+
+/// `word` quoted for `sh`: as is when it holds only characters no shell treats specially,
+/// otherwise in single quotes (a `'` inside written `'\''`).
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_=/.,:@%+".contains(&c));
+    if plain {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 /// An argv command with forwarded arguments appended.

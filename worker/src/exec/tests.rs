@@ -159,6 +159,25 @@ async fn umask_is_applied_in_the_child() {
 }
 
 #[tokio::test]
+async fn forwarded_args_are_appended_to_a_command_without_positionals() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = ["a b", "--fix", "it's", "$(touch pwned)", "*", ""];
+    let req = sh("printf '%s|'", &hostile, dir.path());
+    assert_eq!(text(&run_quiet(req).await.log), "a b|--fix|it's|$(touch pwned)|*||");
+    assert!(!dir.path().join("pwned").exists(), "an argument was run as shell code");
+}
+
+#[test]
+fn positional_parameters_are_recognised() {
+    for cmd in ["x \"$@\"", "x $*", "x $1", "x ${1}", "x ${@:-}", "echo $#"] {
+        assert_eq!(shell_argv(cmd, &["a".to_owned()]).len(), 5, "{cmd}");
+    }
+    for cmd in ["x $HOME", "x $$", "x ${HOME}", "x $0", "eslint ."] {
+        assert_eq!(shell_argv(cmd, &["a".to_owned()]).len(), 4, "{cmd}");
+    }
+}
+
+#[tokio::test]
 async fn forwarded_args_reach_the_shell() {
     let dir = tempfile::tempdir().unwrap();
     let req = sh("printf '%s|' \"$@\"", &["a b", "--fix"], dir.path());
@@ -548,7 +567,9 @@ async fn rusage_reports_cpu_and_peak_rss() {
 #[test]
 fn argv_helpers() {
     let args = vec!["--fix".to_owned()];
-    assert_eq!(shell_argv("eslint .", &args), ["sh", "-c", "eslint .", "sh", "--fix"]);
+    assert_eq!(shell_argv("eslint .", &args), ["sh", "-c", "eslint . --fix", "sh"]);
+    assert_eq!(shell_argv("eslint \"$@\"", &args), ["sh", "-c", "eslint \"$@\"", "sh", "--fix"]);
+    assert_eq!(shell_argv("eslint .", &[]), ["sh", "-c", "eslint .", "sh"]);
     let argv = vec!["cargo".to_owned(), "test".to_owned()];
     assert_eq!(argv_with_args(&argv, &args), ["cargo", "test", "--fix"]);
     let cmd = CommandLine::Argv(argv);
