@@ -84,6 +84,34 @@ fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
     assert!(text.ends_with("the next run is a hit\n"), "{text}");
 }
 
+#[test]
+fn why_and_show_answer_for_the_current_key_after_a_revert() {
+    // A → B → A: the task's newest entry is B's, but the current key (A's) has an entry, and
+    // the run hits it. `why` and `show` must say so, not diff against B.
+    let ws = ws();
+    run(&ws);
+    let a_key = show_json(&ws).key().to_owned();
+    ws.write("app/src/a.txt", "alpha, edited\n");
+    run(&ws);
+    ws.write("app/src/a.txt", "alpha\n");
+
+    let (text, json) = why(&ws, "one");
+    assert!(text.ends_with("the next run is a hit\n"), "{text}");
+    assert!(!text.contains("changed"), "{text}");
+    assert_eq!(json["changes"], serde_json::json!([]));
+    assert_eq!(json["key"], json["entry_key"], "the entry named is the current key's");
+    let shown = show_json(&ws);
+    assert_eq!(shown.key(), a_key);
+    assert!(shown.cached(), "show says (not in the cache) for a key that hits");
+    let text = ws.prova(["show", "app#build"]).env("MODE", "one").run();
+    assert!(text.stdout.contains("(in the cache)"), "{}", text.stdout);
+
+    // And the run agrees: a hit.
+    let out = ws.prova(["run", "build", "--all", "--json"]).env("MODE", "one").run();
+    out.assert_code(0);
+    assert!(out.stdout.contains("\"hit\""), "{}", out.stdout);
+}
+
 fn show_json(ws: &TempWorkspace) -> Shown {
     Shown::of(ws.prova(["show", "app#build", "--json"]).env("MODE", "one"))
 }

@@ -1,4 +1,6 @@
-//! `prova why TASK` and `prova show TASK`: the task's current key against its newest entry.
+//! `prova why TASK` and `prova show TASK`: the task's current key against the cache. When the
+//! current key has an entry the answer is "a hit" (a revert hits the older entry); only
+//! otherwise is the key diffed against the task's newest entry.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -18,7 +20,13 @@ use crate::exit::Code;
 struct Inspected {
     prepared: Prepared,
     node: usize,
+    /// The entry of the current key, else the task's newest entry.
     entry: Option<prova_coordinator::cache::Entry>,
+    /// `entry` is the current key's: the next run is a hit.
+    current: bool,
+    /// The current key's entry is not the task's newest (its inputs went back to an older
+    /// state).
+    older: bool,
 }
 
 fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
@@ -43,21 +51,37 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         let prepared = prepare(&ws, &g, &[], &env, &cache).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
         let task = id.to_string();
-        let entry = cache.call(move |s| s.latest_for_task(TRUSTED, &task)).await??;
-        Ok(Inspected { prepared, node, entry })
+        let key = prepared.key(node);
+        let (entry, current, older) = cache
+            .call(move |s| {
+                let newest = s.latest_for_task(TRUSTED, &task)?;
+                if let Some(e) = s.get_entries(TRUSTED, &[key])?.remove(&key) {
+                    let older = newest.is_some_and(|n| n.key != key);
+                    return Ok::<_, prova_coordinator::cache::CacheError>((Some(e), true, older));
+                }
+                Ok((newest, false, false))
+            })
+            .await??;
+        Ok(Inspected { prepared, node, entry, current, older })
     })
 }
 
-/// `prova why`: what moved since the newest entry.
+/// `prova why`: a hit when the current key has an entry; otherwise what moved since the
+/// task's newest entry.
 pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let i = inspect(start, &args)?;
     let now = &i.prepared.keys.components[i.node];
     let key = i.prepared.key(i.node);
     let (verdict, changes): (&str, Vec<String>) = match &i.entry {
         None => ("no cache entry yet: the next run executes it", Vec::new()),
-        Some(e) if e.key == key => {
+        Some(_) if i.current && !i.older => {
             ("unchanged since its newest entry: the next run is a hit", Vec::new())
         }
+        Some(_) if i.current => (
+            "its current key has an older entry in the local cache (its inputs went back to an \
+             earlier state): the next run is a hit",
+            Vec::new(),
+        ),
         Some(e) => match rmp_decode(&e.components) {
             Some(old) => ("changed since its newest entry", now.diff(&old)),
             None => {
@@ -84,7 +108,7 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let i = inspect(start, &args)?;
     let c = &i.prepared.keys.components[i.node];
     let key = i.prepared.key(i.node);
-    let cached = i.entry.as_ref().is_some_and(|e| e.key == key);
+    let cached = i.current;
     if args.json {
         let v =
             serde_json::json!({ "task": args.task, "key": key, "cached": cached, "components": c });
