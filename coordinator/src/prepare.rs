@@ -50,6 +50,8 @@ pub struct Prepared {
     pub keys: PlanKeys,
     /// Tasks whose declared inputs match nothing.
     pub matched_nothing: Vec<TaskId>,
+    /// `fingerprint` patterns that match no file, with where each was written.
+    pub fingerprint_unmatched: Vec<(String, String)>,
     /// Recorded durations by task id (ms), for critical-path weights.
     pub durations: HashMap<String, u64>,
     /// Key pass counters.
@@ -179,6 +181,7 @@ pub async fn prepare(
         plan,
         keys: plan_keys,
         matched_nothing: sets.matched_nothing,
+        fingerprint_unmatched: sets.fingerprint_unmatched,
         durations,
         stats,
         files: std::sync::Arc::new(files),

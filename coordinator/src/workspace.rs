@@ -54,6 +54,8 @@ pub struct WorkspaceSettings {
     pub projects: Vec<String>,
     /// Workspace files folded into every key.
     pub fingerprint: Vec<String>,
+    /// Where each `fingerprint` pattern was written (`prova.toml:3:16`), in the same order.
+    pub fingerprint_at: Vec<String>,
     /// Workspace files every task reads.
     pub inputs: Vec<String>,
 }

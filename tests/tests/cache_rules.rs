@@ -418,3 +418,93 @@ fn every_demo_task_is_saved_then_hit() {
         }
     }
 }
+
+/// A workspace whose `[workspace]` declares a fingerprint file and a `//` input, and whose
+/// build may rewrite one of them while it runs (an install inside a build).
+fn ws_workspace_inputs(body: &str) -> TempWorkspace {
+    let config = format!(
+        r#"[workspace]
+projects = ["app"]
+fingerprint = ["lock.txt"]
+inputs = ["//tools/**"]
+
+[tasks.build]
+command = '''
+echo run >> ../runs.log
+mkdir -p dist && cat src/a.txt ../lock.txt ../tools/gen.txt > dist/out.txt
+{body}
+'''
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#
+    );
+    TempWorkspace::new()
+        .file("prova.toml", &config)
+        .file("app/src/a.txt", "source\n")
+        .file("lock.txt", "v1\n")
+        .file("tools/gen.txt", "gen 1\n")
+}
+
+#[test]
+fn a_workspace_input_rewritten_while_a_task_runs_withholds_its_entry() {
+    // The fingerprint file, and a `//` workspace input, each rewritten by the running task
+    // (as `npm install` inside a build rewrites the lockfile): an entry under the key-time
+    // digest would serve outputs built from the old lockfile once it is back.
+    for (file, rewrite) in
+        [("lock.txt", "echo v2 > ../lock.txt"), ("tools/gen.txt", "echo gen 2 > ../tools/gen.txt")]
+    {
+        let ws = ws_workspace_inputs(&format!("[ -f ../once ] || {{ touch ../once; {rewrite}; }}"));
+        let out = run(&ws, &[]);
+        out.assert_code(0);
+        assert_eq!(
+            out.not_saved_reason("app#build"),
+            format!("input `{file}` changed while the task ran"),
+            "{out}"
+        );
+        assert_eq!(entry_count(&ws, &[]), 0, "{file}: nothing filed under the old digest");
+        // The next run sees the rewritten file under its own key: it executes and saves.
+        let next = run(&ws, &[]);
+        next.assert_code(0);
+        assert_eq!(next.cache_of("app#build"), "saved", "{file}\n{next}");
+        assert_eq!(runs(&ws), 2);
+    }
+}
+
+#[test]
+fn a_fingerprint_matching_no_file_is_warned_about_with_its_line_and_keyed_as_absent() {
+    let ws = ws_workspace_inputs("").file("tools/gen.txt", "gen 1\n");
+    fs::remove_file(ws.path("lock.txt")).expect("removing the lockfile");
+    ws.write(
+        "app/prova.toml",
+        "[tasks.build]\ncommand = \"mkdir -p dist && cat src/a.txt > dist/out.txt\"\n",
+    );
+    let out = run(&ws, &[]);
+    out.assert_code(0);
+    let warned: Vec<String> = out
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "notice" && e["level"] == "warn")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.starts_with("prova.toml:3:16: fingerprint `lock.txt` matches no file")),
+        "{warned:?}"
+    );
+    let text = ws.prova(["run", "build", "--all"]).run();
+    assert!(
+        text.stderr.contains("prova.toml:3:16") || text.stdout.contains("prova.toml:3:16"),
+        "{text}"
+    );
+    // When it appears, every key changes: a miss, not a hit on the absent-lockfile entry.
+    ws.write("lock.txt", "v1\n");
+    let after = run(&ws, &[]);
+    after.assert_code(0);
+    assert_ne!(after.report("app#build")["key"], out.report("app#build")["key"]);
+    assert_eq!(after.cache_of("app#build"), "saved", "{after}");
+    assert!(
+        !after.events().iter().any(|e| e["event"] == "notice" && e["level"] == "warn"),
+        "no warning once it exists\n{after}"
+    );
+}

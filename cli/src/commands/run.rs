@@ -104,6 +104,12 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 .send(RunEvent::Notice { task: Some(id.clone()), level: NoticeLevel::Warn, message: message.to_owned() })
                 .await;
         }
+        for (pattern, at) in &prepared.fingerprint_unmatched {
+            let message = format!(
+                "{at}: fingerprint `{pattern}` matches no file (gitignored files are not listed): it is folded as absent, so keys change when it appears"
+            );
+            let _ = tx.send(RunEvent::Notice { task: None, level: NoticeLevel::Warn, message }).await;
+        }
         // Without the sandbox a local re-run cannot change the hostname or the user id: a
         // task reading them would be "proven" silently (brief §7: say so plainly).
         if let prova_worker::sandbox::SandboxStatus::Unavailable { reason } = &sandbox

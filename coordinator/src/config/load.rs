@@ -18,7 +18,7 @@ use super::package_json;
 use super::parse::{Source, read_file};
 use super::schema::{ProjectFile, ProjectTable, TableKind, TaskTable, WorkspaceFile};
 use super::suggest::did_you_mean;
-use super::task::{self, TaskLayer, check_globs, check_name, check_name_at};
+use super::task::{self, TaskLayer, check_globs, check_located_globs, check_name, check_name_at};
 use super::{CONFIG_FILE, Located, Location};
 use crate::workspace::{Project, TaskDef, Workspace, WorkspaceSettings};
 
@@ -60,9 +60,11 @@ fn load_inner(start_dir: &Path, count: &dyn Fn(&Source<'_>)) -> Result<Workspace
     let src = Source::new(root, config_file, text);
     let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
     let ws = file.workspace.unwrap_or_default();
+    let fingerprint = check_located_globs(&src, "fingerprint", ws.fingerprint)?;
     let settings = WorkspaceSettings {
         projects: ws.projects.iter().map(|p| p.get_ref().clone()).collect(),
-        fingerprint: check_globs(&src, "fingerprint", ws.fingerprint)?,
+        fingerprint_at: fingerprint.iter().map(|p| p.at.to_string()).collect(),
+        fingerprint: fingerprint.into_iter().map(|p| p.value).collect(),
         inputs: check_globs(&src, "inputs", ws.inputs)?,
     };
     let defaults = check_tasks(&src, file.tasks)?;

@@ -38,6 +38,9 @@ pub struct InputSets {
     pub workspace: Vec<u32>,
     /// Tasks whose declared inputs match no file: the quiet stale-hit trap, warned about.
     pub matched_nothing: Vec<TaskId>,
+    /// `[workspace] fingerprint` patterns that match no listed file, with where each was
+    /// written: folded as absent (the key changes when the file appears), warned about.
+    pub fingerprint_unmatched: Vec<(String, String)>,
     /// Per plan task: how to list its inputs again (see [`InputScope`]).
     pub scopes: Vec<InputScope>,
 }
@@ -197,7 +200,19 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
     project_dirs.sort_unstable();
     let mut upstream_cache: HashMap<usize, HashSet<usize>> = HashMap::new();
     let mut ws_pattern_cache: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)> = HashMap::new();
-    let mut out = InputSets { fingerprint, workspace, ..InputSets::default() };
+    let mut fingerprint_unmatched = Vec::new();
+    for (i, p) in ws.settings.fingerprint.iter().enumerate() {
+        if p.starts_with('!') {
+            continue;
+        }
+        let one = workspace_globs(std::slice::from_ref(p))?;
+        if match_all(files, &one).is_empty() {
+            let at = ws.settings.fingerprint_at.get(i).cloned().unwrap_or_default();
+            fingerprint_unmatched.push((p.clone(), at));
+        }
+    }
+    let mut out =
+        InputSets { fingerprint, workspace, fingerprint_unmatched, ..InputSets::default() };
     let mut scopes = Vec::with_capacity(plan.tasks.len());
 
     for (ti, t) in plan.tasks.iter().enumerate() {

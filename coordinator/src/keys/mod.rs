@@ -49,16 +49,15 @@ pub fn compute(
             f.stamp,
         ))
     };
-    let workspace: Vec<InputFile> = inputs
-        .fingerprint
-        .iter()
-        .chain(&inputs.workspace)
-        .filter_map(to_file)
-        .map(|(f, _)| f)
-        .collect();
-    let mut workspace = workspace;
-    workspace.sort_by(|a, b| a.path.cmp(&b.path));
-    workspace.dedup_by(|a, b| a.path == b.path);
+    let mut workspace: Vec<(InputFile, Stamp)> =
+        inputs.fingerprint.iter().chain(&inputs.workspace).filter_map(to_file).collect();
+    workspace.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    workspace.dedup_by(|a, b| a.0.path == b.0.path);
+    // Workspace-wide files are rechecked before every task's save like its own inputs: a
+    // lockfile rewritten while a task ran (an install inside a build) withholds its entry.
+    let workspace_stamps: Vec<(String, Stamp)> =
+        workspace.iter().map(|(f, s)| (f.path.clone(), *s)).collect();
+    let workspace: Vec<InputFile> = workspace.into_iter().map(|(f, _)| f).collect();
 
     let n = plan.tasks.len();
     let mut keys: Vec<Option<Digest>> = vec![None; n];
@@ -68,6 +67,9 @@ pub fn compute(
         let t = &plan.tasks[ti];
         let def = plan.def(ws, ti);
         let mut files_in = Vec::new();
+        if t.cacheable {
+            stamps[ti].extend(workspace_stamps.iter().cloned());
+        }
         for i in &inputs.tasks[ti].files {
             if let Some((f, s)) = to_file(i) {
                 stamps[ti].push((f.path.clone(), s));
