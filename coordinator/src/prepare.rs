@@ -86,7 +86,7 @@ impl Prepared {
                         digest: f.digest,
                         exec: f.exec,
                         symlink: (f.kind == InputKind::Symlink)
-                            .then(|| std::fs::read_link(root.join(&f.path)).ok())
+                            .then(|| crate::keys::digests::link_target(root, &f.path).ok())
                             .flatten()
                             .and_then(|t| t.to_str().map(str::to_owned)),
                     })

@@ -272,3 +272,39 @@ fn a_task_asking_who_and_where_it_is_can_be_proven_deterministic() {
     out.assert_code(0);
     assert_eq!(verdict_names(&out, "p#who"), ["proven-deterministic"], "{out}");
 }
+
+#[test]
+fn an_absolute_symlink_into_the_workspace_is_an_input_like_any_other() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // `p/src/link.txt -> <workspace>/p/src/a.txt`: it was refused as "leads outside the
+    // workspace" in exec roots, and its key held the checkout's absolute path.
+    let make = |ws: &prova_tests::TempWorkspace| {
+        std::os::unix::fs::symlink(ws.path("p/src/a.txt"), ws.path("p/src/link.txt")).unwrap();
+    };
+    let toml = task("cat", "mkdir -p out && cat src/link.txt > out/x.txt", &["out/x.txt"])
+        .replace("inputs = [\"src/a.txt\"]", "inputs = [\"src/a.txt\", \"src/link.txt\"]");
+    let ws = workspace(&toml);
+    make(&ws);
+    let (out, v) = inputs_verdict(&ws, "cat", 0);
+    assert_eq!(name(&v), "proven-complete", "{out}");
+    assert_eq!(ws.read("p/out/x.txt"), "hello\n");
+    let (out, _) = {
+        let o = prova(&ws, ["run", "cat", "--all", "--force", "--verify", "--json"]).run();
+        o.assert_code(0);
+        (o, ())
+    };
+    assert_eq!(verdict_names(&out, "p#cat"), ["proven-deterministic"], "{out}");
+
+    // The same workspace checked out elsewhere has the same key.
+    let other = workspace(&toml);
+    make(&other);
+    let a = prova(&ws, ["show", "p#cat", "--json"]).run();
+    let b = prova(&other, ["show", "p#cat", "--json"]).run();
+    let key = |o: &prova_tests::Output| -> String {
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("show --json");
+        v["key"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(key(&a), key(&b), "the key depends on where the workspace is");
+}

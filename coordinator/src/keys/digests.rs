@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use prova_protocol::Digest;
 
@@ -140,7 +140,7 @@ fn digest_chunk(
             out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest: row.digest, stamp });
             continue;
         }
-        let digest = match hash(&abs, kind) {
+        let digest = match hash(root, rel, kind) {
             Ok(d) => d,
             Err(_) => continue, // vanished between stat and read: not an input
         };
@@ -151,14 +151,64 @@ fn digest_chunk(
     out
 }
 
-fn hash(abs: &Path, kind: InputKind) -> io::Result<Digest> {
+fn hash(root: &Path, rel: &str, kind: InputKind) -> io::Result<Digest> {
     match kind {
-        InputKind::File => Digest::of_file(abs),
+        InputKind::File => Digest::of_file(&root.join(rel)),
         InputKind::Symlink => {
-            let target = fs::read_link(abs)?;
+            let target = link_target(root, rel)?;
             Ok(Digest::of(target.as_os_str().as_encoded_bytes()))
         }
     }
+}
+
+/// The target of the symlink input `rel`, as keyed and as placed in exec roots: an absolute
+/// target inside the workspace `root` is made relative to the link's directory (so the key
+/// does not depend on where the workspace is checked out, and an exec root's copy points at
+/// the exec root's file, not the checkout's); any other target is as written.
+pub fn link_target(root: &Path, rel: &str) -> io::Result<PathBuf> {
+    let target = fs::read_link(root.join(rel))?;
+    Ok(relative_if_inside(root, rel, target))
+}
+
+fn relative_if_inside(root: &Path, rel: &str, target: PathBuf) -> PathBuf {
+    use std::path::Component;
+    if !target.is_absolute() {
+        return target;
+    }
+    // Lexically normalised (`..` pops): the link is not followed, only its text read.
+    let mut norm: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in target.components() {
+        match c {
+            Component::Normal(n) => norm.push(n),
+            Component::ParentDir => {
+                norm.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    let root_parts: Vec<&std::ffi::OsStr> = root
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    if norm.len() <= root_parts.len() || norm[..root_parts.len()] != root_parts[..] {
+        return target; // outside the workspace, or the root itself
+    }
+    let inside = &norm[root_parts.len()..];
+    let link_dir: Vec<&str> = rel.split('/').collect();
+    let link_dir = &link_dir[..link_dir.len().saturating_sub(1)];
+    let common =
+        link_dir.iter().zip(inside).take_while(|(a, b)| std::ffi::OsStr::new(a) == **b).count();
+    let mut out = PathBuf::new();
+    for _ in common..link_dir.len() {
+        out.push("..");
+    }
+    for part in &inside[common..] {
+        out.push(part);
+    }
+    out
 }
 
 /// The memo scope of a workspace's **output** files (restored or found current by prova),
@@ -234,5 +284,32 @@ mod output_memo_tests {
         moved.ctime_ns += 1;
         assert!(!row_proves_output(&moved, &memo_row(&old, d, now)));
         assert_ne!(outputs_scope(Path::new("/ws")), "/ws");
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    fn rel(link: &str, target: &str) -> String {
+        relative_if_inside(Path::new("/ws/repo"), link, PathBuf::from(target))
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn absolute_targets_inside_the_workspace_become_relative() {
+        assert_eq!(rel("a/b/link", "/ws/repo/c/d.txt"), "../../c/d.txt");
+        assert_eq!(rel("a/link", "/ws/repo/a/x/y"), "x/y");
+        assert_eq!(rel("link", "/ws/repo/x"), "x");
+        assert_eq!(rel("a/link", "/ws/repo/b/../a/y"), "y", "lexically normalised");
+    }
+
+    #[test]
+    fn other_targets_are_as_written() {
+        assert_eq!(rel("a/link", "/usr/bin/node"), "/usr/bin/node");
+        assert_eq!(rel("a/link", "/ws/repository/x"), "/ws/repository/x", "a prefix of a name");
+        assert_eq!(rel("a/link", "/ws/repo"), "/ws/repo", "the root itself");
+        assert_eq!(rel("a/link", "../b"), "../b");
     }
 }
