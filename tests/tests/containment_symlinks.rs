@@ -261,3 +261,66 @@ outputs = ["dist/gen/**"]
     assert_eq!(listing(outside.path()), before, "{again}");
     again.assert_code(1);
 }
+
+/// A workspace whose `web#build` (the only task) writes `dist/out.txt` and then
+/// `dist/link -> {target}`; `api` is a second project it must not point into.
+fn with_output_link(target: &str) -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"web\", \"api\"]\n")
+        .file(
+            "web/prova.toml",
+            &format!(
+                r#"[tasks.build]
+command = '''
+echo run >> ../runs.log
+mkdir -p dist && echo built > dist/out.txt && ln -s {target} dist/link
+'''
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#
+            ),
+        )
+        .file("web/src/main.txt", "web source\n")
+        .file("api/src/main.txt", "api source\n")
+}
+
+#[test]
+fn an_output_symlink_leaving_the_project_is_refused_at_save_never_saved_and_called_corrupt() {
+    // Absolute, up and out of the workspace, into another project: a restore must refuse
+    // each (it would be a link a worker could plant), so the save refuses it first with a
+    // message naming the link — not an entry that is "corrupt" on every later hit.
+    for target in ["/etc/hostname", "../../../outside", "../../api/src/main.txt"] {
+        let ws = with_output_link(target);
+        let out = run(&ws);
+        out.assert_code(0);
+        let reason = out.not_saved_reason("web#build");
+        assert!(
+            reason.contains("web/dist/link") && reason.contains("points outside"),
+            "{target}: {reason}\n{out}"
+        );
+        let again = run(&ws);
+        again.assert_code(0);
+        assert_eq!(runs(&ws), 2, "{target}: nothing was cached, so it ran again\n{again}");
+        assert!(!again.stdout.contains("corrupt") && !again.stderr.contains("corrupt"), "{again}");
+    }
+}
+
+#[test]
+fn an_output_symlink_inside_the_project_is_restored_faithfully() {
+    // `dist/link -> ../src/main.txt` leaves the output folder but stays in the project: it is
+    // saved and restored as the same link (not a copy, not "corrupt").
+    let ws = with_output_link("../src/main.txt");
+    run(&ws).assert_code(0);
+    fs::remove_dir_all(ws.path("web/dist")).unwrap();
+    let out = run(&ws);
+    out.assert_code(0);
+    assert_eq!(out.cache_of("web#build"), "hit", "{out}");
+    assert_eq!(runs(&ws), 1);
+    assert_eq!(
+        fs::read_link(ws.path("web/dist/link")).unwrap(),
+        Path::new("../src/main.txt"),
+        "restored as the same link"
+    );
+    let diff = ws.prova(["diff", "web#build"]).run();
+    assert!(!diff.stdout.contains("corrupt") && !diff.stderr.contains("corrupt"), "{diff}");
+}

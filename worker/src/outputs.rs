@@ -34,6 +34,10 @@ pub enum OutputError {
     /// The artifact module refused.
     #[error(transparent)]
     Artifact(#[from] artifact::ArtifactError),
+    /// The outputs hold what every restore refuses (a symlink pointing outside the task's
+    /// project): saving them would make an entry that is "corrupt" on every hit.
+    #[error("{0}; not saved, a restore would refuse it")]
+    Unconfined(#[from] artifact::confine::ConfineError),
 }
 
 /// Removes every existing path that matches `globs` under `root` (files, symlinks, and
@@ -128,16 +132,20 @@ impl Cleaner<'_> {
     }
 }
 
-/// Collects the outputs under `root`, fingerprints them, and packs them to `pack_to` when
-/// given and there is something to pack (no outputs, no artifact: a task without outputs
+/// Collects the outputs under `root`, refuses them when a restore would (the same
+/// [`check_manifest_confined`](artifact::confine::check_manifest_confined) every restore
+/// applies, so an honest worker never reports what the coordinator refuses as a lie),
+/// fingerprints them, and packs them to `pack_to` when given and there is something to pack (no outputs, no artifact: a task without outputs
 /// costs no archive, fsync, upload or blob). Also returns the declared literal outputs that
 /// do not exist.
 pub fn collect(
     root: &Path,
     globs: &PathGlobs,
+    project_dir: &str,
     pack_to: Option<&Path>,
 ) -> Result<(Outputs, Vec<String>), OutputError> {
     let manifest = artifact::collect_outputs(root, globs)?;
+    artifact::confine::check_manifest_confined(&manifest, globs, project_dir)?;
     let missing = globs
         .literals()
         .iter()
@@ -203,15 +211,33 @@ mod tests {
         let globs = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
         let pack = dir.path().join("a.tar.zst");
 
-        let (outs, _) = collect(&root, &globs, Some(&pack)).unwrap();
+        let (outs, _) = collect(&root, &globs, "p", Some(&pack)).unwrap();
         assert!(outs.manifest.entries.is_empty());
         assert_eq!(outs.artifact, None);
         assert!(!pack.exists(), "an empty output set was packed");
 
         std::fs::write(root.join("p/dist/out.txt"), "x").unwrap();
-        let (outs, _) = collect(&root, &globs, Some(&pack)).unwrap();
+        let (outs, _) = collect(&root, &globs, "p", Some(&pack)).unwrap();
         let (_, size) = outs.artifact.expect("an artifact");
         assert_eq!(std::fs::metadata(&pack).unwrap().len(), size);
+    }
+
+    #[test]
+    fn an_output_link_a_restore_would_refuse_is_not_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("p/dist")).unwrap();
+        let globs = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
+        let pack = dir.path().join("a.tar.zst");
+        std::os::unix::fs::symlink("../src/a.ts", root.join("p/dist/in")).unwrap();
+        collect(&root, &globs, "p", Some(&pack)).expect("inside the project: kept");
+        for target in ["/etc/hostname", "../../q/src", "../../../x"] {
+            let _ = std::fs::remove_file(root.join("p/dist/out"));
+            std::os::unix::fs::symlink(target, root.join("p/dist/out")).unwrap();
+            let err = collect(&root, &globs, "p", Some(&pack)).expect_err(target);
+            assert!(matches!(err, OutputError::Unconfined(_)), "{target}: {err}");
+            assert!(err.to_string().contains("p/dist/out"), "{err}");
+        }
     }
 
     fn files_under(dir: &Path) -> Vec<String> {

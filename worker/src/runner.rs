@@ -215,9 +215,11 @@ async fn collect(
     };
     let root2 = root.to_owned();
     let pack2 = pack_to.clone();
-    let collected =
-        tokio::task::spawn_blocking(move || outputs::collect(&root2, &globs, pack2.as_deref()))
-            .await;
+    let project = a.spec.project_dir.clone();
+    let collected = tokio::task::spawn_blocking(move || {
+        outputs::collect(&root2, &globs, &project, pack2.as_deref())
+    })
+    .await;
     let (outs, missing) = match collected {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
