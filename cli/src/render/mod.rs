@@ -115,7 +115,10 @@ impl<W: Write> Renderer<W> {
     fn lines(&mut self, task: &TaskId, text: &[u8]) -> io::Result<()> {
         self.width = self.width.max(task.as_str().len()).min(40);
         let prefix = format!("{:<w$}", task.as_str(), w = self.width);
-        let colour = PALETTE[(xxhash(task.as_str()) % PALETTE.len() as u64) as usize];
+        // A fast non-cryptographic hash is right here: a colour, chosen by nobody's input
+        // that matters, never a key.
+        let colour = PALETTE[(xxhash_rust::xxh3::xxh3_64(task.as_str().as_bytes())
+            % PALETTE.len() as u64) as usize];
         let prefix = self.paint(colour, &prefix);
         for line in text.split_inclusive(|&b| b == b'\n') {
             self.out.write_all(prefix.as_bytes())?;
@@ -249,11 +252,6 @@ fn push_failure(s: &mut String, failed: Option<&str>, log_tail: &[String]) {
             s.push_str(&format!("  | {l}\n"));
         }
     }
-}
-
-fn xxhash(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// `1 task`, `2 tasks`.
