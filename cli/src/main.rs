@@ -1,7 +1,14 @@
 //! The `prova` binary: parse, then dispatch. Everything else lives in the library modules.
+//!
+//! First of all, the binary may be asked to be a guardian (`prova_worker::exec::guardian`):
+//! the process that kills what a task tree left running once prova is gone.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = prova_worker::exec::guardian::serve_if_asked() {
+        return ExitCode::from(code);
+    }
+    prova_worker::exec::guardian::enable();
     prova_cli::main()
 }

@@ -234,9 +234,8 @@ fn no_cache_and_read_only_cache_run_on_a_read_only_prova_dir() {
         assert_eq!(ws.read("p/dist/out.txt"), "changed\n", "{args:?}\n{text}");
     }
     // The read-only index is read: the entry of the original input is a hit in the plan,
-    // and a run with it succeeds. (Restoring it needs `.prova/tmp`, the restore's staging on
-    // the workspace's file system; on a read-only `.prova` the run says the entry could not
-    // be restored and runs the task.)
+    // and a run with it restores it (staging beside the outputs, as `.prova/tmp` cannot be
+    // written: see `a_read_only_cache_hit_restores_and_does_not_run_the_task`).
     ws.write("p/src.txt", "source\n");
     let dry = ["run", "build", "--all", "--cache", "local:r", "--dry-run", "--json"];
     let (code, text) = run_with_read_only_prova(&ws, &dry);
@@ -246,6 +245,101 @@ fn no_cache_and_read_only_cache_run_on_a_read_only_prova_dir() {
         run_with_read_only_prova(&ws, &["run", "build", "--all", "--cache", "local:r"]);
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(ws.read("p/dist/out.txt"), "source\n", "{text}");
+    assert_eq!(tree(&ws.path(".prova")), before, "the read-only runs changed .prova");
+}
+
+/// The read-only commands, each with what its output must say.
+const READ_ONLY_COMMANDS: [(&[&str], &str); 5] = [
+    (&["why", "p#build"], "unchanged since its newest entry"),
+    (&["show", "p#build"], "p#build"),
+    (&["cache", "stats"], "entries     1"),
+    (&["hermeticity"], ""),
+    (&["diff", "p#build"], "no recorded divergence"),
+];
+
+#[test]
+fn read_only_commands_leave_prova_dir_untouched() {
+    // Opened read-write, the index was written (memo rows). A read-only open of a WAL index
+    // in a writable directory may leave SQLite's empty `-wal` and its `-shm` (shared memory,
+    // no data): those are not compared; every other byte is.
+    let ws = cached_workspace();
+    let data = |ws: &TempWorkspace| {
+        let mut t = tree(&ws.path(".prova"));
+        t.retain(|(p, bytes)| {
+            let name = p.to_string_lossy();
+            !(name.ends_with("-shm") || (name.ends_with("-wal") && bytes.is_empty()))
+        });
+        t
+    };
+    let before = data(&ws);
+    for (args, want) in READ_ONLY_COMMANDS {
+        let out = ws.prova(args.iter().copied()).run();
+        out.assert_code(0);
+        out.assert_stdout_contains(want);
+        let after = data(&ws);
+        let changed: Vec<_> = after
+            .iter()
+            .filter(|f| !before.contains(f))
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        assert!(changed.is_empty(), "`prova {args:?}` changed {changed:?}\n{out}");
+    }
+}
+
+#[test]
+fn read_only_commands_work_on_a_read_only_prova_dir() {
+    if !can_bind_read_only() {
+        eprintln!("skipped: no read-only bind mount here (needs `unshare -m` as root)");
+        return;
+    }
+    let ws = cached_workspace();
+    let before = tree(&ws.path(".prova"));
+    for (args, want) in READ_ONLY_COMMANDS {
+        let (code, text) = run_with_read_only_prova(&ws, args);
+        assert_eq!(code, Some(0), "prova {args:?}\n{text}");
+        assert!(text.contains(want), "prova {args:?}: want {want:?}\n{text}");
+    }
+    assert_eq!(tree(&ws.path(".prova")), before, "the read-only commands changed .prova");
+}
+
+#[test]
+fn a_read_only_cache_hit_restores_and_does_not_run_the_task() {
+    if !can_bind_read_only() {
+        eprintln!("skipped: no read-only bind mount here (needs `unshare -m` as root)");
+        return;
+    }
+    // Each execution appends to `ran.log` (outside the outputs): a restore adds no line.
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"p\"]\n[tasks.build]\n\
+             command = 'echo ran >> ../ran.log; mkdir -p dist/sub; cat src.txt > dist/out.txt; echo x > dist/sub/y'\n\
+             inputs = [\"src.txt\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("p/src.txt", "source\n");
+    ws.prova(["run", "build", "--all"]).run().assert_code(0);
+    let before = tree(&ws.path(".prova"));
+    // Outputs gone (a fresh checkout), then one changed (a stale file is overwritten).
+    for round in ["outputs removed", "an output changed"] {
+        if round == "outputs removed" {
+            std::fs::remove_dir_all(ws.path("p/dist")).expect("removing p/dist");
+        } else {
+            ws.write("p/dist/out.txt", "stale\n");
+        }
+        let args = ["run", "build", "--all", "--cache", "local:r", "--json"];
+        let (code, text) = run_with_read_only_prova(&ws, &args);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains(r#""cache":{"cache":"hit""#), "want a restore\n{text}");
+        assert_eq!(ws.read("p/dist/out.txt"), "source\n", "{text}");
+        assert_eq!(ws.read("p/dist/sub/y"), "x\n", "{text}");
+        assert_eq!(ws.read("ran.log"), "ran\n", "the task ran again\n{text}");
+        let mut left: Vec<_> = std::fs::read_dir(ws.path("p"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["dist", "src.txt"], "the restore left staging behind\n{text}");
+    }
     assert_eq!(tree(&ws.path(".prova")), before, "the read-only runs changed .prova");
 }
 

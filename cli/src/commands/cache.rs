@@ -32,10 +32,6 @@ fn open_dir(dir: &Path) -> anyhow::Result<Store> {
     Store::open(dir).with_context(|| format!("cannot open the cache at {}", dir.display()))
 }
 
-fn open(start: &Path, args: &CacheDirArgs) -> anyhow::Result<Store> {
-    open_dir(&locate(start, args)?.0)
-}
-
 /// The workspace lock, when the cache is the workspace's.
 fn lock(root: Option<&Path>, args: LockArgs) -> anyhow::Result<Option<WorkspaceLock>> {
     Ok(root.map(|r| crate::lock::acquire(r, !args.no_wait)).transpose()?)
@@ -75,7 +71,10 @@ fn clean(dir: &Path) -> anyhow::Result<String> {
 pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
     match cmd {
         CacheCommand::Stats { cache, check, json } => {
-            let store = open(start, &cache)?;
+            // Read-only: works on a read-only `.prova` and leaves it as it was.
+            let dir = locate(start, &cache)?.0;
+            let store = Store::open_read_only(&dir)
+                .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
             if check {
                 store.integrity_check()?;
             }
@@ -83,7 +82,7 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
             let entries: u64 = s.entries.values().sum();
             if json {
                 let v = serde_json::json!({
-                    "dir": store.dir(), "entries": s.entries, "referenced_bytes": s.referenced_bytes,
+                    "dir": dir, "entries": s.entries, "referenced_bytes": s.referenced_bytes,
                     "blob_files": s.blob_files, "blob_bytes": s.blob_bytes, "quarantined": s.quarantined,
                     "tmp_items": s.tmp_items, "memo_rows": s.memo_rows, "index_bytes": s.index_bytes,
                     "oldest_used_ms": s.oldest_used_ms, "newest_used_ms": s.newest_used_ms,
@@ -92,7 +91,7 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
             } else {
                 let text = format!(
                     "cache       {}\nentries     {entries}\nblobs       {} files, {}\nindex       {}\nmemo rows   {}\nquarantine  {} blobs\n",
-                    store.dir().display(),
+                    dir.display(),
                     s.blob_files,
                     fmt_bytes(s.blob_bytes),
                     fmt_bytes(s.index_bytes),

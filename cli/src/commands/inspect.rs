@@ -44,7 +44,8 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         cwd: String::new(),
     };
     let g = graph::select(&ws, &full, &sel)?;
-    let (cache, _join) = common::open_cache(&ws, &args.cache)?;
+    // Read-only: inspecting must work on a read-only `.prova` and leave it as it was.
+    let (cache, _join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
     let rt = common::runtime()?;
     rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();

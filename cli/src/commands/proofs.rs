@@ -28,7 +28,9 @@ fn open_local(start: &Path, args: &crate::args::CacheDirArgs) -> anyhow::Result<
             common::cache_dir(&Workspace::load(&start)?, args)
         }
     };
-    Store::open(&dir).with_context(|| format!("cannot open the cache at {}", dir.display()))
+    // Read-only: a report must work on a read-only `.prova` and leave it as it was.
+    Store::open_read_only(&dir)
+        .with_context(|| format!("cannot open the cache at {}", dir.display()))
 }
 
 /// `prova hermeticity`: exits 1 when any key disagrees, so CI can gate on it.

@@ -168,7 +168,7 @@ impl LocalLayer {
         let Some((file, blob_path)) = opened else {
             return Ok(None);
         };
-        let staging = self.staging.clone();
+        let staging = Staging { cache: self.staging.clone(), beside: root.join(&project_dir) };
         // Confined by the task, never by the manifest it is checking.
         let confine = unpack_confine(&outputs, &project_dir);
         let result = tokio::task::spawn_blocking(move || -> Result<Unpacked, LayerError> {
@@ -564,6 +564,41 @@ struct Blob {
     digest: Digest,
 }
 
+/// Where a restore may stage its unpacked copy.
+struct Staging {
+    /// `.prova/tmp`: on the workspace's file system, outside every output.
+    cache: PathBuf,
+    /// The task's project directory, for when `.prova/tmp` cannot be written (a read-only
+    /// `.prova` under `--cache local:r`): a hidden `.prova-restore-*` directory there is on
+    /// the outputs' file system (so placing is a rename), and is removed when the restore
+    /// ends, placed or not.
+    beside: PathBuf,
+}
+
+impl Staging {
+    /// A fresh staging directory (removed when dropped).
+    fn create(&self) -> Result<tempfile::TempDir, LayerError> {
+        let in_cache = fs::create_dir_all(&self.cache)
+            .and_then(|()| tempfile::Builder::new().prefix("restore-").tempdir_in(&self.cache));
+        match in_cache {
+            Ok(dir) => Ok(dir),
+            Err(e) if not_writable(&e) => {
+                tracing::debug!(dir = %self.cache.display(), error = %e, "staging beside the outputs");
+                tempfile::Builder::new()
+                    .prefix(".prova-restore-")
+                    .tempdir_in(&self.beside)
+                    .map_err(|source| LayerError::Io { path: self.beside.clone(), source })
+            }
+            Err(source) => Err(LayerError::Io { path: self.cache.clone(), source }),
+        }
+    }
+}
+
+/// Whether `e` says a directory cannot be written at all (as opposed to, say, a full disk).
+fn not_writable(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied)
+}
+
 /// What [`unpack_and_place`] found.
 enum Unpacked {
     /// Placed: files written, files already current.
@@ -580,17 +615,12 @@ enum Unpacked {
 /// to blame.
 fn unpack_and_place(
     blob: Blob,
-    staging: &Path,
+    staging: &Staging,
     root: &Path,
     manifest: &OutputManifest,
     confine: Vec<String>,
 ) -> Result<Unpacked, LayerError> {
-    fs::create_dir_all(staging)
-        .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
-    let dir = tempfile::Builder::new()
-        .prefix("restore-")
-        .tempdir_in(staging)
-        .map_err(|e| LayerError::Io { path: staging.to_owned(), source: e })?;
+    let dir = staging.create()?;
     let mut reader = HashingReader {
         inner: io::BufReader::new(blob.file),
         hasher: blake3::Hasher::new(),

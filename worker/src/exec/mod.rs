@@ -16,7 +16,8 @@
 //!
 //! # What a caller can rely on
 //! - When [`Executor::run`]'s future resolves, the child and every process left in its
-//!   process group are dead and reaped (the child) or killed (the rest), whatever the outcome.
+//!   process group or carrying its tree marker are dead and reaped (the child) or killed
+//!   (the rest), whatever the outcome.
 //! - Dropping that future before it resolves SIGKILLs the group and reaps the child in the
 //!   background: nothing is leaked.
 //! - The output channel is used with backpressure; a dropped receiver is not an error (the
@@ -27,15 +28,23 @@
 //! children itself and there is no exit status or rusage to collect) and that nothing else
 //! reaps children it did not start (`waitpid(-1, …)`).
 //!
-//! Not covered: a descendant that leaves the process group (`setsid`, `setpgid`) escapes the
-//! group kill; the sandbox (bubblewrap's `--die-with-parent`) is what contains those.
+//! - [`tree`]: the marker (`PROVA_TREE`) every process of an execution inherits, and the
+//!   `/proc` scan that finds and kills what left the process group (`setsid`, a double
+//!   fork) at the execution's end; after a natural exit the leftovers are named in the log.
+//! - [`guardian`]: the process that kills every marked process of this prova once prova is
+//!   gone (SIGKILL included), started before the first task when the binary [`guardian::enable`]s it.
+//!
+//! A process that clears its environment before `exec` and leaves the group escapes both;
+//! the sandbox (bubblewrap's `--unshare-pid --die-with-parent`) is what contains those.
 
 pub mod env;
 
 mod capture;
+pub mod guardian;
 mod output;
 mod process;
 mod spawn;
+pub mod tree;
 
 #[cfg(test)]
 mod tests;

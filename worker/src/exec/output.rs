@@ -109,8 +109,9 @@ impl OutputState {
     }
 
     /// The log, once the pump is done or abandoned. Partial lines still buffered are
-    /// captured and offered to the receiver without waiting.
-    pub(crate) fn finish(mut self) -> CapturedLog {
+    /// captured and offered to the receiver without waiting, then `notice` (prova's own line
+    /// about the execution, e.g. processes it left behind).
+    pub(crate) fn finish(mut self, notice: Option<Vec<u8>>) -> CapturedLog {
         for i in 0..2 {
             if let Some(chunk) = self.lines[i].flush() {
                 let fire = self.record(&chunk);
@@ -121,6 +122,12 @@ impl OutputState {
                     // The receiver may have lost interest; that is its business.
                     let _ = w.fire.send(());
                 }
+            }
+        }
+        if let Some(line) = notice {
+            self.capture.push(&line);
+            if let Some(tx) = &self.tx {
+                let _ = tx.try_send(line);
             }
         }
         self.capture.finish()
@@ -208,7 +215,7 @@ mod tests {
         let stdout: &[u8] = b"o1\no2-part";
         let stderr: &[u8] = b"e1\ngo\n";
         pump(&mut state, stdout, stderr).await;
-        let log = state.finish();
+        let log = state.finish(None);
         let mut chunks = Vec::new();
         while let Ok(c) = rx.try_recv() {
             chunks.push(String::from_utf8(c).unwrap());
@@ -229,7 +236,7 @@ mod tests {
         let mut state = OutputState::new(1024, tx, None);
         let stdout: &[u8] = b"a\nb\nc";
         pump(&mut state, stdout, &b""[..]).await;
-        assert_eq!(state.finish().bytes, b"a\nb\nc");
+        assert_eq!(state.finish(None).bytes, b"a\nb\nc");
     }
 
     #[test]
@@ -237,7 +244,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(4);
         let mut state = OutputState::new(1024, tx, None);
         assert_eq!(state.lines[1].push(b"half a line"), None);
-        let log = state.finish();
+        let log = state.finish(None);
         assert_eq!(log.bytes, b"half a line");
         assert_eq!(rx.try_recv().unwrap(), b"half a line");
     }

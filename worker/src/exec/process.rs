@@ -21,6 +21,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::output::{self, OutputState};
+use super::tree;
 use super::{
     DRAIN_TIMEOUT, ExecError, KILL_WAIT_LIMIT, ProcessIo, ProcessRequest, ProcessResult, spawn,
 };
@@ -45,6 +46,7 @@ pub(crate) async fn run(
         Err(msg) => return Ok(spawn_failed(msg, StdInstant::now())),
     };
     let start = StdInstant::now();
+    let marker = cmd.marker.clone();
     let child = match spawn::spawn(cmd).await? {
         Ok(child) => child,
         Err(e) => {
@@ -54,7 +56,7 @@ pub(crate) async fn run(
     };
     let pid = child.pid;
     // From here on, leaving early (error or drop) kills the group.
-    let mut guard = GroupGuard { pid, armed: true };
+    let mut guard = GroupGuard { pid, marker: marker.clone(), armed: true };
     let pipes =
         attach_pipes(child).map_err(|source| ExecError::Pipes { pid: pid.as_raw(), source })?;
 
@@ -70,11 +72,22 @@ pub(crate) async fn run(
     let outcome = {
         let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
         let exit_wait = tokio::task::spawn_blocking(move || wait_exit(pid));
-        let mut sup = Supervisor { pid, pump, pump_done: false, exit_wait, exited: None };
+        let mut sup = Supervisor { pid, marker, pump, pump_done: false, exit_wait, exited: None };
         sup.supervise(&req, &cancel, &mut guard).await
     };
-    let log = out.finish();
-    let (exit, status_time, rusage) = outcome?;
+    let (exit, status_time, rusage, leaked) = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            drop(out.finish(None));
+            return Err(e);
+        }
+    };
+    let notice = (!leaked.is_empty()).then(|| {
+        let pids: Vec<i32> = leaked.iter().map(|m| m.pid).collect();
+        tracing::info!(pid = pid.as_raw(), ?pids, "the task left processes running; killed them");
+        tree::leak_notice(&leaked)
+    });
+    let log = out.finish(notice);
     let stats = ExecStats {
         wall_ms: millis(status_time.saturating_duration_since(start)),
         cpu_user_ms: timeval_ms(rusage.ru_utime),
@@ -113,6 +126,8 @@ enum Stop {
 
 struct Supervisor<'a, P> {
     pid: Pid,
+    /// The execution's tree marker (`tree`): finds what left the group.
+    marker: String,
     /// Reads the pipes to EOF; polled alongside everything else so output never stalls.
     pump: Pin<&'a mut P>,
     pump_done: bool,
@@ -123,22 +138,40 @@ struct Supervisor<'a, P> {
 }
 
 impl<P: Future<Output = ()>> Supervisor<'_, P> {
-    /// Returns the exit kind, when the child exited, and its rusage.
+    /// Returns the exit kind, when the child exited, its rusage, and — after a natural exit
+    /// — the processes of its tree that were still running (and were killed).
     async fn supervise(
         &mut self,
         req: &ProcessRequest,
         cancel: &CancellationToken,
         guard: &mut GroupGuard,
-    ) -> Result<(ExitKind, StdInstant, libc::rusage), ExecError> {
+    ) -> Result<(ExitKind, StdInstant, libc::rusage, Vec<tree::Member>), ExecError> {
         let stop = self.until_stop(req.timeout, cancel).await?;
 
         // Terminate: the whole group after a timeout or cancel; after a natural exit, whatever
-        // the task left behind in its group (a backgrounded server holding stdout). Those get
-        // the grace to finish, ended early once the child is gone and the pipes are closed.
-        signal_group(self.pid, Signal::SIGTERM);
+        // the task left behind in its group (a backgrounded server holding stdout), and every
+        // process carrying its tree marker outside the group (`setsid`, a double fork). Those
+        // get the grace to finish, ended early once the child is gone and the pipes are closed.
+        // (Looked for before the group signal, so what was running is counted, not only what
+        // outlived a SIGTERM.)
+        let marker = self.marker.clone();
+        let pid = self.pid;
+        let left = blocking(move || {
+            let left = tree::find(tree::Select::Task(&marker));
+            signal_group(pid, Signal::SIGTERM);
+            tree::signal_all(&left, Signal::SIGTERM);
+            left
+        })
+        .await?;
         let grace_end = Instant::now() + req.kill_grace;
         self.wait_for(grace_end, |s| s.exited.is_some() && s.pump_done).await?;
         signal_group(self.pid, Signal::SIGKILL);
+        if !left.is_empty() {
+            // Nothing carries the marker if the first look found nothing: only a member can
+            // start another.
+            let marker = self.marker.clone();
+            blocking(move || tree::sweep(tree::Select::Task(&marker))).await?;
+        }
         if !self.wait_for(Instant::now() + KILL_WAIT_LIMIT, |s| s.exited.is_some()).await? {
             return Err(ExecError::Unkillable { pid: self.pid.as_raw(), waited: KILL_WAIT_LIMIT });
         }
@@ -164,7 +197,8 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
             Stop::Cancelled => ExitKind::Aborted,
         };
         let exited = self.exited.unwrap_or_else(StdInstant::now);
-        Ok((exit, exited, rusage))
+        let leaked = if stop == Stop::Exited { left } else { Vec::new() };
+        Ok((exit, exited, rusage, leaked))
     }
 
     /// Pump output until the child exits, the timeout elapses or the run is cancelled.
@@ -215,6 +249,13 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
             }
         }
     }
+}
+
+/// Runs `f` on the blocking pool (a `/proc` scan).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ExecError> {
+    tokio::task::spawn_blocking(f).await.map_err(ExecError::Join)
 }
 
 fn joined(
@@ -278,6 +319,8 @@ fn signal_group(pgid: Pid, sig: Signal) {
 /// run's future dropped mid-way), and reaps the child in the background.
 struct GroupGuard {
     pid: Pid,
+    /// The execution's tree marker: what left the group is swept too.
+    marker: String,
     /// Cleared just before the child is reaped: from then on its pid may be reused.
     armed: bool,
 }
@@ -289,7 +332,9 @@ impl Drop for GroupGuard {
         }
         signal_group(self.pid, Signal::SIGKILL);
         let pid = self.pid;
+        let marker = std::mem::take(&mut self.marker);
         let reap_it = move || {
+            tree::sweep(tree::Select::Task(&marker));
             if let Err(e) = reap(pid) {
                 tracing::debug!(pid = pid.as_raw(), error = %e, "background reap failed");
             }

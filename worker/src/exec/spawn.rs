@@ -31,7 +31,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
-use super::{ExecError, ProcessRequest};
+use super::{ExecError, ProcessRequest, tree};
 
 /// Where a program without a `/` is looked up when the task's environment has no `PATH`
 /// (what `execvp` does).
@@ -57,6 +57,8 @@ pub(crate) struct Command {
     envp: Vec<CString>,
     cwd: CString,
     umask: Option<libc::mode_t>,
+    /// The value of [`tree::MARKER_VAR`] this execution's processes carry.
+    pub(crate) marker: String,
 }
 
 /// The command for `req`, or why it cannot even be attempted.
@@ -87,8 +89,12 @@ pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
         .collect::<Result<Vec<_>, _>>()?;
     // Sorted by name, one value per name (the last): the order `std::process::Command` gave
     // and the one a determinism re-run reverses (`runner::in_env_order`).
-    let env: std::collections::BTreeMap<&str, &str> =
+    let mut env: std::collections::BTreeMap<&str, &str> =
         req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // The tree marker (`tree`), always ours: a task cannot opt out by naming it.
+    let marker = tree::new_marker();
+    let marker_value = tree::marker_value(&marker);
+    env.insert(tree::MARKER_VAR, &marker_value);
     let envp = env
         .iter()
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| nul("an environment variable")))
@@ -99,6 +105,7 @@ pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
         envp,
         cwd: CString::new(req.cwd.as_os_str().as_bytes()).map_err(|_| nul("the directory"))?,
         umask: req.umask.map(|m| m as libc::mode_t),
+        marker,
     })
 }
 
@@ -155,6 +162,8 @@ fn submit(mut job: Job) -> Result<(), ExecError> {
 }
 
 fn start_spawner() -> io::Result<mpsc::Sender<Job>> {
+    // Before the first task: from here on a killed prova takes its tasks' trees along.
+    super::guardian::ensure_started();
     let (tx, rx) = mpsc::channel::<Job>();
     std::thread::Builder::new().name("prova-spawner".to_owned()).spawn(move || {
         let mut stack = vec![0u8; CHILD_STACK];

@@ -1,0 +1,233 @@
+//! A task's process tree, found by the marker every member inherits: the environment
+//! variable [`MARKER_VAR`] = `<run nonce>.<sequence>`.
+//!
+//! Why a marker: a process group (what the executor signals) is left by `setsid`/`setpgid`,
+//! and a parent-death signal reaches only the direct child. The environment is inherited
+//! through `fork`, `setsid`, a double fork and `exec`, so scanning `/proc/*/environ` of this
+//! user's processes finds every descendant of a task however it detached — except one that
+//! clears or rewrites its environment before `exec` (`env -i`), or one this user cannot read
+//! (setuid). Those escape; the sandbox (`bwrap --unshare-pid --die-with-parent`) still
+//! contains them under `--sandbox`.
+//!
+//! - Each execution gets its own marker ([`new_marker`]): at the task's end [`sweep`] kills
+//!   what carries it (`process` does this after the group kill, and names the leftovers in
+//!   the task's log).
+//! - Every marker of this prova shares the run nonce ([`run_nonce`]): the guardian
+//!   (`guardian`) kills every process carrying it when prova dies, SIGKILL included.
+//!
+//! Why not `PR_SET_CHILD_SUBREAPER`: orphans would re-parent to prova and have to be reaped by
+//! it, but the executor's waits rely on nothing reaping children it did not start; and the
+//! re-parented orphan would still not say which task it came from. Why not a cgroup: not
+//! writable unprivileged on most hosts (containers, CI); the marker works everywhere.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The environment variable that marks a task's processes. Its value is opaque to tasks.
+pub const MARKER_VAR: &str = "PROVA_TREE";
+
+/// How many times a sweep looks again after killing something (a member may fork while
+/// being killed); far above what a real tree needs.
+const SWEEP_ROUNDS: usize = 50;
+
+/// Between two rounds of a sweep that still found something: lets SIGKILLed processes die.
+const SWEEP_PAUSE: Duration = Duration::from_millis(5);
+
+/// This process's run nonce: 32 hex digits from the kernel's random source (time and pid
+/// if that fails), fixed for the life of the process.
+pub fn run_nonce() -> &'static str {
+    static NONCE: OnceLock<String> = OnceLock::new();
+    NONCE.get_or_init(|| {
+        let mut bytes = [0u8; 16];
+        // SAFETY: writes at most `bytes.len()` bytes into the live local buffer.
+        let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        if usize::try_from(got).ok() != Some(bytes.len()) {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let seed = format!("{t}.{}", std::process::id());
+            bytes.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
+        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    })
+}
+
+/// A fresh marker value for one execution: `<run nonce>.<n>`.
+pub(crate) fn new_marker() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(1);
+    format!("{}.{}", run_nonce(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What an execution's processes carry in [`MARKER_VAR`]: the marker, after the markers of
+/// any prova this one runs under (`outer:inner`), so a prova run as a task stays in the
+/// outer task's tree.
+pub(crate) fn marker_value(marker: &str) -> String {
+    match std::env::var(MARKER_VAR) {
+        Ok(outer) if !outer.is_empty() => format!("{outer}:{marker}"),
+        _ => marker.to_owned(),
+    }
+}
+
+/// Which processes a scan selects.
+#[derive(Clone, Copy, Debug)]
+pub enum Select<'a> {
+    /// Those of one execution: `PROVA_TREE` is exactly this marker.
+    Task(&'a str),
+    /// Those of every execution of one prova: `PROVA_TREE` starts with `<nonce>.`.
+    Run(&'a str),
+}
+
+impl Select<'_> {
+    fn matches(&self, value: &[u8]) -> bool {
+        match self {
+            Select::Task(m) => value == m.as_bytes(),
+            Select::Run(nonce) => {
+                value.strip_prefix(nonce.as_bytes()).is_some_and(|rest| rest.first() == Some(&b'.'))
+            }
+        }
+    }
+}
+
+/// A process found carrying a marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its pid.
+    pub pid: i32,
+    /// Its command name (`/proc/<pid>/comm`), for messages.
+    pub comm: String,
+}
+
+/// The live processes of this user that `select` picks (never this process itself).
+pub fn find(select: Select<'_>) -> Vec<Member> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let key = format!("{MARKER_VAR}=");
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            (pid != me).then_some((pid, e.path()))
+        })
+        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.uid() == uid))
+        .filter(|(_, path)| {
+            read_environ(path).is_some_and(|env| {
+                env.split(|&b| b == 0)
+                    .filter_map(|var| var.strip_prefix(key.as_bytes()))
+                    .flat_map(|value| value.split(|&b| b == b':'))
+                    .any(|marker| select.matches(marker))
+            })
+        })
+        .filter_map(|(pid, path)| {
+            let comm = std::fs::read(path.join("comm")).unwrap_or_default();
+            let comm = OsStr::from_bytes(comm.trim_ascii_end()).to_string_lossy().into_owned();
+            Some(Member { pid: i32::try_from(pid).ok()?, comm })
+        })
+        .collect()
+}
+
+/// A process's environment block. It reads empty for a zombie — and, briefly, for a
+/// process in the middle of `execve` (its memory is being replaced): that one is read again
+/// until it is not, so a member caught exec'ing is not missed. `None`: gone, or not ours.
+fn read_environ(path: &std::path::Path) -> Option<Vec<u8>> {
+    const EXEC_RETRIES: usize = 100;
+    for _ in 0..EXEC_RETRIES {
+        let env = std::fs::read(path.join("environ")).ok()?;
+        if !env.is_empty() {
+            return Some(env);
+        }
+        let stat = std::fs::read(path.join("stat")).ok()?;
+        // `pid (comm) S …`: the state follows the last `)`.
+        let rest = stat.get(stat.iter().rposition(|&b| b == b')')? + 2..)?;
+        let mut fields = rest.split(|&b| b == b' ');
+        let state = fields.next()?.first()?;
+        let ppid = fields.next()?;
+        // A zombie has none left; a kernel thread (a child of kthreadd, pid 2) never had one.
+        if matches!(state, b'Z' | b'X' | b'x') || ppid == b"2" || ppid == b"0" {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// Sends `sig` to each of `members` (one that is already gone is fine).
+pub fn signal_all(members: &[Member], sig: Signal) {
+    for m in members {
+        let _ = kill(Pid::from_raw(m.pid), sig);
+    }
+}
+
+/// SIGKILLs every process `select` picks, looking again until none is left (bounded).
+/// Returns the processes the first look found.
+pub fn sweep(select: Select<'_>) -> Vec<Member> {
+    let first = find(select);
+    let mut found = first.clone();
+    for _ in 0..SWEEP_ROUNDS {
+        if found.is_empty() {
+            break;
+        }
+        signal_all(&found, Signal::SIGKILL);
+        std::thread::sleep(SWEEP_PAUSE);
+        found = find(select);
+    }
+    if !found.is_empty() {
+        let pids: Vec<i32> = found.iter().map(|m| m.pid).collect();
+        tracing::warn!(?pids, "processes of a task tree survived {SWEEP_ROUNDS} rounds of SIGKILL");
+    }
+    first
+}
+
+/// The line a task's log gets when it left processes running after it exited.
+pub(crate) fn leak_notice(left: &[Member]) -> Vec<u8> {
+    const NAMED: usize = 5;
+    let mut names: Vec<String> =
+        left.iter().take(NAMED).map(|m| format!("{} {}", m.comm, m.pid)).collect();
+    if left.len() > NAMED {
+        names.push(format!("{} more", left.len() - NAMED));
+    }
+    let n = left.len();
+    let s = if n == 1 { "" } else { "es" };
+    format!(
+        "prova: warning: the task left {n} process{s} running after it exited ({}); killed {}\n",
+        names.join(", "),
+        if n == 1 { "it" } else { "them" }
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_selection_needs_the_dot_after_the_nonce() {
+        assert!(Select::Run("ab").matches(b"ab.1"));
+        assert!(!Select::Run("ab").matches(b"abc.1"));
+        assert!(!Select::Run("ab").matches(b"ab"));
+        assert!(Select::Task("ab.1").matches(b"ab.1"));
+        assert!(!Select::Task("ab.1").matches(b"ab.12"));
+    }
+
+    #[test]
+    fn markers_are_distinct_and_share_the_nonce() {
+        let (a, b) = (new_marker(), new_marker());
+        assert_ne!(a, b);
+        assert!(Select::Run(run_nonce()).matches(a.as_bytes()));
+        assert_eq!(run_nonce().len(), 32);
+    }
+
+    #[test]
+    fn the_notice_counts_and_names() {
+        let one = [Member { pid: 7, comm: "sleep".into() }];
+        let text = String::from_utf8(leak_notice(&one)).unwrap();
+        assert!(text.contains("left 1 process running after it exited (sleep 7); killed it"));
+    }
+}
