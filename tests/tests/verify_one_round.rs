@@ -176,3 +176,62 @@ fn writes_inside_the_declared_outputs_and_tmp_are_not_named() {
         "{out}"
     );
 }
+
+// ---- Plain runs: the post-run check of the project directory -------------------------
+
+/// The warning a plain run gives for `paths` written by `p#build`.
+fn written_warning(paths: &str) -> String {
+    format!(
+        "warning: task p#build wrote files that are not declared outputs: {paths} (declare them in outputs, or gitignore them)"
+    )
+}
+
+#[test]
+fn a_plain_run_warns_once_about_files_written_outside_the_outputs() {
+    let ws = workspace(&tsc_like(""));
+    let out = prova(&ws, ["run", "build", "--all"]).run();
+    out.assert_code(0);
+    let warning = written_warning("p/state.tsbuildinfo");
+    assert_eq!(out.stdout.matches(&warning).count(), 1, "{out}");
+    // A hit runs nothing: nothing to say.
+    let hit = prova(&ws, ["run", "build", "--all"]).run();
+    hit.assert_code(0);
+    assert!(!hit.stdout.contains("not declared outputs"), "{hit}");
+}
+
+#[test]
+fn rewriting_a_tracked_file_and_creating_a_nested_one_are_named_too() {
+    let ws = workspace(&task(
+        "build",
+        "mkdir -p dist gen && echo js > dist/out.js && echo changed > src/a.txt && echo g > gen/x.ts",
+        &["dist/**"],
+    ));
+    let out = prova(&ws, ["run", "build", "--all"]).run();
+    out.assert_code(0);
+    out.assert_stdout_contains(&written_warning("p/gen/x.ts, p/src/a.txt"));
+}
+
+#[test]
+fn ignored_files_declared_outputs_and_failed_tasks_are_not_named() {
+    // Gitignored incremental state: the user said it is not the workspace's.
+    let ws = workspace(&tsc_like("")).file("p/.gitignore", "*.tsbuildinfo\n");
+    let out = prova(&ws, ["run", "build", "--all"]).run();
+    out.assert_code(0);
+    assert!(!out.stdout.contains("not declared outputs"), "{out}");
+
+    // Declared: an output like any other.
+    let ws = workspace(&task(
+        "build",
+        "mkdir -p dist && echo js > dist/out.js && echo state > state.tsbuildinfo",
+        &["dist/**", "state.tsbuildinfo"],
+    ));
+    let out = prova(&ws, ["run", "build", "--all"]).run();
+    out.assert_code(0);
+    assert!(!out.stdout.contains("not declared outputs"), "{out}");
+
+    // A failed task has its failure to report.
+    let ws = workspace(&tsc_like(" && exit 3"));
+    let out = prova(&ws, ["run", "build", "--all"]).run();
+    out.assert_code(1);
+    assert!(!out.stdout.contains("not declared outputs"), "{out}");
+}
