@@ -172,6 +172,22 @@ pub enum Verdict {
         /// The last lines of the sandboxed run's log, when it failed.
         #[serde(default)]
         log_tail: Vec<String>,
+        /// Patterns to add to the task's `inputs` that cover every path found (relative to
+        /// the task's project; `//…` outside it): a directory several files were read from
+        /// as `dir/**` (or `dir/**/*.ext` when they share an extension), a single file as
+        /// itself.
+        #[serde(default)]
+        suggest: Vec<String>,
+    },
+    /// The task wrote (or tried to write) workspace paths outside its declared outputs:
+    /// created, opened for writing, renamed, removed. A cache hit would not reproduce them,
+    /// and a later run reads them back (incremental build state beside `dist/`).
+    UndeclaredOutputs {
+        /// Workspace-relative paths, sorted, at most [`MAX_NAMED_PATHS`].
+        paths: Vec<String>,
+        /// Paths beyond `paths` (reported as "and N more").
+        #[serde(default)]
+        more: usize,
     },
     /// With only its declared inputs visible the task fails (or times out), and no
     /// workspace path it needed could be named: never proven complete.
@@ -203,6 +219,7 @@ impl Verdict {
             Self::Nondeterministic(_)
                 | Self::RerunFailed { .. }
                 | Self::UndeclaredInputs { .. }
+                | Self::UndeclaredOutputs { .. }
                 | Self::SandboxFailed { .. }
         )
     }
@@ -215,6 +232,7 @@ impl Verdict {
             Self::AllowedNondeterministic(_) => "allowed-nondeterministic",
             Self::RerunFailed { .. } => "rerun-failed",
             Self::UndeclaredInputs { .. } => "undeclared-inputs",
+            Self::UndeclaredOutputs { .. } => "undeclared-outputs",
             Self::SandboxFailed { .. } => "sandbox-failed",
             Self::ProvenComplete => "proven-complete",
             Self::NoOutputs => "no-outputs",

@@ -181,6 +181,15 @@ pub struct ReadsReport {
     /// the exec root after the run, sorted by directory.
     #[serde(default)]
     pub listed: Vec<Listing>,
+    /// Workspace-relative paths a survey run (the whole workspace visible, read-only) looked
+    /// up successfully, sorted: with `missing`, every path the task reads, in one round.
+    #[serde(default)]
+    pub touched: Vec<String>,
+    /// Workspace-relative paths the task wrote or tried to write (created, opened for
+    /// writing, renamed, removed, linked, re-permissioned), sorted; the coordinator names
+    /// those outside the declared outputs.
+    #[serde(default)]
+    pub wrote: Vec<String>,
 }
 
 /// A directory a traced task listed.

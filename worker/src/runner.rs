@@ -107,6 +107,7 @@ pub async fn run_assignment(
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
     let task_argv_len = argv.len();
+    let mut inner = Vec::new();
     // Where the task runs: the workspace itself, or an exec root (kept alive until the
     // outputs are collected).
     let (root, cwd, exec_root, isolation, trace_file) = match &a.placement {
@@ -116,6 +117,7 @@ pub async fn run_assignment(
         }
         Placement::ExecRoot { .. } => match rootprep::prepare(&a, ctx).await {
             Ok(p) => {
+                inner = argv.clone();
                 let (wrapped, isolation) = rootprep::wrap(&a, ctx, &p, argv, &mut env);
                 argv = wrapped.argv;
                 (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
@@ -126,6 +128,17 @@ pub async fn run_assignment(
     if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
         argv = in_env_order(argv, task_argv_len, &env);
     }
+    // A local inputs proof first surveys the task with the whole workspace visible, so
+    // every undeclared read is named in one round (crate::sandbox::survey).
+    let survey = match (&a.placement, &exec_root) {
+        (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p))
+            if a.trace_reads && ctx.sandbox && ctx.strace =>
+        {
+            let root = p.root.path().to_owned();
+            crate::sandbox::survey::run(&a, ctx, ws, &root, &inner, &env, cancel.clone()).await
+        }
+        _ => None,
+    };
     let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
     report.isolation = isolation;
     let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
@@ -177,7 +190,12 @@ pub async fn run_assignment(
                     let _ = std::fs::remove_file(f);
                 }
                 match reads {
-                    Ok(reads) => reads,
+                    Ok(mut reads) => {
+                        if let Some(s) = survey {
+                            crate::sandbox::survey::merge(&mut reads, s);
+                        }
+                        reads
+                    }
                     Err(e) => {
                         report.output_error = Some(format!("{TRACE_READ_FAILED}: {e}"));
                         ReadsReport::default()

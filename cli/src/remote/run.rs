@@ -224,7 +224,7 @@ pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet
 /// with none is `proven-complete` — unless the sandboxed run failed: then `sandbox-failed`).
 pub fn filter_verdict(v: &mut prova_protocol::events::Verdict, files: &HashSet<String>) {
     use prova_protocol::events::Verdict;
-    if let Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail } = v {
+    if let Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, .. } = v {
         paths.retain(|p| files.contains(p));
         if paths.is_empty() && *more == 0 {
             *v = match failed.take() {

@@ -200,7 +200,7 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::RerunFailed { reason } => {
             format!("{} ({reason})\n", paint("31", "verify: the re-run FAILED"))
         }
-        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail } => {
+        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest } => {
             let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
             for p in paths {
                 s.push_str(&format!("  {p}\n"));
@@ -211,8 +211,24 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             if paths.iter().any(|p| p.ends_with('/')) {
                 s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
             }
-            s.push_str("  add them to the task's inputs\n");
+            if suggest.is_empty() {
+                s.push_str("  add them to the task's inputs\n");
+            } else {
+                let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
+                s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
+            }
             push_failure(&mut s, failed.as_deref(), log_tail);
+            s
+        }
+        Verdict::UndeclaredOutputs { paths, more } => {
+            let mut s = format!("{}\n", paint("31", "verify: wrote outside its declared outputs:"));
+            for p in paths {
+                s.push_str(&format!("  {p}\n"));
+            }
+            if *more > 0 {
+                s.push_str(&format!("  and {more} more\n"));
+            }
+            s.push_str("  declare them in outputs (a cache hit would not restore them), or stop writing them\n");
             s
         }
         Verdict::UndeclaredInputs { traced: false, failed, log_tail, .. } => {

@@ -129,6 +129,7 @@ fn verify_section(s: &RunSummary, out: &mut String) {
         ("nondeterministic", "nondeterministic"),
         ("rerun-failed", "re-run failed"),
         ("undeclared-inputs", "undeclared inputs"),
+        ("undeclared-outputs", "undeclared outputs"),
         ("sandbox-failed", "failed in the sandbox"),
         ("allowed-nondeterministic", "allowed nondeterministic"),
         ("no-outputs", "no outputs"),
@@ -160,6 +161,16 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                     more,
                     ..
                 } => {
+                    let mut shown: Vec<&str> = paths.iter().map(String::as_str).collect();
+                    let hidden = more + shown.len().saturating_sub(5);
+                    shown.truncate(5);
+                    let mut s = shown.join(", ");
+                    if hidden > 0 {
+                        s.push_str(&format!(" and {hidden} more"));
+                    }
+                    s
+                }
+                prova_protocol::events::Verdict::UndeclaredOutputs { paths, more } => {
                     let mut shown: Vec<&str> = paths.iter().map(String::as_str).collect();
                     let hidden = more + shown.len().saturating_sub(5);
                     shown.truncate(5);

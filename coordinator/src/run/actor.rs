@@ -76,6 +76,8 @@ pub struct RunActor {
     /// The scheduler finished (`ok`) while proofs were still running.
     deferred_done: Option<bool>,
     pub(super) local_proof_sources: Option<(PathBuf, PathBuf)>,
+    /// Snapshots for the post-run check of undeclared writes (`run::written`).
+    written: super::written::Watch,
 }
 
 impl Actor for RunActor {
@@ -95,6 +97,7 @@ impl Actor for RunActor {
             },
         );
         let n = args.plan.tasks.len();
+        let written = super::written::Watch::new(args.plan.root.clone(), n);
         let max_reruns = args.options.concurrency.clamp(1, 64);
         Ok(Self {
             plan: args.plan,
@@ -121,6 +124,7 @@ impl Actor for RunActor {
             proofs: Proofs::new(n, max_reruns),
             deferred_done: None,
             local_proof_sources: args.local_proof_sources,
+            written,
         })
     }
 }
@@ -291,6 +295,10 @@ impl RunActor {
             }
             _ => None,
         };
+        if in_place {
+            let dir = self.plan.tasks[node].spec.project_dir.clone();
+            self.written.before_run(node, &dir, cached);
+        }
         let assignment = Assignment {
             attempt,
             spec: self.plan.tasks[node].spec.clone(),
@@ -421,6 +429,14 @@ impl RunActor {
             self.notice(node, NoticeLevel::Info, msg).await;
         }
         let status = self.status_of(node, &f.exit);
+        let spec = &self.plan.tasks[node].spec;
+        let globs = prova_protocol::globs::PathGlobs::new(&spec.project_dir, &spec.outputs)
+            .unwrap_or_else(|_| prova_protocol::globs::PathGlobs::empty());
+        let task = spec.id.to_string();
+        let ok = status == TaskStatus::Succeeded;
+        if let Some(msg) = self.written.after_run(node, &task, &globs, ok) {
+            self.notice(node, NoticeLevel::Warn, msg).await;
+        }
         self.record_primary(node, &f);
         self.inputs_verdict(node, &f, status).await;
         if self.writes(node) && status == TaskStatus::Succeeded {

@@ -9,7 +9,8 @@
 //! - `cached`: restoring hits and filing executions through the run's cache layer.
 //! - `verify`: the proofs (`--verify`): inputs from a traced exec-root execution,
 //!   determinism from a perturbed re-run elsewhere, every execution into the ledger.
-//! - [`undeclared`]: which paths a traced run touched are undeclared inputs.
+//! - [`undeclared`]: which paths a traced run touched are undeclared inputs (and outputs).
+//! - `written`: the cheap post-run check of a plain run for files written outside outputs.
 
 pub mod actor;
 mod cached;
@@ -17,6 +18,7 @@ pub mod plan;
 pub mod types;
 pub mod undeclared;
 mod verify;
+mod written;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use ignore::Match;
 use ignore::gitignore::Gitignore;
+use prova_protocol::globs::PathGlobs;
 use prova_protocol::work::ReadsReport;
 
 use crate::inputs::files::Source;
@@ -61,6 +62,14 @@ impl WorkspaceView {
                 out.push(p.clone());
             }
         }
+        // What a survey run (the whole workspace visible) read: a workspace file the key
+        // does not represent. Directories it merely stat'ed are not reads of their files.
+        for p in &reads.touched {
+            if is_internal(p) || represented(p) || self.files.all().binary_search(p).is_err() {
+                continue;
+            }
+            out.push(p.clone());
+        }
         for l in &reads.listed {
             if is_internal(&l.dir) {
                 continue;
@@ -75,10 +84,101 @@ impl WorkspaceView {
                 out.push(if l.dir.is_empty() { "./".to_owned() } else { prefix });
             }
         }
+        // A path the task writes is an (undeclared) output, not an input.
+        out.retain(|p| reads.wrote.binary_search(p).is_err());
         out.sort();
         out.dedup();
         out
     }
+
+    /// Whether `rel` is a directory of the workspace (holds listed files).
+    pub fn is_dir(&self, rel: &str) -> bool {
+        let rel = rel.trim_end_matches('/');
+        self.files.all().binary_search_by(|f| f.as_str().cmp(rel)).is_err()
+            && !self.files.under(rel).is_empty()
+    }
+}
+
+/// The paths among `reads.wrote` that lie outside the outputs `outputs` of a task in
+/// `project_dir`, sorted: a write of a path its globs match, or of a directory on the way
+/// to one of their roots (`mkdir -p dist`), is its own business.
+pub fn undeclared_writes(
+    project_dir: &str,
+    outputs: &[String],
+    reads: &ReadsReport,
+) -> Vec<String> {
+    let globs = PathGlobs::new(project_dir, outputs).unwrap_or_else(|_| PathGlobs::empty());
+    let mut out: Vec<String> = reads
+        .wrote
+        .iter()
+        .filter(|p| !is_internal(p))
+        .filter(|p| {
+            !globs.is_match(p)
+                && !globs.roots().iter().any(|r| {
+                    r == *p || r.starts_with(&format!("{p}/")) || p.starts_with(&format!("{r}/"))
+                })
+        })
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Patterns for a task in `project_dir` to add to its `inputs` that cover `paths` (the
+/// undeclared inputs, workspace-relative; `dir/` a listed directory): a directory that was
+/// listed, or several of whose files were read, as `dir/**`; a workspace directory named
+/// itself (`is_dir`) likewise; a single file as itself. Patterns covered by another are
+/// dropped; files directly in the project's (or the workspace's) own directory are never
+/// widened to all of it. Relative to the project; `//…` outside it.
+pub fn suggest_globs(
+    project_dir: &str,
+    paths: &[String],
+    is_dir: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut dirs: Vec<String> = Vec::new();
+    let mut by_parent: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in paths {
+        if let Some(d) = p.strip_suffix('/') {
+            dirs.push(if d == "." { String::new() } else { d.to_owned() });
+        } else if is_dir(p) {
+            dirs.push(p.clone());
+        } else {
+            let parent = p.rsplit_once('/').map_or(String::new(), |(d, _)| d.to_owned());
+            by_parent.entry(parent).or_default().push(p.clone());
+        }
+    }
+    let mut files = Vec::new();
+    for (parent, list) in by_parent {
+        if list.len() >= 2 && !parent.is_empty() && parent != project_dir {
+            dirs.push(parent);
+        } else {
+            files.extend(list);
+        }
+    }
+    // The project's own directory or the workspace root, listed: too wide to suggest.
+    dirs.retain(|d| !d.is_empty() && d != project_dir);
+    dirs.sort();
+    dirs.dedup();
+    let covered = |p: &str, dirs: &[String]| dirs.iter().any(|d| p.starts_with(&format!("{d}/")));
+    let kept: Vec<String> = dirs.iter().filter(|d| !covered(d, &dirs)).cloned().collect();
+    let mut out: Vec<String> = kept.iter().map(|d| format!("{d}/**")).collect();
+    out.extend(files.into_iter().filter(|f| !covered(f, &kept)));
+    let mut out: Vec<String> = out
+        .into_iter()
+        .map(|p| {
+            let prefix = format!("{project_dir}/");
+            match p.strip_prefix(&prefix) {
+                Some(rel) if !project_dir.is_empty() => rel.to_owned(),
+                _ if project_dir.is_empty() => p,
+                _ => format!("//{p}"),
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn is_internal(path: &str) -> bool {
@@ -189,7 +289,7 @@ mod tests {
             ]
             .map(String::from)
             .to_vec(),
-            listed: Vec::new(),
+            ..Default::default()
         };
         assert_eq!(
             v.undeclared("p#t", &reads),
@@ -206,7 +306,12 @@ mod tests {
             entries: entries.iter().map(|e| (*e).to_owned()).collect(),
             complete: true,
         };
-        let reads = |listed| ReadsReport { traced: true, missing: Vec::new(), listed };
+        let reads = |listed| ReadsReport {
+            traced: true,
+            missing: Vec::new(),
+            listed,
+            ..Default::default()
+        };
         assert_eq!(v.undeclared("p#t", &reads(vec![listing("p/src", &["a.txt"])])), ["p/src/"]);
         assert_eq!(
             v.undeclared("p#t", &reads(vec![listing("p/src", &["a.txt", "b.txt"])])),
@@ -220,5 +325,48 @@ mod tests {
         );
         assert_eq!(v.undeclared("p#t", &reads(vec![listing("", &["p"])])), ["./"]);
         assert!(v.undeclared("p#t", &reads(vec![listing("q", &[])])).is_empty());
+    }
+
+    #[test]
+    fn suggestions_widen_directories_and_keep_single_files() {
+        let paths: Vec<String> = [
+            "p/a.txt",
+            "p/b/1.txt",
+            "p/b/2.txt",
+            "p/b/sub/3.txt",
+            "p/gen/",
+            "p/gen/x.ts",
+            "p/conf",
+            "libs/s/data.txt",
+            "p/c.txt",
+            "p/",
+        ]
+        .map(String::from)
+        .to_vec();
+        let got = suggest_globs("p", &paths, |p| p == "p/conf");
+        assert_eq!(got, ["//libs/s/data.txt", "a.txt", "b/**", "c.txt", "conf/**", "gen/**"]);
+        assert_eq!(suggest_globs("", &["x/1".into(), "x/2".into()], |_| false), ["x/**"]);
+        assert_eq!(suggest_globs("p", &["p/one.txt".into()], |_| false), ["one.txt"]);
+    }
+
+    #[test]
+    fn writes_inside_the_outputs_and_on_the_way_to_them_are_not_named() {
+        let reads = ReadsReport {
+            wrote: [
+                "p",
+                "p/dist",
+                "p/dist/a/b.js",
+                "p/state.tsbuildinfo",
+                "p/src/x",
+                "p/.git/index",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(
+            undeclared_writes("p", &["dist/**".to_owned()], &reads),
+            ["p/src/x", "p/state.tsbuildinfo"]
+        );
     }
 }

@@ -253,15 +253,37 @@ impl RunActor {
         };
         let log_tail = if failed.is_some() { log_tail(&f.log) } else { Vec::new() };
         let verdict = if reads.traced {
+            let spec = &self.plan.tasks[node].spec;
+            let writes =
+                super::undeclared::undeclared_writes(&spec.project_dir, &spec.outputs, reads);
             let mut paths = self.undeclared_paths(node, reads);
+            paths.retain(|p| writes.binary_search(p).is_err());
+            let suggest = match &self.options.verify.workspace {
+                Some(view) => {
+                    super::undeclared::suggest_globs(&spec.project_dir, &paths, |p| view.is_dir(p))
+                }
+                None => super::undeclared::suggest_globs(&spec.project_dir, &paths, |_| false),
+            };
             let more = paths.len().saturating_sub(MAX_NAMED_PATHS);
             paths.truncate(MAX_NAMED_PATHS);
+            if !writes.is_empty() {
+                let more = writes.len().saturating_sub(MAX_NAMED_PATHS);
+                let paths = writes[..writes.len().min(MAX_NAMED_PATHS)].to_vec();
+                self.proofs.pending[node].push(Verdict::UndeclaredOutputs { paths, more });
+            }
             match (paths.is_empty(), failed) {
+                // The writes outside the outputs are the finding (and may be why it failed).
+                (true, _) if !writes.is_empty() => return,
                 (true, None) => Verdict::ProvenComplete,
                 (true, Some(reason)) => Verdict::SandboxFailed { reason, traced: true, log_tail },
-                (false, failed) => {
-                    Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail }
-                }
+                (false, failed) => Verdict::UndeclaredInputs {
+                    paths,
+                    traced: true,
+                    more,
+                    failed,
+                    log_tail,
+                    suggest,
+                },
             }
         } else if let Some(e) = f.output_error.as_ref().filter(|e| e.starts_with(TRACE_READ_FAILED))
         {
@@ -278,6 +300,7 @@ impl RunActor {
                 more: 0,
                 failed: Some(reason),
                 log_tail,
+                suggest: Vec::new(),
             }
         } else {
             Verdict::NotVerified {

@@ -76,6 +76,20 @@ pub struct SandboxConfig {
     /// Host files mounted read-only over paths inside (host file, path inside), e.g. the
     /// [`identity_overlays`] of a sandbox with its own uid and hostname.
     pub overlays: Vec<(PathBuf, PathBuf)>,
+    /// Instead of the exec root, a view assembled at its path (a survey run,
+    /// [`super::survey`]): a writable tmpfs at `root` and these operations on it, in order.
+    pub view: Option<Vec<ViewOp>>,
+}
+
+/// One mount operation of a [`SandboxConfig::view`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewOp {
+    /// An empty directory (on the view's tmpfs: writable, gone with the sandbox).
+    Dir(PathBuf),
+    /// A host path (source) mounted read-only at a path inside (destination).
+    RoBind(PathBuf, PathBuf),
+    /// A symlink inside (target text, path).
+    Symlink(String, PathBuf),
 }
 
 impl SandboxConfig {
@@ -92,6 +106,7 @@ impl SandboxConfig {
             gid: None,
             extra_ro: Vec::new(),
             overlays: Vec::new(),
+            view: None,
         }
     }
 }
@@ -135,7 +150,20 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     // The exec root at its real absolute path, read-only: a task that embeds its working
     // directory shows the real (and, on a determinism re-run, perturbed) path. Mounted after
     // /tmp so a root that lives under the host's /tmp lands on top of the private one.
-    a.mount("--ro-bind", &cfg.root);
+    match &cfg.view {
+        None => a.mount("--ro-bind", &cfg.root),
+        Some(ops) => {
+            a.args(&["--tmpfs", &cfg.root.to_string_lossy()]);
+            for op in ops {
+                let s = |p: &Path| p.to_string_lossy().into_owned();
+                a.0.extend(match op {
+                    ViewOp::Dir(d) => vec!["--dir".to_owned(), s(d)],
+                    ViewOp::RoBind(src, dst) => vec!["--ro-bind".to_owned(), s(src), s(dst)],
+                    ViewOp::Symlink(t, p) => vec!["--symlink".to_owned(), t.clone(), s(p)],
+                });
+            }
+        }
+    }
     // The declared output directories, writable; after the root so they override it.
     for w in &cfg.writable {
         a.mount("--bind", w);

@@ -6,7 +6,9 @@
 //!   at all, found by actually running the tools, with bounded waits.
 //! - [`bwrap`]: [`SandboxConfig`] and the bubblewrap command line around a task's argv.
 //! - [`trace`]: the `strace` command line around that, and [`undeclared_reads`], which reads
-//!   the trace back into workspace-relative paths.
+//!   the trace back into workspace-relative paths (and the paths written).
+//! - [`survey`]: the traced run with the whole workspace visible read-only that a local
+//!   inputs proof makes first, so every undeclared read is named in one round.
 //!
 //! The pieces compose as argv wrappers, so the executor ([`crate::exec`]) runs a sandboxed,
 //! traced task like any other process: `strace … -- bwrap … -- sh -c '<cmd>'`. strace runs
@@ -21,6 +23,7 @@
 //! | bwrap missing or refused (AppArmor blocking user namespaces, a container without them) | [`SandboxStatus::Unavailable`] with bwrap's own words: a proof that needs the sandbox must fail, never pass silently |
 
 pub mod bwrap;
+pub mod survey;
 pub mod trace;
 
 #[cfg(test)]
@@ -35,8 +38,8 @@ use std::time::{Duration, Instant};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
-pub use bwrap::{SandboxConfig, bwrap_argv, identity_overlays};
-pub use trace::{TraceError, strace_argv, trace_reads, undeclared_reads};
+pub use bwrap::{SandboxConfig, ViewOp, bwrap_argv, identity_overlays};
+pub use trace::{TraceError, strace_argv, survey_reads, trace_reads, undeclared_reads};
 
 /// How long a probe (`bwrap --version`, a trial sandbox, a trial trace) may take. Starting a
 /// sandbox takes milliseconds; this only trips on a host that hangs in namespace set-up.

@@ -125,8 +125,20 @@ pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceE
 
 /// Everything the trace of a task in exec root `root` says it touched that the root could
 /// not show it: failed lookups, and the directories it listed with what each holds in the
-/// root now (read after the run, while the root still exists).
+/// root now (read after the run, while the root still exists); and every path under the root
+/// it wrote or tried to write.
 pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
+    reads_of(trace, root, false)
+}
+
+/// [`trace_reads`] of a survey run (the whole workspace visible at the exec root's path,
+/// [`super::survey`]), which also keeps the lookups that succeeded (`touched`): what the task
+/// read there. Listings still report what the exec root (the declared inputs) holds.
+pub fn survey_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
+    reads_of(trace, root, true)
+}
+
+fn reads_of(trace: &Path, root: &Path, keep_touched: bool) -> Result<ReadsReport, TraceError> {
     let a = analyse(trace, root)?;
     let mut budget = MAX_LISTED_ENTRIES;
     let listed = a
@@ -139,7 +151,13 @@ pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError>
             Listing { dir: rel.clone(), entries, complete }
         })
         .collect();
-    Ok(ReadsReport { traced: true, missing: a.found.into_iter().collect(), listed })
+    Ok(ReadsReport {
+        traced: true,
+        missing: a.found.into_iter().collect(),
+        listed,
+        touched: if keep_touched { a.touched.into_iter().collect() } else { Vec::new() },
+        wrote: a.wrote.into_iter().collect(),
+    })
 }
 
 /// The names in `dir`, sorted, at most `budget` (which is spent); whether that is all.
@@ -191,6 +209,8 @@ fn analyse(trace: &Path, root: &Path) -> Result<Analysis, TraceError> {
         fork_cwd: HashMap::new(),
         found: BTreeSet::new(),
         listed: BTreeSet::new(),
+        touched: BTreeSet::new(),
+        wrote: BTreeSet::new(),
     };
     for_each_event(trace, |ev| a.event(ev))?;
     Ok(a)
@@ -356,6 +376,40 @@ fn lookup(name: &str) -> Option<Lookup> {
     Some(Lookup { dirfd, path, flags })
 }
 
+/// The (directory fd argument, path argument) pairs a call writes: creating, removing,
+/// renaming, linking, truncating a path or changing its metadata. Opens are judged by their
+/// flags ([`is_write_open`]).
+fn write_targets(name: &str) -> Option<&'static [(Option<usize>, usize)]> {
+    Some(match name {
+        "creat" | "mkdir" | "rmdir" | "unlink" | "truncate" | "truncate64" | "chmod" | "chown"
+        | "lchown" | "chown32" | "lchown32" | "utime" | "utimes" | "mknod" | "setxattr"
+        | "lsetxattr" | "removexattr" | "lremovexattr" => &[(None, 0)],
+        "mkdirat" | "unlinkat" | "fchmodat" | "fchmodat2" | "fchownat" | "utimensat"
+        | "futimesat" | "mknodat" => &[(Some(0), 1)],
+        "rename" | "link" => &[(None, 0), (None, 1)],
+        "renameat" | "renameat2" => &[(Some(0), 1), (Some(2), 3)],
+        "linkat" => &[(Some(2), 3)],
+        "symlink" => &[(None, 1)],
+        "symlinkat" => &[(Some(1), 2)],
+        _ => return None,
+    })
+}
+
+/// Whether an open's flags (`O_WRONLY|O_CREAT|O_TRUNC`, or `{flags=…}` of `openat2`) write.
+fn is_write_open(flags: &str) -> bool {
+    ["O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND", "O_TMPFILE"]
+        .iter()
+        .any(|f| flags.contains(f))
+}
+
+/// Whether a write call's result means the path was (or would have been, on the host)
+/// written: it succeeded, or the read-only view refused it. `ENOENT` (nothing there to
+/// remove, or no parent) and `EEXIST` (`mkdir -p` of what exists) changed nothing.
+fn wrote(ret: &str) -> bool {
+    !ret.starts_with("-1 ")
+        || ["-1 EROFS", "-1 EACCES", "-1 EPERM", "-1 ETXTBSY"].iter().any(|e| ret.starts_with(e))
+}
+
 fn is_fork(name: &str) -> bool {
     matches!(name, "clone" | "clone3" | "fork" | "vfork")
 }
@@ -385,6 +439,11 @@ struct Analysis {
     found: BTreeSet<String>,
     /// Directories under the root (or the root, `""`) whose entries were read.
     listed: BTreeSet<String>,
+    /// Successful lookups under the root (at most [`MAX_MISSING`]): what a survey run, with
+    /// the whole workspace visible, read.
+    touched: BTreeSet<String>,
+    /// Paths under the root the task wrote or tried to write (at most [`MAX_MISSING`]).
+    wrote: BTreeSet<String>,
 }
 
 /// How far up the parent chain a working directory is looked for.
@@ -458,12 +517,63 @@ impl Analysis {
             }
             return;
         }
+        if let Some(targets) = write_targets(call.name) {
+            if wrote(call.ret) {
+                for &(dirfd, path) in targets {
+                    let (dirfd, path) = (dirfd.and_then(|i| call.args.get(i)), call.args.get(path));
+                    if let Some(p) = path.and_then(|p| self.resolve(pid, dirfd, p)) {
+                        self.keep_write(&p);
+                    }
+                }
+            }
+            return;
+        }
         let Some(l) = lookup(call.name) else { return };
-        // The directory fd: `AT_FDCWD</cwd>` also tells us the working directory.
+        let dirfd = l.dirfd.and_then(|i| call.args.get(i));
+        let Some(resolved) = call.args.get(l.path).and_then(|p| self.resolve(pid, dirfd, p)) else {
+            return;
+        };
+        if call.name == "chdir" && ok {
+            self.cwd.insert(pid, resolved);
+            return;
+        }
+        let flags = l.flags.and_then(|i| call.args.get(i));
+        let writes = flags.is_some_and(|f| is_write_open(f));
+        if writes {
+            if wrote(call.ret) {
+                self.keep_write(&resolved);
+            }
+            return;
+        }
+        if !call.ret.starts_with("-1 ") {
+            // Found: what a survey run (the whole workspace visible) read.
+            if let Some(rel) = strip_root(&resolved, &self.root)
+                && self.touched.len() < MAX_MISSING
+            {
+                self.touched.insert(String::from_utf8_lossy(rel).into_owned());
+            }
+            return;
+        }
+        // Not found, or not allowed: either way the root could not show the task the path.
+        if !(call.ret.starts_with("-1 ENOENT") || call.ret.starts_with("-1 EACCES")) {
+            return;
+        }
+        if let Some(rel) = strip_root(&resolved, &self.root)
+            && self.found.len() < MAX_MISSING
+        {
+            self.found.insert(String::from_utf8_lossy(rel).into_owned());
+        }
+    }
+
+    /// The absolute, normalised path a call's `path` argument names, resolved against its
+    /// directory fd argument (`dirfd`, when the call has one) or the process's working
+    /// directory. `AT_FDCWD</cwd>` also records the working directory. `None`: not a string,
+    /// empty (`AT_EMPTY_PATH`: the fd itself), or relative to a base that cannot be known.
+    fn resolve(&mut self, pid: u32, dirfd: Option<&&str>, path: &str) -> Option<Vec<u8>> {
         let mut base: Option<Vec<u8>> = None;
-        if let Some(arg) = l.dirfd.and_then(|i| call.args.get(i)) {
-            let (fd, path) = fd_annotation(arg);
-            match (fd == "AT_FDCWD", path) {
+        if let Some(arg) = dirfd {
+            let (fd, p) = fd_annotation(arg);
+            match (fd == "AT_FDCWD", p) {
                 (true, Some(p)) => {
                     let p = normalize(&p);
                     self.cwd.insert(pid, p.clone());
@@ -476,38 +586,24 @@ impl Analysis {
         } else {
             base = self.cwd_of(pid);
         }
-        let Some(path) = call.args.get(l.path).and_then(|a| unquote(a)) else { return };
+        let path = unquote(path)?;
         if path.is_empty() {
-            return; // AT_EMPTY_PATH: the fd itself
+            return None;
         }
-        let resolved = if path.starts_with(b"/") {
-            normalize(&path)
-        } else {
-            let Some(base) = base else { return };
-            let mut joined = base;
-            joined.push(b'/');
-            joined.extend_from_slice(&path);
-            normalize(&joined)
-        };
-        if call.name == "chdir" && ok {
-            self.cwd.insert(pid, resolved);
-            return;
+        if path.starts_with(b"/") {
+            return Some(normalize(&path));
         }
-        // Not found, or not allowed: either way the root could not show the task the path.
-        if !(call.ret.starts_with("-1 ENOENT") || call.ret.starts_with("-1 EACCES")) {
-            return;
-        }
-        let writes = l
-            .flags
-            .and_then(|i| call.args.get(i))
-            .is_some_and(|f| f.contains("O_CREAT") || f.contains("O_WRONLY"));
-        if writes {
-            return;
-        }
-        if let Some(rel) = strip_root(&resolved, &self.root)
-            && self.found.len() < MAX_MISSING
+        let mut joined = base?;
+        joined.push(b'/');
+        joined.extend_from_slice(&path);
+        Some(normalize(&joined))
+    }
+
+    fn keep_write(&mut self, resolved: &[u8]) {
+        if let Some(rel) = strip_root(resolved, &self.root)
+            && self.wrote.len() < MAX_MISSING
         {
-            self.found.insert(String::from_utf8_lossy(rel).into_owned());
+            self.wrote.insert(String::from_utf8_lossy(rel).into_owned());
         }
     }
 }
@@ -709,6 +805,48 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn writes_and_successful_lookups_are_kept_apart_from_failed_reads() {
+        let f = canned_file(
+            r#"7  openat(AT_FDCWD</r/p>, "state.tsbuildinfo", O_WRONLY|O_CREAT|O_TRUNC, 0666) = -1 EROFS (Read-only file system)
+7  openat(AT_FDCWD</r/p>, "dist/out.js", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</r/p/dist/out.js>
+7  openat(AT_FDCWD</r/p>, "gone/new.txt", O_WRONLY|O_CREAT, 0666) = -1 ENOENT (No such file or directory)
+7  mkdirat(AT_FDCWD</r/p>, "cache", 0777) = -1 EROFS (Read-only file system)
+7  mkdir("dist", 0777) = -1 EEXIST (File exists)
+7  renameat2(AT_FDCWD</r/p>, "dist/a", 4</r/q>, "moved", RENAME_NOREPLACE) = 0
+7  unlinkat(AT_FDCWD</r/p>, "src/old.txt", 0) = -1 EROFS (Read-only file system)
+7  unlink("/r/p/absent") = -1 ENOENT (No such file or directory)
+7  symlinkat("target", AT_FDCWD</r/p>, "ln") = 0
+7  utimensat(AT_FDCWD</r/p>, "touched", NULL, 0) = 0
+7  newfstatat(AT_FDCWD</r/p>, "read.txt", {st_mode=S_IFREG|0644, st_size=2, ...}, 0) = 0
+7  openat(AT_FDCWD</r/p>, "in.txt", O_RDONLY|O_CLOEXEC) = 3</r/p/in.txt>
+7  openat(AT_FDCWD</r/p>, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3</etc/passwd>
+"#,
+        );
+        let a = analyse(f.path(), Path::new("/r")).unwrap();
+        assert_eq!(
+            a.wrote.iter().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "p/cache",
+                "p/dist/a",
+                "p/dist/out.js",
+                "p/ln",
+                "p/src/old.txt",
+                "p/state.tsbuildinfo",
+                "p/touched",
+                "q/moved"
+            ]
+        );
+        assert_eq!(
+            a.touched.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["p/in.txt", "p/read.txt"]
+        );
+        assert!(a.found.is_empty(), "{:?}", a.found);
+        // Only a survey reports what it read that exists.
+        assert!(trace_reads(f.path(), Path::new("/r")).unwrap().touched.is_empty());
+        assert_eq!(survey_reads(f.path(), Path::new("/r")).unwrap().touched.len(), 2);
     }
 
     #[test]

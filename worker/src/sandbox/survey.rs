@@ -1,0 +1,239 @@
+//! The survey run of a local inputs proof: every undeclared read in one round (issue 11).
+//!
+//! The sandboxed run sees only the declared inputs, so a task stops at the first file it
+//! lacks and the reads behind it stay unknown. Before it, the task runs once traced in a
+//! sandbox that shows the **whole workspace** at the exec root's path, read-only, with its
+//! writes landing on a throw-away tmpfs:
+//!
+//! - a tmpfs at the exec root's path; each directory on the way to a declared output
+//!   directory is made on it (`--dir`), every other workspace entry beside them is mounted
+//!   read-only from the workspace (`--ro-bind`, symlinks recreated as symlinks), `.prova`
+//!   left out; the output directories themselves start empty (as after cleaning);
+//! - so a new file beside the outputs (`tsconfig.tsbuildinfo`) is written to the tmpfs and
+//!   the task carries on, while a write to a workspace file fails (`EROFS`); both are in the
+//!   trace, and nothing reaches the workspace.
+//!
+//! Its trace ([`super::trace::survey_reads`]) names what the task read that exists (files
+//! it opened, stat'ed, executed) besides what it probed and listed; the coordinator keeps
+//! what the key does not represent. The sandboxed run that follows still decides the
+//! verdict's failure: the survey only adds paths.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use prova_protocol::spec::ExitKind;
+use prova_protocol::work::{Assignment, ReadsReport};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::bwrap::{SandboxConfig, ViewOp};
+use crate::exec::{ProcessIo, ProcessRequest};
+use crate::runner::WorkerContext;
+
+/// Most mount operations of one survey view (a directory of many entries on the way to an
+/// output directory): past this the survey is skipped and the proof names what the
+/// sandboxed run alone finds.
+pub const MAX_VIEW_OPS: usize = 4096;
+
+/// Why no survey view was made.
+#[derive(Debug, thiserror::Error)]
+pub enum SurveyError {
+    /// The view would need more than [`MAX_VIEW_OPS`] mounts.
+    #[error("the workspace view needs over {MAX_VIEW_OPS} mounts")]
+    TooLarge,
+    /// Listing a workspace directory failed.
+    #[error("listing {}: {source}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The view of workspace `ws` at exec root `root` for a task in `project_dir` whose output
+/// directories are `writable` (workspace-relative): see the module docs.
+pub fn view(
+    ws: &Path,
+    root: &Path,
+    project_dir: &str,
+    writable: &[String],
+) -> Result<Vec<ViewOp>, SurveyError> {
+    let join =
+        |base: &Path, rel: &str| if rel.is_empty() { base.to_owned() } else { base.join(rel) };
+    // A writable directory holding the task's own directory holds its inputs too: its
+    // entries are shown like any other directory's.
+    let holds_project =
+        |w: &str| w.is_empty() || project_dir == w || project_dir.starts_with(&format!("{w}/"));
+    let empty: BTreeSet<&str> =
+        writable.iter().map(String::as_str).filter(|w| !holds_project(w)).collect();
+    // Every directory on the way to an output directory, the root ("") first.
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    open.insert(String::new());
+    for w in writable {
+        let mut acc = String::new();
+        for part in w.split('/').filter(|p| !p.is_empty()) {
+            if !acc.is_empty() {
+                acc.push('/');
+            }
+            acc.push_str(part);
+            open.insert(acc.clone());
+        }
+    }
+    let mut ops = Vec::new();
+    for dir in &open {
+        if !dir.is_empty() {
+            ops.push(ViewOp::Dir(join(root, dir)));
+        }
+        if empty.contains(dir.as_str()) {
+            continue;
+        }
+        let host = join(ws, dir);
+        let Ok(meta) = fs::symlink_metadata(&host) else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        let rd =
+            fs::read_dir(&host).map_err(|source| SurveyError::Io { path: host.clone(), source })?;
+        let mut names: Vec<String> = rd
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort_unstable();
+        for name in names {
+            let rel = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            if name == ".prova" || open.contains(&rel) {
+                continue;
+            }
+            let src = join(ws, &rel);
+            let dst = join(root, &rel);
+            match fs::read_link(&src) {
+                Ok(target) => ops.push(ViewOp::Symlink(target.to_string_lossy().into_owned(), dst)),
+                Err(_) => ops.push(ViewOp::RoBind(src, dst)),
+            }
+            if ops.len() > MAX_VIEW_OPS {
+                return Err(SurveyError::TooLarge);
+            }
+        }
+    }
+    Ok(ops)
+}
+
+/// Runs the survey of assignment `a` (a local exec-root proof with the workspace at `ws`,
+/// its exec root at `root`, its task argv `inner` and environment `env`): sandboxed per
+/// [`view`], traced, its output discarded. What its trace says, or `None` when no survey
+/// could be made (the proof then names what the sandboxed run alone finds).
+pub async fn run(
+    a: &Assignment,
+    ctx: &WorkerContext,
+    ws: &Path,
+    root: &Path,
+    inner: &[String],
+    env: &[(String, String)],
+    cancel: CancellationToken,
+) -> Option<ReadsReport> {
+    let writable = crate::execroot::writable_dirs_for(&a.spec.project_dir, &a.spec.outputs).ok()?;
+    let ops = match view(ws, root, &a.spec.project_dir, &writable) {
+        Ok(ops) => ops,
+        Err(e) => {
+            tracing::debug!(task = %a.spec.id, "no survey run: {e}");
+            return None;
+        }
+    };
+    let cwd = if a.spec.project_dir.is_empty() {
+        root.to_owned()
+    } else {
+        root.join(&a.spec.project_dir)
+    };
+    let mut cfg = SandboxConfig::new(root, cwd.clone());
+    cfg.network = a.spec.network;
+    cfg.view = Some(ops);
+    let traces = ctx.work_dir.join("traces");
+    let _ = fs::create_dir_all(&traces);
+    let trace = traces.join(format!("{}-{}.survey.trace", std::process::id(), a.attempt));
+    let argv = super::strace_argv(&trace, &super::bwrap_argv(&cfg, inner));
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let req = ProcessRequest {
+        argv,
+        cwd,
+        env: env.to_vec(),
+        umask: None,
+        timeout: a.spec.timeout_ms.map(Duration::from_millis),
+        kill_grace: ctx.config.kill_grace,
+        log_limit: 0,
+        ready: None,
+    };
+    let result = ctx.executor.run(req, ProcessIo { output: tx, ready: None }, cancel).await;
+    let _ = drain.await;
+    let reads = match result {
+        Ok(r) if !matches!(r.exit, ExitKind::Aborted | ExitKind::SpawnFailed(_)) => {
+            let (t, r) = (trace.clone(), root.to_owned());
+            tokio::task::spawn_blocking(move || super::trace::survey_reads(&t, &r))
+                .await
+                .ok()
+                .and_then(|r| r.map_err(|e| tracing::debug!("reading the survey trace: {e}")).ok())
+        }
+        _ => None,
+    };
+    let _ = fs::remove_file(&trace);
+    reads
+}
+
+/// `into` (the sandboxed run's reads) with a survey's added: its failed lookups, listings,
+/// writes, and what it read.
+pub fn merge(into: &mut ReadsReport, survey: ReadsReport) {
+    let union = |a: &mut Vec<String>, b: Vec<String>| {
+        a.extend(b);
+        a.sort();
+        a.dedup();
+    };
+    union(&mut into.missing, survey.missing);
+    union(&mut into.wrote, survey.wrote);
+    union(&mut into.touched, survey.touched);
+    for l in survey.listed {
+        if !into.listed.iter().any(|x| x.dir == l.dir) {
+            into.listed.push(l);
+        }
+    }
+    into.listed.sort_by(|a, b| a.dir.cmp(&b.dir));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_shows_the_workspace_read_only_with_empty_output_dirs() {
+        let ws = tempfile::tempdir().unwrap();
+        let w = ws.path();
+        for d in ["p/src", "p/dist", "q", ".prova/cache"] {
+            fs::create_dir_all(w.join(d)).unwrap();
+        }
+        fs::write(w.join("p/a.txt"), "a").unwrap();
+        fs::write(w.join("p/dist/stale.js"), "old").unwrap();
+        std::os::unix::fs::symlink("../q", w.join("p/link")).unwrap();
+        fs::write(w.join("top.txt"), "t").unwrap();
+        let root = Path::new("/r");
+        let ops = view(w, root, "p", &["p/dist".to_owned()]).unwrap();
+        let ro = |rel: &str| ViewOp::RoBind(w.join(rel), root.join(rel));
+        assert_eq!(
+            ops,
+            [
+                ro("q"),
+                ro("top.txt"),
+                ViewOp::Dir(root.join("p")),
+                ro("p/a.txt"),
+                ViewOp::Symlink("../q".into(), root.join("p/link")),
+                ro("p/src"),
+                ViewOp::Dir(root.join("p/dist")),
+            ]
+        );
+        // Outputs in the project's own directory: its entries are still shown.
+        let ops = view(w, root, "p", &["p".to_owned()]).unwrap();
+        assert!(ops.contains(&ro("p/a.txt")) && ops.contains(&ro("p/dist")), "{ops:?}");
+    }
+}
