@@ -289,3 +289,30 @@ fn a_blob_is_fetched_only_by_who_may_see_it() {
     let worker_peer = Peer::dial(&farm, &w, "worker");
     assert_eq!(worker_peer.get(a_input).expect("a worker fetches inputs"), alice_input.as_bytes());
 }
+
+#[test]
+fn a_clients_uploads_stop_at_its_blob_quota() {
+    let config = tempfile::tempdir().expect("a temp dir");
+    let file = config.path().join("coordinator.toml");
+    fs::write(&file, "client_blob_quota = \"2K\"\n").expect("config written");
+    let farm = Cluster::builder()
+        .workers(1)
+        .coordinator_args(["--config".to_owned(), file.to_string_lossy().into_owned()])
+        .start();
+    let (alice, bob) = (farm.client_certs("client", "alice"), farm.client_certs("client", "bob"));
+
+    // Within the quota: a small input uploads and the run succeeds.
+    let out = farm.run_as(&workspace("small\n"), &alice, ["build", "--all"]);
+    out.assert_code(0);
+    // Past it: a 4 KiB input is refused, the message names the quota.
+    let big = "x".repeat(4096);
+    let out = farm.run_as(&workspace(&big), &alice, ["build", "--all"]);
+    assert_ne!(out.code(), Some(0), "an upload past the quota was taken\n{out}");
+    assert!(out.stderr.contains("blob quota") && out.stderr.contains("client_blob_quota"), "{out}");
+    // The quota is per identity: bob's small upload still goes, bob's big one does not.
+    farm.run_as(&workspace("bob's\n"), &bob, ["build", "--all"]).assert_code(0);
+    let out = farm.run_as(&workspace(&format!("{big}b")), &bob, ["build", "--all"]);
+    assert_ne!(out.code(), Some(0), "{out}");
+    // CI has no quota.
+    farm.run(&workspace(&big), ["build", "--all"]).assert_code(0);
+}
