@@ -20,6 +20,9 @@ pub struct CoordinatorFile {
     pub cache_dir: Option<PathBuf>,
     /// `ci` or `proven`.
     pub trust: Option<String>,
+    /// The most bytes one `client` certificate's uploads may hold in the farm cache, e.g.
+    /// "20G" (the default).
+    pub client_blob_quota: Option<String>,
 }
 
 /// `deploy/worker.toml`.

@@ -73,7 +73,7 @@ fn worker_example() -> WorkerFile {
 /// Every key set, with a value prova accepts. The destructuring is exhaustive: a key added to
 /// `CoordinatorFile` does not compile here until the examples show it.
 fn check_coordinator_file(file: CoordinatorFile, what: &str) {
-    let CoordinatorFile { listen, certs, cache_dir, trust } = file;
+    let CoordinatorFile { listen, certs, cache_dir, trust, client_blob_quota } = file;
     let listen = listen.unwrap_or_else(|| panic!("{what}: no listen"));
     let addr: SocketAddr = listen.parse().unwrap_or_else(|e| panic!("{what}: listen: {e}"));
     assert_eq!(addr.port(), DEFAULT_PORT, "{what}: listen");
@@ -81,6 +81,8 @@ fn check_coordinator_file(file: CoordinatorFile, what: &str) {
     assert!(cache_dir.is_some_and(|p| p.is_absolute()), "{what}: cache_dir, an absolute path");
     let trust = trust.unwrap_or_else(|| panic!("{what}: no trust"));
     assert!(["ci", "proven"].contains(&trust.as_str()), "{what}: trust {trust}");
+    let quota = client_blob_quota.unwrap_or_else(|| panic!("{what}: no client_blob_quota"));
+    assert!(prova_cli::args::parse_size(&quota).is_ok(), "{what}: client_blob_quota {quota}");
 }
 
 fn check_worker_file(file: WorkerFile, what: &str) {

@@ -59,6 +59,7 @@ impl InProcessFarm {
             bundle: Bundle::load(&c.join("coordinator")).expect("the coordinator's bundle"),
             cache_dir: dir.path().join("farm-cache"),
             trust_proven: false,
+            client_quota: prova_coordinator::farm::server::DEFAULT_CLIENT_QUOTA,
         };
         let bound = rt.block_on(daemons::bind_coordinator(settings)).expect("a coordinator");
         let addr = bound.addr;

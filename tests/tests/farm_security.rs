@@ -275,7 +275,7 @@ fn a_client_certificate_cannot_register_as_a_worker() {
     assert_eq!(workers_of(&status).len(), 1);
 }
 
-/// The farm cache's entries per namespace (`""` trusted, `untrusted`).
+/// The farm cache's entries per namespace (`""` trusted, `untrusted/<identity>`).
 fn namespaces(farm: &Cluster) -> BTreeMap<String, u64> {
     let stats = farm.farm_cache_stats();
     stats["entries"]
@@ -293,7 +293,7 @@ fn client_tier_entries_are_never_served_to_ci_runs_but_ci_entries_serve_clients(
     let out = farm.run_as(&small_workspace("one\n"), &pr, ["build", "--all", "--json"]);
     out.assert_code(0);
     assert_eq!(out.cache_of("p#build"), "saved", "{out}");
-    assert_eq!(namespaces(&farm), BTreeMap::from([("untrusted".to_owned(), 1)]));
+    assert_eq!(namespaces(&farm), BTreeMap::from([("untrusted/pr1".to_owned(), 1)]));
 
     // CI builds the same key (another clone): it must execute, not hit the PR's entry.
     let ci_ws = small_workspace("one\n");
@@ -304,7 +304,7 @@ fn client_tier_entries_are_never_served_to_ci_runs_but_ci_entries_serve_clients(
     assert_eq!(ci_ws.read("p/dist/out.txt"), "one\n");
     assert_eq!(
         namespaces(&farm),
-        BTreeMap::from([(String::new(), 1), ("untrusted".to_owned(), 1)])
+        BTreeMap::from([(String::new(), 1), ("untrusted/pr1".to_owned(), 1)])
     );
 
     // The other way round: CI first, then a pull request with the same key hits CI's entry.
@@ -319,7 +319,7 @@ fn client_tier_entries_are_never_served_to_ci_runs_but_ci_entries_serve_clients(
     assert_eq!(pr_ws.read("p/dist/out.txt"), "two\n");
     assert_eq!(
         namespaces(&farm),
-        BTreeMap::from([(String::new(), 2), ("untrusted".to_owned(), 1)])
+        BTreeMap::from([(String::new(), 2), ("untrusted/pr1".to_owned(), 1)])
     );
 }
 

@@ -53,7 +53,11 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
             bundle.identity.role
         );
     }
-    let settings = CoordinatorSettings { listen, bundle, cache_dir, trust_proven };
+    let client_quota = match file.client_blob_quota {
+        Some(s) => parse_size(&s).map_err(|e| anyhow::anyhow!("client_blob_quota: {e}"))?,
+        None => server::DEFAULT_CLIENT_QUOTA,
+    };
+    let settings = CoordinatorSettings { listen, bundle, cache_dir, trust_proven, client_quota };
     let rt = common::runtime()?;
     rt.block_on(async move {
         let bound = bind_coordinator(settings).await?;
@@ -84,6 +88,8 @@ pub struct CoordinatorSettings {
     pub cache_dir: PathBuf,
     /// `--trust proven`: ci entries wait for a second worker's agreement.
     pub trust_proven: bool,
+    /// The most bytes one `client` certificate's uploads may hold in the farm cache.
+    pub client_quota: u64,
 }
 
 /// A coordinator bound to its address with its cache open, not yet serving.
@@ -105,7 +111,13 @@ pub async fn bind_coordinator(s: CoordinatorSettings) -> anyhow::Result<BoundCoo
     let farm = FarmActor::spawn(());
     let endpoint = endpoint::server(s.listen, &s.bundle)?;
     let addr = endpoint.local_addr()?;
-    let shared = Arc::new(Shared { farm, store, tmp, trust_proven: s.trust_proven });
+    let shared = Arc::new(Shared {
+        farm,
+        store,
+        tmp,
+        trust_proven: s.trust_proven,
+        client_quota: s.client_quota,
+    });
     Ok(BoundCoordinator { addr, cache_dir: s.cache_dir, endpoint, shared })
 }
 

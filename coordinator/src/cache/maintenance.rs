@@ -186,6 +186,7 @@ impl Store {
                         out.blobs_deleted += 1;
                         out.bytes_freed += len;
                     }
+                    forget_uploads(&tx, &d)?;
                 }
             }
             tx.commit().map_err(sql("commit prune"))?;
@@ -214,6 +215,9 @@ impl Store {
                 if still_old && let Some(len) = remove_file_len(path)? {
                     out.blobs_deleted += 1;
                     out.bytes_freed += len;
+                    if let Some(d) = digest {
+                        forget_uploads(&tx, d)?;
+                    }
                 }
             }
             tx.commit().map_err(sql("commit prune"))?;
@@ -233,7 +237,8 @@ impl Store {
         self.writable("clean")?;
         let tx = self.conn_mut().transaction().map_err(sql("begin clean"))?;
         tx.execute_batch(
-            "DELETE FROM entries; DELETE FROM memo; DELETE FROM durations; DELETE FROM executions;",
+            "DELETE FROM entries; DELETE FROM memo; DELETE FROM durations; DELETE FROM executions; \
+             DELETE FROM uploads;",
         )
         .map_err(sql("clean"))?;
         tx.commit().map_err(sql("commit clean"))?;
@@ -381,6 +386,14 @@ fn referenced_bytes(conn: &Connection) -> Result<u64, CacheError> {
         |r| get_u64(r, 0),
     )
     .map_err(sql("sum referenced bytes"))
+}
+
+/// Drops the upload records of blob `d`, whose file is gone (a quota counts stored bytes).
+fn forget_uploads(conn: &Connection, d: &Digest) -> Result<(), CacheError> {
+    conn.prepare_cached("DELETE FROM uploads WHERE digest = ?1")
+        .and_then(|mut s| s.execute([d.0]))
+        .map_err(sql("forget uploads"))?;
+    Ok(())
 }
 
 /// Whether any entry references blob `d` (indexed lookups).

@@ -12,6 +12,7 @@
 //!   (`--no-cache`): reading a cache without writing to it.
 //! - [`schema`]: connection settings, consistency checks, ordered migrations.
 //! - [`thread`]: [`CacheThread`], the one thread per process that owns the `Store`.
+//! - [`uploads`]: who uploaded which blob, which blobs a farm reader may see, the key salt.
 //! - [`error`]: the one error type, [`CacheError`].
 //!
 //! # A cache directory
@@ -51,6 +52,7 @@ pub mod readonly;
 pub mod schema;
 pub mod store;
 pub mod thread;
+pub mod uploads;
 
 #[cfg(test)]
 mod stress_tests;
@@ -65,6 +67,7 @@ pub use ledger::Execution;
 pub use maintenance::{CleanedDir, PruneStats, Stats};
 pub use store::Store;
 pub use thread::{CACHE_QUEUE_CAPACITY, CacheThread};
+pub use uploads::Visibility;
 
 /// The index file's name inside a cache directory.
 pub const INDEX_FILE: &str = "index.sqlite";
@@ -81,8 +84,25 @@ pub const TRUSTED: &str = "";
 /// fingerprint (`--trust=proven`): served to nobody until promoted.
 pub const PENDING: &str = "pending";
 /// The namespace of entries from untrusted writers (pull requests); trusted readers never see
-/// them.
+/// them. A local cache files what a farm's untrusted tier sent here; on the farm each
+/// `client` identity has its own, [`untrusted_of`].
 pub const UNTRUSTED: &str = "untrusted";
+
+/// The farm namespace of `client` certificate `identity`'s entries: served to that identity
+/// only, so one developer's results never reach another's runs.
+pub fn untrusted_of(identity: &str) -> String {
+    format!("{UNTRUSTED}/{identity}")
+}
+
+/// Whether `ns` is an untrusted namespace ([`UNTRUSTED`] or one identity's).
+pub fn is_untrusted(ns: &str) -> bool {
+    ns == UNTRUSTED || ns.strip_prefix(UNTRUSTED).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Who produced the entries of namespace `ns`, for a notice ("a ci run", "another client").
+pub fn producer_of(ns: &str) -> &'static str {
+    if is_untrusted(ns) { "another client's run" } else { "a ci run" }
+}
 
 /// One cache entry: what a task's key maps to.
 #[derive(Clone, Debug, PartialEq, Eq)]

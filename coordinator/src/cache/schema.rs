@@ -38,11 +38,35 @@ pub struct Migration {
 }
 
 /// Every schema step, oldest first. Append only: a released step is never edited.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, sql: V1 }, Migration { version: 2, sql: V2 }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, sql: V1 },
+    Migration { version: 2, sql: V2 },
+    Migration { version: 3, sql: V3 },
+];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Version 3: who uploaded which blob (a farm's record, so a `client` may fetch back what it
+/// uploaded and no more, and its stored bytes are bounded by a quota; rows go with their
+/// blob when prune removes it), and the cache's own random key salt (`meta`, name
+/// `key_salt`: keyed `env` values are folded with it, so a short value is not guessable from
+/// a key's components).
+const V3: &str = "
+CREATE TABLE uploads (
+    identity    TEXT    NOT NULL,
+    digest      BLOB    NOT NULL CHECK (length(digest) = 32),
+    size        INTEGER NOT NULL CHECK (size >= 0),
+    time_ms     INTEGER NOT NULL,
+    PRIMARY KEY (identity, digest)
+) WITHOUT ROWID;
+CREATE INDEX uploads_by_digest ON uploads (digest);
+CREATE TABLE meta (
+    name        TEXT    PRIMARY KEY,
+    value       BLOB    NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (name, value) VALUES ('key_salt', randomblob(32));
+";
 
 /// Version 2: the fingerprint ledger (brief §1, proof 3). One row per execution anywhere —
 /// first runs and determinism re-runs, on every worker — with its output fingerprint, so a

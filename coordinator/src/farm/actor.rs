@@ -414,17 +414,12 @@ const WORK_PER_TASK: usize = 4;
 pub struct FarmSink {
     tx: mpsc::Sender<RunWork>,
     run: RunId,
-    namespace: &'static str,
+    namespace: String,
 }
 
 impl FarmSink {
     /// The link of run `run` (`tasks` nodes) writing the cache namespace `namespace`.
-    pub fn new(
-        farm: ActorRef<FarmActor>,
-        run: RunId,
-        namespace: &'static str,
-        tasks: usize,
-    ) -> Self {
+    pub fn new(farm: ActorRef<FarmActor>, run: RunId, namespace: String, tasks: usize) -> Self {
         let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
         // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
         // not aborted with the sink: what the run queued last (cancels as it ends) still
@@ -452,7 +447,7 @@ pub fn dedup_key(namespace: &str, key: &Digest) -> Digest {
 
 impl WorkSink for FarmSink {
     fn assign(&self, a: Assignment, mut hints: AssignHints) -> LinkFuture<'_> {
-        hints.key = hints.key.map(|k| dedup_key(self.namespace, &k));
+        hints.key = hints.key.map(|k| dedup_key(&self.namespace, &k));
         Box::pin(async move {
             self.push(RunWork::Submit { run: self.run, assignment: Box::new(a), hints }).await
         })

@@ -192,6 +192,12 @@ impl Admission {
         Ok(ConnectionTicket { admission: self.clone(), identity: identity.clone() })
     }
 
+    /// The declared bytes of `identity`'s uploads in flight (a quota check counts them as
+    /// stored: they may all land).
+    pub fn upload_bytes_in_flight(&self, identity: &Identity) -> u64 {
+        self.state().by_identity.get(identity).map_or(0, |u| u.upload_bytes)
+    }
+
     /// Admits an upload of `size` declared bytes by `identity`, or says why not.
     pub fn upload(
         self: &Arc<Self>,

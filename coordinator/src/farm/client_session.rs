@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
 use super::server::Shared;
-use crate::cache::{Entry, PENDING, TRUSTED, UNTRUSTED};
+use crate::cache::{Entry, PENDING, TRUSTED, Visibility, untrusted_of};
 use crate::keys::PlanKeys;
 use crate::layers::{FarmLayer, LocalLayer};
 use crate::run::VerifyOptions;
@@ -66,14 +66,11 @@ pub async fn run(
         };
         let reply = match msg {
             ClientMsg::FindMissing { digests } => {
-                let missing = shared
-                    .store
-                    .call(move |s| {
-                        digests.into_iter().filter(|d| !s.has_blob(d)).collect::<Vec<_>>()
-                    })
-                    .await;
+                let who = identity.clone();
+                let missing = shared.store.call(move |s| missing_for(s, &who, digests)).await;
                 match missing {
-                    Ok(digests) => CoordinatorReply::Missing { digests },
+                    Ok(Ok(digests)) => CoordinatorReply::Missing { digests },
+                    Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
                     Err(e) => CoordinatorReply::Error { message: e.to_string() },
                 }
             }
@@ -165,7 +162,27 @@ async fn start(
     out: mpsc::Sender<CoordinatorReply>,
 ) -> Result<(ActorRef<RunActor>, OwnedTask<()>), String> {
     let plan = plan_of(&tasks)?;
-    let namespace = if identity.role == Role::Ci { TRUSTED } else { UNTRUSTED };
+    let namespace = namespace_of(identity);
+    let mut inputs: Vec<Digest> = tasks
+        .iter()
+        .flat_map(|t| t.inputs.iter().filter(|i| i.symlink.is_none()).map(|i| i.digest))
+        .collect();
+    inputs.sort_unstable();
+    inputs.dedup();
+    let who = identity.clone();
+    let unseen = shared
+        .store
+        .call(move |s| unseen_input(s, &who, &inputs))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if let Some(d) = unseen {
+        return Err(format!(
+            "input blob {} is not in the farm cache for certificate `{}`: upload it first",
+            d.short(),
+            identity.name
+        ));
+    }
     let keys = PlanKeys {
         keys: tasks.iter().map(|t| t.key).collect(),
         components: tasks.iter().map(|t| t.components.clone()).collect(),
@@ -173,15 +190,16 @@ async fn start(
     };
     let policy = CachePolicy { read: options.read, write: options.write };
     let hits =
-        if policy.read { probe(shared, namespace, &plan, &keys).await? } else { HashMap::new() };
+        if policy.read { probe(shared, &namespace, &plan, &keys).await? } else { HashMap::new() };
     let tmp: PathBuf = shared.tmp.clone();
-    let inner = LocalLayer::new(shared.store.clone(), namespace, &tmp);
+    let inner = LocalLayer::new(shared.store.clone(), &namespace, &tmp);
     // Under --trust=proven a trusted run's entries wait for a second worker's agreement.
     let layer = if shared.trust_proven && namespace == TRUSTED {
         FarmLayer::proven(inner, TRUSTED)
     } else {
-        FarmLayer::new(inner)
+        FarmLayer::new(inner, &namespace)
     };
+    let own_logs = layer.clone();
     let run = shared.farm.ask(NewRunId).await.map_err(|e| e.to_string())?;
     let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
     let (done_tx, done_rx) = oneshot::channel();
@@ -202,7 +220,7 @@ async fn start(
             },
         },
         weights,
-        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace, tasks.len())),
+        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace.clone(), tasks.len())),
         worker: WorkerId("farm".into()),
         events: events_tx,
         done: done_tx,
@@ -264,7 +282,7 @@ async fn start(
         let found = shared
             .store
             .call(move |s| {
-                let mut found = lookup(s, namespace, &wanted)?;
+                let mut found = lookup(s, &namespace, &wanted)?;
                 for (k, e) in s.get_entries(PENDING, &own)? {
                     found.entry(k).or_insert(e);
                 }
@@ -279,7 +297,8 @@ async fn start(
                         key: e.key,
                         artifact: e.artifact,
                         manifest: e.manifest.clone(),
-                        log: e.log,
+                        // A log is data of its tier: only the run's own tier's is sent.
+                        log: e.log.filter(|_| own_logs.replays_log_of(&e.namespace)),
                         duration_ms: e.duration_ms,
                         tier: tier_of(&e.namespace),
                     });
@@ -290,6 +309,76 @@ async fn start(
         let _ = out.send(CoordinatorReply::Done(summary)).await;
     });
     Ok((actor, relay))
+}
+
+/// The namespace a run of `identity` writes: a `ci` certificate's are trusted, a `client`'s
+/// its own untrusted namespace.
+pub fn namespace_of(identity: &Identity) -> String {
+    if identity.role == Role::Ci { TRUSTED.to_owned() } else { untrusted_of(&identity.name) }
+}
+
+/// What blobs `identity` may fetch, or `None` for every blob (a worker needs every input it
+/// is assigned; an admin operates the farm). A `ci` certificate sees the trusted tier
+/// (artifacts and logs, `pending` included); a `client` the trusted tier's artifacts and its
+/// own namespace's artifacts and logs; both what they uploaded themselves.
+pub fn visibility_of(identity: &Identity) -> Option<Visibility> {
+    match identity.role {
+        Role::Ci => {
+            let tier = vec![TRUSTED.to_owned(), PENDING.to_owned()];
+            Some(Visibility {
+                identity: identity.name.clone(),
+                artifacts: tier.clone(),
+                logs: tier,
+            })
+        }
+        Role::Client => {
+            let own = namespace_of(identity);
+            Some(Visibility {
+                identity: identity.name.clone(),
+                artifacts: vec![TRUSTED.to_owned(), own.clone()],
+                logs: vec![own],
+            })
+        }
+        Role::Worker | Role::Admin | Role::Coordinator => None,
+    }
+}
+
+/// Which of `digests` are missing for `identity`: absent, or present but not visible to it
+/// (it must upload them itself, proving it holds the bytes; the answer never tells it what
+/// another identity stored).
+fn missing_for(
+    s: &crate::cache::Store,
+    identity: &Identity,
+    digests: Vec<Digest>,
+) -> Result<Vec<Digest>, crate::cache::CacheError> {
+    let seen = visibility_of(identity);
+    let mut missing = Vec::new();
+    for d in digests {
+        let has = match &seen {
+            Some(v) => s.has_blob(&d) && s.blob_visible(v, &d)?,
+            None => s.has_blob(&d),
+        };
+        if !has {
+            missing.push(d);
+        }
+    }
+    Ok(missing)
+}
+
+/// The first input of `tasks` that `identity` may not use: a run may only name blobs its
+/// certificate may see (else its task could copy another identity's blob into an output).
+fn unseen_input(
+    s: &crate::cache::Store,
+    identity: &Identity,
+    digests: &[Digest],
+) -> Result<Option<Digest>, crate::cache::CacheError> {
+    let Some(v) = visibility_of(identity) else { return Ok(None) };
+    for d in digests {
+        if !s.blob_visible(&v, d)? {
+            return Ok(Some(*d));
+        }
+    }
+    Ok(None)
 }
 
 /// The tier a client is told an entry of store namespace `ns` has.
@@ -319,15 +408,16 @@ fn lookup(
 
 async fn probe(
     shared: &Shared,
-    namespace: &'static str,
+    namespace: &str,
     plan: &RunPlan,
     keys: &PlanKeys,
 ) -> Result<HashMap<usize, Entry>, String> {
     let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
     let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
+    let namespace = namespace.to_owned();
     let mut found = shared
         .store
-        .call(move |s| lookup(s, namespace, &ks))
+        .call(move |s| lookup(s, &namespace, &ks))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

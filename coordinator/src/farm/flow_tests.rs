@@ -112,7 +112,7 @@ async fn start_run(
             verify: VerifyOptions::default(),
         },
         weights: vec![1; n],
-        work: Arc::new(FarmSink::new(farm.clone(), run, "trusted", n)),
+        work: Arc::new(FarmSink::new(farm.clone(), run, "trusted".into(), n)),
         worker: WorkerId("farm".into()),
         events,
         done,

@@ -44,7 +44,12 @@ pub struct Shared {
     pub tmp: PathBuf,
     /// Entries enter the trusted tier only after two workers agree (`--trust=proven`).
     pub trust_proven: bool,
+    /// The most bytes one `client` certificate's uploads may hold in the farm cache.
+    pub client_quota: u64,
 }
+
+/// The default per-client blob quota: 20 GiB.
+pub const DEFAULT_CLIENT_QUOTA: u64 = 20 * 1024 * 1024 * 1024;
 
 /// Serves `endpoint` until `shutdown`, with the default [`Limits`].
 pub async fn serve(endpoint: quinn::Endpoint, shared: Arc<Shared>, shutdown: CancellationToken) {
@@ -209,9 +214,15 @@ async fn serve_blob(
         .ok_or("empty")?;
     match req {
         BlobRequest::Get { digest } => {
+            // A ci/client certificate gets only what it may see; anything else reads as
+            // absent (the answer does not tell whether another identity stored it).
+            let seen = client_session::visibility_of(identity);
             let file = shared
                 .store
-                .call(move |s| s.open_blob(&digest))
+                .call(move |s| match &seen {
+                    Some(v) if !s.blob_visible(v, &digest)? => Ok(None),
+                    _ => s.open_blob(&digest),
+                })
                 .await
                 .map_err(|e| e.to_string())?;
             match file.map_err(|e| e.to_string())? {
@@ -241,10 +252,19 @@ async fn serve_blob(
             }
             let ack = match admission.upload(identity, size) {
                 Err(refused) => BlobAck::Refused { reason: refused.to_string() },
-                Ok(_ticket) => match receive_into_store(&mut recv, digest, size, shared).await {
-                    Ok(()) => BlobAck::Stored,
-                    Err(reason) => BlobAck::Refused { reason },
-                },
+                Ok(_ticket) => {
+                    match within_quota(identity, digest, size, shared, admission).await {
+                        Err(reason) => BlobAck::Refused { reason },
+                        Ok(()) => {
+                            match receive_into_store(&mut recv, digest, size, identity, shared)
+                                .await
+                            {
+                                Ok(()) => BlobAck::Stored,
+                                Err(reason) => BlobAck::Refused { reason },
+                            }
+                        }
+                    }
+                }
             };
             frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
         }
@@ -253,10 +273,48 @@ async fn serve_blob(
     Ok(())
 }
 
+/// A `client` certificate's stored bytes (its recorded uploads, plus its uploads in flight,
+/// this one included) stay within [`Shared::client_quota`]. A blob it already stored costs
+/// nothing again.
+async fn within_quota(
+    identity: &Identity,
+    digest: prova_protocol::Digest,
+    size: u64,
+    shared: &Shared,
+    admission: &Admission,
+) -> Result<(), String> {
+    if identity.role != Role::Client {
+        return Ok(());
+    }
+    let name = identity.name.clone();
+    let (again, stored) = shared
+        .store
+        .call(move |s| {
+            Ok::<_, crate::cache::CacheError>((
+                s.uploaded(&name, &digest)?,
+                s.uploaded_bytes(&name)?,
+            ))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let in_flight = admission.upload_bytes_in_flight(identity);
+    let quota = shared.client_quota;
+    if !again && stored.saturating_add(in_flight) > quota {
+        return Err(format!(
+            "an upload of {size} bytes would put certificate `{}` past its blob quota of {quota} \
+             bytes ({stored} bytes stored; `client_blob_quota` in the coordinator's config)",
+            identity.name
+        ));
+    }
+    Ok(())
+}
+
 async fn receive_into_store(
     recv: &mut quinn::RecvStream,
     digest: prova_protocol::Digest,
     size: u64,
+    identity: &Identity,
     shared: &Shared,
 ) -> Result<(), String> {
     if size > MAX_BLOB {
@@ -275,9 +333,17 @@ async fn receive_into_store(
     drop(file);
     // Keep the path: put_blob_file renames it away (or removes it when the blob exists).
     let path = staged.keep().map_err(|e| e.to_string())?;
+    // Recorded for ci and client certificates: what they may fetch back, what a quota counts.
+    let who = matches!(identity.role, Role::Ci | Role::Client).then(|| identity.name.clone());
     shared
         .store
-        .call(move |s| s.put_blob_file(&path, Some(&digest)))
+        .call(move |s| -> Result<(), crate::cache::CacheError> {
+            s.put_blob_file(&path, Some(&digest))?;
+            if let Some(name) = who {
+                s.record_upload(&name, &digest, size, crate::layers::local::now_ms())?;
+            }
+            Ok(())
+        })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

@@ -2,6 +2,10 @@
 //! the same store code as the local layer. Nothing is restored on the coordinator: a hit
 //! only checks the artifact is still there and hands back the log; the client downloads the
 //! artifact into its local layer afterwards.
+//!
+//! A log is data of the tier that produced it: a hit replays its log only when the entry is
+//! of a namespace the reading run writes itself (a `client` run hitting a `ci` entry gets a
+//! one-line notice instead, and the log blob is never read).
 
 use prova_protocol::Digest;
 use prova_protocol::artifact::confine::check_manifest_confined;
@@ -22,18 +26,29 @@ pub struct FarmLayer {
     /// `--trust=proven`: a trusted entry waits in [`PENDING`] until two workers agree on
     /// its fingerprint.
     promote: Option<String>,
+    /// The namespaces whose logs a hit replays: those the run itself writes.
+    own: Vec<String>,
 }
 
 impl FarmLayer {
-    /// The layer writing to `inner`'s namespace of the coordinator's store.
-    pub fn new(inner: LocalLayer) -> Self {
-        Self { inner, promote: None }
+    /// The layer writing to `inner`'s namespace (`namespace`) of the coordinator's store.
+    pub fn new(inner: LocalLayer, namespace: &str) -> Self {
+        Self { inner, promote: None, own: vec![namespace.to_owned()] }
     }
 
     /// The layer for a trusted run under `--trust=proven`: entries go to [`PENDING`] and are
     /// promoted to `trusted` once two workers agree on the fingerprint.
     pub fn proven(inner: LocalLayer, trusted: &str) -> Self {
-        Self { inner, promote: Some(trusted.to_owned()) }
+        Self {
+            inner,
+            promote: Some(trusted.to_owned()),
+            own: vec![trusted.to_owned(), PENDING.to_owned()],
+        }
+    }
+
+    /// Whether a hit on an entry of namespace `ns` replays its log to this layer's run.
+    pub fn replays_log_of(&self, ns: &str) -> bool {
+        self.own.iter().any(|o| o == ns)
     }
 
     async fn save_entry(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
@@ -84,7 +99,8 @@ impl FarmLayer {
         }
         let cache = self.inner.cache().clone();
         let artifact = entry.artifact.map(|(d, _)| d);
-        let log = entry.log;
+        let foreign = !self.replays_log_of(&entry.namespace);
+        let log = if foreign { None } else { entry.log };
         let ok = cache
             .call(move |s| -> Result<Option<Vec<u8>>, crate::cache::CacheError> {
                 if let Some(d) = artifact
@@ -99,7 +115,13 @@ impl FarmLayer {
             })
             .await??;
         let Some(compressed) = ok else { return Ok(None) };
-        let log = if compressed.is_empty() {
+        let log = if foreign {
+            format!(
+                "(log not replayed: entry produced by {})\n",
+                crate::cache::producer_of(&entry.namespace)
+            )
+            .into_bytes()
+        } else if compressed.is_empty() {
             Vec::new()
         } else {
             match super::local::decompress_bounded(&compressed, MAX_LOG_BYTES) {
