@@ -145,6 +145,8 @@ pub fn diff(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
         files,
         rerun_worker: Some(prova_protocol::WorkerId(other.worker.clone())),
         single_machine: false,
+        modes: prova_coordinator::layers::diff::mode_changes(&a, &b, 0o077),
+        perturbations: Default::default(),
     };
     let head = format!(
         "{} key {}: first run vs {} on {}\n",
