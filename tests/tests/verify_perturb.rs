@@ -4,7 +4,7 @@
 //! breaks a correct task (`whoami`), every verdict lists what it perturbed (`--json` and
 //! text), and a re-run that fails says so with its log's tail — never "flaky".
 
-use prova_tests::verify::{name, only_verdict, prova, task, workspace};
+use prova_tests::verify::{hermeticity, name, only_verdict, prova, task, workspace};
 use serde_json::Value;
 
 /// The names of the perturbations a verdict says it applied.
@@ -180,6 +180,63 @@ fn a_task_depending_on_source_date_epoch_fails_its_rerun_with_the_log_tail() {
     assert!(s.contains("| refusing: SOURCE_DATE_EPOCH is set"), "{s}");
     assert!(s.contains("source-date-epoch 1000000000"), "{s}");
     assert!(!s.to_lowercase().contains("flaky"), "a re-run failure is not flakiness: {s}");
+    // Nor in the ledger's report: it is listed as a perturbed re-run failure.
+    let (h, report) = hermeticity(&ws);
+    let k = &report["keys"][0];
+    assert_eq!(k["task"], "p#epoch", "{h}");
+    assert_eq!(k["flaky"], false, "{h}");
+    assert_eq!(k["rerun_failed_on"], serde_json::json!(["local"]), "{h}");
+    assert_eq!(k["failed_on"], serde_json::json!([]), "{h}");
+    let text = ws.prova(["hermeticity"]).run();
+    assert!(text.stdout.contains("a perturbed re-run failed on local"), "{text}");
+    assert!(!text.stdout.contains("flaky"), "{text}");
+}
+
+/// A task that fails on its first try and passes on the retry (`retries = 1`): the counter
+/// file lives outside the project, so it outlives the tries.
+fn flaky_workspace() -> prova_tests::TempWorkspace {
+    prova_tests::TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.flaky]\ncommand = \"n=$(cat ../count 2>/dev/null || echo 0); n=$((n + 1)); \
+             echo $n > ../count; echo try $n; mkdir -p out && cat src/a.txt > out/f.txt; [ $n -ge 2 ]\"\n\
+             inputs = [\"src/a.txt\"]\noutputs = [\"out/f.txt\"]\nretries = 1\n",
+        )
+}
+
+#[test]
+fn a_task_that_passes_on_a_retry_is_recorded_flaky() {
+    let ws = flaky_workspace();
+    let out = ws.prova(["run", "flaky", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.report("p#flaky")["attempts"], 2, "{out}");
+    let (h, report) = hermeticity(&ws);
+    h.assert_code(1);
+    let keys = report["keys"].as_array().expect("keys");
+    assert_eq!(keys.len(), 1, "{h}");
+    let k = &keys[0];
+    assert_eq!(k["task"], "p#flaky", "{h}");
+    assert_eq!(k["flaky"], true, "{h}");
+    assert_eq!(k["nondeterministic"], false, "{h}");
+    assert_eq!(k["retried_on"], serde_json::json!(["local"]), "{h}");
+    assert_eq!(k["failed_tries"], 1, "{h}");
+    let text = ws.prova(["hermeticity"]).run();
+    text.assert_code(1);
+    assert!(text.stdout.contains("p#flaky (flaky)"), "{text}");
+    assert!(text.stdout.contains("1 failed try, then passed on a retry on local"), "{text}");
+    assert!(!text.stdout.contains("every recorded execution agrees"), "{text}");
+}
+
+#[test]
+fn a_task_that_passes_first_time_is_not_flaky() {
+    let ws = flaky_workspace();
+    ws.write("count", "5\n");
+    ws.prova(["run", "flaky", "--all"]).run().assert_code(0);
+    let (h, report) = hermeticity(&ws);
+    h.assert_code(0);
+    assert_eq!(report["keys"], serde_json::json!([]), "{h}");
 }
 
 #[test]

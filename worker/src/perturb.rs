@@ -96,6 +96,7 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
 
 /// A tmpfs that lists directories in creation order, is executable and has room for
 /// `bytes`: `/dev/shm` where it qualifies.
+#[allow(clippy::unnecessary_cast)] // the statfs field widths differ between targets
 fn creation_order_fs(bytes: u64) -> Option<PathBuf> {
     let shm = Path::new("/dev/shm");
     let c = CString::new("/dev/shm").ok()?;
@@ -109,7 +110,6 @@ fn creation_order_fs(bytes: u64) -> Option<PathBuf> {
         (fs, vfs)
     };
     const TMPFS_MAGIC: i64 = 0x0102_1994;
-    #[allow(clippy::unnecessary_cast)] // the field widths differ between targets
     let free = (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64);
     let usable = fs.f_type as i64 == TMPFS_MAGIC
         && vfs.f_flag & (libc::ST_NOEXEC | libc::ST_RDONLY) == 0
@@ -185,14 +185,13 @@ fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
     env.iter().find(|(name, _)| name == k).map(|(_, v)| v.as_str())
 }
 
-/// What the task's environment and argv get, after the sandbox wrapped it: the env
+/// What the task's environment and argv get (`a.perturb`), after the sandbox wrapped it: the env
 /// perturbations (reported), the locale fixed to one this machine has, the clock, `TMPDIR`
 /// (`tmpdir`: the scratch directory, already mounted writable in a sandbox), and the CPU
 /// affinity (an outer `taskset`). `primary` is the baseline environment the first execution
 /// started from; `sandboxed` says whether hostname and uid could be changed.
 pub fn apply(
     a: &Assignment,
-    p: &Perturb,
     primary: &[(String, String)],
     sandboxed: bool,
     tmpdir: Option<&Path>,
@@ -200,6 +199,7 @@ pub fn apply(
     argv: Vec<String>,
     out: &mut Perturbations,
 ) -> Vec<String> {
+    let Some(p) = &a.perturb else { return argv };
     let declared = |k: &str| a.spec.env.iter().any(|(n, _)| n == k);
     if let Some(m) = p.umask {
         out.applied("umask", format!("{m:03o}"));
@@ -220,7 +220,13 @@ pub fn apply(
         if declared(k) || k == "LANG" || k == "LC_ALL" {
             continue;
         }
-        out.applied(&k.to_ascii_lowercase().replace('_', "-"), v.clone());
+        // `$HOSTNAME`; the hostname itself (`hostname`, uname) is the sandbox's below.
+        let what = if k == "HOSTNAME" {
+            "hostname-var".to_owned()
+        } else {
+            k.to_ascii_lowercase().replace('_', "-")
+        };
+        out.applied(&what, v.clone());
     }
     if p.reverse_env {
         out.applied("env-order", "reversed");

@@ -197,14 +197,13 @@ pub fn wrap(
     } else {
         None
     };
-    let perturbed = a.perturb.as_ref().map(|x| {
+    let perturbed = a.perturb.as_ref().map(|_| {
         let mut out = p.perturbed.clone();
         let tmp = p.scratch.as_ref().map(|s| s.0.as_path());
         let sandboxed = isolation == "bwrap";
         let wrapped = std::mem::take(&mut argv);
         argv = crate::perturb::apply(
             a,
-            x,
             &ctx.config.baseline_env,
             sandboxed,
             tmp,

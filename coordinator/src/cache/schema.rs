@@ -38,11 +38,21 @@ pub struct Migration {
 }
 
 /// Every schema step, oldest first. Append only: a released step is never edited.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, sql: V1 }, Migration { version: 2, sql: V2 }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, sql: V1 },
+    Migration { version: 2, sql: V2 },
+    Migration { version: 3, sql: V3 },
+];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Version 3: flaky executions. `failed_tries` counts the tries of one execution that failed
+/// before a retry (`retries`) succeeded with the same key in the same environment: the
+/// task is flaky, whatever its final exit.
+const V3: &str = "
+ALTER TABLE executions ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0 CHECK (failed_tries >= 0);
+";
 
 /// Version 2: the fingerprint ledger (brief §1, proof 3). One row per execution anywhere —
 /// first runs and determinism re-runs, on every worker — with its output fingerprint, so a
