@@ -140,9 +140,12 @@ pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbatio
     }
     match creation_order_fs(bytes) {
         Some(fs) => {
-            // Per uid: /dev/shm is shared by every user of the machine.
+            // Per uid: /dev/shm is shared by every user of the machine. The worker's own
+            // path follows, so a root still says which worker (and work dir) it belongs to.
             // SAFETY: getuid cannot fail.
-            let parent = fs.join(format!("prova-rerun-roots-{}", unsafe { libc::getuid() }));
+            let uid = unsafe { libc::getuid() };
+            let own = default.strip_prefix("/").unwrap_or(&default);
+            let parent = fs.join(format!("prova-rerun-roots-{uid}")).join(own);
             out.applied("exec-root-path", parent.display().to_string());
             out.applied("dir-order", "inputs created in a shuffled order on a tmpfs");
             RootPlan { parent, shuffle: true }
