@@ -1,6 +1,8 @@
 //! The hermeticity report (`prova hermeticity`): from the fingerprint ledger, every key whose
-//! executions disagree — two output fingerprints (nondeterministic) or success and failure
-//! (flaky) — with the workers on each side and the files that differ.
+//! executions disagree — two output fingerprints (nondeterministic), success and failure of
+//! first runs, or a try that failed before a retry passed with the same key (flaky) — with
+//! the workers on each side and the files that differ. A determinism re-run that failed is
+//! not flakiness (its environment was perturbed): it is listed apart (`rerun_failed_on`).
 
 use std::collections::BTreeMap;
 
@@ -26,9 +28,20 @@ pub struct KeyReport {
     pub task: String,
     /// Successful executions by fingerprint.
     pub fingerprints: Vec<FingerprintGroup>,
-    /// Workers where it failed with this key.
+    /// Workers where a first run failed with this key.
     pub failed_on: Vec<String>,
-    /// The same key both succeeded and failed.
+    /// Workers where a try failed and a retry of the same execution then passed.
+    #[serde(default)]
+    pub retried_on: Vec<String>,
+    /// Tries that failed before a retry passed, over every execution of the key.
+    #[serde(default)]
+    pub failed_tries: u64,
+    /// Workers where a perturbed determinism re-run failed (not flakiness: the environment
+    /// differed).
+    #[serde(default)]
+    pub rerun_failed_on: Vec<String>,
+    /// The same key both succeeded and failed in the same kind of environment: first runs
+    /// that disagree on success, or a failure turned into a pass by a retry.
     pub flaky: bool,
     /// Two or more fingerprints: its bytes vary.
     pub nondeterministic: bool,
@@ -62,7 +75,14 @@ pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheErr
         let mut groups: BTreeMap<Digest, (FingerprintGroup, Option<Vec<u8>>, i64)> =
             BTreeMap::new();
         let mut failed_on = Vec::new();
+        let (mut retried_on, mut rerun_failed_on, mut failed_tries) = (Vec::new(), Vec::new(), 0);
         for e in &execs {
+            if e.failed_tries > 0 {
+                failed_tries += u64::from(e.failed_tries);
+                if !retried_on.contains(&e.worker) {
+                    retried_on.push(e.worker.clone());
+                }
+            }
             match (e.ok, e.fingerprint) {
                 (true, Some(fp)) => {
                     let g = groups.entry(fp).or_insert_with(|| {
@@ -80,6 +100,11 @@ pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheErr
                     }
                     if !g.0.platforms.contains(&e.platform) {
                         g.0.platforms.push(e.platform.clone());
+                    }
+                }
+                _ if e.rerun => {
+                    if !rerun_failed_on.contains(&e.worker) {
+                        rerun_failed_on.push(e.worker.clone());
                     }
                 }
                 _ => {
@@ -103,10 +128,13 @@ pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheErr
         keys.push(KeyReport {
             key,
             task: first.task.clone(),
-            flaky: !failed_on.is_empty() && !ordered.is_empty(),
+            flaky: (!failed_on.is_empty() && !ordered.is_empty()) || !retried_on.is_empty(),
             nondeterministic,
             fingerprints: ordered.into_iter().map(|(g, _, _)| g).collect(),
             failed_on,
+            retried_on,
+            failed_tries,
+            rerun_failed_on,
             changed,
             added,
             removed,

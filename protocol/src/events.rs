@@ -144,15 +144,26 @@ pub enum Verdict {
         rerun_worker: Option<WorkerId>,
         /// The re-run had to use the same machine (a one-worker farm, or local mode).
         single_machine: bool,
+        /// What the re-run changed (and what it could not), so the proof says what it covers.
+        #[serde(default)]
+        perturbations: Perturbations,
     },
     /// Re-ran; the outputs differ: the cache would replay one arbitrary output forever.
     Nondeterministic(Divergence),
     /// Differed, but the task is listed in `--verify-allow`: reported, not failing.
     AllowedNondeterministic(Divergence),
-    /// The re-run itself failed (identical inputs, different outcome).
+    /// The re-run itself failed under its perturbations (identical inputs, a changed
+    /// environment): the task depends on something the re-run changed. Not "flaky" — flaky is
+    /// the same environment giving different exit codes.
     RerunFailed {
         /// How.
         reason: String,
+        /// The last lines of the re-run's log (masked like every log).
+        #[serde(default)]
+        log_tail: Vec<String>,
+        /// What the re-run changed: one of these is what the task depends on.
+        #[serde(default)]
+        perturbations: Perturbations,
     },
     /// With only its declared inputs present, the task touched these workspace paths: read,
     /// stat or probed them (`dir/`: listed the directory, whose entries it does not all
@@ -259,6 +270,61 @@ pub struct Divergence {
     /// The re-run used the same machine.
     #[serde(default)]
     pub single_machine: bool,
+    /// Files in both whose permission bits differ (first run → re-run), e.g. 0644 → 0600.
+    #[serde(default)]
+    pub modes: Vec<ModeChange>,
+    /// What the re-run changed (and what it could not).
+    #[serde(default)]
+    pub perturbations: Perturbations,
+}
+
+/// A file whose mode differs between two executions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModeChange {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Permission bits of the first run and of the re-run (`0o644`, `0o600`).
+    pub modes: (u32, u32),
+}
+
+/// One perturbation of a determinism re-run: what changed (`clock`, `cpus`, `locale`,
+/// `tmpdir`, …) and how (`+7d`, `1 of 2`, `de_DE.UTF-8`), or why it could not be applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Perturbation {
+    /// A short stable name.
+    pub what: String,
+    /// The value the re-run saw, or (in `not_applied`) why it was not perturbed.
+    pub detail: String,
+}
+
+/// The perturbations a re-run applied and those it could not on its worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Perturbations {
+    /// Applied.
+    #[serde(default)]
+    pub applied: Vec<Perturbation>,
+    /// Not applied, with the reason.
+    #[serde(default)]
+    pub not_applied: Vec<Perturbation>,
+}
+
+impl Perturbations {
+    /// Records an applied perturbation.
+    pub fn applied(&mut self, what: &str, detail: impl Into<String>) {
+        self.applied.push(Perturbation { what: what.to_owned(), detail: detail.into() });
+    }
+
+    /// Records one that could not be applied, and why.
+    pub fn skipped(&mut self, what: &str, why: impl Into<String>) {
+        self.not_applied.push(Perturbation { what: what.to_owned(), detail: why.into() });
+    }
+
+    /// `clock +7d, cpus 1 of 2, …` (empty when nothing was applied).
+    pub fn describe_applied(&self) -> String {
+        let v: Vec<String> =
+            self.applied.iter().map(|p| format!("{} {}", p.what, p.detail)).collect();
+        v.join(", ")
+    }
 }
 
 /// One changed file: a unified diff for text, sizes and digests for binary.
@@ -372,7 +438,11 @@ mod tests {
             }),
             RunEvent::Verdict {
                 task: task.clone(),
-                verdict: Verdict::RerunFailed { reason: "exit code 1".into() },
+                verdict: Verdict::RerunFailed {
+                    reason: "exit code 1".into(),
+                    log_tail: vec!["boom".into()],
+                    perturbations: Perturbations::default(),
+                },
             },
             RunEvent::TaskReady { task: task.clone() },
             RunEvent::Notice { task: None, level: NoticeLevel::Warn, message: "m".into() },

@@ -57,6 +57,21 @@ pub struct Perturb {
     /// A different parent directory for the exec root, so the task sees another path.
     #[serde(default)]
     pub root_parent: Option<PathBuf>,
+    /// Shift the realtime clock by this libfaketime offset (`+7d`) where libfaketime is
+    /// installed on the worker.
+    #[serde(default)]
+    pub clock: Option<String>,
+    /// Restrict the task to one CPU (what `nproc` and thread pools read) when the worker has
+    /// more than one.
+    #[serde(default)]
+    pub one_cpu: bool,
+    /// Give the task its own `TMPDIR`, a directory the first execution did not see.
+    #[serde(default)]
+    pub tmpdir: bool,
+    /// Create the exec root's files in another order, so directory listings that are not
+    /// sorted come out in another order (on a file system that lists in creation order).
+    #[serde(default)]
+    pub shuffle_inputs: bool,
 }
 
 /// One unit of work for a worker.
@@ -141,6 +156,9 @@ pub struct Finished {
     /// How the task was isolated: `bwrap`, `none` (no sandbox), `in-place`.
     #[serde(default)]
     pub isolation: String,
+    /// For a perturbed re-run: what the worker changed, and what it could not.
+    #[serde(default)]
+    pub perturbed: Option<crate::events::Perturbations>,
 }
 
 impl Finished {
@@ -158,6 +176,7 @@ impl Finished {
             output_error: None,
             reads: None,
             isolation: String::new(),
+            perturbed: None,
         }
     }
 }

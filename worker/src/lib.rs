@@ -30,6 +30,7 @@ pub mod exec;
 pub mod execroot;
 pub mod mask;
 pub mod outputs;
+pub mod perturb;
 pub mod remote;
 pub mod rootprep;
 pub mod runner;

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use prova_protocol::Digest;
+use prova_protocol::events::Perturbations;
 use prova_protocol::work::{Assignment, Placement};
 
 use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
@@ -15,6 +16,10 @@ use crate::sandbox::{self, SandboxConfig};
 pub struct Prepared {
     /// The root.
     pub root: ExecRoot,
+    /// A determinism re-run's own `TMPDIR` (removed when dropped).
+    pub scratch: Option<crate::perturb::ScratchDir>,
+    /// The perturbations applied while building the root (a re-run).
+    pub perturbed: Perturbations,
 }
 
 /// The command line to run, and where its trace goes when traced.
@@ -23,6 +28,8 @@ pub struct Wrapped {
     pub argv: Vec<String>,
     /// The strace output file.
     pub trace: Option<PathBuf>,
+    /// For a determinism re-run: every perturbation applied, or not and why.
+    pub perturbed: Option<Perturbations>,
 }
 
 /// Materialises the exec root of `a` (which must be an exec-root placement).
@@ -63,7 +70,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
             })?;
         }
     }
-    let spec = ExecRootSpec {
+    let mut spec = ExecRootSpec {
         inputs: inputs
             .iter()
             .map(|i| RootInput {
@@ -88,9 +95,25 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
     };
-    // A determinism re-run gets a root under another parent, so the task sees another path.
+    // A determinism re-run gets a root under another parent, so the task sees another path,
+    // and its files made in another order (on a file system where that changes listings).
+    let mut perturbed = Perturbations::default();
+    let mut scratch = None;
     let parent = match &a.perturb {
-        Some(p) => p.root_parent.clone().unwrap_or_else(|| ctx.work_dir.join("rerun-roots")),
+        Some(p) => {
+            let bytes = if p.shuffle_inputs { input_bytes(&spec, &blobs) } else { 0 };
+            let plan = crate::perturb::plan_root(p, &ctx.work_dir, bytes, &mut perturbed);
+            if plan.shuffle {
+                crate::perturb::shuffle(&mut spec.inputs, a.attempt.0);
+            }
+            if p.tmpdir {
+                match crate::perturb::scratch(&ctx.work_dir, a) {
+                    Ok(s) => scratch = Some(s),
+                    Err(e) => tracing::warn!("making the re-run's TMPDIR failed: {e}"),
+                }
+            }
+            plan.parent
+        }
         None => ctx.work_dir.join("roots"),
     };
     let hint: String = a
@@ -104,7 +127,20 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("building the exec root failed: {e}"))?;
-    Ok(Prepared { root })
+    Ok(Prepared { root, scratch, perturbed })
+}
+
+/// The bytes an exec root's inputs take (one stat each), to see whether a tmpfs has room.
+fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 {
+    let file = |i: &RootInput| match &i.source {
+        Source::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        Source::Blob(d) => {
+            blobs.path(d, i.exec).and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
+        }
+    };
+    let artifacts: u64 =
+        spec.artifacts.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len() * 4).sum();
+    spec.inputs.iter().filter(|i| i.symlink.is_none()).map(file).sum::<u64>() + artifacts
 }
 
 /// Wraps `argv` in the sandbox (when the worker has one) and the tracer (when asked and
@@ -123,6 +159,10 @@ pub fn wrap(
         cfg.network = a.spec.network;
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
+        if let Some(s) = &p.scratch {
+            // The re-run's own TMPDIR, writable at its host path.
+            cfg.writable.push(s.0.clone());
+        }
         if cfg.uid.is_some() || cfg.hostname.is_some() {
             // The perturbed user and hostname exist inside (`whoami`, resolving the host).
             let user = a
@@ -157,5 +197,21 @@ pub fn wrap(
     } else {
         None
     };
-    (Wrapped { argv, trace }, isolation.to_owned())
+    let perturbed = a.perturb.as_ref().map(|_| {
+        let mut out = p.perturbed.clone();
+        let tmp = p.scratch.as_ref().map(|s| s.0.as_path());
+        let sandboxed = isolation == "bwrap";
+        let wrapped = std::mem::take(&mut argv);
+        argv = crate::perturb::apply(
+            a,
+            &ctx.config.baseline_env,
+            sandboxed,
+            tmp,
+            env,
+            wrapped,
+            &mut out,
+        );
+        out
+    });
+    (Wrapped { argv, trace, perturbed }, isolation.to_owned())
 }

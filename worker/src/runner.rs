@@ -110,6 +110,7 @@ pub async fn run_assignment(
     let mut inner = Vec::new();
     // Where the task runs: the workspace itself, or an exec root (kept alive until the
     // outputs are collected).
+    let mut perturbed = None;
     let (root, cwd, exec_root, isolation, trace_file) = match &a.placement {
         Placement::InPlace { workspace_root } => {
             let cwd = join(workspace_root, &a.spec.project_dir);
@@ -120,6 +121,7 @@ pub async fn run_assignment(
                 inner = argv.clone();
                 let (wrapped, isolation) = rootprep::wrap(&a, ctx, &p, argv, &mut env);
                 argv = wrapped.argv;
+                perturbed = wrapped.perturbed;
                 (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
             }
             Err(e) => return fail(e),
@@ -141,6 +143,7 @@ pub async fn run_assignment(
     };
     let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
     report.isolation = isolation;
+    report.perturbed = perturbed;
     let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
     for try_no in 1..=max_tries {
         if a.clean_outputs

@@ -69,6 +69,7 @@ fn text(r: &HermeticityReport) -> String {
             (true, true) => "nondeterministic and flaky",
             (true, false) => "nondeterministic",
             (false, true) => "flaky",
+            (false, false) if !k.rerun_failed_on.is_empty() => "failed when re-run perturbed",
             (false, false) => "disagreeing",
         };
         let _ = writeln!(out, "\n{} ({what}) key {}", k.task, k.key.short());
@@ -84,6 +85,19 @@ fn text(r: &HermeticityReport) -> String {
         }
         if !k.failed_on.is_empty() {
             let _ = writeln!(out, "  failed on {}", k.failed_on.join(", "));
+        }
+        if !k.retried_on.is_empty() {
+            let tries = if k.failed_tries == 1 { "try" } else { "tries" };
+            let _ = writeln!(
+                out,
+                "  {} failed {tries}, then passed on a retry on {}",
+                k.failed_tries,
+                k.retried_on.join(", ")
+            );
+        }
+        if !k.rerun_failed_on.is_empty() {
+            let _ =
+                writeln!(out, "  a perturbed re-run failed on {}", k.rerun_failed_on.join(", "));
         }
         for (label, list) in [("changed", &k.changed), ("added", &k.added), ("removed", &k.removed)]
         {
@@ -147,6 +161,8 @@ pub fn diff(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
         files,
         rerun_worker: Some(prova_protocol::WorkerId(other.worker.clone())),
         single_machine: false,
+        modes: prova_coordinator::layers::diff::mode_changes(&a, &b, 0o077),
+        perturbations: Default::default(),
     };
     let head = format!(
         "{} key {}: first run vs {} on {}\n",

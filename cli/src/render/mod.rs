@@ -152,13 +152,15 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
     let paint =
         |code: &str, s: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() };
     let text = match v {
-        Verdict::ProvenDeterministic { rerun_worker, single_machine } => {
+        Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations } => {
             let where_ = match (rerun_worker, single_machine) {
                 (_, true) => "single machine".to_owned(),
                 (Some(w), false) => format!("re-run on {w}"),
                 (None, false) => "re-run elsewhere".to_owned(),
             };
-            format!("{} ({where_})\n", paint("32", "verify: proven deterministic"))
+            let mut s = format!("{} ({where_})\n", paint("32", "verify: proven deterministic"));
+            push_perturbations(&mut s, perturbations);
+            s
         }
         Verdict::Nondeterministic(d) | Verdict::AllowedNondeterministic(d) => {
             let allowed = matches!(v, Verdict::AllowedNondeterministic(_));
@@ -192,13 +194,26 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
                     )),
                 }
             }
+            for m in &d.modes {
+                s.push_str(&format!("  mode: {} {:04o} → {:04o}\n", m.path, m.modes.0, m.modes.1));
+            }
             if d.single_machine {
                 s.push_str("  (re-run on the same machine)\n");
             }
+            push_perturbations(&mut s, &d.perturbations);
             s
         }
-        Verdict::RerunFailed { reason } => {
-            format!("{} ({reason})\n", paint("31", "verify: the re-run FAILED"))
+        Verdict::RerunFailed { reason, log_tail, perturbations } => {
+            let mut s = format!(
+                "{} ({reason})\n",
+                paint("31", "verify: the re-run FAILED under its perturbations")
+            );
+            s.push_str(
+                "  the first run succeeded: the task depends on something the re-run changed\n",
+            );
+            push_perturbations(&mut s, perturbations);
+            push_failure(&mut s, None, log_tail);
+            s
         }
         Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest } => {
             let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
@@ -255,6 +270,16 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::NotVerified { .. } => return None,
     };
     Some(text)
+}
+
+/// What a re-run changed (and could not), under its verdict.
+fn push_perturbations(s: &mut String, p: &prova_protocol::events::Perturbations) {
+    if !p.applied.is_empty() {
+        s.push_str(&format!("  perturbed: {}\n", p.describe_applied()));
+    }
+    for n in &p.not_applied {
+        s.push_str(&format!("  not perturbed: {} ({})\n", n.what, n.detail));
+    }
 }
 
 /// How a sandboxed run failed and its log's last lines, under a verdict.

@@ -151,10 +151,14 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                         .chain(&d.removed)
                         .map(String::as_str)
                         .collect();
+                    all.extend(d.modes.iter().map(|m| m.path.as_str()));
+                    all.dedup();
                     all.truncate(5);
                     format!("changed: {}", all.join(", "))
                 }
-                prova_protocol::events::Verdict::RerunFailed { reason } => reason.clone(),
+                prova_protocol::events::Verdict::RerunFailed { reason, .. } => {
+                    format!("the re-run failed under its perturbations ({reason})")
+                }
                 prova_protocol::events::Verdict::UndeclaredInputs {
                     paths,
                     traced: true,

@@ -1,7 +1,7 @@
 //! The fingerprint ledger (brief §1, proof 3): every execution of every key — first runs and
 //! determinism re-runs, on every worker — with its output fingerprint. One key with two
-//! fingerprints is a hermeticity defect; one key whose executions disagree on success is
-//! flaky. Bounded: the oldest rows go beyond [`LEDGER_MAX_ROWS`].
+//! fingerprints is a hermeticity defect; one key whose first runs disagree on success, or
+//! an execution that failed and then passed on a retry (`failed_tries`), is flaky. Bounded: the oldest rows go beyond [`LEDGER_MAX_ROWS`].
 
 use prova_protocol::Digest;
 use rusqlite::{OptionalExtension, params};
@@ -35,6 +35,8 @@ pub struct Execution {
     pub artifact: Option<Digest>,
     /// When (ms since the epoch).
     pub time_ms: i64,
+    /// Tries that failed before a retry succeeded (same key, same environment): flaky.
+    pub failed_tries: u32,
 }
 
 impl Store {
@@ -45,8 +47,8 @@ impl Store {
         }
         let tx = self.conn_mut().transaction().map_err(sql("record execution"))?;
         tx.execute(
-            "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 e.key.0,
                 e.task,
@@ -57,7 +59,8 @@ impl Store {
                 e.fingerprint.map(|d| d.0),
                 e.manifest,
                 e.artifact.map(|d| d.0),
-                e.time_ms
+                e.time_ms,
+                i64::from(e.failed_tries)
             ],
         )
         .map_err(sql("record execution"))?;
@@ -75,13 +78,14 @@ impl Store {
     }
 
     /// The keys whose executions disagree (two successful fingerprints, or success and
-    /// failure), newest first, at most `limit`.
+    /// failure, or a try that failed before a retry passed), newest first, at most `limit`.
     pub fn disagreeing_keys(&self, limit: usize) -> Result<Vec<Digest>, CacheError> {
         let mut stmt = self
             .conn()
             .prepare(
                 "SELECT key FROM executions GROUP BY key \
                  HAVING count(DISTINCT fingerprint) > 1 OR count(DISTINCT ok) > 1 \
+                 OR max(failed_tries) > 0 \
                  ORDER BY max(time_ms) DESC LIMIT ?1",
             )
             .map_err(sql("disagreeing keys"))?;
@@ -152,7 +156,7 @@ impl Store {
         args: impl rusqlite::Params,
     ) -> Result<Vec<Execution>, CacheError> {
         let q = format!(
-            "SELECT key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms FROM executions {tail}"
+            "SELECT key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries FROM executions {tail}"
         );
         let mut stmt = self.conn().prepare(&q).map_err(sql("read the ledger"))?;
         let rows = stmt
@@ -168,6 +172,7 @@ impl Store {
                     manifest: r.get(7)?,
                     artifact: r.get::<_, Option<[u8; 32]>>(8)?.map(Digest),
                     time_ms: r.get(9)?,
+                    failed_tries: u32::try_from(r.get::<_, i64>(10)?).unwrap_or(u32::MAX),
                 })
             })
             .map_err(sql("read the ledger"))?;
@@ -191,6 +196,7 @@ mod tests {
             manifest: None,
             artifact: None,
             time_ms: t,
+            failed_tries: 0,
         }
     }
 
@@ -209,6 +215,19 @@ mod tests {
         assert_eq!(s.agreeing_workers(&Digest::of(b"k2"), &Digest::of(b"f")).unwrap(), 1);
         assert_eq!(s.latest_divergent_key("a#build").unwrap(), Some(Digest::of(b"k2")));
         assert_eq!(s.executions_of(&Digest::of(b"k2")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_retried_success_is_a_disagreement_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.record_execution(&exec(b"k1", "w1", Some(b"f"), true, 1)).unwrap();
+        assert!(s.disagreeing_keys(10).unwrap().is_empty());
+        let mut e = exec(b"k1", "w1", Some(b"f"), true, 2);
+        e.failed_tries = 2;
+        s.record_execution(&e).unwrap();
+        assert_eq!(s.disagreeing_keys(10).unwrap(), vec![Digest::of(b"k1")]);
+        assert_eq!(s.executions_of(&Digest::of(b"k1")).unwrap()[1].failed_tries, 2);
     }
 
     #[test]

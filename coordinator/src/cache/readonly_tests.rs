@@ -67,6 +67,7 @@ fn reads_entries_and_memo_and_writes_nothing() {
         manifest: None,
         artifact: None,
         time_ms: 1,
+        failed_tries: 0,
     };
     s.record_execution(&e).unwrap();
     // Refused.

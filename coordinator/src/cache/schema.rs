@@ -42,16 +42,17 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, sql: V1 },
     Migration { version: 2, sql: V2 },
     Migration { version: 3, sql: V3 },
+    Migration { version: 4, sql: V4 },
 ];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Version 3: who uploaded which blob (a farm's record, so a `client` may fetch back what it
 /// uploaded and no more, and its stored bytes are bounded by a quota; rows go with their
 /// blob when prune removes it), and the cache's own random key salt (`meta`, name
-/// `key_salt`: keyed `env` values are folded with it, so a short value is not guessable from
-/// a key's components).
+/// `key_salt`: meant for folding keyed `env` values so a short value is not guessable from a
+/// key's components — not yet used by the key).
 const V3: &str = "
 CREATE TABLE uploads (
     identity    TEXT    NOT NULL,
@@ -66,6 +67,13 @@ CREATE TABLE meta (
     value       BLOB    NOT NULL
 ) WITHOUT ROWID;
 INSERT INTO meta (name, value) VALUES ('key_salt', randomblob(32));
+";
+
+/// Version 4: flaky executions. `failed_tries` counts the tries of one execution that failed
+/// before a retry (`retries`) succeeded with the same key in the same environment: the
+/// task is flaky, whatever its final exit.
+const V4: &str = "
+ALTER TABLE executions ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0 CHECK (failed_tries >= 0);
 ";
 
 /// Version 2: the fingerprint ledger (brief §1, proof 3). One row per execution anywhere —

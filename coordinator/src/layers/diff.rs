@@ -1,6 +1,8 @@
 //! The divergence report of a failed determinism proof: for each changed output file, the
 //! first lines of a unified diff (text) or sizes and digests (binary). Both artifacts are
-//! unpacked (bounded) into scratch directories that are removed afterwards.
+//! unpacked (bounded) into scratch directories that are removed afterwards. Also the modes
+//! that differ ([`mode_changes`]): the fingerprint folds only the exec bit, a restore sets
+//! the whole mode.
 
 use std::fs;
 use std::io::Read;
@@ -8,7 +10,8 @@ use std::path::Path;
 
 use prova_protocol::Digest;
 use prova_protocol::artifact::{self, UnpackLimits};
-use prova_protocol::events::FileDivergence;
+use prova_protocol::events::{FileDivergence, ModeChange};
+use prova_protocol::manifest::{EntryKind, OutputManifest};
 
 use super::LayerError;
 
@@ -109,5 +112,64 @@ mod tests {
         assert!(d.contains("-two") && d.contains("+three"), "{d}");
         assert!(text_diff("b", b"\x00\x01", b"\x00\x02").is_none());
         assert!(text_diff("c", &[0xff, 0xfe], b"x").is_none());
+    }
+}
+
+// ---- mode changes (the fingerprint folds only the exec bit; restores set the whole mode) ----
+
+/// Most mode changes a verdict names.
+const MAX_MODES: usize = 20;
+
+/// Entries in both trees whose permission bits differ, except where the re-run's mode is
+/// the first run's with the re-run's `umask` cleared (the perturbation itself: a file made
+/// with the default mode). Both manifests are sorted by path.
+pub fn mode_changes(first: &OutputManifest, rerun: &OutputManifest, umask: u32) -> Vec<ModeChange> {
+    let mut out = Vec::new();
+    let mut b = rerun.entries.iter().peekable();
+    for x in &first.entries {
+        while b.peek().is_some_and(|y| y.path < x.path) {
+            b.next();
+        }
+        let Some(y) = b.peek().filter(|y| y.path == x.path) else { continue };
+        if x.kind != y.kind || x.kind == EntryKind::Symlink {
+            continue;
+        }
+        let (m1, m2) = (x.mode & 0o7777, y.mode & 0o7777);
+        if m1 != m2 && m2 != m1 & !umask && out.len() < MAX_MODES {
+            out.push(ModeChange { path: x.path.clone(), modes: (m1, m2) });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod mode_tests {
+    use super::*;
+    use prova_protocol::manifest::ManifestEntry;
+
+    fn file(path: &str, mode: u32) -> ManifestEntry {
+        ManifestEntry {
+            path: path.into(),
+            kind: EntryKind::File,
+            mode,
+            size: 1,
+            digest: Some(prova_protocol::Digest::of(b"x")),
+            mtime_ns: 0,
+            link_target: None,
+        }
+    }
+
+    #[test]
+    fn umask_explained_modes_are_not_changes() {
+        let a = OutputManifest::new(vec![file("a", 0o644), file("b", 0o644), file("c", 0o640)]);
+        let b = OutputManifest::new(vec![file("a", 0o600), file("b", 0o444), file("c", 0o604)]);
+        let got = mode_changes(&a, &b, 0o077);
+        assert_eq!(
+            got,
+            vec![
+                ModeChange { path: "b".into(), modes: (0o644, 0o444) },
+                ModeChange { path: "c".into(), modes: (0o640, 0o604) },
+            ]
+        );
     }
 }

@@ -136,8 +136,11 @@ impl Proofs {
 }
 
 /// What a determinism re-run changes that no declared input may depend on (brief §7): the
-/// exec root's path (a fresh root elsewhere on the worker), the hostname and uid (under the
-/// sandbox), the umask, the time zone, the locale, the user name and the environment order.
+/// exec root's path (a fresh root elsewhere on the worker) and the order its files are made
+/// in, the hostname and uid (under the sandbox), the umask, the time zone, the locale, the
+/// user name, the environment order, `SOURCE_DATE_EPOCH` (set), the wall clock (+7 days,
+/// libfaketime), the CPUs (one), and `TMPDIR`. The worker reports which it applied
+/// (`Finished::perturbed`; `worker::perturb`).
 /// Names the task declares in `env` (`declared`) keep their values, set or unset.
 pub fn perturbation(attempt: AttemptId, declared: &[String]) -> Perturb {
     let host_lang = std::env::var("LANG").unwrap_or_default();
@@ -154,6 +157,9 @@ pub fn perturbation(attempt: AttemptId, declared: &[String]) -> Perturb {
             ("USER".to_owned(), "prova-rerun".to_owned()),
             ("LOGNAME".to_owned(), "prova-rerun".to_owned()),
             ("HOSTNAME".to_owned(), name.clone()),
+            // Unset in every first execution (not in the baseline): reproducible-build tools
+            // change their timestamps when it is set.
+            ("SOURCE_DATE_EPOCH".to_owned(), "1000000000".to_owned()),
         ]
         .into_iter()
         .filter(|(k, _)| !declared.contains(k))
@@ -162,7 +168,21 @@ pub fn perturbation(attempt: AttemptId, declared: &[String]) -> Perturb {
         hostname: Some(name),
         uid: Some(4242),
         root_parent: None,
+        clock: Some("+7d".to_owned()),
+        one_cpu: true,
+        tmpdir: !declared.iter().any(|k| k == "TMPDIR"),
+        shuffle_inputs: true,
     }
+}
+
+/// What a re-run's worker says it perturbed; an older worker that reports nothing is
+/// said so, rather than claiming coverage it did not give.
+fn rerun_perturbations(f: &Finished) -> prova_protocol::events::Perturbations {
+    f.perturbed.clone().unwrap_or_else(|| {
+        let mut p = prova_protocol::events::Perturbations::default();
+        p.skipped("all", "the worker did not report its perturbations");
+        p
+    })
 }
 
 /// A comparison finished.
@@ -220,6 +240,9 @@ impl RunActor {
                 None
             },
             time_ms: now_ms(),
+            // Every try before the last failed (a success ends the tries): a pass after
+            // failures with one key, in one environment, is flaky.
+            failed_tries: if f.exit.success() { f.tries.saturating_sub(1) } else { 0 },
         };
         let layer = c.layer.clone();
         self.proofs.spawn("run.ledger", async move {
@@ -386,7 +409,11 @@ impl RunActor {
                 // The link is gone: the proof cannot run.
                 self.conclude(
                     node,
-                    Verdict::RerunFailed { reason: "the worker link closed".to_owned() },
+                    Verdict::RerunFailed {
+                        reason: "the worker link closed".to_owned(),
+                        log_tail: Vec::new(),
+                        perturbations: Default::default(),
+                    },
                 )
                 .await;
                 continue;
@@ -410,26 +437,40 @@ impl RunActor {
         let primary = self.proofs.primary[node].clone();
         let single_machine = !self.farm_worker()
             || primary.as_ref().and_then(|p| p.worker.as_ref()) == Some(&rerun_worker);
+        let perturbations = rerun_perturbations(&f);
+        let modes = match (&primary, &f.outputs) {
+            (Some(p), Some(o)) => {
+                crate::layers::diff::mode_changes(&p.manifest, &o.manifest, 0o077)
+            }
+            _ => Vec::new(),
+        };
+        let failed = |reason: String| Verdict::RerunFailed {
+            reason,
+            log_tail: log_tail(&f.log),
+            perturbations: perturbations.clone(),
+        };
         let verdict = match (&primary, &f.outputs) {
             _ if matches!(f.exit, prova_protocol::spec::ExitKind::Aborted) => {
                 Verdict::NotVerified {
                     reason: "the run was interrupted during the re-run".to_owned(),
                 }
             }
-            _ if !f.exit.success() => Verdict::RerunFailed { reason: f.exit.describe() },
-            (_, None) => Verdict::RerunFailed {
-                reason: f
-                    .output_error
+            _ if !f.exit.success() => failed(f.exit.describe()),
+            (_, None) => failed(
+                f.output_error
                     .clone()
                     .unwrap_or_else(|| "the re-run's outputs could not be collected".to_owned()),
-            },
+            ),
             (None, _) => Verdict::NotVerified {
                 reason: "the first execution's outputs are unknown".to_owned(),
             },
-            (Some(p), Some(o)) if p.fingerprint == o.fingerprint => Verdict::ProvenDeterministic {
-                rerun_worker: Some(rerun_worker.clone()),
-                single_machine,
-            },
+            (Some(p), Some(o)) if p.fingerprint == o.fingerprint && modes.is_empty() => {
+                Verdict::ProvenDeterministic {
+                    rerun_worker: Some(rerun_worker.clone()),
+                    single_machine,
+                    perturbations,
+                }
+            }
             (Some(p), Some(o)) => {
                 let d = p.manifest.diff(&o.manifest);
                 let mut divergence = Divergence {
@@ -439,6 +480,8 @@ impl RunActor {
                     files: Vec::new(),
                     rerun_worker: Some(rerun_worker.clone()),
                     single_machine,
+                    modes,
+                    perturbations,
                 };
                 // Record first (a local re-run's artifact becomes a blob), then compare the
                 // two artifacts file by file, off the actor.
@@ -498,6 +541,7 @@ impl RunActor {
             manifest: f.outputs.as_ref().and_then(|o| rmp_serde::to_vec_named(&o.manifest).ok()),
             artifact: f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d)),
             time_ms: now_ms(),
+            failed_tries: 0,
         }
     }
 

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use prova_protocol::digest::Digest;
 use prova_protocol::events::{
-    CacheStatus, Divergence, FileDivergence, NoticeLevel, RunEvent, RunSummary, TaskReport,
-    TaskStatus, Verdict,
+    CacheStatus, Divergence, FileDivergence, ModeChange, NoticeLevel, Perturbations, RunEvent,
+    RunSummary, TaskReport, TaskStatus, Verdict,
 };
 use prova_protocol::ids::{AttemptId, RunId, TaskId, WorkerId};
 use prova_protocol::key::{InputFile, InputKind, KeyComponents};
@@ -495,7 +495,17 @@ fn divergence(single_machine: bool) -> Divergence {
         ],
         rerun_worker: Some(WorkerId("w2".into())),
         single_machine,
+        modes: vec![ModeChange { path: "dist/app.js".into(), modes: (0o644, 0o444) }],
+        perturbations: perturbations(),
     }
+}
+
+fn perturbations() -> Perturbations {
+    let mut p = Perturbations::default();
+    p.applied("clock", "+7d (libfaketime)");
+    p.applied("cpus", "1 of 8");
+    p.skipped("dir-order", "no executable tmpfs with room");
+    p
 }
 
 /// One verdict of every kind.
@@ -504,10 +514,15 @@ pub fn verdicts() -> Vec<Verdict> {
         Verdict::ProvenDeterministic {
             rerun_worker: Some(WorkerId("w2".into())),
             single_machine: false,
+            perturbations: perturbations(),
         },
         Verdict::Nondeterministic(divergence(false)),
         Verdict::AllowedNondeterministic(divergence(true)),
-        Verdict::RerunFailed { reason: "exit code 1 on the re-run".into() },
+        Verdict::RerunFailed {
+            reason: "exit code 1 on the re-run".into(),
+            log_tail: vec!["error: SOURCE_DATE_EPOCH is set".into()],
+            perturbations: perturbations(),
+        },
         Verdict::UndeclaredInputs {
             paths: vec!["apps/web/.env".into(), "apps/web/src/".into()],
             traced: true,
@@ -614,6 +629,7 @@ fn finished() -> Finished {
             wrote: vec!["apps/web/tsconfig.tsbuildinfo".into()],
         }),
         isolation: "bwrap".into(),
+        perturbed: Some(perturbations()),
     }
 }
 
@@ -632,6 +648,10 @@ fn assignment(placement: Placement, attempt: u64) -> Assignment {
             hostname: Some("perturbed".into()),
             uid: Some(4242),
             root_parent: Some("/var/cache/prova/worker/roots-alt".into()),
+            clock: Some("+7d".into()),
+            one_cpu: true,
+            tmpdir: true,
+            shuffle_inputs: true,
         }),
         trace_reads: true,
     }

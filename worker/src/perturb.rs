@@ -1,0 +1,322 @@
+//! The worker's half of a determinism re-run's perturbations (`protocol::work::Perturb`):
+//! what only the machine that runs the task can do or check — shift the wall clock
+//! (libfaketime), pin the task to one CPU (`nproc`), give it its own `TMPDIR`, pick a locale
+//! this machine really has, and lay the exec root out on a file system that lists
+//! directories in creation order, in a shuffled order. Every perturbation is reported
+//! ([`Perturbations`]): applied with the value the task saw, or not applied with the reason,
+//! so a verdict says exactly what it covered. None may break a correct task: the clock keeps
+//! running (only shifted), the TMPDIR exists and is writable, the locale exists.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use prova_protocol::events::Perturbations;
+use prova_protocol::work::{Assignment, Perturb};
+
+/// The clock offset a re-run gets when the coordinator asks for none in particular.
+pub const DEFAULT_CLOCK_OFFSET: &str = "+7d";
+
+/// Where libfaketime is installed on common distributions.
+fn libfaketime() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = vec![
+        PathBuf::from("/usr/lib/faketime"),
+        PathBuf::from("/usr/lib64/faketime"),
+        PathBuf::from("/usr/local/lib/faketime"),
+    ];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        dirs.extend(rd.flatten().map(|e| e.path().join("faketime")));
+    }
+    dirs.into_iter().map(|d| d.join("libfaketime.so.1")).find(|p| p.is_file())
+}
+
+/// `taskset` (util-linux), which sets the affinity of what it runs.
+fn taskset() -> Option<PathBuf> {
+    ["/usr/bin/taskset", "/bin/taskset", "/usr/local/bin/taskset"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Whether this machine has locale `name` (glibc's `newlocale`, thread-safe).
+fn locale_exists(name: &str) -> bool {
+    let Ok(c) = CString::new(name) else { return false };
+    // SAFETY: a valid C string; a non-null result is freed at once.
+    unsafe {
+        let l = libc::newlocale(libc::LC_ALL_MASK, c.as_ptr(), std::ptr::null_mut());
+        if l.is_null() {
+            return false;
+        }
+        libc::freelocale(l);
+    }
+    true
+}
+
+/// `de_DE.UTF-8` and `de_DE.utf8` name one locale.
+fn same_locale(a: &str, b: &str) -> bool {
+    let norm = |s: &str| s.to_ascii_lowercase().replace(['-', '_'], "");
+    norm(a) == norm(b)
+}
+
+/// The locale a re-run uses: the coordinator's choice if this machine has it and it is not
+/// the first execution's, else the first such of a few common ones (`POSIX` always exists).
+pub fn pick_locale(asked: &str, primary: &str) -> String {
+    let primary = if primary.is_empty() { "C" } else { primary };
+    [asked, "de_DE.UTF-8", "en_US.UTF-8", "C.UTF-8", "POSIX", "C"]
+        .into_iter()
+        .find(|l| !same_locale(l, primary) && locale_exists(l))
+        .unwrap_or("POSIX")
+        .to_owned()
+}
+
+/// Shuffles `items` in place (a fixed permutation per `seed`), so the exec root's files are
+/// created in an order unrelated to the workspace's.
+pub fn shuffle<T>(items: &mut [T], seed: u64) {
+    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for i in (1..items.len()).rev() {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        items.swap(i, (r % (i as u64 + 1)) as usize);
+    }
+}
+
+/// A tmpfs that lists directories in creation order, is executable and has room for
+/// `bytes`: `/dev/shm` where it qualifies.
+#[allow(clippy::unnecessary_cast)] // the statfs field widths differ between targets
+fn creation_order_fs(bytes: u64) -> Option<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    let c = CString::new("/dev/shm").ok()?;
+    // SAFETY: valid path, zeroed out-structs written by the kernel.
+    let (fs, vfs) = unsafe {
+        let mut fs: libc::statfs = std::mem::zeroed();
+        let mut vfs: libc::statvfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut fs) != 0 || libc::statvfs(c.as_ptr(), &mut vfs) != 0 {
+            return None;
+        }
+        (fs, vfs)
+    };
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let free = (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64);
+    let usable = fs.f_type as i64 == TMPFS_MAGIC
+        && vfs.f_flag & (libc::ST_NOEXEC | libc::ST_RDONLY) == 0
+        && free > bytes.saturating_mul(2).saturating_add(64 << 20);
+    usable.then(|| shm.to_owned())
+}
+
+/// Where a re-run's exec root goes and in what order its files are made: the
+/// perturbations decided before the root exists.
+pub struct RootPlan {
+    /// The root's parent directory.
+    pub parent: PathBuf,
+    /// Shuffle the inputs before creating them.
+    pub shuffle: bool,
+}
+
+/// Plans a re-run's root: another parent than first executions use; with
+/// `shuffle_inputs`, on a creation-order file system when one has room for `bytes`.
+pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbations) -> RootPlan {
+    let default = work_dir.join("rerun-roots");
+    if let Some(parent) = &p.root_parent {
+        out.applied("exec-root-path", parent.display().to_string());
+        return RootPlan { parent: parent.clone(), shuffle: p.shuffle_inputs };
+    }
+    if !p.shuffle_inputs {
+        out.applied("exec-root-path", default.display().to_string());
+        return RootPlan { parent: default, shuffle: false };
+    }
+    match creation_order_fs(bytes) {
+        Some(fs) => {
+            // Per uid: /dev/shm is shared by every user of the machine. The worker's own
+            // path follows, so a root still says which worker (and work dir) it belongs to.
+            // SAFETY: getuid cannot fail.
+            let uid = unsafe { libc::getuid() };
+            let own = default.strip_prefix("/").unwrap_or(&default);
+            let parent = fs.join(format!("prova-rerun-roots-{uid}")).join(own);
+            out.applied("exec-root-path", parent.display().to_string());
+            out.applied("dir-order", "inputs created in a shuffled order on a tmpfs");
+            RootPlan { parent, shuffle: true }
+        }
+        None => {
+            out.applied("exec-root-path", default.display().to_string());
+            out.skipped(
+                "dir-order",
+                "no executable tmpfs with room: the exec roots' file system may list by name hash",
+            );
+            RootPlan { parent: default, shuffle: true }
+        }
+    }
+}
+
+/// A re-run's own `TMPDIR`, removed with the exec root.
+pub struct ScratchDir(pub PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Makes the re-run's `TMPDIR` under `work_dir`.
+pub fn scratch(work_dir: &Path, a: &Assignment) -> std::io::Result<ScratchDir> {
+    let dir = work_dir.join("rerun-tmp").join(format!("{}-{}", std::process::id(), a.attempt.0));
+    std::fs::create_dir_all(&dir)?;
+    Ok(ScratchDir(dir))
+}
+
+fn set(env: &mut Vec<(String, String)>, k: &str, v: &str) {
+    match env.iter_mut().find(|(name, _)| name == k) {
+        Some(slot) => v.clone_into(&mut slot.1),
+        None => env.push((k.to_owned(), v.to_owned())),
+    }
+}
+
+fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    env.iter().find(|(name, _)| name == k).map(|(_, v)| v.as_str())
+}
+
+/// What the task's environment and argv get (`a.perturb`), after the sandbox wrapped it: the env
+/// perturbations (reported), the locale fixed to one this machine has, the clock, `TMPDIR`
+/// (`tmpdir`: the scratch directory, already mounted writable in a sandbox), and the CPU
+/// affinity (an outer `taskset`). `primary` is the baseline environment the first execution
+/// started from; `sandboxed` says whether hostname and uid could be changed.
+pub fn apply(
+    a: &Assignment,
+    primary: &[(String, String)],
+    sandboxed: bool,
+    tmpdir: Option<&Path>,
+    env: &mut Vec<(String, String)>,
+    argv: Vec<String>,
+    out: &mut Perturbations,
+) -> Vec<String> {
+    let Some(p) = &a.perturb else { return argv };
+    let declared = |k: &str| a.spec.env.iter().any(|(n, _)| n == k);
+    if let Some(m) = p.umask {
+        out.applied("umask", format!("{m:03o}"));
+    }
+    // The locale: one this machine has, other than the first execution's.
+    if let Some((_, asked)) = p.env.iter().find(|(k, _)| k == "LANG")
+        && !declared("LANG")
+    {
+        let first = get(primary, "LC_ALL").or_else(|| get(primary, "LANG")).unwrap_or("");
+        let lang = pick_locale(asked, first);
+        set(env, "LANG", &lang);
+        if !declared("LC_ALL") {
+            set(env, "LC_ALL", &lang);
+        }
+        out.applied("locale", lang);
+    }
+    for (k, v) in &p.env {
+        if declared(k) || k == "LANG" || k == "LC_ALL" {
+            continue;
+        }
+        // `$HOSTNAME`; the hostname itself (`hostname`, uname) is the sandbox's below.
+        let what = if k == "HOSTNAME" {
+            "hostname-var".to_owned()
+        } else {
+            k.to_ascii_lowercase().replace('_', "-")
+        };
+        out.applied(&what, v.clone());
+    }
+    if p.reverse_env {
+        out.applied("env-order", "reversed");
+    }
+    match (sandboxed, &p.hostname, p.uid) {
+        (true, h, u) => {
+            if let Some(h) = h {
+                out.applied("hostname", h.clone());
+            }
+            if let Some(u) = u {
+                out.applied("uid", u.to_string());
+            }
+        }
+        (false, h, u) => {
+            if h.is_some() || u.is_some() {
+                out.skipped("hostname", "no sandbox on this worker");
+                out.skipped("uid", "no sandbox on this worker");
+            }
+        }
+    }
+    if let Some(offset) = &p.clock {
+        match libfaketime() {
+            _ if declared("FAKETIME") => out.skipped("clock", "the task declares FAKETIME"),
+            Some(lib) => {
+                let lib = lib.display().to_string();
+                let preload = match get(env, "LD_PRELOAD") {
+                    Some(x) if !x.is_empty() => format!("{lib}:{x}"),
+                    _ => lib,
+                };
+                set(env, "LD_PRELOAD", &preload);
+                set(env, "FAKETIME", offset);
+                // Only the wall clock: timeouts and sleeps keep working.
+                set(env, "FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                out.applied("clock", format!("{offset} (libfaketime)"));
+            }
+            None => out.skipped("clock", "libfaketime is not installed on this worker"),
+        }
+    }
+    if p.tmpdir {
+        match tmpdir {
+            _ if declared("TMPDIR") => out.skipped("tmpdir", "the task declares TMPDIR"),
+            Some(dir) => {
+                let d = dir.display().to_string();
+                set(env, "TMPDIR", &d);
+                out.applied("tmpdir", d);
+            }
+            None => out.skipped("tmpdir", "no scratch directory could be made"),
+        }
+    }
+    let mut argv = argv;
+    if p.one_cpu {
+        let cpus = allowed_cpus();
+        match (cpus.len(), taskset()) {
+            (0 | 1, _) => out.skipped("cpus", "this worker has one CPU"),
+            (n, Some(ts)) => {
+                let cpu = cpus[n - 1];
+                let mut wrapped = vec![ts.display().to_string(), "-c".to_owned(), cpu.to_string()];
+                wrapped.extend(argv);
+                argv = wrapped;
+                out.applied("cpus", format!("1 of {n}"));
+            }
+            (_, None) => out.skipped("cpus", "taskset (util-linux) is not installed"),
+        }
+    }
+    argv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffle_is_a_permutation_that_moves_things() {
+        let mut v: Vec<u32> = (0..20).collect();
+        shuffle(&mut v, 7);
+        assert_ne!(v, (0..20).collect::<Vec<_>>());
+        let mut s = v.clone();
+        s.sort_unstable();
+        assert_eq!(s, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_locale_picked_exists_and_is_not_the_first_runs() {
+        for first in ["C.UTF-8", "C", "", "POSIX", "de_DE.UTF-8"] {
+            let l = pick_locale("xx_NOPE.UTF-8", first);
+            assert!(locale_exists(&l), "{l}");
+            assert!(!same_locale(&l, if first.is_empty() { "C" } else { first }), "{first} → {l}");
+        }
+    }
+}
