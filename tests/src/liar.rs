@@ -46,6 +46,8 @@ pub struct Forgery {
     links: Vec<(String, String)>,
     dirs: Vec<String>,
     hidden: Vec<String>,
+    /// What it returns for determinism re-runs instead (`None`: the same as first runs).
+    rerun: Option<Box<Forgery>>,
 }
 
 impl Forgery {
@@ -69,6 +71,13 @@ impl Forgery {
     /// A directory entry (collected outputs never have one; a forged manifest may).
     pub fn dir(mut self, path: &str) -> Self {
         self.dirs.push(path.to_owned());
+        self
+    }
+
+    /// Returns `forgery` for determinism re-runs (assignments with a perturbation) and this
+    /// one for first runs: an honest-looking first run, a lie on the re-run.
+    pub fn on_rerun(mut self, forgery: Forgery) -> Self {
+        self.rerun = Some(Box::new(forgery));
         self
     }
 
@@ -186,7 +195,11 @@ async fn serve(
                     Ok(None) | Err(_) => break,
                 };
                 let project = a.spec.project_dir.clone();
-                let (dir, manifest, artifact) = forge(&forgery, &project, &a.spec.id)?;
+                let chosen = match (&a.perturb, &forgery.rerun) {
+                    (Some(_), Some(r)) => r.as_ref(),
+                    _ => &forgery,
+                };
+                let (dir, manifest, artifact) = forge(chosen, &project, &a.spec.id)?;
                 let (digest, size) = artifact;
                 // The blob goes up first, as a real worker's does.
                 let (mut bs, mut br) = conn.open_bi().await.map_err(|e| e.to_string())?;

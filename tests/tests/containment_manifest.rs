@@ -511,3 +511,33 @@ fn a_forged_row_in_the_farm_index_is_refused_and_the_task_runs_again() {
     assert!(notes.contains("warn") && notes.contains(HOOK), "no warning names the path\n{out}");
     assert_eq!(fresh.read("libs/a/dist/out.txt"), first.read("libs/a/dist/out.txt"));
 }
+
+#[test]
+fn a_forged_manifest_on_a_determinism_re_run_is_refused_named_and_recorded_nowhere() {
+    // The liar answers first runs with outputs inside the declared ones (accepted: a worker
+    // is trusted to run the task) and the `--verify` re-run with a planted hook. The re-run's
+    // report is checked like a first run's: the proof fails naming the worker and the path,
+    // nothing of it is written, and the ledger records no re-run.
+    let hook: &[u8] = b"#!/bin/sh\necho pwned\n";
+    let first = Forgery::new().file("{project}/dist/out.txt", b"first\n", 0o644);
+    let rerun =
+        Forgery::new().file("{project}/dist/out.txt", b"first\n", 0o644).file(HOOK, hook, 0o755);
+    let farm = Cluster::builder().workers(0).start();
+    let liar = LyingWorker::join(&farm, "liar", first.on_rerun(rerun));
+    let ws = two_projects();
+    let out = farm.run(&ws, ["build", "--all", "--verify", "--json"]);
+    out.assert_code(1);
+    for t in ["a#build", "other#build"] {
+        let v = prova_tests::verify::only_verdict(&out, t);
+        assert_eq!(prova_tests::verify::name(&v), "rerun-failed", "{t}\n{out}");
+        let reason = v["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("liar") && reason.contains(HOOK), "{t}: {reason}\n{out}");
+    }
+    assert!(!ws.exists(HOOK), "the re-run's hook was planted\n{out}");
+    assert_eq!(ws.read(OTHER_SRC), OTHER_BYTES);
+    // Recorded, the re-run's fingerprint (with the hook) would disagree with the first's.
+    let (h, report) = farm.hermeticity();
+    h.assert_code(0);
+    assert_eq!(report["keys"], serde_json::json!([]), "a refused re-run was recorded: {h}");
+    drop(liar);
+}

@@ -33,7 +33,7 @@ pub(super) struct SaveDone {
 }
 
 impl RunActor {
-    fn output_globs(&self, node: usize) -> PathGlobs {
+    pub(super) fn output_globs(&self, node: usize) -> PathGlobs {
         let spec = &self.plan.tasks[node].spec;
         PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty())
     }

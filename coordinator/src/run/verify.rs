@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use kameo::prelude::*;
+use prova_protocol::artifact::confine::check_manifest_confined;
 use prova_protocol::events::{
     CacheStatus, Divergence, LOG_TAIL_LINES, MAX_NAMED_PATHS, RunEvent, TaskReport, TaskStatus,
     Verdict,
@@ -438,6 +439,36 @@ impl RunActor {
         let single_machine = !self.farm_worker()
             || primary.as_ref().and_then(|p| p.worker.as_ref()) == Some(&rerun_worker);
         let perturbations = rerun_perturbations(&f);
+        // A farm re-run's report is checked like a first run's (`refuse_unconfined`): a
+        // manifest outside the task's declared outputs, or a fingerprint that is not its
+        // manifest's, is a lying worker — refused, recorded nowhere, and the proof fails.
+        if self.farm_worker()
+            && let Some(o) = &f.outputs
+        {
+            let globs = self.output_globs(node);
+            let project = &self.plan.tasks[node].spec.project_dir;
+            let why = match check_manifest_confined(&o.manifest, &globs, project) {
+                Err(e) => Some(format!("outputs outside the task's declared outputs: {e}")),
+                Ok(()) if o.fingerprint != o.manifest.fingerprint() => {
+                    Some("a fingerprint that is not its manifest's".to_owned())
+                }
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                tracing::warn!(task = %self.plan.tasks[node].id, worker = %rerun_worker,
+                    "refused what the re-run's worker returned: {why}");
+                let verdict = Verdict::RerunFailed {
+                    reason: format!(
+                        "worker `{rerun_worker}` returned {why}; refused, nothing was recorded"
+                    ),
+                    log_tail: Vec::new(),
+                    perturbations,
+                };
+                self.conclude(node, verdict).await;
+                self.try_finish_run(ctx).await;
+                return;
+            }
+        }
         let modes = match (&primary, &f.outputs) {
             (Some(p), Some(o)) => {
                 crate::layers::diff::mode_changes(&p.manifest, &o.manifest, 0o077)
