@@ -508,3 +508,31 @@ fn a_fingerprint_matching_no_file_is_warned_about_with_its_line_and_keyed_as_abs
         "no warning once it exists\n{after}"
     );
 }
+
+#[test]
+fn outputs_with_fewer_files_than_the_previous_entry_are_warned_about() {
+    // An incremental build whose state (`../state`, like an undeclared tsconfig.tsbuildinfo)
+    // survives the outputs' clean: the second run writes only what it thinks changed.
+    let ws = ws_with(
+        "mkdir -p dist && cp src/a.txt dist/a.txt\n\
+         [ -f ../state ] || cp src/b.txt dist/b.txt\n\
+         touch ../state",
+        "",
+    )
+    .file("app/src/b.txt", "bee\n");
+    let first = run(&ws, &[]);
+    first.assert_code(0);
+    assert!(first.notices_of("app#build").is_empty(), "{first}");
+    ws.write("app/src/a.txt", "edited\n");
+    let out = run(&ws, &[]);
+    out.assert_code(0);
+    let notices = out.notices_of("app#build");
+    assert!(
+        notices.iter().any(|n| n.contains("came out with 1 files, 2 in its previous entry")),
+        "{notices:?}\n{out}"
+    );
+    // The same count again: no warning.
+    ws.write("app/src/a.txt", "edited twice\n");
+    let again = run(&ws, &[]);
+    assert!(!again.notices_of("app#build").iter().any(|n| n.contains("came out with")), "{again}");
+}

@@ -309,6 +309,17 @@ impl super::CacheLayer for LocalLayer {
         Box::pin(async move { Ok(self.cache.call(move |s| s.get_entry(&ns, &key)).await??) })
     }
 
+    fn newest_output_count(&self, task: String) -> super::LayerFuture<'_, Option<usize>> {
+        let ns = self.namespace.clone();
+        Box::pin(async move {
+            let newest = self.cache.call(move |s| s.latest_for_task(&ns, &task)).await??;
+            // An entry whose manifest does not decode says nothing (its restore refuses it).
+            Ok(newest
+                .and_then(|e| rmp_serde::from_slice::<OutputManifest>(&e.manifest).ok())
+                .map(|m| output_count(&m)))
+        })
+    }
+
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> super::LayerFuture<'_, ()> {
         Box::pin(async move {
             Ok(self
@@ -773,3 +784,8 @@ mod log_tests {
 #[cfg(test)]
 #[path = "local_current_tests.rs"]
 mod current_tests;
+
+/// Files and links of a manifest (directories are not outputs a glob selects).
+pub fn output_count(m: &OutputManifest) -> usize {
+    m.entries.iter().filter(|e| e.kind != prova_protocol::manifest::EntryKind::Dir).count()
+}

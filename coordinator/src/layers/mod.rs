@@ -44,6 +44,11 @@ pub trait CacheLayer: Send + Sync + 'static {
     fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()>;
     /// The entry filed under `key`, if any.
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>>;
+    /// How many files (and links) the outputs of `task`'s newest entry hold, to warn when a
+    /// fresh execution produced fewer (`None`: no entry, or the layer does not say).
+    fn newest_output_count(&self, _task: String) -> LayerFuture<'_, Option<usize>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Records an execution in the fingerprint ledger; a staged artifact (a local re-run's)
     /// is filed as a blob first so the ledger row can keep it.
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()>;

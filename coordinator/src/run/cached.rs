@@ -30,6 +30,8 @@ pub(super) struct SaveDone {
     node: usize,
     result: Result<SaveOutcome, String>,
     finished: Box<Finished>,
+    /// The outputs came out with fewer files than the task's newest entry: the warning.
+    shrunk: Option<String>,
 }
 
 impl RunActor {
@@ -163,9 +165,19 @@ impl RunActor {
         let key = req.key;
         let layer = c.layer.clone();
         let me = ctx.actor_ref().clone();
+        let now = crate::layers::local::output_count(&req.manifest);
+        let task = req.task.clone();
+        let outputs_list = self.plan.tasks[node].spec.outputs.join(", ");
         self.side.insert(
             node,
             OwnedTask::spawn("run.save", async move {
+                // Asked before the save (after it, the newest entry is this one).
+                let before = layer.newest_output_count(task).await.ok().flatten();
+                let shrunk = before.filter(|&b| now < b).map(|b| {
+                    format!(
+                        "its outputs ({outputs_list}) came out with {now} files, {b} in its previous entry: unless sources were removed, an incremental build may be skipping work because of state that is not a declared output (e.g. tsconfig.tsbuildinfo)"
+                    )
+                });
                 let mut result = layer.save(req).await.map_err(|e| e.to_string());
                 if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
                     let restored = match layer.entry(key).await {
@@ -180,7 +192,7 @@ impl RunActor {
                             Err(format!("restoring the outputs into the workspace failed: {e}"));
                     }
                 }
-                let _ = me.tell(SaveDone { node, result, finished: f }).await;
+                let _ = me.tell(SaveDone { node, result, finished: f, shrunk }).await;
             }),
         );
         None
@@ -256,6 +268,11 @@ impl Message<SaveDone> for RunActor {
     async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
         let node = msg.node;
         self.side.remove(&node);
+        if let Some(w) = msg.shrunk
+            && matches!(msg.result, Ok(SaveOutcome::Saved))
+        {
+            self.notice(node, NoticeLevel::Warn, w).await;
+        }
         let (cache, saved) = match msg.result {
             Ok(SaveOutcome::Saved) => (CacheStatus::Saved, true),
             Ok(SaveOutcome::Withheld(reason)) => (CacheStatus::NotSaved { reason }, false),
