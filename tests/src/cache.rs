@@ -221,3 +221,27 @@ pub fn edit(ws: &TempWorkspace, rel: &str, from: &str, to: &str) {
     assert!(text.contains(from), "{rel} does not contain {from:?}:\n{text}");
     ws.write(rel, &text.replacen(from, to, 1));
 }
+
+/// Every file under `dir` whose bytes, or whose zstd-decoded bytes (logs and artifacts are
+/// compressed), hold `needle`.
+pub fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file()
+                && let Ok(bytes) = fs::read(&p)
+                && (holds(&bytes) || zstd::decode_all(&bytes[..]).is_ok_and(|d| holds(&d)))
+            {
+                hits.push(p.display().to_string());
+            }
+        }
+    }
+    hits
+}

@@ -15,6 +15,7 @@ use prova_protocol::wire::{
     BlobAck, BlobRequest, ClientMsg, CoordinatorReply, Hello, HelloReply, PROTOCOL_VERSION,
 };
 use prova_tests::TempWorkspace;
+use prova_tests::cache::files_holding;
 use prova_tests::cluster::Cluster;
 
 /// Every raw exchange's bound: far above a loopback round trip.
@@ -36,30 +37,6 @@ fn workspace(text: &str) -> TempWorkspace {
             ),
         )
         .file("p/src/in.txt", text)
-}
-
-/// Every file under `dir` whose bytes, or whose zstd-decoded bytes (logs and artifacts are
-/// compressed), hold `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
-    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file()
-                && let Ok(bytes) = fs::read(&p)
-                && (holds(&bytes) || zstd::decode_all(&bytes[..]).is_ok_and(|d| holds(&d)))
-            {
-                hits.push(p.display().to_string());
-            }
-        }
-    }
-    hits
 }
 
 #[test]

@@ -3,10 +3,8 @@
 //! leaves it in no copy of its log: not the terminal, not `--json`, not the replay of a hit,
 //! not a byte of the local cache, not the farm's cache. Values of ordinary variables stay.
 
-use std::fs;
-use std::path::Path;
-
 use prova_tests::TempWorkspace;
+use prova_tests::cache::files_holding;
 use prova_tests::cluster::Cluster;
 
 /// Long enough to be unmistakable in a byte scan, never a substring of anything else.
@@ -25,28 +23,6 @@ fn workspace() -> TempWorkspace {
              inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
         )
         .file("app/src/in.txt", "x\n")
-}
-
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file()
-                && let Ok(bytes) = fs::read(&p)
-                && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-            {
-                hits.push(p.display().to_string());
-            }
-        }
-    }
-    hits
 }
 
 fn assert_clean(what: &str, text: &str) {

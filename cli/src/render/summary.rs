@@ -164,25 +164,9 @@ fn verify_section(s: &RunSummary, out: &mut String) {
                     traced: true,
                     more,
                     ..
-                } => {
-                    let mut shown: Vec<&str> = paths.iter().map(String::as_str).collect();
-                    let hidden = more + shown.len().saturating_sub(5);
-                    shown.truncate(5);
-                    let mut s = shown.join(", ");
-                    if hidden > 0 {
-                        s.push_str(&format!(" and {hidden} more"));
-                    }
-                    s
-                }
+                } => first_paths(paths, *more),
                 prova_protocol::events::Verdict::UndeclaredOutputs { paths, more } => {
-                    let mut shown: Vec<&str> = paths.iter().map(String::as_str).collect();
-                    let hidden = more + shown.len().saturating_sub(5);
-                    shown.truncate(5);
-                    let mut s = shown.join(", ");
-                    if hidden > 0 {
-                        s.push_str(&format!(" and {hidden} more"));
-                    }
-                    s
+                    first_paths(paths, *more)
                 }
                 prova_protocol::events::Verdict::SandboxFailed { reason, .. } => {
                     format!("fails with only its declared inputs visible ({reason})")
@@ -195,4 +179,15 @@ fn verify_section(s: &RunSummary, out: &mut String) {
             let _ = writeln!(out, "   ✗ {} — {}: {detail}", t.task, v.name());
         }
     }
+}
+
+/// The first five of `paths`, then "and N more" (`more`: paths beyond `paths`).
+fn first_paths(paths: &[String], more: usize) -> String {
+    let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
+    let hidden = more + paths.len().saturating_sub(shown.len());
+    let mut s = shown.join(", ");
+    if hidden > 0 {
+        s.push_str(&format!(" and {hidden} more"));
+    }
+    s
 }
