@@ -244,7 +244,12 @@ fn uses_positional(cmd: &str) -> bool {
         c == b'$'
             && match b.get(i + 1) {
                 Some(b'@' | b'*' | b'1'..=b'9' | b'#') => true,
-                Some(b'{') => matches!(b.get(i + 2), Some(b'@' | b'*' | b'1'..=b'9' | b'#')),
+                // `${#}` is the count, but `${#name}` is a length, not a positional.
+                Some(b'{') => match b.get(i + 2) {
+                    Some(b'@' | b'*' | b'1'..=b'9') => true,
+                    Some(b'#') => b.get(i + 3) == Some(&b'}'),
+                    _ => false,
+                },
                 _ => false,
             }
     })

@@ -177,7 +177,8 @@ fn positional_parameters_are_recognised() {
     for cmd in ["x \"$@\"", "x $*", "x $1", "x ${1}", "x ${@:-}", "echo $#"] {
         assert_eq!(shell_argv(cmd, &["a".to_owned()]).len(), 5, "{cmd}");
     }
-    for cmd in ["x $HOME", "x $$", "x ${HOME}", "x $0", "eslint ."] {
+    assert_eq!(shell_argv("echo ${#}", &["a".to_owned()]).len(), 5);
+    for cmd in ["x $HOME", "x $$", "x ${HOME}", "x ${#HOME}", "x $0", "eslint ."] {
         assert_eq!(shell_argv(cmd, &["a".to_owned()]).len(), 4, "{cmd}");
     }
 }
