@@ -117,18 +117,25 @@ impl Prepared {
 }
 
 /// Builds the plan for `graph` and keys it, reading and refreshing the digest memo in `cache`.
+/// Declared env values are keyed by `salt` — the farm's for a remote run — or, when `None`,
+/// by `cache`'s own salt (brief §5: the keys are the keys of the cache they are probed in).
 pub async fn prepare(
     ws: &Workspace,
     graph: &TaskGraph,
     args: &[String],
     env: &(dyn Fn(&str) -> Option<String> + Sync),
     cache: &CacheThread,
+    salt: Option<keys::KeySalt>,
 ) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
     let plan = RunPlan::new(ws, graph, args, env);
     let scope = ws.root.to_string_lossy().into_owned();
     let memo_scope = scope.clone();
     let memo = cache.call(move |s| s.memo_load(&memo_scope)).await??;
+    let salt = match salt {
+        Some(s) => Some(s),
+        None => cache.call(|s| s.key_salt()).await??,
+    };
     let durations = cache.call(|s| s.durations()).await??;
 
     let root = ws.root.clone();
@@ -162,7 +169,7 @@ pub async fn prepare(
         })?
     };
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
-    let plan_keys = keys::compute(ws, &plan, &files, &sets, &pass, env);
+    let plan_keys = keys::compute(ws, &plan, &files, &sets, &pass, env, salt.as_ref());
     tracing::info!(elapsed = ?started.elapsed(), "keys computed");
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();

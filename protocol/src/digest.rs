@@ -19,6 +19,12 @@ impl Digest {
         Self(*blake3::hash(bytes).as_bytes())
     }
 
+    /// The keyed digest of `bytes` under `salt` (BLAKE3 keyed mode): without the salt, a
+    /// digest of a short value cannot be matched against guesses.
+    pub fn keyed(salt: &[u8; 32], bytes: &[u8]) -> Self {
+        Self(*blake3::keyed_hash(salt, bytes).as_bytes())
+    }
+
     /// The digest of everything `reader` yields.
     pub fn of_reader(mut reader: impl Read) -> io::Result<Self> {
         let mut hasher = blake3::Hasher::new();

@@ -9,7 +9,23 @@ use crate::digest::{Digest, Fold};
 
 /// Version of the key encoding. Bump it whenever the fold below changes meaning: every old
 /// entry then misses instead of being misread.
-pub const KEY_VERSION: u32 = 1;
+/// v2: declared env values are folded as a keyed digest under the cache's salt
+/// ([`env_value`]), not a plain BLAKE3 of the value.
+pub const KEY_VERSION: u32 = 2;
+
+/// The key salt of a cache: 32 random bytes each cache index holds (`meta.key_salt`); a farm
+/// hands its salt to its clients in `Welcome`, so every client's keys agree.
+pub type KeySalt = [u8; 32];
+
+/// How a declared env value enters a key: keyed by the cache's salt when there is one (the
+/// value's digest is stored with every entry, and a short value — a PIN, a flag — must not be
+/// guessable from the cache), a plain digest when no cache is open (nothing is stored then).
+pub fn env_value(salt: Option<&KeySalt>, value: &str) -> Digest {
+    match salt {
+        Some(s) => Digest::keyed(s, value.as_bytes()),
+        None => Digest::of(value.as_bytes()),
+    }
+}
 
 /// What kind of input file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,8 +60,8 @@ pub struct KeyComponents {
     pub command: String,
     /// Hashable config, `name = value` (outputs, timeout, network, portable, persistent).
     pub config: Vec<(String, String)>,
-    /// Declared env names with the digest of their value; `None` = unset (distinct from
-    /// empty).
+    /// Declared env names with the keyed digest of their value ([`env_value`]); `None` =
+    /// unset (distinct from empty).
     pub env: Vec<(String, Option<Digest>)>,
     /// The task's input files.
     pub inputs: Vec<InputFile>,

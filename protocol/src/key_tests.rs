@@ -88,3 +88,14 @@ fn diff_names_what_moved() {
     assert!(d.contains(&"upstream `lib#build` key changed".to_owned()), "{d:?}");
     assert!(base().diff(&base()).is_empty());
 }
+
+#[test]
+fn env_values_fold_keyed_by_the_cache_salt() {
+    let (a, b) = ([1u8; 32], [2u8; 32]);
+    let plain = Digest::of(b"1234");
+    assert_eq!(env_value(None, "1234"), plain, "no cache: the plain digest");
+    assert_ne!(env_value(Some(&a), "1234"), plain, "a salted value is not the plain digest");
+    assert_ne!(env_value(Some(&a), "1234"), env_value(Some(&b), "1234"), "per salt");
+    assert_eq!(env_value(Some(&a), "1234"), env_value(Some(&a), "1234"), "stable");
+    assert_ne!(env_value(Some(&a), "1234"), env_value(Some(&a), "1235"), "per value");
+}

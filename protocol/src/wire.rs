@@ -55,6 +55,10 @@ pub struct Welcome {
     pub build_version: String,
     /// The peer's identity as the coordinator sees it (its certificate's name).
     pub peer: String,
+    /// The farm cache's key salt ([`crate::key::KeySalt`]), for client roles: a client keys
+    /// its tasks with it so every client's keys agree. `None` to workers.
+    #[serde(default)]
+    pub key_salt: Option<crate::key::KeySalt>,
 }
 
 /// Refused.

@@ -225,7 +225,12 @@ pub fn edit(ws: &TempWorkspace, rel: &str, from: &str, to: &str) {
 /// Every file under `dir` whose bytes, or whose zstd-decoded bytes (logs and artifacts are
 /// compressed), hold `needle`.
 pub fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
-    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle.as_bytes());
+    files_holding_bytes(dir, needle.as_bytes())
+}
+
+/// [`files_holding`] for a byte string (a raw digest, say).
+pub fn files_holding_bytes(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let holds = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle);
     let mut hits = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {

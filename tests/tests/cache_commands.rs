@@ -120,6 +120,14 @@ fn show_json(ws: &TempWorkspace) -> Shown {
 fn show_lists_the_key_components_and_inputs_with_digests() {
     let ws = ws();
     chmod(&ws, "app/src/b.txt", 0o755);
+    // Before any cache exists the key of an env-declaring task cannot be the run's: declared
+    // env values fold keyed by the cache's salt, which the first run makes. Show says so.
+    let unsalted = ws.prova(["show", "app#build"]).env("MODE", "one").run();
+    unsalted.assert_code(0);
+    assert!(unsalted.stdout.contains("(no cache yet: "), "{unsalted}");
+    assert!(!ws.path(".prova").exists(), "show made a cache");
+    let lib = ws.prova(["run", "build", "-p", "lib"]).env("MODE", "one").run();
+    lib.assert_code(0);
     let before = ws.prova(["show", "app#build"]).env("MODE", "one").run();
     before.assert_code(0);
     let shown = show_json(&ws);

@@ -86,6 +86,9 @@ fn assert_same(before: &Shown, after: &Shown) {
 #[test]
 fn show_dry_run_and_run_agree_on_the_key() {
     let ws = ws();
+    // Once the cache exists: declared env values fold keyed by its salt, which the first
+    // run makes (before it, `show` says "no cache yet" — tests/tests/cache_commands.rs).
+    ws.prova(["run", "build", "-p", "other"]).env("MODE", "release").run().assert_code(0);
     let shown = app(&ws);
     let dry = dry_run_keys(&ws, &[]);
     assert_eq!(dry["app#build"], shown.key());

@@ -53,6 +53,7 @@ impl SilentCoordinator {
                 protocol_version: prova_protocol::wire::PROTOCOL_VERSION,
                 build_version: "stand-in".into(),
                 peer: identity.name,
+                key_salt: None,
             };
             if frame::write_msg(&mut send, &HelloReply::Welcome(welcome)).await.is_err() {
                 return;

@@ -82,3 +82,83 @@ fn the_farm_never_stores_or_relays_a_printed_token() {
     }
     assert_clean("the daemons' logs", &farm.logs());
 }
+
+/// A short declared value (a PIN, a feature flag) whose plain digest a reader of the cache
+/// could match against guesses.
+const PIN: &str = "1234";
+
+fn pin_workspace() -> TempWorkspace {
+    TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"app\"]\n\n[tasks.build]\n\
+             command = \"mkdir -p dist && echo built > dist/out.txt\"\n\
+             env = [\"PIN\"]\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("app/src/in.txt", "x\n")
+}
+
+/// The env digest `prova show --json` lists for `PIN`.
+fn shown_pin_digest(ws: &TempWorkspace) -> String {
+    let out = ws.prova(["show", "app#build", "--json"]).env("PIN", PIN).run();
+    out.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("show --json");
+    let env = &json["components"]["env"];
+    assert_eq!(env[0][0], "PIN", "{json}");
+    env[0][1].as_str().expect("a digest").to_owned()
+}
+
+#[test]
+fn a_short_env_value_is_not_guessable_from_the_cache() {
+    let plain = prova_protocol::Digest::of(PIN.as_bytes());
+    let a = pin_workspace();
+    let b = pin_workspace();
+    for ws in [&a, &b] {
+        let out = ws.prova(["run", "build", "--all", "--json"]).env("PIN", PIN).run();
+        out.assert_code(0);
+        assert_eq!(out.cache_of("app#build"), "saved", "{out}");
+        // Neither the raw bytes nor the hex of the plain digest are anywhere in the cache.
+        let raw = prova_tests::cache::files_holding_bytes(&ws.path(".prova"), &plain.0);
+        assert!(raw.is_empty(), "the cache holds BLAKE3({PIN:?}) in {raw:?}");
+        let hex = files_holding(&ws.path(".prova"), &plain.to_string());
+        assert!(hex.is_empty(), "the cache holds BLAKE3({PIN:?}) as hex in {hex:?}");
+    }
+    // Keyed per cache: the same value folds differently in two caches, and neither is the
+    // plain digest.
+    let (da, db) = (shown_pin_digest(&a), shown_pin_digest(&b));
+    assert_ne!(da, plain.to_string(), "show lists the plain digest");
+    assert_ne!(da, db, "two caches fold the same value alike: the salt is not per cache");
+    // Still a key: the same value hits, another value misses.
+    let again = a.prova(["run", "build", "--all", "--json"]).env("PIN", PIN).run();
+    assert_eq!(again.cache_of("app#build"), "hit", "{again}");
+    let other = a.prova(["run", "build", "--all", "--json"]).env("PIN", "1235").run();
+    assert_eq!(other.cache_of("app#build"), "saved", "{other}");
+    let unset = a.prova(["run", "build", "--all", "--json"]).env_remove("PIN").run();
+    assert_eq!(unset.cache_of("app#build"), "saved", "unset is not the value: {unset}");
+}
+
+#[test]
+fn clients_of_one_farm_key_alike_and_bring_entries_home() {
+    let farm = Cluster::start(1);
+    let plain = prova_protocol::Digest::of(PIN.as_bytes());
+    let (first, second) = (pin_workspace(), pin_workspace());
+    let remote = |ws: &TempWorkspace| {
+        farm.run_cmd(ws, &farm.ci_certs(), ["build", "--all", "--json"]).env("PIN", PIN).run()
+    };
+    let out = remote(&first);
+    assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
+    assert_eq!(out.cache_of("app#build"), "saved", "{out}");
+    // A second clone, with a cache of its own (its own salt until it meets the farm), keys
+    // like the first: the farm's salt, handed over in Welcome.
+    let out = remote(&second);
+    assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
+    assert_eq!(out.cache_of("app#build"), "hit", "a second client missed: {out}");
+    // The clone's local cache adopted the farm's salt: the entry brought home hits locally.
+    let local = second.prova(["run", "build", "--all", "--json"]).env("PIN", PIN).run();
+    local.assert_code(0);
+    assert_eq!(local.cache_of("app#build"), "hit", "the entry brought home missed: {local}");
+    for dir in [farm.cache_dir(), first.path(".prova"), second.path(".prova")] {
+        let raw = prova_tests::cache::files_holding_bytes(&dir, &plain.0);
+        assert!(raw.is_empty(), "{} holds BLAKE3({PIN:?}): {raw:?}", dir.display());
+    }
+}

@@ -90,6 +90,16 @@ pub fn open_cache_as(
     opened.with_context(|| format!("cannot open the cache at {}", dir.display()))
 }
 
+/// The key salt of the workspace's cache, read without writing (`None` when there is no
+/// index yet): what a `--no-cache` run keys with, so its keys are the cache's keys.
+pub fn stored_key_salt(
+    ws: &Workspace,
+    args: &crate::args::CacheDirArgs,
+) -> Option<prova_coordinator::keys::KeySalt> {
+    let store = prova_coordinator::cache::Store::open_read_only(&cache_dir(ws, args)).ok()?;
+    store.key_salt().ok().flatten()
+}
+
 /// A current-thread-free multi-thread runtime for a command.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)

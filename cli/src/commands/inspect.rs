@@ -27,6 +27,9 @@ struct Inspected {
     /// The current key's entry is not the task's newest (its inputs went back to an older
     /// state).
     older: bool,
+    /// There is no cache yet, so no key salt: declared env values fold unkeyed, and the key
+    /// of an env-declaring task moves once the first run makes the cache.
+    unsalted: bool,
 }
 
 fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
@@ -49,7 +52,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
     let rt = common::runtime()?;
     rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
-        let prepared = prepare(&ws, &g, &[], &env, &cache).await?;
+        let prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
         let task = id.to_string();
         let key = prepared.key(node);
@@ -63,7 +66,8 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
                 Ok((newest, false, false))
             })
             .await??;
-        Ok(Inspected { prepared, node, entry, current, older })
+        let unsalted = cache.call(|s| s.key_salt()).await??.is_none();
+        Ok(Inspected { prepared, node, entry, current, older, unsalted })
     })
 }
 
@@ -121,7 +125,12 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let _ = writeln!(
         s,
         "key       {key}{}",
-        if cached { "  (in the cache)" } else { "  (not in the cache)" }
+        match (cached, i.unsalted && !c.env.is_empty()) {
+            (true, _) => "  (in the cache)",
+            (false, false) => "  (not in the cache)",
+            // Declared env values fold keyed by the cache's salt, which the first run makes.
+            (false, true) => "  (no cache yet: the first run's key folds `env` with its salt)",
+        }
     );
     let _ = writeln!(s, "version   {}", c.version);
     let _ = writeln!(s, "command   {}", c.command);

@@ -79,8 +79,28 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let style = Style::new(args.output, args.json);
     let rt = common::runtime()?;
     let outcome = rt.block_on(async {
+        // A remote run connects before it keys: its keys fold declared env values with the
+        // farm cache's salt (every client's keys agree), which the local cache then adopts so
+        // entries brought home hit in local mode too.
+        let session = match &args.remote.remote {
+            Some(_) => Some(crate::remote::connect(&args.remote).await?),
+            None => None,
+        };
+        let salt = match &session {
+            Some(s) => s.key_salt,
+            None if args.no_cache => common::stored_key_salt(&ws, &args.cache_dir),
+            None => None, // the opened cache's own
+        };
+        if let Some(farm) = salt
+            && !args.no_cache
+        {
+            let adopted = cache.call(move |s| s.adopt_key_salt(&farm)).await?;
+            if let Ok(true) = adopted {
+                tracing::info!("the local cache adopted the farm's key salt");
+            }
+        }
         let env = |k: &str| std::env::var(k).ok();
-        let mut prepared = prepare(&ws, &graph, &args.forward, &env, &cache).await?;
+        let mut prepared = prepare(&ws, &graph, &args.forward, &env, &cache, salt).await?;
         if options.verify.any() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
@@ -146,9 +166,9 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             let _ = r.finish();
         });
         let key_stats = prepared.stats;
-        let summary = if args.remote.remote.is_some() {
+        let summary = if let Some(session) = session {
             let wire = wire_options(&args, policy, &options);
-            remote_run(&args, &ws.root, &prepared, &cache, &layer, wire, tx).await
+            remote_run(session, &args, &ws.root, &prepared, &cache, &layer, wire, tx).await
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
@@ -271,7 +291,9 @@ fn dry_run(
 }
 
 /// The farm half of `prova run --remote`.
+#[allow(clippy::too_many_arguments)] // the run's parts, each used once
 async fn remote_run(
+    mut session: crate::remote::Session,
     args: &RunArgs,
     root: &Path,
     prepared: &Prepared,
@@ -280,8 +302,7 @@ async fn remote_run(
     options: prova_protocol::wire::RunOptionsWire,
     events: mpsc::Sender<RunEvent>,
 ) -> anyhow::Result<prova_protocol::events::RunSummary> {
-    use crate::remote::{self, download, run as rrun};
-    let mut session = remote::connect(&args.remote).await?;
+    use crate::remote::{download, run as rrun};
     let tasks = rrun::remote_tasks(root, prepared);
     let uploaded = rrun::upload_missing(&mut session, root, &tasks).await?;
     tracing::info!(uploaded, "inputs uploaded");

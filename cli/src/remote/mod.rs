@@ -26,6 +26,8 @@ pub struct Session {
     pub recv: quinn::RecvStream,
     /// Our bundle.
     pub bundle: Arc<Bundle>,
+    /// The farm cache's key salt (`Welcome`): this run's keys fold declared env values with it.
+    pub key_salt: Option<prova_protocol::key::KeySalt>,
     _endpoint: quinn::Endpoint,
 }
 
@@ -66,13 +68,13 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         capabilities: Vec::new(),
     };
     frame::write_msg(&mut send, &hello).await.map_err(|e| refused(&e))?;
-    match frame::read_msg::<_, HelloReply>(&mut recv).await {
-        Ok(Some(HelloReply::Welcome(_))) => {}
+    let key_salt = match frame::read_msg::<_, HelloReply>(&mut recv).await {
+        Ok(Some(HelloReply::Welcome(w))) => w.key_salt,
         Ok(Some(HelloReply::Reject(r))) => {
             anyhow::bail!("{remote} refused this client: {}", r.reason)
         }
         Ok(None) => anyhow::bail!("{remote} closed the connection during the handshake"),
         Err(e) => return Err(refused(&e)),
-    }
-    Ok(Session { conn, send, recv, bundle, _endpoint: ep })
+    };
+    Ok(Session { conn, send, recv, bundle, key_salt, _endpoint: ep })
 }

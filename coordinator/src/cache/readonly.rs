@@ -19,7 +19,8 @@
 //! one consistent file, and every blob read is verified).
 //!
 //! A scratch store is an in-memory index with the current schema over a private temporary
-//! directory: a run with `--no-cache` reads no entry and leaves nothing behind.
+//! directory: a run with `--no-cache` reads no entry and leaves nothing behind. It has no key
+//! salt (a `--no-cache` run keys with the workspace cache's salt when there is one).
 
 use std::fs;
 use std::path::Path;
@@ -85,6 +86,10 @@ fn scratch(read_only: bool) -> Result<Store, CacheError> {
     let mut conn = Connection::open_in_memory().map_err(sql("open a scratch index"))?;
     conn.pragma_update(None, "foreign_keys", true).map_err(sql("set foreign_keys"))?;
     schema::migrate(&mut conn, MIGRATIONS)?;
+    // Nothing a scratch store keys is kept, so it has no salt of its own: a random one would
+    // give every `--no-cache` or cache-less `show` another key for the same task.
+    conn.execute("DELETE FROM meta WHERE name = 'key_salt'", [])
+        .map_err(sql("clear the scratch key salt"))?;
     let path = dir.path().to_path_buf();
     Ok(Store::from_parts(path, conn, read_only, Some(dir)))
 }

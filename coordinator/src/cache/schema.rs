@@ -51,8 +51,8 @@ pub const SCHEMA_VERSION: i64 = 4;
 /// Version 3: who uploaded which blob (a farm's record, so a `client` may fetch back what it
 /// uploaded and no more, and its stored bytes are bounded by a quota; rows go with their
 /// blob when prune removes it), and the cache's own random key salt (`meta`, name
-/// `key_salt`: meant for folding keyed `env` values so a short value is not guessable from a
-/// key's components — not yet used by the key).
+/// `key_salt`: declared `env` values are folded keyed by it, so a short value is not guessable
+/// from a key's components; a farm client adopts its farm's salt).
 const V3: &str = "
 CREATE TABLE uploads (
     identity    TEXT    NOT NULL,

@@ -107,6 +107,24 @@ impl Store {
         };
         Ok(found.and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok()))
     }
+
+    /// Takes `salt` as this cache's key salt (a farm's, handed over in `Welcome`), so local
+    /// runs key like the farm's clients and entries brought home from the farm hit locally.
+    /// Entries keyed under the previous salt that fold a declared env value miss from now on.
+    /// Returns whether the salt changed.
+    pub fn adopt_key_salt(&self, salt: &[u8; 32]) -> Result<bool, CacheError> {
+        if self.key_salt()?.as_ref() == Some(salt) {
+            return Ok(false);
+        }
+        self.conn()
+            .execute(
+                "INSERT INTO meta (name, value) VALUES ('key_salt', ?1) \
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                [salt.as_slice()],
+            )
+            .map_err(sql("store the key salt"))?;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -195,5 +213,14 @@ mod tests {
         assert_ne!(a, b);
         assert_ne!(a, [0; 32]);
         assert_eq!(s1.key_salt().unwrap(), Some(a), "stable");
+    }
+
+    #[test]
+    fn a_farm_salt_is_adopted_once() {
+        let (_d1, s1) = open_store();
+        let farm = [7u8; 32];
+        assert!(s1.adopt_key_salt(&farm).unwrap(), "changed");
+        assert_eq!(s1.key_salt().unwrap(), Some(farm));
+        assert!(!s1.adopt_key_salt(&farm).unwrap(), "already the farm's");
     }
 }

@@ -436,6 +436,19 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
                 t.spec.id
             ));
         }
+        // The farm files entries under the client's key and shows its components in `why`:
+        // the two must agree, in the key format this farm speaks.
+        if t.components.version != prova_protocol::key::KEY_VERSION {
+            return Err(format!(
+                "{} is keyed in key format v{}; this farm keys in v{}: use the farm's prova version",
+                t.spec.id,
+                t.components.version,
+                prova_protocol::key::KEY_VERSION
+            ));
+        }
+        if t.components.key() != t.key {
+            return Err(format!("{}: its key is not the fold of its components", t.spec.id));
+        }
         if let Some(&d) = t.deps.iter().find(|&&d| d as usize >= n || d as usize == i) {
             return Err(format!("{} depends on task index {d}, which does not exist", t.spec.id));
         }

@@ -134,10 +134,18 @@ async fn serve_connection(
             return;
         }
     };
+    // Clients key their tasks with the farm cache's salt, so every client's keys agree.
+    let key_salt = match identity.role {
+        Role::Ci | Role::Client | Role::Admin => {
+            shared.store.call(|s| s.key_salt()).await.ok().and_then(Result::ok).flatten()
+        }
+        Role::Worker | Role::Coordinator => None,
+    };
     let welcome = Welcome {
         protocol_version: PROTOCOL_VERSION,
         build_version: BUILD_VERSION.to_owned(),
         peer: identity.name.clone(),
+        key_salt,
     };
     if frame::write_msg(&mut send, &HelloReply::Welcome(welcome)).await.is_err() {
         return;

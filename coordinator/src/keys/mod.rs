@@ -9,7 +9,7 @@ use prova_protocol::spec::CommandLine;
 
 pub use digests::{DigestPass, FileFacts, Stamp};
 pub use prova_protocol::key::{
-    self as components, InputFile, InputKind, KEY_VERSION, KeyComponents,
+    self as components, InputFile, InputKind, KEY_VERSION, KeyComponents, KeySalt,
 };
 
 use crate::inputs::{FileList, InputSets};
@@ -32,7 +32,9 @@ pub fn platform() -> String {
     format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH)
 }
 
-/// Keys every task of `plan`, in dependency order. `env` reads the invoking environment.
+/// Keys every task of `plan`, in dependency order. `env` reads the invoking environment;
+/// declared env values are folded keyed by `salt`, the salt of the cache the keys are for
+/// ([`components::env_value`]).
 pub fn compute(
     ws: &Workspace,
     plan: &RunPlan,
@@ -40,6 +42,7 @@ pub fn compute(
     inputs: &InputSets,
     pass: &DigestPass,
     env: &dyn Fn(&str) -> Option<String>,
+    salt: Option<&KeySalt>,
 ) -> PlanKeys {
     let to_file = |i: &u32| -> Option<(InputFile, Stamp)> {
         let path = &files.all()[*i as usize];
@@ -80,7 +83,7 @@ pub fn compute(
             .map(|d| {
                 d.env
                     .iter()
-                    .map(|k| (k.clone(), env(k).map(|v| Digest::of(v.as_bytes()))))
+                    .map(|k| (k.clone(), env(k).map(|v| components::env_value(salt, &v))))
                     .collect()
             })
             .unwrap_or_default();

@@ -777,6 +777,7 @@ pub fn goldens() -> Vec<Golden> {
                 protocol_version: PROTOCOL_VERSION,
                 build_version: "prova 0.1.0".into(),
                 peer: "w1".into(),
+                key_salt: None,
             })),
         },
         Golden {
