@@ -180,6 +180,13 @@ pub enum DownloadMode {
     None,
 }
 
+/// What a remote run does when its farm cannot be reached (`--fallback`).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Fallback {
+    /// Run in local mode, with the local cache.
+    Local,
+}
+
 /// Where the cache lives.
 #[derive(Debug, Args, Clone, Default)]
 pub struct CacheDirArgs {
@@ -393,6 +400,12 @@ pub struct RunArgs {
     /// With --remote: which outputs to bring back.
     #[arg(long, value_enum, default_value_t)]
     pub download: DownloadMode,
+
+    /// With --remote: what to do when the farm cannot be reached (no handshake within
+    /// seconds): `local` runs in local mode instead (Bazel's `--remote_local_fallback`). A
+    /// farm that answers and refuses is never a reason to fall back.
+    #[arg(long, value_enum, value_name = "MODE", env = "PROVA_FALLBACK")]
+    pub fallback: Option<Fallback>,
 
     /// Waiting for the workspace lock.
     #[command(flatten)]

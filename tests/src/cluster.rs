@@ -649,6 +649,13 @@ impl Cluster {
         self.start_again();
     }
 
+    /// SIGKILLs the coordinator and leaves it down: a farm whose coordinator is gone.
+    pub fn stop_coordinator(&mut self) {
+        if let Some(mut d) = self.coordinator.take() {
+            d.kill();
+        }
+    }
+
     fn start_again(&mut self) {
         let port = self.addr.clone();
         // UDP has no TIME_WAIT: the port is free once the old process is gone. Try it a few

@@ -24,11 +24,19 @@ const EVENT_QUEUE: usize = 1024;
 /// Runs the selection.
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let Loaded { ws, graph } = common::load(start, &args.select)?;
+    let rt = common::runtime()?;
+    // A remote run dials first: its keys fold the farm's salt, and a farm that cannot be
+    // reached is said in one line within seconds — or, with `--fallback local`, the run goes
+    // on in local mode (everything below then treats it as a local run).
+    let session = match &args.remote.remote {
+        Some(_) => rt.block_on(dial(&args))?,
+        None => None,
+    };
+    let remote = session.is_some();
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
     // see the files the previous writer left; a dry run and a remote run that brings nothing
     // back write neither outputs nor the local cache.
-    let brings_nothing_back =
-        args.remote.remote.is_some() && args.download == crate::args::DownloadMode::None;
+    let brings_nothing_back = remote && args.download == crate::args::DownloadMode::None;
     let writes_workspace = !args.dry_run && !brings_nothing_back;
     let lock = if writes_workspace {
         Some(crate::lock::acquire(&ws.root, !args.lock.no_wait)?)
@@ -38,7 +46,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     // Released early once only persistent tasks (dev servers, never cached) are left, so
     // `prova run dev` does not shut the workspace to every other run while it serves.
     let lock = std::sync::Arc::new(std::sync::Mutex::new(lock));
-    let (cache, cache_join) = common::open_cache_as(&ws, &args.cache_dir, cache_mode(&args))?;
+    let (cache, cache_join) =
+        common::open_cache_as(&ws, &args.cache_dir, cache_mode(&args, remote))?;
     let policy = if args.no_cache {
         CachePolicy { read: false, write: false }
     } else if args.force {
@@ -68,7 +77,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     let sandbox = prova_worker::sandbox::detect();
-    if options.verify.inputs && args.remote.remote.is_none() && !sandbox.is_available() {
+    if options.verify.inputs && !remote && !sandbox.is_available() {
         let why = match &sandbox {
             prova_worker::sandbox::SandboxStatus::Unavailable { reason } => reason.clone(),
             prova_worker::sandbox::SandboxStatus::Bwrap { .. } => String::new(),
@@ -77,15 +86,10 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     }
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
     let style = Style::new(args.output, args.json);
-    let rt = common::runtime()?;
     let outcome = rt.block_on(async {
         // A remote run connects before it keys: its keys fold declared env values with the
         // farm cache's salt (every client's keys agree), which the local cache then adopts so
         // entries brought home hit in local mode too.
-        let session = match &args.remote.remote {
-            Some(_) => Some(crate::remote::connect(&args.remote).await?),
-            None => None,
-        };
         let salt = match &session {
             Some(s) => s.key_salt,
             None if args.no_cache => common::stored_key_salt(&ws, &args.cache_dir),
@@ -134,7 +138,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         // task reading them would be "proven" silently (brief §7: say so plainly).
         if let prova_worker::sandbox::SandboxStatus::Unavailable { reason } = &sandbox
             && options.verify.determinism
-            && args.remote.remote.is_none()
+            && !remote
         {
             let message = format!(
                 "the sandbox cannot run here ({reason}): determinism re-runs cannot change the hostname or the user id, so a task that reads them is not caught"
@@ -203,15 +207,32 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
 /// `--cache local:`), read-only for `--cache local:r`. A remote run files what it downloads
 /// in the local cache, so it opens it read-write unless `--no-cache` (then the downloads go
 /// through a scratch store).
-fn cache_mode(args: &RunArgs) -> common::CacheMode {
+fn cache_mode(args: &RunArgs, remote: bool) -> common::CacheMode {
     use common::CacheMode;
-    let remote = args.remote.remote.is_some();
     match args.cache {
         _ if args.no_cache => CacheMode::Scratch,
         _ if args.force || remote => CacheMode::ReadWrite,
         Some(spec) if !spec.read && !spec.write => CacheMode::Scratch,
         Some(spec) if !spec.write => CacheMode::ReadOnly,
         _ => CacheMode::ReadWrite,
+    }
+}
+
+/// Dials `--remote`. A farm that cannot be reached is an error naming the address and the
+/// way on — or, with `--fallback local`, one warning and `None`: the run goes on locally.
+async fn dial(args: &RunArgs) -> anyhow::Result<Option<crate::remote::Session>> {
+    match crate::remote::connect(&args.remote).await {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => match e.downcast::<crate::remote::Unreachable>() {
+            Ok(u) if args.fallback == Some(crate::args::Fallback::Local) => {
+                crate::stdio::eprint_line(&format!(
+                    "prova: warning: {u}; running locally (--fallback local)"
+                ));
+                Ok(None)
+            }
+            Ok(u) => Err(anyhow::anyhow!("{u}; `--fallback local` runs locally instead")),
+            Err(e) => Err(e),
+        },
     }
 }
 

@@ -16,6 +16,40 @@ use crate::args::RemoteArgs;
 /// The build version sent in `Hello`.
 pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
 
+/// How long a client waits for the coordinator's handshake before it says the farm cannot
+/// be reached (a QUIC handshake is one round trip; this leaves room for lost packets).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The farm did not answer at all (no handshake, no address): distinct from a farm that
+/// answered and refused, which `--fallback local` must not hide.
+#[derive(Debug)]
+pub struct Unreachable {
+    /// `--remote` as given.
+    pub addr: String,
+    /// What the dial met.
+    pub why: String,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot reach the farm at {} ({})", self.addr, self.why)
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+/// Whether a dial error means nobody answered (a timeout, a refused or unroutable address).
+fn unreachable(e: &prova_protocol::transport::TransportError) -> bool {
+    use prova_protocol::transport::TransportError as T;
+    match e {
+        T::Timeout { .. } => true,
+        T::Connection(c) => {
+            matches!(c, quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset)
+        }
+        _ => false,
+    }
+}
+
 /// A session with a coordinator: the connection and its control stream.
 pub struct Session {
     /// The connection (blob streams open on it).
@@ -45,12 +79,18 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
             bundle.identity.role
         );
     }
-    let addr = crate::commands::daemons::resolve(remote).await?;
+    let addr = crate::commands::daemons::resolve(remote)
+        .await
+        .map_err(|e| Unreachable { addr: remote.to_owned(), why: format!("{e:#}") })?;
     let server_name = crate::commands::daemons::host_of(remote);
     let ep = endpoint::client(&bundle, addr)?;
-    let conn = endpoint::connect(&ep, addr, &server_name)
-        .await
-        .with_context(|| format!("cannot reach {remote}"))?;
+    let conn = match endpoint::connect_within(&ep, addr, &server_name, CONNECT_TIMEOUT).await {
+        Ok(c) => c,
+        Err(e) if unreachable(&e) => {
+            return Err(Unreachable { addr: remote.to_owned(), why: e.to_string() }.into());
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot connect to {remote}"))),
+    };
     // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first
     // stream operation (STACK pitfall 3): whichever step meets it reports the refusal.
     let refused = |e: &dyn std::fmt::Display| {

@@ -56,8 +56,22 @@ pub async fn connect(
     addr: SocketAddr,
     server_name: &str,
 ) -> Result<quinn::Connection, TransportError> {
+    connect_within(endpoint, addr, server_name, HANDSHAKE_TIMEOUT).await
+}
+
+/// [`connect`], bounded by `limit` instead: a client that would rather say "cannot reach"
+/// (or fall back to local mode) within seconds than wait out [`HANDSHAKE_TIMEOUT`].
+pub async fn connect_within(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    server_name: &str,
+    limit: Duration,
+) -> Result<quinn::Connection, TransportError> {
     let connecting = endpoint.connect(addr, server_name)?;
-    let conn = bounded(format!("the QUIC handshake with {addr}"), connecting).await??;
+    let what = format!("the QUIC handshake with {addr}");
+    let conn = tokio::time::timeout(limit, connecting)
+        .await
+        .map_err(|_| TransportError::Timeout { what })??;
     let identity = peer_identity(&conn)?;
     if identity.role != Role::Coordinator {
         conn.close(0u32.into(), b"not a coordinator");
