@@ -11,6 +11,8 @@
 //!   `--affected`); cycle detection; dot/JSON rendering.
 //! - [`inputs`]: the workspace file list (git or a walk) and each task's inputs.
 //! - [`keys`]: file digests through the stat memo, and every task's key (`prova_protocol::key`).
+//! - [`plan`]: a selected graph resolved into a [`plan::RunPlan`] (one `TaskSpec` per node);
+//!   below `run`, so `inputs` and `keys` import it.
 //! - [`prepare`]: everything before the first task: plan, inputs, digests, keys.
 //! - [`cache`]: the store (SQLite index, blob files, memo, durations, fingerprint ledger) and
 //!   its owner thread.
@@ -29,6 +31,7 @@ pub mod hermeticity;
 pub mod inputs;
 pub mod keys;
 pub mod layers;
+pub mod plan;
 pub mod prepare;
 pub mod run;
 pub mod scheduler;

@@ -20,10 +20,10 @@ use prova_protocol::{AttemptId, Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::plan::{RunPlan, TaskKind};
 use super::types::{ExecMode, RunArgs, RunCache, RunOptions};
 use super::verify::Proofs;
 use super::{AssignHints, WorkSink};
+use crate::plan::{RunPlan, TaskKind};
 use crate::scheduler::core::{Command, Event, Options, Scheduler, SkipReason};
 
 /// Stop the run: abort running tasks, skip the rest.

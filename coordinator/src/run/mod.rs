@@ -1,6 +1,7 @@
 //! Running a plan: the per-run scheduler actor and the link to workers.
 //!
-//! - [`plan`]: graph → resolved specs ([`RunPlan`]).
+//! - [`plan`]: re-exported from [`crate::plan`] (graph → resolved specs, [`RunPlan`]), which
+//!   lives below `run` so `inputs` and `keys` import it without reaching up.
 //! - [`types`]: what a run is built from ([`RunArgs`], [`RunOptions`], [`VerifyOptions`],
 //!   [`CachePolicy`], [`ExecMode`]).
 //! - [`actor`]: [`RunActor`], the kameo shell around the sans-IO scheduler core: it carries
@@ -14,7 +15,6 @@
 
 pub mod actor;
 mod cached;
-pub mod plan;
 pub mod types;
 pub mod undeclared;
 mod verify;
@@ -27,8 +27,9 @@ use prova_protocol::AttemptId;
 use prova_protocol::work::{Assignment, ToWorker};
 use tokio::sync::mpsc;
 
+pub use crate::plan;
+pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
 pub use actor::{Begin, FromFarm, Interrupt, RunActor};
-pub use plan::{PlannedTask, RunPlan, TaskKind};
 pub use types::{CachePolicy, ExecMode, RunArgs, RunCache, RunOptions, VerifyOptions};
 pub use verify::perturbation;
 

@@ -21,9 +21,9 @@ use prova_protocol::work::{Finished, Perturb, TRACE_READ_FAILED};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 
 use super::actor::{Purpose, RunActor};
-use super::plan::TaskKind;
 use crate::cache::Execution;
 use crate::layers::local::now_ms;
+use crate::plan::TaskKind;
 
 /// Longest log line a verdict carries (longer ones are cut, marked `…`).
 const LOG_LINE_CHARS: usize = 400;
