@@ -12,8 +12,30 @@ use prova_protocol::work::Finished;
 
 use super::actor::{Purpose, RunActor};
 use super::types::ExecMode;
-use crate::layers::{Restored, SaveOutcome, SaveRequest};
+use crate::layers::{LayerError, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::Event;
+
+/// Restoring a saved entry into the workspace after an exec-root execution failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RestoreError {
+    /// The layer failed.
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    /// The entry just saved was not found.
+    #[error("the entry vanished after saving")]
+    Vanished,
+}
+
+/// Saving an execution failed (the task is reported `NotSaved`, `saving failed: …`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SaveError {
+    /// The layer refused or failed the save.
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    /// The entry was saved, but its outputs could not be put back into the workspace.
+    #[error("restoring the outputs into the workspace failed: {0}")]
+    IntoWorkspace(#[source] RestoreError),
+}
 
 /// A restore finished.
 pub(super) struct RestoreDone {
@@ -22,13 +44,13 @@ pub(super) struct RestoreDone {
     artifact: Option<(Digest, u64)>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
-    result: Result<Option<Restored>, String>,
+    result: Result<Option<Restored>, LayerError>,
 }
 
 /// A save finished.
 pub(super) struct SaveDone {
     node: usize,
-    result: Result<SaveOutcome, String>,
+    result: Result<SaveOutcome, SaveError>,
     finished: Box<Finished>,
     /// The outputs came out with fewer files than the task's newest entry: the warning.
     shrunk: Option<String>,
@@ -97,7 +119,7 @@ impl RunActor {
         self.side.insert(
             node,
             OwnedTask::spawn("run.restore", async move {
-                let result = layer.restore(entry, globs, project).await.map_err(|e| e.to_string());
+                let result = layer.restore(entry, globs, project).await;
                 let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
             }),
         );
@@ -178,18 +200,19 @@ impl RunActor {
                         "its outputs ({outputs_list}) came out with {now} files, {b} in its previous entry: unless sources were removed, an incremental build may be skipping work because of state that is not a declared output (e.g. tsconfig.tsbuildinfo)"
                     )
                 });
-                let mut result = layer.save(req).await.map_err(|e| e.to_string());
+                let mut result = layer.save(req).await.map_err(SaveError::Layer);
                 if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
                     let restored = match layer.entry(key).await {
-                        Ok(Some(entry)) => {
-                            layer.restore(entry, globs, project).await.map_err(|e| e.to_string())
-                        }
-                        Ok(None) => Err("the entry vanished after saving".to_owned()),
-                        Err(e) => Err(e.to_string()),
+                        Ok(Some(entry)) => layer
+                            .restore(entry, globs, project)
+                            .await
+                            .map(|_| ())
+                            .map_err(RestoreError::Layer),
+                        Ok(None) => Err(RestoreError::Vanished),
+                        Err(e) => Err(RestoreError::Layer(e)),
                     };
                     if let Err(e) = restored {
-                        result =
-                            Err(format!("restoring the outputs into the workspace failed: {e}"));
+                        result = Err(SaveError::IntoWorkspace(e));
                     }
                 }
                 let _ = me.tell(SaveDone { node, result, finished: f, shrunk }).await;
