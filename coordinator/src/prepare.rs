@@ -11,7 +11,7 @@ use crate::cache::{CacheError, CacheThread};
 use crate::graph::TaskGraph;
 use crate::inputs::{self, FileList, InputSets};
 use crate::keys::{self, PlanKeys};
-use crate::plan::RunPlan;
+use crate::run::RunPlan;
 use crate::workspace::Workspace;
 
 /// Preparing a run failed.
