@@ -18,7 +18,8 @@
 //!   its owner thread.
 //! - [`layers`]: the cache layers a run uses: local (restore into the workspace) and farm.
 //! - [`scheduler`]: the sans-IO scheduling core (`(now, event) -> commands`).
-//! - [`run`]: a run's plan, the run actor that drives the scheduler, cache steps and proofs.
+//! - [`run`]: a run: its decisions, sans-IO (`run::core`, `run::verdicts`), and the run actor
+//!   that drives the scheduler and carries them out (cache steps, proofs).
 //! - [`hermeticity`]: the hermeticity report from the fingerprint ledger.
 //! - [`farm`]: the farm: sans-IO placement and leases, the farm actor, the QUIC server and
 //!   its worker and client sessions.
