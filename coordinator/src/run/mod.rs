@@ -10,6 +10,8 @@
 //!   where a re-run may go; when the run may end. Tested without a process (`core_tests.rs`).
 //! - `verdicts`: which verdict an execution (inputs proof) or a pair of executions
 //!   (determinism proof) earns, as pure functions (`verdicts_tests.rs`).
+//! - `reruns`: the determinism proof's bookkeeping, sans-IO — queued and running re-runs,
+//!   outstanding proofs, when a report is held or released (`reruns_tests.rs`).
 //! - [`actor`]: [`RunActor`], the kameo shell around the scheduler core and the run core: it
 //!   carries out dispatch/skip/abort commands, sends assignments down a [`WorkSink`], turns
 //!   worker reports into run events, and returns a `RunSummary`.
@@ -22,6 +24,7 @@
 pub mod actor;
 mod cached;
 mod core;
+mod reruns;
 pub mod types;
 pub mod undeclared;
 mod verdicts;

@@ -7,8 +7,6 @@
 //! [`super::verdicts`]; this file carries the proofs out (queues re-runs, records ledger
 //! rows, holds and releases reports).
 
-use std::collections::VecDeque;
-
 use kameo::prelude::*;
 use prova_protocol::events::{RunEvent, TaskReport, Verdict};
 use prova_protocol::task::OwnedTask;
@@ -17,6 +15,7 @@ use prova_protocol::{AttemptId, Digest, WorkerId};
 
 use super::actor::RunActor;
 use super::core::{self as decide, PrimaryOutputs, Purpose};
+use super::reruns::{self, Announce, Reruns};
 use super::verdicts::{self, Comparison};
 use crate::cache::Execution;
 use crate::layers::local::now_ms;
@@ -24,30 +23,22 @@ use crate::layers::local::now_ms;
 /// How long the end of a run waits for its ledger writes.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Proof bookkeeping of a run (the per-task part is in [`super::core::TaskState`]).
+/// Proof bookkeeping of a run: the re-runs ([`Reruns`], sans-IO; the per-task part is in
+/// [`super::core::TaskState`]) and the background work carrying the proofs out.
 pub(super) struct Proofs {
-    queue: VecDeque<usize>,
-    in_flight: Vec<(usize, AttemptId)>,
-    max_in_flight: usize,
-    /// Re-runs queued or running, and comparisons in progress.
-    outstanding: usize,
+    /// Queued and running re-runs, outstanding proofs.
+    reruns: Reruns,
     /// Ledger writes and comparisons (not aborted by a node's save or restore).
     background: Vec<OwnedTask<()>>,
 }
 
 impl Proofs {
     pub(super) fn new(max_in_flight: usize) -> Self {
-        Self {
-            queue: VecDeque::new(),
-            in_flight: Vec::new(),
-            max_in_flight: max_in_flight.max(1),
-            outstanding: 0,
-            background: Vec::new(),
-        }
+        Self { reruns: Reruns::new(max_in_flight), background: Vec::new() }
     }
 
     pub(super) fn outstanding(&self) -> usize {
-        self.outstanding
+        self.reruns.outstanding()
     }
 
     /// Waits (bounded) for ledger writes and comparisons still running: the run's summary
@@ -183,23 +174,20 @@ impl RunActor {
 
     /// Queues a determinism re-run of `node` (after its save, [`decide::after_save`]).
     pub(super) async fn queue_rerun(&mut self, node: usize) {
-        self.proofs.queue.push_back(node);
-        self.proofs.outstanding += 1;
-        self.state[node].awaiting += 1;
+        self.proofs.reruns.queue(node, &mut self.state[node]);
         self.pump_reruns().await;
     }
 
     /// Starts queued re-runs while there is room.
     async fn pump_reruns(&mut self) {
-        while self.proofs.in_flight.len() < self.proofs.max_in_flight && !self.interrupted {
-            let Some(node) = self.proofs.queue.pop_front() else { break };
-            let before = self.next_attempt_peek();
+        while let Some(node) = self.proofs.reruns.next(self.interrupted) {
+            let before = self.peek_attempt();
             if self.assign(node, Purpose::Rerun).await.is_some() {
                 // The link is gone: the proof cannot run.
                 self.conclude(node, verdicts::link_closed_verdict()).await;
                 continue;
             }
-            self.proofs.in_flight.push((node, before));
+            self.proofs.reruns.started(node, before);
         }
     }
 
@@ -210,7 +198,7 @@ impl RunActor {
         f: Box<Finished>,
         ctx: &mut Context<Self, ()>,
     ) {
-        self.proofs.in_flight.retain(|(n, a)| !(*n == node && *a == f.attempt));
+        self.proofs.reruns.ended(node, f.attempt);
         let rerun_worker =
             self.state[node].rerun_worker.clone().unwrap_or_else(|| self.worker.clone());
         let staged = (!self.farm_worker()).then(|| self.staged_path(f.attempt));
@@ -299,11 +287,9 @@ impl RunActor {
     /// Announces a task's final report: now, or — while proofs about it are still running —
     /// once the last of them concluded, so `TaskFinished` carries every verdict.
     pub(super) async fn announce_finished(&mut self, node: usize, report: TaskReport) {
-        if self.state[node].awaiting > 0 {
-            self.state[node].held = true;
-            return;
+        if !reruns::hold_report(&mut self.state[node]) {
+            self.send_finished(report).await;
         }
-        self.send_finished(report).await;
     }
 
     async fn send_finished(&mut self, report: TaskReport) {
@@ -315,55 +301,37 @@ impl RunActor {
         }
     }
 
-    /// Sends the held report of `node` if nothing about it is still to conclude.
-    async fn release(&mut self, node: usize) {
-        if self.state[node].awaiting == 0
-            && std::mem::take(&mut self.state[node].held)
-            && let Some(r) = self.state[node].report.clone()
-        {
-            self.send_finished(r).await;
-        }
-    }
-
     /// Sends every report still held (the run ends, interrupted, with proofs unfinished).
     pub(super) async fn release_all(&mut self) {
-        for node in 0..self.state.len() {
-            self.state[node].awaiting = 0;
-            self.release(node).await;
+        for r in reruns::release_all(&mut self.state) {
+            self.send_finished(r).await;
         }
     }
 
     /// Adds a verdict to the task's report, announces it, and starts the next re-run.
     async fn conclude(&mut self, node: usize, verdict: Verdict) {
-        let task = self.plan.tasks[node].id.clone();
-        if let Some(r) = &mut self.state[node].report {
-            r.verdicts.push(verdict.clone());
+        match self.proofs.reruns.conclude(&mut self.state[node], verdict) {
+            Announce::Report(r) => self.send_finished(r).await,
+            Announce::Verdict(verdict) => {
+                let task = self.plan.tasks[node].id.clone();
+                let _ = self.events.send(RunEvent::Verdict { task, verdict }).await;
+            }
+            Announce::Nothing => {}
         }
-        self.state[node].awaiting = self.state[node].awaiting.saturating_sub(1);
-        if self.state[node].held {
-            self.release(node).await;
-        } else {
-            let _ = self.events.send(RunEvent::Verdict { task, verdict }).await;
-        }
-        self.proofs.outstanding = self.proofs.outstanding.saturating_sub(1);
         Box::pin(self.pump_reruns()).await;
     }
 
     /// Interrupted: queued re-runs will not start; running ones are cancelled.
     pub(super) async fn cancel_reruns(&mut self) {
-        let queued: Vec<usize> = self.proofs.queue.drain(..).collect();
-        self.proofs.outstanding = self.proofs.outstanding.saturating_sub(queued.len());
-        for &node in &queued {
-            self.state[node].awaiting = self.state[node].awaiting.saturating_sub(1);
-            self.release(node).await;
+        let (queued, running) = self.proofs.reruns.interrupt(&mut self.state);
+        for node in queued {
+            if let Some(r) = reruns::release(&mut self.state[node]) {
+                self.send_finished(r).await;
+            }
         }
-        for (_, attempt) in self.proofs.in_flight.clone() {
+        for attempt in running {
             let _ = self.work.cancel(attempt).await;
         }
-    }
-
-    fn next_attempt_peek(&self) -> AttemptId {
-        self.peek_attempt()
     }
 }
 
