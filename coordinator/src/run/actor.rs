@@ -20,7 +20,7 @@ use prova_protocol::{AttemptId, Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::core::{self as decide, CacheUse, Purpose, TaskState};
+use super::core::{self as decide, AfterExecution, CacheUse, Purpose, TaskState};
 use super::types::{ExecMode, RunArgs, RunCache, RunOptions};
 use super::verify::Proofs;
 use super::{AssignHints, WorkSink};
@@ -199,10 +199,6 @@ impl RunActor {
 
     pub(super) fn cacheable(&self, node: usize) -> bool {
         self.cache_use(node).cacheable
-    }
-
-    pub(super) fn writes(&self, node: usize) -> bool {
-        self.cache_use(node).writes
     }
 
     async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
@@ -425,22 +421,22 @@ impl RunActor {
             let found = super::verdicts::inputs_verdicts(spec, &self.options.verify, &f, status);
             self.state[node].pending.extend(found);
         }
-        if self.writes(node) && status == TaskStatus::Succeeded {
-            return self.start_save(node, f, ctx).await;
-        }
-        self.discard_staged(f.attempt);
-        let cache = if self.writes(node) {
-            CacheStatus::NotSaved { reason: f.exit.describe() }
-        } else {
-            CacheStatus::Uncached
+        let v = &self.options.verify;
+        let (cache, unprovable) = match decide::after_execution(
+            self.cache_use(node),
+            status,
+            &f.exit,
+            v.determinism,
+            v.inputs,
+        ) {
+            AfterExecution::Save => return self.start_save(node, f, ctx).await,
+            AfterExecution::Report { cache, unprovable } => (cache, unprovable),
         };
+        self.discard_staged(f.attempt);
         let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
         let ok = status == TaskStatus::Succeeded;
         let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
-        // A proof that could not be made says so: determinism needs a saved entry, the inputs
-        // proof a cacheable task (only those run traced).
-        let v = &self.options.verify;
-        if ok && (v.determinism || (v.inputs && !self.cacheable(node))) {
+        if unprovable {
             r.verdicts.push(super::verdicts::unprovable(&self.plan.tasks[node]));
         }
         self.finish(node, r).await;

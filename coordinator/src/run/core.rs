@@ -1,10 +1,10 @@
 //! The run's decisions, sans-IO: one [`TaskState`] per task, and the pure functions the run
 //! actor asks before it acts — what a finished execution's status is, whether a lying
-//! worker's report is refused, whether a hit is restored and what it reports, whether a
-//! save is tried or withheld (and which stamps it rechecks), what the determinism proof does
+//! worker's report is refused, whether a hit is restored and what it reports, whether an
+//! execution is saved or reported now, whether a save is tried or withheld (and which stamps it rechecks), what the determinism proof does
 //! after a save, how an attempt is shaped and where a re-run may go, and when the run may
-//! end. No actors, sockets, files or clocks in here; [`core_tests`](self) drives them with
-//! plain values. Which verdict an execution (or a pair of them) earns is in
+//! end. No actors, sockets, files or clocks in here; `core_tests.rs` drives them with plain
+//! values. Which verdict an execution (or a pair of them) earns is in
 //! [`super::verdicts`]. The actor ([`super::actor`], [`super::cached`], [`super::verify`])
 //! carries the answers out: it sends the assignment, restores the hit, starts the save,
 //! writes the ledger row, emits the `RunEvent`, finishes the run.
@@ -173,6 +173,47 @@ pub(crate) fn restore_fallback_notice(error: Option<&dyn std::fmt::Display>) -> 
         Some(e) => format!("the cache entry could not be restored ({e}); running the task"),
         None => "the cache entry's artifact is missing or corrupt (quarantined); running the task"
             .to_owned(),
+    }
+}
+
+/// What follows a primary execution that was not refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AfterExecution {
+    /// It succeeded and the run saves: try the save ([`withheld_before_save`] first); the
+    /// task is reported when the save completes.
+    Save,
+    /// Report it now with this cache status; `unprovable`: a proof was asked for that this
+    /// execution cannot get (determinism needs a saved entry, the inputs proof a cacheable
+    /// task — only those run traced), so its report says why
+    /// ([`super::verdicts::unprovable`]).
+    Report {
+        /// The report's cache status.
+        cache: CacheStatus,
+        /// Add the "cannot be proven" verdict.
+        unprovable: bool,
+    },
+}
+
+/// Whether a primary execution that ended with `status` (`exit`) is saved or reported now.
+pub(crate) fn after_execution(
+    cache: CacheUse,
+    status: TaskStatus,
+    exit: &ExitKind,
+    determinism: bool,
+    verify_inputs: bool,
+) -> AfterExecution {
+    let ok = status == TaskStatus::Succeeded;
+    if cache.writes && ok {
+        return AfterExecution::Save;
+    }
+    let cache_status = if cache.writes {
+        CacheStatus::NotSaved { reason: exit.describe() }
+    } else {
+        CacheStatus::Uncached
+    };
+    AfterExecution::Report {
+        cache: cache_status,
+        unprovable: ok && (determinism || (verify_inputs && !cache.cacheable)),
     }
 }
 

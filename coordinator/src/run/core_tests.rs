@@ -369,3 +369,50 @@ fn a_task_that_did_not_run_says_why_it_is_not_verified() {
     );
     assert!(restore_fallback_notice(None).contains("missing or corrupt (quarantined)"));
 }
+
+#[test]
+fn only_a_successful_execution_of_a_task_the_run_saves_goes_to_the_save() {
+    let writes = CacheUse { cacheable: true, reads: true, writes: true };
+    let read_only = CacheUse { cacheable: true, reads: true, writes: false };
+    let none = CacheUse { cacheable: false, reads: false, writes: false };
+    let ok = ExitKind::Code(0);
+    assert_eq!(
+        after_execution(writes, TaskStatus::Succeeded, &ok, true, true),
+        AfterExecution::Save
+    );
+    // A failure of a task the run saves says why nothing was saved, and proves nothing.
+    let failed = ExitKind::Code(2);
+    assert_eq!(
+        after_execution(writes, TaskStatus::Failed, &failed, true, false),
+        AfterExecution::Report {
+            cache: CacheStatus::NotSaved { reason: "exit code 2".into() },
+            unprovable: false
+        }
+    );
+    // A persistent task that exited 0 before it was ready failed: not saved either.
+    assert_eq!(
+        after_execution(writes, TaskStatus::Failed, &ok, false, false),
+        AfterExecution::Report {
+            cache: CacheStatus::NotSaved { reason: "exit code 0".into() },
+            unprovable: false
+        }
+    );
+    // --no-cache / --verify on a read-only run: determinism cannot be proven.
+    assert_eq!(
+        after_execution(read_only, TaskStatus::Succeeded, &ok, true, false),
+        AfterExecution::Report { cache: CacheStatus::Uncached, unprovable: true }
+    );
+    // The inputs proof needs a cacheable task; a cacheable one was traced.
+    assert_eq!(
+        after_execution(none, TaskStatus::Succeeded, &ok, false, true),
+        AfterExecution::Report { cache: CacheStatus::Uncached, unprovable: true }
+    );
+    assert_eq!(
+        after_execution(read_only, TaskStatus::Succeeded, &ok, false, true),
+        AfterExecution::Report { cache: CacheStatus::Uncached, unprovable: false }
+    );
+    assert_eq!(
+        after_execution(none, TaskStatus::Succeeded, &ok, false, false),
+        AfterExecution::Report { cache: CacheStatus::Uncached, unprovable: false }
+    );
+}
