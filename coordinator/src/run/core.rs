@@ -1,13 +1,14 @@
 //! The run's decisions, sans-IO: one [`TaskState`] per task, and the pure functions the run
 //! actor asks before it acts — what a finished execution's status is, whether a lying
 //! worker's report is refused, whether a hit is restored and what it reports, whether an
-//! execution is saved or reported now, whether a save is tried or withheld (and which stamps it rechecks), what the determinism proof does
-//! after a save, how an attempt is shaped and where a re-run may go, and when the run may
-//! end. No actors, sockets, files or clocks in here; `core_tests.rs` drives them with plain
-//! values. Which verdict an execution (or a pair of them) earns is in
-//! [`super::verdicts`]. The actor ([`super::actor`], [`super::cached`], [`super::verify`])
-//! carries the answers out: it sends the assignment, restores the hit, starts the save,
-//! writes the ledger row, emits the `RunEvent`, finishes the run.
+//! execution is saved or reported now, whether a save is tried or withheld (and which stamps
+//! it rechecks), what the determinism proof does after a save, how an attempt is shaped and
+//! where a re-run may go, and when the run may end. No actors, sockets, files or clocks in
+//! here; `core_tests.rs` drives them with plain values. Which verdict an execution (or a pair
+//! of them) earns is in [`super::verdicts`]; the re-run bookkeeping in [`super::reruns`]. The
+//! actor ([`super::actor`], [`super::cached`], [`super::verify`]) carries the answers out: it
+//! sends the assignment, restores the hit, starts the save, writes the ledger row, emits the
+//! `RunEvent`, finishes the run.
 
 use std::path::PathBuf;
 
