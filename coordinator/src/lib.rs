@@ -11,12 +11,15 @@
 //!   `--affected`); cycle detection; dot/JSON rendering.
 //! - [`inputs`]: the workspace file list (git or a walk) and each task's inputs.
 //! - [`keys`]: file digests through the stat memo, and every task's key (`prova_protocol::key`).
+//! - [`plan`]: a selected graph resolved into a [`plan::RunPlan`] (one `TaskSpec` per node);
+//!   below `run`, so `inputs` and `keys` import it.
 //! - [`prepare`]: everything before the first task: plan, inputs, digests, keys.
 //! - [`cache`]: the store (SQLite index, blob files, memo, durations, fingerprint ledger) and
 //!   its owner thread.
 //! - [`layers`]: the cache layers a run uses: local (restore into the workspace) and farm.
 //! - [`scheduler`]: the sans-IO scheduling core (`(now, event) -> commands`).
-//! - [`run`]: a run's plan, the run actor that drives the scheduler, cache steps and proofs.
+//! - [`run`]: a run: its decisions, sans-IO (`run::core`, `run::verdicts`), and the run actor
+//!   that drives the scheduler and carries them out (cache steps, proofs).
 //! - [`hermeticity`]: the hermeticity report from the fingerprint ledger.
 //! - [`farm`]: the farm: sans-IO placement and leases, the farm actor, the QUIC server and
 //!   its worker and client sessions.
@@ -29,6 +32,7 @@ pub mod hermeticity;
 pub mod inputs;
 pub mod keys;
 pub mod layers;
+pub mod plan;
 pub mod prepare;
 pub mod run;
 pub mod scheduler;

@@ -82,22 +82,37 @@ impl TaskGraph {
     }
 
     /// A topological order (dependencies first); ties broken by node index, so the order is
-    /// stable for a given graph.
+    /// stable for a given graph ([`topo_sort`]).
     pub fn topo_order(&self) -> Vec<NodeIdx> {
-        let dependents = self.dependents();
-        let mut unmet: Vec<usize> = self.nodes.iter().map(|n| n.deps.len()).collect();
-        let mut ready: std::collections::BTreeSet<NodeIdx> =
-            (0..self.nodes.len()).filter(|&i| unmet[i] == 0).collect();
-        let mut order = Vec::with_capacity(self.nodes.len());
-        while let Some(n) = ready.pop_first() {
-            order.push(n);
-            for &d in &dependents[n] {
-                unmet[d] -= 1;
-                if unmet[d] == 0 {
-                    ready.insert(d);
-                }
+        topo_sort(self.nodes.len(), |i| &self.nodes[i].deps)
+    }
+}
+
+/// The one topological sort: nodes `0..n` with every node after the nodes `deps(node)` names
+/// (dependencies first); ties broken by node index, so the order is stable for a given graph.
+/// Nodes on a cycle (never in a built graph) are left out. Used by the graph, the scheduler's
+/// critical path and the keys.
+pub fn topo_sort<'a>(n: usize, deps: impl Fn(NodeIdx) -> &'a [NodeIdx]) -> Vec<NodeIdx> {
+    let mut dependents = vec![Vec::new(); n];
+    let mut unmet = vec![0usize; n];
+    for (i, u) in unmet.iter_mut().enumerate() {
+        let d = deps(i);
+        *u = d.len();
+        for &dep in d {
+            dependents[dep].push(i);
+        }
+    }
+    let mut ready: std::collections::BTreeSet<NodeIdx> =
+        (0..n).filter(|&i| unmet[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(x) = ready.pop_first() {
+        order.push(x);
+        for &d in &dependents[x] {
+            unmet[d] -= 1;
+            if unmet[d] == 0 {
+                ready.insert(d);
             }
         }
-        order
     }
+    order
 }

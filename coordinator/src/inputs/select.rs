@@ -15,7 +15,7 @@ use prova_protocol::TaskId;
 use prova_protocol::globs::{GlobError, PathGlobs, is_within};
 
 use super::files::{FileList, FilesError, Source, enumerate_under};
-use crate::run::RunPlan;
+use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
 /// One task's inputs.

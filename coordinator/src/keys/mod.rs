@@ -13,7 +13,7 @@ pub use prova_protocol::key::{
 };
 
 use crate::inputs::{FileList, InputSets};
-use crate::run::RunPlan;
+use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
 /// The keys of a plan.
@@ -165,26 +165,7 @@ fn config_pairs(def: Option<&crate::workspace::TaskDef>) -> Vec<(String, String)
     v
 }
 
-/// Task indices with every task after its deps.
+/// Task indices with every task after its deps ([`crate::graph::topo_sort`]).
 fn topo(plan: &RunPlan) -> Vec<usize> {
-    let n = plan.tasks.len();
-    let mut unmet: Vec<usize> = plan.tasks.iter().map(|t| t.deps.len()).collect();
-    let mut dependents = vec![Vec::new(); n];
-    for (i, t) in plan.tasks.iter().enumerate() {
-        for &d in &t.deps {
-            dependents[d].push(i);
-        }
-    }
-    let mut stack: Vec<usize> = (0..n).filter(|&i| unmet[i] == 0).collect();
-    let mut order = Vec::with_capacity(n);
-    while let Some(x) = stack.pop() {
-        order.push(x);
-        for &d in &dependents[x] {
-            unmet[d] -= 1;
-            if unmet[d] == 0 {
-                stack.push(d);
-            }
-        }
-    }
-    order
+    crate::graph::topo_sort(plan.tasks.len(), |i| &plan.tasks[i].deps)
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_protocol::events::{
-    CacheStatus, NoticeLevel, RunEvent, RunSummary, TaskReport, TaskStatus, Verdict,
+    CacheStatus, NoticeLevel, RunEvent, RunSummary, TaskReport, TaskStatus,
 };
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::task::OwnedTask;
@@ -20,10 +20,11 @@ use prova_protocol::{AttemptId, Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::plan::{RunPlan, TaskKind};
+use super::core::{self as decide, AfterExecution, CacheUse, Purpose, TaskState};
 use super::types::{ExecMode, RunArgs, RunCache, RunOptions};
 use super::verify::Proofs;
 use super::{AssignHints, WorkSink};
+use crate::plan::{RunPlan, TaskKind};
 use crate::scheduler::core::{Command, Event, Options, Scheduler, SkipReason};
 
 /// Stop the run: abort running tasks, skip the rest.
@@ -33,15 +34,6 @@ pub struct Interrupt;
 /// Start the run.
 #[derive(Debug)]
 pub struct Begin;
-
-/// What an attempt is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Purpose {
-    /// The task's execution (its outputs are the canonical ones).
-    Primary,
-    /// A determinism re-run: compared, never saved.
-    Rerun,
-}
 
 /// The run actor.
 pub struct RunActor {
@@ -54,11 +46,8 @@ pub struct RunActor {
     started: Instant,
     next_attempt: u64,
     pub(super) attempts: HashMap<AttemptId, (usize, Purpose)>,
-    pub(super) live: Vec<Option<AttemptId>>,
-    pub(super) reports: Vec<Option<TaskReport>>,
-    stopping: Vec<bool>,
-    /// Persistent nodes whose worker reported them ready.
-    ready: Vec<bool>,
+    /// One state per task ([`TaskState`]).
+    pub(super) state: Vec<TaskState>,
     pub(super) interrupted: bool,
     pub(super) cache: Option<RunCache>,
     pub(super) options: RunOptions,
@@ -67,10 +56,6 @@ pub struct RunActor {
     /// Keys of hits, touched in one batch at the end.
     pub(super) hit_keys: Vec<Digest>,
     pub(super) exec: ExecMode,
-    /// Each node's artifact once known (hit or save): what downstream exec roots unpack.
-    pub(super) artifacts: Vec<Option<(Digest, u64)>>,
-    /// Where each node's last attempt ran (farm reports say; local mode is one worker).
-    pub(super) ran_on: Vec<Option<WorkerId>>,
     /// Proof state (`--verify`).
     pub(super) proofs: Proofs,
     /// The scheduler finished (`ok`) while proofs were still running.
@@ -109,19 +94,14 @@ impl Actor for RunActor {
             started: Instant::now(),
             next_attempt: args.first_attempt,
             attempts: HashMap::new(),
-            live: vec![None; n],
-            reports: vec![None; n],
-            stopping: vec![false; n],
-            ready: vec![false; n],
+            state: TaskState::for_tasks(n),
             interrupted: false,
             cache: args.cache,
             options: args.options,
             side: HashMap::new(),
             hit_keys: Vec::new(),
             exec: args.exec,
-            artifacts: vec![None; n],
-            ran_on: vec![None; n],
-            proofs: Proofs::new(n, max_reruns),
+            proofs: Proofs::new(max_reruns),
             deferred_done: None,
             local_proof_sources: args.local_proof_sources,
             written,
@@ -170,8 +150,8 @@ impl RunActor {
                 None
             }
             Command::Abort(node) | Command::StopPersistent(node) => {
-                self.stopping[node] = true;
-                if let Some(attempt) = self.live[node]
+                self.state[node].stopping = true;
+                if let Some(attempt) = self.state[node].live
                     && self.work.cancel(attempt).await.is_err()
                 {
                     return Some(self.lost(node).await);
@@ -188,10 +168,11 @@ impl RunActor {
 
     /// Ends the run once the scheduler is done and no proof is outstanding.
     pub(super) async fn try_finish_run(&mut self, ctx: &mut Context<Self, ()>) {
-        let Some(ok) = self.deferred_done else { return };
-        if self.proofs.outstanding() > 0 && !self.interrupted {
+        let Some(ok) =
+            decide::run_may_end(self.deferred_done, self.proofs.outstanding(), self.interrupted)
+        else {
             return;
-        }
+        };
         if let Some(c) = &self.cache
             && !self.hit_keys.is_empty()
         {
@@ -199,13 +180,11 @@ impl RunActor {
         }
         self.proofs.drain().await;
         self.release_all().await;
-        let proofs_ok =
-            self.reports.iter().flatten().all(|r| !r.verdicts.iter().any(Verdict::fails));
         let summary = RunSummary {
-            ok: ok && proofs_ok && !self.interrupted,
+            ok: decide::run_ok(ok, &self.state, self.interrupted),
             interrupted: self.interrupted,
             wall_ms: self.started.elapsed().as_millis() as u64,
-            tasks: self.reports.iter_mut().filter_map(Option::take).collect(),
+            tasks: self.state.iter_mut().filter_map(|t| t.report.take()).collect(),
         };
         if let Some(done) = self.done.take() {
             let _ = done.send(summary);
@@ -213,12 +192,13 @@ impl RunActor {
         ctx.stop();
     }
 
-    pub(super) fn cacheable(&self, node: usize) -> bool {
-        self.plan.tasks[node].cacheable && self.cache.is_some()
+    /// What the run's cache allows for `node`.
+    pub(super) fn cache_use(&self, node: usize) -> CacheUse {
+        CacheUse::of(&self.plan.tasks[node], self.cache.as_ref().map(|c| c.policy))
     }
 
-    pub(super) fn writes(&self, node: usize) -> bool {
-        self.cacheable(node) && self.cache.as_ref().is_some_and(|c| c.policy.write)
+    pub(super) fn cacheable(&self, node: usize) -> bool {
+        self.cache_use(node).cacheable
     }
 
     async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
@@ -234,8 +214,7 @@ impl RunActor {
                 None,
             );
             if self.options.verify.any() {
-                r.verdicts
-                    .push(Verdict::NotVerified { reason: "a group: it runs nothing".to_owned() });
+                r.verdicts.push(decide::not_run_verdict(true));
             }
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
@@ -256,13 +235,11 @@ impl RunActor {
 
     /// The placement of an exec-root attempt of `node` (`local` for a local worker's proof).
     pub(super) fn exec_root_placement(&self, node: usize) -> Placement {
-        let (local_source, local_blobs) = match (&self.exec, &self.local_proof_sources) {
-            (ExecMode::ExecRoot { local_source, local_blobs }, _) => {
-                (local_source.clone(), local_blobs.clone())
-            }
-            (ExecMode::InPlace, Some((ws, blobs))) => (Some(ws.clone()), Some(blobs.clone())),
-            (ExecMode::InPlace, None) => (Some(self.plan.root.clone()), None),
-        };
+        let (local_source, local_blobs) = decide::exec_root_sources(
+            &self.exec,
+            self.local_proof_sources.as_ref(),
+            &self.plan.root,
+        );
         Placement::ExecRoot {
             inputs: self.plan.tasks[node].inputs.clone(),
             upstream: self.upstream_artifacts(node),
@@ -274,22 +251,24 @@ impl RunActor {
     pub(super) async fn assign(&mut self, node: usize, purpose: Purpose) -> Option<Event> {
         let attempt = self.new_attempt(node, purpose);
         if purpose == Purpose::Primary {
-            self.live[node] = Some(attempt);
+            self.state[node].live = Some(attempt);
         }
         let cached = self.cacheable(node);
-        let write = self.writes(node);
-        let farm = self.farm_worker();
-        // An input-completeness proof runs the task's own execution in an exec root with only
-        // its declared inputs, traced.
-        let traced = purpose == Purpose::Primary && cached && self.options.verify.inputs;
-        let in_place =
-            matches!(self.exec, ExecMode::InPlace) && !traced && purpose == Purpose::Primary;
+        let shape = decide::attempt_shape(
+            purpose,
+            self.cache_use(node),
+            self.cache.is_some(),
+            self.farm_worker(),
+            &self.exec,
+            self.options.verify.inputs,
+        );
+        let in_place = shape.in_place;
         let placement = if in_place {
             Placement::InPlace { workspace_root: self.plan.root.clone() }
         } else {
             self.exec_root_placement(node)
         };
-        let pack_to = match (&self.cache, (write || purpose == Purpose::Rerun) && !farm) {
+        let pack_to = match (&self.cache, shape.pack) {
             (Some(c), true) => {
                 Some(c.staging.join(format!("{}-{attempt}.tar.zst", std::process::id())))
             }
@@ -303,20 +282,20 @@ impl RunActor {
             attempt,
             spec: self.plan.tasks[node].spec.clone(),
             placement,
-            clean_outputs: cached && in_place,
-            // A farm worker always returns its outputs: downstream exec roots need them.
-            collect_outputs: write || farm || purpose == Purpose::Rerun,
+            clean_outputs: shape.clean_outputs,
+            collect_outputs: shape.collect_outputs,
             pack_to,
-            perturb: (purpose == Purpose::Rerun)
+            perturb: shape
+                .perturb
                 .then(|| super::verify::perturbation(attempt, &self.declared_env(node))),
-            trace_reads: traced,
+            trace_reads: shape.traced,
         };
         let hints = AssignHints {
             // A re-run never holds back the critical path.
-            priority: if purpose == Purpose::Rerun { 0 } else { self.sched.priority(node) },
+            priority: if shape.prioritised { self.sched.priority(node) } else { 0 },
             // Re-runs must execute: never merged with another run's execution of the key.
-            key: (purpose == Purpose::Primary).then(|| self.key_of(node)).flatten(),
-            avoid: (purpose == Purpose::Rerun).then(|| self.ran_on[node].clone()).flatten(),
+            key: shape.merge_by_key.then(|| self.key_of(node)).flatten(),
+            avoid: decide::avoid_worker(purpose, &self.state[node]),
             platform: self
                 .cache
                 .as_ref()
@@ -345,7 +324,7 @@ impl RunActor {
 
     /// The link is gone: the node fails with a clear note.
     async fn lost(&mut self, node: usize) -> Event {
-        if let Some(a) = self.live[node].take() {
+        if let Some(a) = self.state[node].live.take() {
             self.attempts.remove(&a);
         }
         let note = "the worker link closed".to_owned();
@@ -381,8 +360,7 @@ impl RunActor {
             attempts,
             stats,
             key: self.key_of(node),
-            worker: (attempts > 0)
-                .then(|| self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone())),
+            worker: (attempts > 0).then(|| self.state[node].worker_or(&self.worker)),
             note,
             verdicts: Vec::new(),
         }
@@ -390,10 +368,10 @@ impl RunActor {
 
     pub(super) async fn finish(&mut self, node: usize, mut report: TaskReport) {
         // Verdicts concluded before the final report (the inputs proof) go first.
-        let mut verdicts = self.proofs.take_pending(node);
+        let mut verdicts = std::mem::take(&mut self.state[node].pending);
         verdicts.append(&mut report.verdicts);
         report.verdicts = verdicts;
-        self.reports[node] = Some(report.clone());
+        self.state[node].report = Some(report.clone());
         // Held while a determinism re-run is pending (`verify::announce_finished`).
         self.announce_finished(node, report).await;
     }
@@ -418,12 +396,12 @@ impl RunActor {
             self.on_rerun_finished(node, f, ctx).await;
             return None;
         }
-        self.live[node] = None;
+        self.state[node].live = None;
         if let Some(refused) = self.refuse_unconfined(node, &f).await {
             return Some(refused);
         }
         // Downstream exec roots unpack this artifact whether or not the entry is saved.
-        self.artifacts[node] = f.outputs.as_ref().and_then(|o| o.artifact);
+        self.state[node].artifact = f.outputs.as_ref().and_then(|o| o.artifact);
         if f.log_omitted > 0 {
             let msg = format!("{} bytes of output were omitted from the stored log", f.log_omitted);
             self.notice(node, NoticeLevel::Info, msg).await;
@@ -438,24 +416,28 @@ impl RunActor {
             self.notice(node, NoticeLevel::Warn, msg).await;
         }
         self.record_primary(node, &f);
-        self.inputs_verdict(node, &f, status).await;
-        if self.writes(node) && status == TaskStatus::Succeeded {
-            return self.start_save(node, f, ctx).await;
+        if self.options.verify.inputs && self.cacheable(node) {
+            let spec = &self.plan.tasks[node].spec;
+            let found = super::verdicts::inputs_verdicts(spec, &self.options.verify, &f, status);
+            self.state[node].pending.extend(found);
         }
-        self.discard_staged(f.attempt);
-        let cache = if self.writes(node) {
-            CacheStatus::NotSaved { reason: f.exit.describe() }
-        } else {
-            CacheStatus::Uncached
+        let v = &self.options.verify;
+        let (cache, unprovable) = match decide::after_execution(
+            self.cache_use(node),
+            status,
+            &f.exit,
+            v.determinism,
+            v.inputs,
+        ) {
+            AfterExecution::Save => return self.start_save(node, f, ctx).await,
+            AfterExecution::Report { cache, unprovable } => (cache, unprovable),
         };
+        self.discard_staged(f.attempt);
         let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
         let ok = status == TaskStatus::Succeeded;
         let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
-        // A proof that could not be made says so: determinism needs a saved entry, the inputs
-        // proof a cacheable task (only those run traced).
-        let v = &self.options.verify;
-        if ok && (v.determinism || (v.inputs && !self.cacheable(node))) {
-            r.verdicts.push(self.unprovable(node));
+        if unprovable {
+            r.verdicts.push(super::verdicts::unprovable(&self.plan.tasks[node]));
         }
         self.finish(node, r).await;
         Some(Event::Finished { node, ok })
@@ -466,51 +448,17 @@ impl RunActor {
         matches!(self.exec, ExecMode::ExecRoot { local_source: None, .. })
     }
 
-    /// Artifacts of every task `node` depends on, transitively (an exec root holds all the
-    /// upstream outputs a task may read), in a stable order.
+    /// Artifacts of every task `node` depends on ([`decide::upstream_artifacts`]).
     pub(super) fn upstream_artifacts(&self, node: usize) -> Vec<(Digest, u64)> {
-        let mut seen = vec![false; self.plan.tasks.len()];
-        let mut stack = self.plan.tasks[node].deps.clone();
-        let mut out = Vec::new();
-        while let Some(d) = stack.pop() {
-            if std::mem::replace(&mut seen[d], true) {
-                continue;
-            }
-            if let Some(a) = self.artifacts[d] {
-                out.push((d, a));
-            }
-            stack.extend(self.plan.tasks[d].deps.iter().copied());
-        }
-        out.sort_by_key(|(d, _)| *d);
-        out.into_iter().map(|(_, a)| a).collect()
+        decide::upstream_artifacts(&self.plan.tasks, &self.state, node)
     }
 
     fn status_of(&self, node: usize, exit: &ExitKind) -> TaskStatus {
-        let persistent = self.plan.tasks[node].kind == TaskKind::Persistent;
-        match exit {
-            _ if persistent && self.stopping[node] && !self.interrupted => TaskStatus::Succeeded,
-            ExitKind::Aborted => TaskStatus::Aborted,
-            _ if self.exited_unready(node) => TaskStatus::Failed,
-            e if e.success() => TaskStatus::Succeeded,
-            _ => TaskStatus::Failed,
-        }
-    }
-
-    /// A persistent task that ended on its own before it was ready never served: whatever its
-    /// exit code, what depends on it must not run.
-    fn exited_unready(&self, node: usize) -> bool {
-        self.plan.tasks[node].kind == TaskKind::Persistent
-            && !self.stopping[node]
-            && !self.ready[node]
+        decide::task_status(self.plan.tasks[node].kind, &self.state[node], self.interrupted, exit)
     }
 
     fn failure_note(&self, node: usize, exit: &ExitKind) -> String {
-        match exit {
-            ExitKind::Code(_) | ExitKind::Signal(_) if self.exited_unready(node) => {
-                format!("exited before it was ready ({})", exit.describe())
-            }
-            _ => exit.describe(),
-        }
+        decide::failure_note(self.plan.tasks[node].kind, &self.state[node], exit)
     }
 
     pub(super) fn staged_path(&self, attempt: AttemptId) -> PathBuf {
@@ -569,8 +517,8 @@ impl Message<FromFarm> for RunActor {
         };
         if let Some(&(node, purpose)) = self.attempts.get(&attempt) {
             match purpose {
-                Purpose::Primary => self.ran_on[node] = Some(m.worker),
-                Purpose::Rerun => self.proofs.set_rerun_worker(node, m.worker),
+                Purpose::Primary => self.state[node].ran_on = Some(m.worker),
+                Purpose::Rerun => self.state[node].rerun_worker = Some(m.worker),
             }
         }
         <Self as Message<FromWorker>>::handle(self, m.msg, ctx).await;
@@ -590,7 +538,7 @@ impl Message<FromWorker> for RunActor {
             FromWorker::Started { attempt, try_no } => {
                 if let Some(node) = primary(&attempt, self) {
                     let task = self.plan.tasks[node].id.clone();
-                    let worker = self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone());
+                    let worker = self.state[node].worker_or(&self.worker);
                     let _ = self
                         .events
                         .send(RunEvent::TaskStarted { task, attempt: try_no, worker })
@@ -605,7 +553,7 @@ impl Message<FromWorker> for RunActor {
             }
             FromWorker::Ready { attempt } => {
                 if let Some(node) = primary(&attempt, self) {
-                    self.ready[node] = true;
+                    self.state[node].ready = true;
                     let task = self.plan.tasks[node].id.clone();
                     let _ = self.events.send(RunEvent::TaskReady { task }).await;
                     self.feed(Event::Ready { node }, ctx).await;

@@ -3,17 +3,38 @@
 
 use kameo::prelude::*;
 use prova_protocol::Digest;
-use prova_protocol::artifact::confine::check_manifest_confined;
-use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus, Verdict};
+use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExecStats;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::Finished;
 
-use super::actor::{Purpose, RunActor};
-use super::types::ExecMode;
-use crate::layers::{Restored, SaveOutcome, SaveRequest};
+use super::actor::RunActor;
+use super::core::{self as decide, AfterSave, Purpose};
+use crate::layers::{LayerError, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::Event;
+
+/// Restoring a saved entry into the workspace after an exec-root execution failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RestoreError {
+    /// The layer failed.
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    /// The entry just saved was not found.
+    #[error("the entry vanished after saving")]
+    Vanished,
+}
+
+/// Saving an execution failed (the task is reported `NotSaved`, `saving failed: …`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SaveError {
+    /// The layer refused or failed the save.
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    /// The entry was saved, but its outputs could not be put back into the workspace.
+    #[error("restoring the outputs into the workspace failed: {0}")]
+    IntoWorkspace(#[source] RestoreError),
+}
 
 /// A restore finished.
 pub(super) struct RestoreDone {
@@ -22,13 +43,13 @@ pub(super) struct RestoreDone {
     artifact: Option<(Digest, u64)>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
-    result: Result<Option<Restored>, String>,
+    result: Result<Option<Restored>, LayerError>,
 }
 
 /// A save finished.
 pub(super) struct SaveDone {
     node: usize,
-    result: Result<SaveOutcome, String>,
+    result: Result<SaveOutcome, SaveError>,
     finished: Box<Finished>,
     /// The outputs came out with fewer files than the task's newest entry: the warning.
     shrunk: Option<String>,
@@ -53,14 +74,8 @@ impl RunActor {
         let outputs = f.outputs.as_ref()?;
         let globs = self.output_globs(node);
         let project = &self.plan.tasks[node].spec.project_dir;
-        let why = match check_manifest_confined(&outputs.manifest, &globs, project) {
-            Err(e) => format!("outputs outside the task's declared outputs: {e}"),
-            Ok(()) if outputs.fingerprint != outputs.manifest.fingerprint() => {
-                "a fingerprint that is not its manifest's".to_owned()
-            }
-            Ok(()) => return None,
-        };
-        let worker = self.ran_on[node].clone().unwrap_or_else(|| self.worker.clone());
+        let why = decide::refusal(outputs, &globs, project)?;
+        let worker = self.state[node].worker_or(&self.worker);
         let task = self.plan.tasks[node].id.clone();
         tracing::warn!(%task, %worker, "refused what the worker returned: {why}");
         let note = format!("worker `{worker}` returned {why}; refused, nothing was stored");
@@ -81,15 +96,12 @@ impl RunActor {
 
     /// Starts restoring `node` from its hit, if it has one; `false` when it must run.
     pub(super) fn start_restore(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> bool {
-        if !self.cacheable(node) {
+        if !self.cache_use(node).reads {
             return false;
         }
         let globs = self.output_globs(node);
         let project = self.plan.tasks[node].spec.project_dir.clone();
         let Some(c) = &mut self.cache else { return false };
-        if !c.policy.read {
-            return false;
-        }
         let Some(entry) = c.hits.remove(&node) else { return false };
         let layer = c.layer.clone();
         let (saved_ms, artifact) = (entry.duration_ms, entry.artifact);
@@ -97,7 +109,7 @@ impl RunActor {
         self.side.insert(
             node,
             OwnedTask::spawn("run.restore", async move {
-                let result = layer.restore(entry, globs, project).await.map_err(|e| e.to_string());
+                let result = layer.restore(entry, globs, project).await;
                 let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
             }),
         );
@@ -112,16 +124,7 @@ impl RunActor {
         f: Box<Finished>,
         ctx: &mut Context<Self, ()>,
     ) -> Option<Event> {
-        let withheld = if let Some(e) = &f.output_error {
-            Some(format!("collecting outputs failed: {e}"))
-        } else if let Some(missing) = f.missing_literals.first() {
-            Some(format!("declared output `{missing}` does not exist"))
-        } else if f.outputs.is_none() {
-            Some("no outputs were collected".to_owned())
-        } else {
-            None
-        };
-        if let Some(reason) = withheld {
+        if let Some(reason) = decide::withheld_before_save(&f) {
             self.discard_staged(f.attempt);
             let mut r = self.report(
                 node,
@@ -133,9 +136,7 @@ impl RunActor {
                 None,
             );
             if self.options.verify.determinism {
-                r.verdicts.push(Verdict::NotVerified {
-                    reason: format!("not saved ({reason}): nothing to prove"),
-                });
+                r.verdicts.push(decide::not_saved_verdict(Some(&reason)));
             }
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
@@ -144,7 +145,7 @@ impl RunActor {
         // A local task that ran in an exec root (an inputs proof) must also appear in the
         // workspace: what runs after it in place reads its outputs there.
         let restore_into_workspace =
-            !farm && matches!(self.exec, ExecMode::InPlace) && self.options.verify.inputs;
+            decide::restore_into_workspace(&self.exec, farm, self.options.verify.inputs);
         let globs = self.output_globs(node);
         let project = self.plan.tasks[node].spec.project_dir.clone();
         let staged_path = self.staged_path(f.attempt);
@@ -178,18 +179,19 @@ impl RunActor {
                         "its outputs ({outputs_list}) came out with {now} files, {b} in its previous entry: unless sources were removed, an incremental build may be skipping work because of state that is not a declared output (e.g. tsconfig.tsbuildinfo)"
                     )
                 });
-                let mut result = layer.save(req).await.map_err(|e| e.to_string());
+                let mut result = layer.save(req).await.map_err(SaveError::Layer);
                 if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
                     let restored = match layer.entry(key).await {
-                        Ok(Some(entry)) => {
-                            layer.restore(entry, globs, project).await.map_err(|e| e.to_string())
-                        }
-                        Ok(None) => Err("the entry vanished after saving".to_owned()),
-                        Err(e) => Err(e.to_string()),
+                        Ok(Some(entry)) => layer
+                            .restore(entry, globs, project)
+                            .await
+                            .map(|_| ())
+                            .map_err(RestoreError::Layer),
+                        Ok(None) => Err(RestoreError::Vanished),
+                        Err(e) => Err(RestoreError::Layer(e)),
                     };
                     if let Err(e) = restored {
-                        result =
-                            Err(format!("restoring the outputs into the workspace failed: {e}"));
+                        result = Err(SaveError::IntoWorkspace(e));
                     }
                 }
                 let _ = me.tell(SaveDone { node, result, finished: f, shrunk }).await;
@@ -221,7 +223,7 @@ impl Message<RestoreDone> for RunActor {
         }
         match msg.result {
             Ok(Some(restored)) => {
-                self.artifacts[node] = msg.artifact;
+                self.state[node].artifact = msg.artifact;
                 let task = self.plan.tasks[node].id.clone();
                 if !restored.log.is_empty() {
                     let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
@@ -241,17 +243,15 @@ impl Message<RestoreDone> for RunActor {
                     None,
                 );
                 if self.options.verify.any() {
-                    let reason =
-                        "a cache hit: it did not run (--force re-executes to verify)".to_owned();
-                    r.verdicts.push(Verdict::NotVerified { reason });
+                    r.verdicts.push(decide::not_run_verdict(false));
                 }
                 self.finish(node, r).await;
                 self.feed(Event::Finished { node, ok: true }, ctx).await;
             }
             other => {
-                let why = match other {
-                    Err(e) => format!("the cache entry could not be restored ({e}); running the task"),
-                    _ => "the cache entry's artifact is missing or corrupt (quarantined); running the task".to_owned(),
+                let why = match &other {
+                    Err(e) => decide::restore_fallback_notice(Some(e as &dyn std::fmt::Display)),
+                    _ => decide::restore_fallback_notice(None),
                 };
                 self.notice(node, NoticeLevel::Warn, why).await;
                 if let Some(ev) = self.assign(node, Purpose::Primary).await {
@@ -291,8 +291,11 @@ impl Message<SaveDone> for RunActor {
             f.stats,
             None,
         );
-        if let Some(v) = self.after_save(node, &f, saved, &cache).await {
-            r.verdicts.push(v);
+        let primary = self.state[node].primary.as_ref();
+        match decide::after_save(self.options.verify.determinism, saved, &cache, primary) {
+            AfterSave::Nothing => {}
+            AfterSave::Verdict(v) => r.verdicts.push(*v),
+            AfterSave::Rerun => self.queue_rerun(node).await,
         }
         self.finish(node, r).await;
         self.feed(Event::Finished { node, ok: true }, ctx).await;

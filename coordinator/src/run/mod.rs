@@ -1,22 +1,33 @@
 //! Running a plan: the per-run scheduler actor and the link to workers.
 //!
-//! - [`plan`]: graph → resolved specs ([`RunPlan`]).
+//! - [`plan`]: re-exported from [`crate::plan`] (graph → resolved specs, [`RunPlan`]), which
+//!   lives below `run` so `inputs` and `keys` import it without reaching up.
 //! - [`types`]: what a run is built from ([`RunArgs`], [`RunOptions`], [`VerifyOptions`],
 //!   [`CachePolicy`], [`ExecMode`]).
-//! - [`actor`]: [`RunActor`], the kameo shell around the sans-IO scheduler core: it carries
-//!   out dispatch/skip/abort commands, sends assignments down a [`WorkSink`], turns worker
-//!   reports into run events, and returns a `RunSummary`.
-//! - `cached`: restoring hits and filing executions through the run's cache layer.
-//! - `verify`: the proofs (`--verify`): inputs from a traced exec-root execution,
-//!   determinism from a perturbed re-run elsewhere, every execution into the ledger.
+//! - `core`: the run's decisions, sans-IO — one `TaskState` per task; a finished
+//!   execution's status; refusing a lying worker's report; restoring a hit; trying or
+//!   withholding a save; the determinism proof's step after a save; an attempt's shape and
+//!   where a re-run may go; when the run may end. Tested without a process (`core_tests.rs`).
+//! - `verdicts`: which verdict an execution (inputs proof) or a pair of executions
+//!   (determinism proof) earns, as pure functions (`verdicts_tests.rs`).
+//! - `reruns`: the determinism proof's bookkeeping, sans-IO — queued and running re-runs,
+//!   outstanding proofs, when a report is held or released (`reruns_tests.rs`).
+//! - [`actor`]: [`RunActor`], the kameo shell around the scheduler core and the run core: it
+//!   carries out dispatch/skip/abort commands, sends assignments down a [`WorkSink`], turns
+//!   worker reports into run events, and returns a `RunSummary`.
+//! - `cached`: carrying out restores and saves through the run's cache layer.
+//! - `verify`: carrying out the proofs (`--verify`): the perturbed re-runs, the file-by-file
+//!   comparison, every execution into the ledger, reports held until their verdicts are in.
 //! - [`undeclared`]: which paths a traced run touched are undeclared inputs (and outputs).
 //! - `written`: the cheap post-run check of a plain run for files written outside outputs.
 
 pub mod actor;
 mod cached;
-pub mod plan;
+mod core;
+mod reruns;
 pub mod types;
 pub mod undeclared;
+mod verdicts;
 mod verify;
 mod written;
 
@@ -27,8 +38,9 @@ use prova_protocol::AttemptId;
 use prova_protocol::work::{Assignment, ToWorker};
 use tokio::sync::mpsc;
 
+pub use crate::plan;
+pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
 pub use actor::{Begin, FromFarm, Interrupt, RunActor};
-pub use plan::{PlannedTask, RunPlan, TaskKind};
 pub use types::{CachePolicy, ExecMode, RunArgs, RunCache, RunOptions, VerifyOptions};
 pub use verify::perturbation;
 

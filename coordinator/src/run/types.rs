@@ -9,10 +9,10 @@ use prova_protocol::{TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::WorkSink;
-use super::plan::RunPlan;
 use crate::cache::Entry;
 use crate::keys::PlanKeys;
 use crate::layers::CacheLayer;
+use crate::plan::RunPlan;
 
 /// Knobs of a run.
 #[derive(Clone, Debug, Default)]

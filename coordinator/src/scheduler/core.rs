@@ -365,30 +365,13 @@ impl Scheduler {
 /// Longest path (sum of weights) from each node through its dependents.
 fn longest_paths(plan: &Plan, dependents: &[Vec<Node>]) -> Vec<u64> {
     let n = plan.len();
-    let order = topo_order(plan, dependents);
+    let order = crate::graph::topo_sort(n, |i| &plan.deps[i]);
     let mut best = vec![0u64; n];
     for &node in order.iter().rev() {
         let tail = dependents[node].iter().map(|&d| best[d]).max().unwrap_or(0);
         best[node] = plan.weight.get(node).copied().unwrap_or(1).max(1) + tail;
     }
     best
-}
-
-fn topo_order(plan: &Plan, dependents: &[Vec<Node>]) -> Vec<Node> {
-    let n = plan.len();
-    let mut unmet: Vec<usize> = plan.deps.iter().map(Vec::len).collect();
-    let mut stack: Vec<Node> = (0..n).filter(|&i| unmet[i] == 0).collect();
-    let mut order = Vec::with_capacity(n);
-    while let Some(x) = stack.pop() {
-        order.push(x);
-        for &d in &dependents[x] {
-            unmet[d] -= 1;
-            if unmet[d] == 0 {
-                stack.push(d);
-            }
-        }
-    }
-    order
 }
 
 #[cfg(test)]

@@ -1,0 +1,407 @@
+//! The run's decisions, sans-IO: one [`TaskState`] per task, and the pure functions the run
+//! actor asks before it acts — what a finished execution's status is, whether a lying
+//! worker's report is refused, whether a hit is restored and what it reports, whether an
+//! execution is saved or reported now, whether a save is tried or withheld (and which stamps
+//! it rechecks), what the determinism proof does after a save, how an attempt is shaped and
+//! where a re-run may go, and when the run may end. No actors, sockets, files or clocks in
+//! here; `core_tests.rs` drives them with plain values. Which verdict an execution (or a pair
+//! of them) earns is in [`super::verdicts`]; the re-run bookkeeping in [`super::reruns`]. The
+//! actor ([`super::actor`], [`super::cached`], [`super::verify`]) carries the answers out: it
+//! sends the assignment, restores the hit, starts the save, writes the ledger row, emits the
+//! `RunEvent`, finishes the run.
+
+use std::path::PathBuf;
+
+use prova_protocol::artifact::confine::check_manifest_confined;
+use prova_protocol::events::{CacheStatus, TaskReport, TaskStatus, Verdict};
+use prova_protocol::globs::PathGlobs;
+use prova_protocol::manifest::OutputManifest;
+use prova_protocol::spec::ExitKind;
+use prova_protocol::work::{Finished, Outputs};
+use prova_protocol::{AttemptId, Digest, WorkerId};
+
+use super::types::{CachePolicy, ExecMode};
+use crate::plan::{PlannedTask, TaskKind};
+
+/// What an attempt is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// The task's execution (its outputs are the canonical ones).
+    Primary,
+    /// A determinism re-run: compared, never saved.
+    Rerun,
+}
+
+/// The first execution of a task, as the determinism proof compares against it.
+#[derive(Clone, Debug)]
+pub(crate) struct PrimaryOutputs {
+    /// Its output tree.
+    pub manifest: OutputManifest,
+    /// The tree's content fingerprint.
+    pub fingerprint: Digest,
+    /// Its packed artifact, when packed.
+    pub artifact: Option<Digest>,
+    /// Where it ran.
+    pub worker: Option<WorkerId>,
+}
+
+/// Everything a run knows about one task (one per node, indexed like the plan).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TaskState {
+    /// The primary attempt in flight.
+    pub live: Option<AttemptId>,
+    /// Its final report, once made.
+    pub report: Option<TaskReport>,
+    /// The scheduler asked it to stop (an abort, or the end of a persistent task).
+    pub stopping: bool,
+    /// A persistent task whose worker reported it ready.
+    pub ready: bool,
+    /// Its artifact once known (a hit or an execution): what downstream exec roots unpack.
+    pub artifact: Option<(Digest, u64)>,
+    /// Where its last primary attempt ran (farm reports say; local mode is one worker).
+    pub ran_on: Option<WorkerId>,
+    /// Its first execution's outputs, for the determinism proof.
+    pub primary: Option<PrimaryOutputs>,
+    /// Where its determinism re-run ran.
+    pub rerun_worker: Option<WorkerId>,
+    /// Verdicts concluded before its final report (the inputs proof).
+    pub pending: Vec<Verdict>,
+    /// Proofs still to conclude after its final report (a queued or running re-run, a
+    /// comparison).
+    pub awaiting: usize,
+    /// Its `TaskFinished` event is held until `awaiting` reaches 0, so the event carries
+    /// every verdict (`--json` readers see one complete report).
+    pub held: bool,
+}
+
+impl TaskState {
+    /// States for `n` tasks.
+    pub fn for_tasks(n: usize) -> Vec<Self> {
+        vec![Self::default(); n]
+    }
+
+    /// Where its last primary attempt ran, or `fallback` (the run's one worker).
+    pub fn worker_or(&self, fallback: &WorkerId) -> WorkerId {
+        self.ran_on.clone().unwrap_or_else(|| fallback.clone())
+    }
+}
+
+/// A persistent task that ended on its own before it was ready never served: whatever its
+/// exit code, what depends on it must not run.
+pub(crate) fn exited_unready(kind: TaskKind, t: &TaskState) -> bool {
+    kind == TaskKind::Persistent && !t.stopping && !t.ready
+}
+
+/// The status of a finished primary execution.
+pub(crate) fn task_status(
+    kind: TaskKind,
+    t: &TaskState,
+    interrupted: bool,
+    exit: &ExitKind,
+) -> TaskStatus {
+    let persistent = kind == TaskKind::Persistent;
+    match exit {
+        _ if persistent && t.stopping && !interrupted => TaskStatus::Succeeded,
+        ExitKind::Aborted => TaskStatus::Aborted,
+        _ if exited_unready(kind, t) => TaskStatus::Failed,
+        e if e.success() => TaskStatus::Succeeded,
+        _ => TaskStatus::Failed,
+    }
+}
+
+/// The note of a failed execution.
+pub(crate) fn failure_note(kind: TaskKind, t: &TaskState, exit: &ExitKind) -> String {
+    match exit {
+        ExitKind::Code(_) | ExitKind::Signal(_) if exited_unready(kind, t) => {
+            format!("exited before it was ready ({})", exit.describe())
+        }
+        _ => exit.describe(),
+    }
+}
+
+/// Why what a farm worker returned is refused (a lying or compromised worker): a manifest
+/// that is not the task's declared outputs (a `.git/hooks` file, another project's source, a
+/// link out of the project), or a fingerprint that is not the manifest's. `None`: it may
+/// proceed.
+pub(crate) fn refusal(outputs: &Outputs, globs: &PathGlobs, project: &str) -> Option<String> {
+    match check_manifest_confined(&outputs.manifest, globs, project) {
+        Err(e) => Some(format!("outputs outside the task's declared outputs: {e}")),
+        Ok(()) if outputs.fingerprint != outputs.manifest.fingerprint() => {
+            Some("a fingerprint that is not its manifest's".to_owned())
+        }
+        Ok(()) => None,
+    }
+}
+
+/// What the run's cache allows for a task: `cacheable` (it has a cache and the task may be
+/// cached), `reads` (a hit may be restored), `writes` (an execution may be saved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CacheUse {
+    /// The task is cacheable and the run has a cache.
+    pub cacheable: bool,
+    /// Hits are restored.
+    pub reads: bool,
+    /// Executions are saved.
+    pub writes: bool,
+}
+
+impl CacheUse {
+    /// For `task` under the run's policy (`None`: the run has no cache).
+    pub fn of(task: &PlannedTask, policy: Option<CachePolicy>) -> Self {
+        let cacheable = task.cacheable && policy.is_some();
+        Self {
+            cacheable,
+            reads: cacheable && policy.is_some_and(|p| p.read),
+            writes: cacheable && policy.is_some_and(|p| p.write),
+        }
+    }
+}
+
+/// The verdict a task that did not execute gets when a proof was asked for: a group runs
+/// nothing, a hit did not run.
+pub(crate) fn not_run_verdict(group: bool) -> Verdict {
+    let reason = if group {
+        "a group: it runs nothing".to_owned()
+    } else {
+        "a cache hit: it did not run (--force re-executes to verify)".to_owned()
+    };
+    Verdict::NotVerified { reason }
+}
+
+/// What a restore that did not yield a hit tells the user before the task runs instead.
+pub(crate) fn restore_fallback_notice(error: Option<&dyn std::fmt::Display>) -> String {
+    match error {
+        Some(e) => format!("the cache entry could not be restored ({e}); running the task"),
+        None => "the cache entry's artifact is missing or corrupt (quarantined); running the task"
+            .to_owned(),
+    }
+}
+
+/// What follows a primary execution that was not refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AfterExecution {
+    /// It succeeded and the run saves: try the save ([`withheld_before_save`] first); the
+    /// task is reported when the save completes.
+    Save,
+    /// Report it now with this cache status; `unprovable`: a proof was asked for that this
+    /// execution cannot get (determinism needs a saved entry, the inputs proof a cacheable
+    /// task — only those run traced), so its report says why
+    /// ([`super::verdicts::unprovable`]).
+    Report {
+        /// The report's cache status.
+        cache: CacheStatus,
+        /// Add the "cannot be proven" verdict.
+        unprovable: bool,
+    },
+}
+
+/// Whether a primary execution that ended with `status` (`exit`) is saved or reported now.
+pub(crate) fn after_execution(
+    cache: CacheUse,
+    status: TaskStatus,
+    exit: &ExitKind,
+    determinism: bool,
+    verify_inputs: bool,
+) -> AfterExecution {
+    let ok = status == TaskStatus::Succeeded;
+    if cache.writes && ok {
+        return AfterExecution::Save;
+    }
+    let cache_status = if cache.writes {
+        CacheStatus::NotSaved { reason: exit.describe() }
+    } else {
+        CacheStatus::Uncached
+    };
+    AfterExecution::Report {
+        cache: cache_status,
+        unprovable: ok && (determinism || (verify_inputs && !cache.cacheable)),
+    }
+}
+
+/// Why a successful execution's outputs are withheld before any save is tried (collecting
+/// them failed, a declared literal output is missing, nothing was collected). `None`: try
+/// the save (the layer may still withhold it: stale stamps, an undeclared input).
+pub(crate) fn withheld_before_save(f: &Finished) -> Option<String> {
+    if let Some(e) = &f.output_error {
+        Some(format!("collecting outputs failed: {e}"))
+    } else if let Some(missing) = f.missing_literals.first() {
+        Some(format!("declared output `{missing}` does not exist"))
+    } else if f.outputs.is_none() {
+        Some("no outputs were collected".to_owned())
+    } else {
+        None
+    }
+}
+
+/// Whether a local task that ran in an exec root (an inputs proof) must also appear in the
+/// workspace once saved: what runs after it in place reads its outputs there. Its save then
+/// rechecks no stamps: the execution read copies taken at materialisation, not the workspace.
+pub(crate) fn restore_into_workspace(exec: &ExecMode, farm: bool, verify_inputs: bool) -> bool {
+    !farm && matches!(exec, ExecMode::InPlace) && verify_inputs
+}
+
+/// The determinism verdict of an execution that was not saved.
+pub(crate) fn not_saved_verdict(reason: Option<&str>) -> Verdict {
+    let reason = match reason {
+        Some(reason) => format!("not saved ({reason}): nothing to prove"),
+        None => "not saved: nothing to prove".to_owned(),
+    };
+    Verdict::NotVerified { reason }
+}
+
+/// What the determinism proof does once a save completed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum AfterSave {
+    /// No proof (none asked for, or the first execution's outputs are unknown).
+    Nothing,
+    /// A verdict now.
+    Verdict(Box<Verdict>),
+    /// Queue a re-run elsewhere.
+    Rerun,
+}
+
+/// The determinism proof's next step after a save.
+pub(crate) fn after_save(
+    determinism: bool,
+    saved: bool,
+    cache: &CacheStatus,
+    primary: Option<&PrimaryOutputs>,
+) -> AfterSave {
+    if !determinism {
+        return AfterSave::Nothing;
+    }
+    if !saved {
+        let reason = match cache {
+            CacheStatus::NotSaved { reason } => Some(reason.as_str()),
+            _ => None,
+        };
+        return AfterSave::Verdict(Box::new(not_saved_verdict(reason)));
+    }
+    match primary {
+        None => AfterSave::Nothing,
+        Some(p) if p.manifest.entries.is_empty() => {
+            AfterSave::Verdict(Box::new(Verdict::NoOutputs))
+        }
+        Some(_) => AfterSave::Rerun,
+    }
+}
+
+/// How one attempt is shaped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AttemptShape {
+    /// Traced in an exec root holding only declared inputs (the inputs proof).
+    pub traced: bool,
+    /// In the workspace (otherwise an exec root).
+    pub in_place: bool,
+    /// Packed into the cache's staging directory (local workers; a farm worker uploads).
+    pub pack: bool,
+    /// Declared outputs removed before it runs (a cacheable task in place).
+    pub clean_outputs: bool,
+    /// Outputs returned with the report.
+    pub collect_outputs: bool,
+    /// Perturbed (a determinism re-run).
+    pub perturb: bool,
+    /// May be merged with another run's execution of the same key (never a re-run).
+    pub merge_by_key: bool,
+    /// Holds the critical-path priority (a re-run never holds it back: priority 0).
+    pub prioritised: bool,
+}
+
+/// The shape of an attempt of a task for `purpose`. `has_cache`: the run has a cache;
+/// `farm`: tasks run on farm workers.
+pub(crate) fn attempt_shape(
+    purpose: Purpose,
+    cache: CacheUse,
+    has_cache: bool,
+    farm: bool,
+    exec: &ExecMode,
+    verify_inputs: bool,
+) -> AttemptShape {
+    let primary = purpose == Purpose::Primary;
+    // An input-completeness proof runs the task's own execution in an exec root with only
+    // its declared inputs, traced.
+    let traced = primary && cache.cacheable && verify_inputs;
+    let in_place = matches!(exec, ExecMode::InPlace) && !traced && primary;
+    AttemptShape {
+        traced,
+        in_place,
+        pack: has_cache && (cache.writes || !primary) && !farm,
+        clean_outputs: cache.cacheable && in_place,
+        // A farm worker always returns its outputs: downstream exec roots need them.
+        collect_outputs: cache.writes || farm || !primary,
+        perturb: !primary,
+        merge_by_key: primary,
+        prioritised: primary,
+    }
+}
+
+/// The worker a re-run must avoid: the one that ran the first execution.
+pub(crate) fn avoid_worker(purpose: Purpose, t: &TaskState) -> Option<WorkerId> {
+    (purpose == Purpose::Rerun).then(|| t.ran_on.clone()).flatten()
+}
+
+/// Where an exec-root attempt's local worker finds the workspace and the cache's blobs:
+/// the farm's exec mode says (farm workers: none, they fetch); a local run's proof uses
+/// `local_proof_sources`, else the workspace `root` without blobs.
+pub(crate) fn exec_root_sources(
+    exec: &ExecMode,
+    local_proof_sources: Option<&(PathBuf, PathBuf)>,
+    root: &std::path::Path,
+) -> (Option<PathBuf>, Option<PathBuf>) {
+    match (exec, local_proof_sources) {
+        (ExecMode::ExecRoot { local_source, local_blobs }, _) => {
+            (local_source.clone(), local_blobs.clone())
+        }
+        (ExecMode::InPlace, Some((ws, blobs))) => (Some(ws.clone()), Some(blobs.clone())),
+        (ExecMode::InPlace, None) => (Some(root.to_path_buf()), None),
+    }
+}
+
+/// Artifacts of every task `node` depends on, transitively (an exec root holds all the
+/// upstream outputs a task may read), in node order.
+pub(crate) fn upstream_artifacts(
+    tasks: &[PlannedTask],
+    state: &[TaskState],
+    node: usize,
+) -> Vec<(Digest, u64)> {
+    let mut seen = vec![false; tasks.len()];
+    let mut stack = tasks[node].deps.clone();
+    let mut out = Vec::new();
+    while let Some(d) = stack.pop() {
+        if std::mem::replace(&mut seen[d], true) {
+            continue;
+        }
+        if let Some(a) = state[d].artifact {
+            out.push((d, a));
+        }
+        stack.extend(tasks[d].deps.iter().copied());
+    }
+    out.sort_by_key(|(d, _)| *d);
+    out.into_iter().map(|(_, a)| a).collect()
+}
+
+/// Whether the run may end now: the scheduler said done (`Some(ok)`) and no proof is
+/// outstanding — unless interrupted, when outstanding proofs are abandoned. The answer is
+/// the scheduler's `ok`.
+pub(crate) fn run_may_end(
+    sched_done: Option<bool>,
+    outstanding_proofs: usize,
+    interrupted: bool,
+) -> Option<bool> {
+    let ok = sched_done?;
+    (outstanding_proofs == 0 || interrupted).then_some(ok)
+}
+
+/// Whether the run succeeded: the scheduler's `ok`, no failing verdict on any report, not
+/// interrupted.
+pub(crate) fn run_ok(sched_ok: bool, state: &[TaskState], interrupted: bool) -> bool {
+    let proofs_ok = state
+        .iter()
+        .filter_map(|t| t.report.as_ref())
+        .all(|r| !r.verdicts.iter().any(Verdict::fails));
+    sched_ok && proofs_ok && !interrupted
+}
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod core_tests;

@@ -1,0 +1,257 @@
+//! Which verdict an execution earns, as pure functions over its report, its fingerprints and
+//! manifests (`--verify`; the run actor carries them out, [`super::verify`]): the inputs
+//! proof's verdicts from a traced execution, the determinism proof's verdict from a re-run
+//! compared with the first execution (deterministic, nondeterministic — allowed or not —,
+//! re-run failed, refused, interrupted), and why a task cannot be proven. Tested in
+//! `verdicts_tests.rs` without a process.
+
+use prova_protocol::WorkerId;
+use prova_protocol::events::{
+    Divergence, LOG_TAIL_LINES, MAX_NAMED_PATHS, Perturbations, TaskStatus, Verdict,
+};
+use prova_protocol::globs::PathGlobs;
+use prova_protocol::spec::{ExitKind, TaskSpec};
+use prova_protocol::work::{Finished, ReadsReport, TRACE_READ_FAILED};
+
+use super::core::PrimaryOutputs;
+use super::types::VerifyOptions;
+use crate::plan::{PlannedTask, TaskKind};
+
+/// Longest log line a verdict carries (longer ones are cut, marked `…`).
+const LOG_LINE_CHARS: usize = 400;
+
+/// The last [`LOG_TAIL_LINES`] non-empty lines of a log, each bounded.
+pub(crate) fn log_tail(log: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(log);
+    let mut lines: Vec<String> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(LOG_TAIL_LINES)
+        .map(|l| {
+            if l.chars().count() > LOG_LINE_CHARS {
+                let mut cut: String = l.chars().take(LOG_LINE_CHARS).collect();
+                cut.push('…');
+                cut
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    lines.reverse();
+    lines
+}
+
+/// The inputs proof's verdicts from a traced execution (held for the task's final report);
+/// asked only of a cacheable task under `--verify=inputs` (only those run traced).
+/// A run that failed with only its declared inputs visible is never proven complete: it
+/// names the undeclared paths it touched, or says it fails there, with its log's tail.
+pub(crate) fn inputs_verdicts(
+    spec: &TaskSpec,
+    verify: &VerifyOptions,
+    f: &Finished,
+    status: TaskStatus,
+) -> Vec<Verdict> {
+    let Some(reads) = &f.reads else { return Vec::new() };
+    let mut out = Vec::new();
+    let failed = match &f.exit {
+        ExitKind::Aborted => {
+            let reason = "the run was interrupted: nothing to prove".to_owned();
+            return vec![Verdict::NotVerified { reason }];
+        }
+        ExitKind::SpawnFailed(_) => {
+            let reason = format!("the task did not run ({})", f.exit.describe());
+            return vec![Verdict::NotVerified { reason }];
+        }
+        e if status == TaskStatus::Failed || !e.success() => Some(e.describe()),
+        _ => None,
+    };
+    let log_tail = if failed.is_some() { log_tail(&f.log) } else { Vec::new() };
+    let verdict = if reads.traced {
+        let writes = super::undeclared::undeclared_writes(&spec.project_dir, &spec.outputs, reads);
+        let mut paths = undeclared_paths(spec, verify, reads);
+        paths.retain(|p| writes.binary_search(p).is_err());
+        let suggest = match &verify.workspace {
+            Some(view) => {
+                super::undeclared::suggest_globs(&spec.project_dir, &paths, |p| view.is_dir(p))
+            }
+            None => super::undeclared::suggest_globs(&spec.project_dir, &paths, |_| false),
+        };
+        let more = paths.len().saturating_sub(MAX_NAMED_PATHS);
+        paths.truncate(MAX_NAMED_PATHS);
+        if !writes.is_empty() {
+            let more = writes.len().saturating_sub(MAX_NAMED_PATHS);
+            let paths = writes[..writes.len().min(MAX_NAMED_PATHS)].to_vec();
+            out.push(Verdict::UndeclaredOutputs { paths, more });
+        }
+        match (paths.is_empty(), failed) {
+            // The writes outside the outputs are the finding (and may be why it failed).
+            (true, _) if !writes.is_empty() => return out,
+            (true, None) => Verdict::ProvenComplete,
+            (true, Some(reason)) => Verdict::SandboxFailed { reason, traced: true, log_tail },
+            (false, failed) => {
+                Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest }
+            }
+        }
+    } else if let Some(e) = f.output_error.as_ref().filter(|e| e.starts_with(TRACE_READ_FAILED)) {
+        // A tracer ran but its trace could not be read: no paths, but a failure is
+        // still a failure with only the declared inputs visible.
+        match failed {
+            Some(reason) => Verdict::SandboxFailed { reason, traced: false, log_tail },
+            None => Verdict::NotVerified { reason: e.clone() },
+        }
+    } else if let Some(reason) = failed {
+        Verdict::UndeclaredInputs {
+            paths: Vec::new(),
+            traced: false,
+            more: 0,
+            failed: Some(reason),
+            log_tail,
+            suggest: Vec::new(),
+        }
+    } else {
+        Verdict::NotVerified {
+            reason: "strace is not installed: reads of undeclared inputs cannot be named (install strace)".to_owned(),
+        }
+    };
+    out.push(verdict);
+    out
+}
+
+/// The undeclared inputs among a traced run's candidates: judged against the workspace
+/// when this side has it ([`super::undeclared`]); otherwise (a farm coordinator) every
+/// failed lookup outside the task's outputs, for the client to filter.
+fn undeclared_paths(spec: &TaskSpec, verify: &VerifyOptions, reads: &ReadsReport) -> Vec<String> {
+    if let Some(view) = &verify.workspace {
+        return view.undeclared(&spec.id.to_string(), reads);
+    }
+    let own =
+        PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty());
+    let files = verify.workspace_files.clone();
+    reads
+        .missing
+        .iter()
+        .filter(|p| !own.is_match(p))
+        .filter(|p| files.as_ref().is_none_or(|f| f.contains(*p)))
+        .cloned()
+        .collect()
+}
+
+/// Why a task that executed cannot get a determinism proof.
+pub(crate) fn unprovable(t: &PlannedTask) -> Verdict {
+    let reason = match t.kind {
+        TaskKind::Persistent => "a persistent task is never cached".to_owned(),
+        TaskKind::Group => "a group: it runs nothing".to_owned(),
+        TaskKind::Command if !t.cacheable => "not cacheable (`cache = false`)".to_owned(),
+        TaskKind::Command => "--no-cache: nothing was saved, so nothing to prove".to_owned(),
+    };
+    Verdict::NotVerified { reason }
+}
+
+/// What comparing a re-run with the first execution concluded.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Comparison {
+    /// A verdict now.
+    Verdict(Verdict),
+    /// The output trees differ: the divergence, before its file-by-file detail (the actor
+    /// fills `files` off the actor when both artifacts exist), for [`divergence_verdict`].
+    Diverged(Divergence),
+}
+
+/// Compares a determinism re-run `f` (which ran on `rerun_worker`) with the task's first
+/// execution. `single_machine`: both ran on one machine (local mode, or the farm placed both
+/// on one worker).
+pub(crate) fn compare(
+    primary: Option<&PrimaryOutputs>,
+    f: &Finished,
+    rerun_worker: &WorkerId,
+    single_machine: bool,
+) -> Comparison {
+    let perturbations = rerun_perturbations(f);
+    let modes = match (primary, &f.outputs) {
+        (Some(p), Some(o)) => crate::layers::diff::mode_changes(&p.manifest, &o.manifest, 0o077),
+        _ => Vec::new(),
+    };
+    let failed = |reason: String| Verdict::RerunFailed {
+        reason,
+        log_tail: log_tail(&f.log),
+        perturbations: perturbations.clone(),
+    };
+    let verdict = match (primary, &f.outputs) {
+        _ if matches!(f.exit, ExitKind::Aborted) => {
+            Verdict::NotVerified { reason: "the run was interrupted during the re-run".to_owned() }
+        }
+        _ if !f.exit.success() => failed(f.exit.describe()),
+        (_, None) => failed(
+            f.output_error
+                .clone()
+                .unwrap_or_else(|| "the re-run's outputs could not be collected".to_owned()),
+        ),
+        (None, _) => {
+            Verdict::NotVerified { reason: "the first execution's outputs are unknown".to_owned() }
+        }
+        (Some(p), Some(o)) if p.fingerprint == o.fingerprint && modes.is_empty() => {
+            Verdict::ProvenDeterministic {
+                rerun_worker: Some(rerun_worker.clone()),
+                single_machine,
+                perturbations,
+            }
+        }
+        (Some(p), Some(o)) => {
+            let d = p.manifest.diff(&o.manifest);
+            return Comparison::Diverged(Divergence {
+                added: d.added,
+                removed: d.removed,
+                changed: d.changed,
+                files: Vec::new(),
+                rerun_worker: Some(rerun_worker.clone()),
+                single_machine,
+                modes,
+                perturbations,
+            });
+        }
+    };
+    Comparison::Verdict(verdict)
+}
+
+/// The verdict of a divergence: allowed (`--verify-allow`) or a failure.
+pub(crate) fn divergence_verdict(divergence: Divergence, allowed: bool) -> Verdict {
+    if allowed {
+        Verdict::AllowedNondeterministic(divergence)
+    } else {
+        Verdict::Nondeterministic(divergence)
+    }
+}
+
+/// The verdict of a re-run whose worker's report was refused ([`super::core::refusal`]):
+/// recorded nowhere, and the proof fails.
+pub(crate) fn refused_rerun_verdict(rerun_worker: &WorkerId, why: &str, f: &Finished) -> Verdict {
+    Verdict::RerunFailed {
+        reason: format!("worker `{rerun_worker}` returned {why}; refused, nothing was recorded"),
+        log_tail: Vec::new(),
+        perturbations: rerun_perturbations(f),
+    }
+}
+
+/// The verdict of a re-run that could not be handed out.
+pub(crate) fn link_closed_verdict() -> Verdict {
+    Verdict::RerunFailed {
+        reason: "the worker link closed".to_owned(),
+        log_tail: Vec::new(),
+        perturbations: Default::default(),
+    }
+}
+
+/// What a re-run's worker says it perturbed; an older worker that reports nothing is
+/// said so, rather than claiming coverage it did not give.
+fn rerun_perturbations(f: &Finished) -> Perturbations {
+    f.perturbed.clone().unwrap_or_else(|| {
+        let mut p = Perturbations::default();
+        p.skipped("all", "the worker did not report its perturbations");
+        p
+    })
+}
+
+#[cfg(test)]
+#[path = "verdicts_tests.rs"]
+mod verdicts_tests;

@@ -1,0 +1,401 @@
+//! Which verdict an execution or a pair of executions earns, from plain values: no worker,
+//! tracer, cache or process.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use prova_protocol::events::ModeChange;
+use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
+use prova_protocol::spec::CommandLine;
+use prova_protocol::work::Outputs;
+use prova_protocol::{AttemptId, Digest, TaskId};
+
+use super::*;
+
+fn file(path: &str, body: &[u8], mode: u32) -> ManifestEntry {
+    ManifestEntry {
+        path: path.to_owned(),
+        kind: EntryKind::File,
+        mode,
+        size: body.len() as u64,
+        digest: Some(Digest::of(body)),
+        mtime_ns: 0,
+        link_target: None,
+    }
+}
+
+fn primary(entries: Vec<ManifestEntry>, worker: &str) -> PrimaryOutputs {
+    let manifest = OutputManifest::new(entries);
+    PrimaryOutputs {
+        fingerprint: manifest.fingerprint(),
+        manifest,
+        artifact: None,
+        worker: Some(WorkerId(worker.to_owned())),
+    }
+}
+
+fn rerun(exit: ExitKind, entries: Option<Vec<ManifestEntry>>) -> Finished {
+    let mut f = Finished::never_ran(AttemptId(9), exit);
+    f.tries = 1;
+    f.outputs = entries.map(|e| {
+        let manifest = OutputManifest::new(e);
+        Outputs { fingerprint: manifest.fingerprint(), manifest, artifact: None }
+    });
+    let mut p = Perturbations::default();
+    p.applied("clock", "+7d");
+    f.perturbed = Some(p);
+    f
+}
+
+fn w(name: &str) -> WorkerId {
+    WorkerId(name.to_owned())
+}
+
+fn spec() -> TaskSpec {
+    let mut s = TaskSpec::new(TaskId::new("p", "build"), "p".to_owned(), CommandLine::Argv(vec![]));
+    s.outputs = vec!["dist/**".to_owned()];
+    s
+}
+
+/// A farm coordinator's view: no workspace, every failed lookup outside the outputs counts.
+fn farm_verify() -> VerifyOptions {
+    VerifyOptions { inputs: true, ..VerifyOptions::default() }
+}
+
+fn traced(missing: &[&str], wrote: &[&str]) -> ReadsReport {
+    ReadsReport {
+        traced: true,
+        missing: missing.iter().map(|s| (*s).to_owned()).collect(),
+        wrote: wrote.iter().map(|s| (*s).to_owned()).collect(),
+        ..ReadsReport::default()
+    }
+}
+
+fn with_reads(exit: ExitKind, reads: ReadsReport) -> Finished {
+    let mut f = Finished::never_ran(AttemptId(3), exit);
+    f.reads = Some(reads);
+    f
+}
+
+#[test]
+fn equal_trees_prove_determinism_naming_the_rerun_worker() {
+    let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
+    let Comparison::Verdict(v) = compare(Some(&first), &f, &w("w2"), false) else {
+        panic!("equal trees diverged");
+    };
+    let Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations } = v else {
+        panic!("not proven: {v:?}");
+    };
+    assert_eq!(rerun_worker, Some(w("w2")));
+    assert!(!single_machine);
+    assert_eq!(perturbations.applied.len(), 1);
+    // The umask perturbation itself (a file made 0600 instead of 0644) is not a divergence.
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o600)]));
+    assert!(matches!(
+        compare(Some(&first), &f, &w("w1"), true),
+        Comparison::Verdict(Verdict::ProvenDeterministic { single_machine: true, .. })
+    ));
+}
+
+#[test]
+fn different_trees_diverge_by_content_by_presence_and_by_mode() {
+    let first =
+        primary(vec![file("p/dist/a.js", b"a", 0o644), file("p/dist/gone.js", b"g", 0o644)], "w1");
+    let f = rerun(
+        ExitKind::Code(0),
+        Some(vec![file("p/dist/a.js", b"A", 0o644), file("p/dist/new.js", b"n", 0o644)]),
+    );
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+        panic!("different trees were proven equal");
+    };
+    assert_eq!(d.changed, vec!["p/dist/a.js".to_owned()]);
+    assert_eq!(d.added, vec!["p/dist/new.js".to_owned()]);
+    assert_eq!(d.removed, vec!["p/dist/gone.js".to_owned()]);
+    assert_eq!(d.rerun_worker, Some(w("w2")));
+    assert!(d.files.is_empty(), "the file-by-file detail is the actor's to fill");
+    // Same content, an exec bit the re-run did not set: the fingerprint differs.
+    let first = primary(vec![file("p/dist/run.sh", b"x", 0o755)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/run.sh", b"x", 0o644)]));
+    assert!(matches!(compare(Some(&first), &f, &w("w2"), false), Comparison::Diverged(_)));
+    // Same fingerprint, group bits that are not the umask's: a mode divergence.
+    let first = primary(vec![file("p/dist/a", b"x", 0o640)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a", b"x", 0o664)]));
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+        panic!("a mode change was proven equal");
+    };
+    assert_eq!(d.modes, vec![ModeChange { path: "p/dist/a".into(), modes: (0o640, 0o664) }]);
+    assert!(d.changed.is_empty());
+}
+
+#[test]
+fn a_divergence_fails_unless_the_task_is_allowed() {
+    let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"b", 0o644)]));
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+        panic!("diverged trees were proven equal");
+    };
+    let denied = divergence_verdict(d.clone(), false);
+    assert!(matches!(denied, Verdict::Nondeterministic(_)) && denied.fails());
+    let allowed = divergence_verdict(d, true);
+    assert!(matches!(allowed, Verdict::AllowedNondeterministic(_)) && !allowed.fails());
+}
+
+#[test]
+fn a_rerun_that_fails_or_returns_nothing_fails_the_proof_with_its_log() {
+    let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
+    let mut f = rerun(ExitKind::Code(3), None);
+    f.log = b"compiling\n\nerror: TZ not UTC\n".to_vec();
+    let Comparison::Verdict(Verdict::RerunFailed { reason, log_tail, perturbations }) =
+        compare(Some(&first), &f, &w("w2"), false)
+    else {
+        panic!("a failed re-run was not rerun-failed");
+    };
+    assert_eq!(reason, "exit code 3");
+    assert_eq!(log_tail, vec!["compiling".to_owned(), "error: TZ not UTC".to_owned()]);
+    assert_eq!(perturbations.applied.len(), 1);
+    for exit in [ExitKind::TimedOut, ExitKind::Signal(9), ExitKind::SpawnFailed("no sh".into())] {
+        let f = rerun(exit.clone(), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
+        assert!(
+            matches!(
+                compare(Some(&first), &f, &w("w2"), false),
+                Comparison::Verdict(Verdict::RerunFailed { .. })
+            ),
+            "{exit:?}"
+        );
+    }
+    // It succeeded, but its outputs could not be collected.
+    let mut f = rerun(ExitKind::Code(0), None);
+    let Comparison::Verdict(Verdict::RerunFailed { reason, .. }) =
+        compare(Some(&first), &f, &w("w2"), false)
+    else {
+        panic!("missing outputs proved something");
+    };
+    assert_eq!(reason, "the re-run's outputs could not be collected");
+    f.output_error = Some("packing failed: disk full".into());
+    assert!(matches!(
+        compare(Some(&first), &f, &w("w2"), false),
+        Comparison::Verdict(Verdict::RerunFailed { reason, .. }) if reason == "packing failed: disk full"
+    ));
+}
+
+#[test]
+fn an_interrupted_rerun_or_an_unknown_first_execution_proves_nothing() {
+    let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
+    let f = rerun(ExitKind::Aborted, None);
+    let v = compare(Some(&first), &f, &w("w2"), false);
+    assert_eq!(
+        v,
+        Comparison::Verdict(Verdict::NotVerified {
+            reason: "the run was interrupted during the re-run".into()
+        })
+    );
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
+    assert_eq!(
+        compare(None, &f, &w("w2"), false),
+        Comparison::Verdict(Verdict::NotVerified {
+            reason: "the first execution's outputs are unknown".into()
+        })
+    );
+}
+
+#[test]
+fn a_worker_that_reports_no_perturbations_is_said_to_have_applied_none() {
+    let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
+    let mut f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
+    f.perturbed = None;
+    let Comparison::Verdict(Verdict::ProvenDeterministic { perturbations, .. }) =
+        compare(Some(&first), &f, &w("w2"), false)
+    else {
+        panic!("not proven");
+    };
+    assert!(perturbations.applied.is_empty());
+    assert_eq!(perturbations.not_applied.len(), 1);
+    assert_eq!(perturbations.not_applied[0].what, "all");
+}
+
+#[test]
+fn a_refused_rerun_or_a_closed_link_fails_the_proof() {
+    let f = rerun(ExitKind::Code(0), None);
+    let v = refused_rerun_verdict(&w("evil"), "a fingerprint that is not its manifest's", &f);
+    assert!(v.fails());
+    let Verdict::RerunFailed { reason, .. } = v else { panic!("{v:?}") };
+    assert_eq!(
+        reason,
+        "worker `evil` returned a fingerprint that is not its manifest's; refused, nothing was recorded"
+    );
+    assert!(link_closed_verdict().fails());
+}
+
+#[test]
+fn a_traced_run_that_read_only_declared_inputs_is_proven_complete() {
+    let f = with_reads(ExitKind::Code(0), traced(&[], &["p/dist/a.js", "p/dist"]));
+    assert_eq!(
+        inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded),
+        vec![Verdict::ProvenComplete]
+    );
+    // Lookups inside its own outputs are its business.
+    let f = with_reads(ExitKind::Code(0), traced(&["p/dist/cache.json"], &[]));
+    assert_eq!(
+        inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded),
+        vec![Verdict::ProvenComplete]
+    );
+}
+
+#[test]
+fn a_traced_run_that_read_undeclared_paths_names_them_and_suggests_globs() {
+    let f = with_reads(ExitKind::Code(0), traced(&["p/tsconfig.json", "shared/x.ts"], &[]));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded);
+    let [
+        Verdict::UndeclaredInputs { paths, traced: true, more: 0, failed: None, log_tail, suggest },
+    ] = got.as_slice()
+    else {
+        panic!("{got:?}");
+    };
+    assert_eq!(paths, &["p/tsconfig.json".to_owned(), "shared/x.ts".to_owned()]);
+    assert!(log_tail.is_empty() && !suggest.is_empty());
+    // With the workspace's file list (a client filter), only paths that exist there count.
+    let files: HashSet<String> = ["shared/x.ts".to_owned()].into();
+    let verify = VerifyOptions { workspace_files: Some(Arc::new(files)), ..farm_verify() };
+    let got = inputs_verdicts(&spec(), &verify, &f, TaskStatus::Succeeded);
+    assert!(
+        matches!(got.as_slice(), [Verdict::UndeclaredInputs { paths, .. }] if paths == &["shared/x.ts".to_owned()]),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn undeclared_paths_beyond_the_named_bound_are_counted() {
+    let many: Vec<String> = (0..MAX_NAMED_PATHS + 5).map(|i| format!("q/f{i:03}")).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let f = with_reads(ExitKind::Code(0), traced(&refs, &[]));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded);
+    let [Verdict::UndeclaredInputs { paths, more, .. }] = got.as_slice() else { panic!("{got:?}") };
+    assert_eq!((paths.len(), *more), (MAX_NAMED_PATHS, 5));
+}
+
+#[test]
+fn writes_outside_the_outputs_are_the_finding_and_are_not_also_inputs() {
+    let f = with_reads(
+        ExitKind::Code(0),
+        traced(&["p/state.tsbuildinfo"], &["p/state.tsbuildinfo", "p/dist/a.js"]),
+    );
+    assert_eq!(
+        inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded),
+        vec![Verdict::UndeclaredOutputs { paths: vec!["p/state.tsbuildinfo".into()], more: 0 }]
+    );
+    // With an undeclared read as well, both are named.
+    let f = with_reads(ExitKind::Code(0), traced(&["shared/x.ts"], &["p/state.tsbuildinfo"]));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Succeeded);
+    assert!(
+        matches!(
+            got.as_slice(),
+            [Verdict::UndeclaredOutputs { .. }, Verdict::UndeclaredInputs { .. }]
+        ),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_run_that_fails_with_only_its_declared_inputs_is_never_proven_complete() {
+    let mut f = with_reads(ExitKind::Code(1), traced(&[], &[]));
+    f.log = b"cannot find module 'x'\n".to_vec();
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Failed);
+    assert_eq!(
+        got,
+        vec![Verdict::SandboxFailed {
+            reason: "exit code 1".into(),
+            traced: true,
+            log_tail: vec!["cannot find module 'x'".into()],
+        }]
+    );
+    let f = with_reads(ExitKind::Code(1), traced(&["shared/x.ts"], &[]));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Failed);
+    assert!(
+        matches!(got.as_slice(), [Verdict::UndeclaredInputs { failed: Some(r), .. }] if r == "exit code 1"),
+        "{got:?}"
+    );
+    // Untraced (no strace), a failure is still named, without paths.
+    let f = with_reads(ExitKind::Code(2), ReadsReport::default());
+    let got = inputs_verdicts(&spec(), &farm_verify(), &f, TaskStatus::Failed);
+    assert!(
+        matches!(got.as_slice(), [Verdict::UndeclaredInputs { traced: false, failed: Some(_), paths, .. }] if paths.is_empty()),
+        "{got:?}"
+    );
+    assert!(got.iter().all(Verdict::fails));
+}
+
+#[test]
+fn an_inputs_proof_that_could_not_be_made_says_why() {
+    let untraced = with_reads(ExitKind::Code(0), ReadsReport::default());
+    let got = inputs_verdicts(&spec(), &farm_verify(), &untraced, TaskStatus::Succeeded);
+    assert!(
+        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.contains("strace is not installed")),
+        "{got:?}"
+    );
+    let aborted = with_reads(ExitKind::Aborted, traced(&["shared/x"], &[]));
+    assert_eq!(
+        inputs_verdicts(&spec(), &farm_verify(), &aborted, TaskStatus::Aborted),
+        vec![Verdict::NotVerified { reason: "the run was interrupted: nothing to prove".into() }]
+    );
+    let spawn = with_reads(ExitKind::SpawnFailed("no such file".into()), traced(&[], &[]));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &spawn, TaskStatus::Failed);
+    assert!(
+        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.starts_with("the task did not run")),
+        "{got:?}"
+    );
+    let mut unreadable = with_reads(ExitKind::Code(0), ReadsReport::default());
+    unreadable.output_error = Some(format!("{TRACE_READ_FAILED}: truncated"));
+    let got = inputs_verdicts(&spec(), &farm_verify(), &unreadable, TaskStatus::Succeeded);
+    assert!(
+        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.starts_with(TRACE_READ_FAILED)),
+        "{got:?}"
+    );
+    let mut unreadable_failed = unreadable.clone();
+    unreadable_failed.exit = ExitKind::Code(1);
+    let got = inputs_verdicts(&spec(), &farm_verify(), &unreadable_failed, TaskStatus::Failed);
+    assert!(matches!(got.as_slice(), [Verdict::SandboxFailed { traced: false, .. }]), "{got:?}");
+    // No trace report at all (an untraced attempt): nothing to conclude here.
+    let none = Finished::never_ran(AttemptId(1), ExitKind::Code(0));
+    assert!(inputs_verdicts(&spec(), &farm_verify(), &none, TaskStatus::Succeeded).is_empty());
+}
+
+#[test]
+fn a_task_that_cannot_be_proven_says_why() {
+    let mk = |kind, cacheable| PlannedTask {
+        id: TaskId::new("p", "t"),
+        project: usize::MAX,
+        kind,
+        spec: spec(),
+        cacheable,
+        deps: vec![],
+        requested: true,
+        inputs: vec![],
+    };
+    let reason = |t: &PlannedTask| match unprovable(t) {
+        Verdict::NotVerified { reason } => reason,
+        v => panic!("{v:?}"),
+    };
+    assert_eq!(reason(&mk(TaskKind::Persistent, false)), "a persistent task is never cached");
+    assert_eq!(reason(&mk(TaskKind::Group, false)), "a group: it runs nothing");
+    assert_eq!(reason(&mk(TaskKind::Command, false)), "not cacheable (`cache = false`)");
+    assert_eq!(
+        reason(&mk(TaskKind::Command, true)),
+        "--no-cache: nothing was saved, so nothing to prove"
+    );
+}
+
+#[test]
+fn a_log_tail_keeps_the_last_non_empty_lines_each_bounded() {
+    let mut log = String::new();
+    for i in 0..LOG_TAIL_LINES + 3 {
+        log.push_str(&format!("line {i}\n\n"));
+    }
+    log.push_str(&"x".repeat(1000));
+    let tail = log_tail(log.as_bytes());
+    assert_eq!(tail.len(), LOG_TAIL_LINES);
+    assert_eq!(tail[0], format!("line {}", 4));
+    let last = tail.last().map(String::as_str).unwrap_or_default();
+    assert_eq!(last.chars().count(), 401);
+    assert!(last.ends_with('…'));
+}
