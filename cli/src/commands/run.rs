@@ -152,10 +152,26 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         {
             held.take(); // persistent tasks only
         }
+        let progress = crate::render::progress::Progress::new(
+            crate::render::progress::Progress::wanted(args.json),
+            prepared.plan.tasks.len(),
+            prepared
+                .plan
+                .tasks
+                .iter()
+                .filter_map(|t| Some((t.id.clone(), *prepared.durations.get(t.id.as_str())?)))
+                .collect(),
+            options.concurrency,
+        );
         let render = tokio::task::spawn_blocking(move || {
-            let mut r = Renderer::new(std::io::stdout().lock(), style);
+            use std::io::Write as _;
+            // Rendered into a buffer, written with the progress line cleared only when an
+            // event printed something (most do not: starts, hits' bookkeeping).
+            let mut r = Renderer::new(Vec::new(), style);
+            let mut stdout = std::io::stdout().lock();
             let mut broken = false;
             while let Some(ev) = rx.blocking_recv() {
+                progress.event(&ev);
                 if let (RunEvent::TaskFinished(report), Some(unfinished)) = (&ev, &mut unfinished)
                     && unfinished.remove(&report.task)
                     && unfinished.is_empty()
@@ -163,11 +179,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 {
                     held.take();
                 }
-                if !broken && r.event(&ev).is_err() {
-                    broken = true; // stdout closed: keep draining so the run is not blocked
+                if broken {
+                    continue; // stdout closed: keep draining so the run is not blocked
+                }
+                let _ = r.event(&ev);
+                let text = r.take();
+                if !text.is_empty()
+                    && progress.suspend(|| stdout.write_all(&text).and_then(|()| stdout.flush())).is_err()
+                {
+                    broken = true;
                 }
             }
-            let _ = r.finish();
+            progress.finish();
+            let _ = stdout.flush();
         });
         let key_stats = prepared.stats;
         let summary = if let Some(session) = session {

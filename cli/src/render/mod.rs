@@ -1,6 +1,7 @@
-//! Turning run events into output: prefixed lines, grouped blocks, or JSON lines; and the
-//! end-of-run summary from the same data.
+//! Turning run events into output: prefixed lines, grouped blocks, or JSON lines; the live
+//! progress line on a terminal ([`progress`]); and the end-of-run summary from the same data.
 
+pub mod progress;
 pub mod summary;
 
 use std::collections::HashMap;
@@ -144,6 +145,14 @@ impl<W: Write> Renderer<W> {
     /// The style in use.
     pub fn style(&self) -> Style {
         self.style
+    }
+}
+
+impl Renderer<Vec<u8>> {
+    /// What the events so far rendered, taken out (the buffer is left empty): for a caller
+    /// that writes it itself, e.g. around the progress line.
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
     }
 }
 
