@@ -29,6 +29,7 @@ pub mod hermeticity;
 pub mod inputs;
 pub mod keys;
 pub mod layers;
+pub mod lockfile;
 pub mod prepare;
 pub mod run;
 pub mod scheduler;

@@ -100,3 +100,103 @@ fn cold_run_builds_and_tests_every_package_and_a_warm_run_hits_them_all() {
         assert_eq!(warm.cache_of(&t), "hit", "{t}\n{warm}");
     }
 }
+
+/// Rewrites `picocolors` 1.1.1 to 1.1.0 in `fmt`'s package.json and in the lockfile (its
+/// version and integrity): a dependency bump of one project, as `npm install` writes it. The
+/// installed tree is left alone: keys follow the lockfile, and tsc does not care.
+fn bump_picocolors(ws: &TempWorkspace) {
+    let pj = ws.read("packages/fmt/package.json");
+    assert!(pj.contains("\"picocolors\": \"1.1.1\""), "{pj}");
+    ws.write(
+        "packages/fmt/package.json",
+        &pj.replace("\"picocolors\": \"1.1.1\"", "\"picocolors\": \"1.1.0\""),
+    );
+    let lock = ws.read("package-lock.json");
+    let bumped = lock
+        .replace("\"picocolors\": \"1.1.1\"", "\"picocolors\": \"1.1.0\"")
+        .replacen("\"version\": \"1.1.1\"", "\"version\": \"1.1.0\"", 1)
+        .replace("sha512-xceH2snhtb5M9liqDsmEw56le376mTZkEX/jEb/RxNFyegNul7eNslCXP9FDj/Lcu0X8KEyMceP2ntpaHrDEVA==", "sha512-bumped");
+    assert_ne!(bumped, lock);
+    ws.write("package-lock.json", &bumped);
+}
+
+#[test]
+fn a_dependency_bump_in_one_project_reruns_only_it_and_its_dependents() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    ws.prova(["run", "build", "test", "--all", "--json"]).run().assert_code(0);
+    bump_picocolors(&ws);
+    let out = ws.prova(["run", "build", "test", "--all", "--json"]).run();
+    out.assert_code(0);
+    // fmt uses picocolors; report and app depend on fmt; core, strings and math do not.
+    let expected: Vec<String> =
+        ["app#build", "app#test", "fmt#build", "fmt#test", "report#build", "report#test"]
+            .map(str::to_owned)
+            .to_vec();
+    assert_eq!(ran(&out), expected, "{out}");
+    for t in ["core#build", "core#test", "strings#build", "math#test"] {
+        assert_eq!(out.cache_of(t), "hit", "{t}\n{out}");
+    }
+    // `why` names the moved external set of the bumped project, not the lockfile file.
+    let why = ws.prova(["why", "math#build"]).run();
+    why.assert_code(0).assert_stdout_contains("the next run is a hit");
+}
+
+#[test]
+fn bumping_a_package_only_the_root_uses_reruns_every_build() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    ws.prova(["run", "build", "--all", "--json"]).run().assert_code(0);
+    // The root's typescript is every project's compiler: its integrity moving moves them all.
+    let lock = ws.read("package-lock.json");
+    let needle = "\"integrity\": \"sha512-hjcS1mhfuyi4";
+    assert!(lock.contains(needle));
+    ws.write("package-lock.json", &lock.replace(needle, "\"integrity\": \"sha512-other"));
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(ran(&out).len(), PACKAGES.len(), "{out}");
+}
+
+#[test]
+fn an_unreadable_lockfile_is_folded_whole_with_a_notice() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    ws.prova(["run", "build", "--all", "--json"]).run().assert_code(0);
+    for broken in ["{ not json", "{\"lockfileVersion\": 1, \"dependencies\": {}}"] {
+        ws.write("package-lock.json", broken);
+        let out = ws.prova(["run", "build", "--all", "--json"]).run();
+        out.assert_code(0);
+        out.assert_stderr_contains("package-lock.json: cannot read its per-project dependencies");
+        out.assert_stderr_contains("the whole file is folded into every key");
+        assert_eq!(ran(&out).len(), PACKAGES.len(), "a changed whole file moves every key\n{out}");
+    }
+}
+
+#[test]
+fn show_lists_the_external_packages_in_a_key() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    let show = ws.prova(["show", "fmt#build"]).run();
+    show.assert_code(0);
+    show.assert_stdout_contains("external  package-lock.json: 3 packages");
+    show.assert_stdout_contains("picocolors@1.1.1 sha512-xceH2snhtb5M9");
+    show.assert_stdout_contains("tiny-invariant@1.3.3");
+    show.assert_stdout_contains("typescript@5.6.3");
+    let core = ws.prova(["show", "core#build"]).run();
+    core.assert_code(0).assert_stdout_contains("external  package-lock.json: 2 packages");
+    assert!(!core.to_string().contains("picocolors"), "{core}");
+    // The lockfile itself is no longer a whole-file workspace component.
+    assert!(
+        !core.to_string().contains("workspace")
+            || !core.to_string().contains(" package-lock.json\n"),
+        "{core}"
+    );
+}

@@ -58,6 +58,14 @@ pub fn compute(
     let workspace_stamps: Vec<(String, Stamp)> =
         workspace.iter().map(|(f, s)| (f.path.clone(), *s)).collect();
     let workspace: Vec<InputFile> = workspace.into_iter().map(|(f, _)| f).collect();
+    // A lockfile prova can read is folded per project (its resolved externals, as a config
+    // pair) instead of whole; its stamps above still guard every save.
+    let fingerprint: Vec<&str> =
+        inputs.fingerprint.iter().map(|&i| files.all()[i as usize].as_str()).collect();
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let locks = crate::lockfile::Keyed::load(&ws.root, &fingerprint, &dirs);
+    let workspace: Vec<InputFile> =
+        workspace.into_iter().filter(|f| !locks.is_keyed(&f.path)).collect();
 
     let n = plan.tasks.len();
     let mut keys: Vec<Option<Digest>> = vec![None; n];
@@ -102,7 +110,14 @@ pub fn compute(
                 }
                 _ => "group".to_owned(),
             },
-            config: config_pairs(def),
+            config: {
+                let mut c = config_pairs(def);
+                if let Some(p) = ws.projects.get(t.project) {
+                    c.extend(locks.config_pairs(&p.dir));
+                    c.sort();
+                }
+                c
+            },
             env: env_vals,
             inputs: files_in,
             workspace: workspace.clone(),
