@@ -200,3 +200,70 @@ fn show_lists_the_external_packages_in_a_key() {
         "{core}"
     );
 }
+
+#[test]
+fn tasks_run_their_package_json_scripts_in_packages_found_from_workspaces() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    // The fixture sets neither `projects` nor any `command`.
+    let config = ws.read("prova.toml");
+    assert!(
+        !config.lines().any(|l| l.starts_with("projects") || l.starts_with("command")),
+        "{config}"
+    );
+    // Discovery: every package of package.json `workspaces`, and nothing else.
+    let graph = ws.prova(["graph", "build", "--all"]).run();
+    graph.assert_code(0);
+    for p in PACKAGES {
+        graph.assert_stdout_contains(&format!("{p}#build"));
+    }
+    // A script is run directly (its text, node_modules/.bin on PATH) rather than by npm:
+    // make `core`'s build script print where `tsc` resolves from.
+    let pj = ws.read("packages/core/package.json");
+    ws.write(
+        "packages/core/package.json",
+        &pj.replace(
+            "\"build\": \"tsc -p .\"",
+            "\"build\": \"echo tsc=$(command -v tsc) && tsc -p .\"",
+        ),
+    );
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    let printed = out.output_of("core#build");
+    let root_bin = ws.path("node_modules/.bin/tsc");
+    let expected =
+        format!("tsc={}", ws.path("packages/core/../../node_modules/.bin/tsc").display());
+    assert!(
+        printed.contains(&expected),
+        "tsc did not come from the root's node_modules/.bin ({}):\n{out}",
+        root_bin.display()
+    );
+    assert!(ws.exists("packages/core/dist/index.js"));
+}
+
+#[test]
+fn a_project_without_the_script_has_no_such_task() {
+    if !node_present() {
+        return;
+    }
+    let ws = tsmono();
+    // A workspace task without a command or deps: only projects with a `lint` script have it.
+    let config = ws.read("prova.toml");
+    ws.write("prova.toml", &format!("{config}\n[tasks.lint]\n"));
+    let pj = ws.read("packages/strings/package.json");
+    ws.write(
+        "packages/strings/package.json",
+        &pj.replace(
+            "\"test\": \"node --test dist/\"",
+            "\"test\": \"node --test dist/\",\n    \"lint\": \"echo linted-strings\"",
+        ),
+    );
+    let out = ws.prova(["run", "lint", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(ran(&out), ["strings#lint"], "{out}");
+    assert!(out.output_of("strings#lint").contains("linted-strings"), "{out}");
+    let missing = ws.prova(["run", "core#lint"]).run();
+    assert_eq!(missing.code(), Some(2), "core has no lint script, so no lint task\n{missing}");
+}
