@@ -267,3 +267,101 @@ fn a_project_without_the_script_has_no_such_task() {
     let missing = ws.prova(["run", "core#lint"]).run();
     assert_eq!(missing.code(), Some(2), "core has no lint script, so no lint task\n{missing}");
 }
+
+// The same per-project rule for the other lockfile formats, on small workspaces of `sh`
+// scripts (no node needed): a bump of one project's external re-runs only that project.
+
+/// Runs `build --all` (asserting what ran), rewrites `lockfile` with `from` → `to`, and runs
+/// again: only `rerun` executes.
+fn bump_reruns_only(
+    ws: &TempWorkspace,
+    lockfile: &str,
+    first: &[&str],
+    from: &str,
+    to: &str,
+    rerun: &[&str],
+) {
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(ran(&out), first, "{out}");
+    assert!(!out.to_string().contains("cannot read its per-project dependencies"), "{out}");
+    let text = ws.read(lockfile);
+    assert!(text.contains(from), "{lockfile} has no `{from}`");
+    ws.write(lockfile, &text.replacen(from, to, 1));
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(ran(&out), rerun, "{out}");
+}
+
+#[test]
+fn pnpm_workspaces_scripts_and_pnpm_lock_keys() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nfingerprint = [\"pnpm-lock.yaml\"]\n[tasks.build]\noutputs = [\"out.txt\"]\n")
+        .file("pnpm-workspace.yaml", "packages:\n  - \"libs/*\"\n")
+        .file("libs/a/package.json", r#"{"name": "a", "scripts": {"build": "echo a > out.txt"}, "dependencies": {"left": "^1"}}"#)
+        .file("libs/b/package.json", r#"{"name": "b", "scripts": {"build": "echo b > out.txt"}, "dependencies": {"right": "^2"}}"#)
+        .file("libs/c/package.json", r#"{"name": "c"}"#)
+        .file(
+            "pnpm-lock.yaml",
+            "lockfileVersion: '9.0'\nimporters:\n  .: {}\n  libs/a:\n    dependencies:\n      left:\n        specifier: ^1\n        version: 1.0.0\n  libs/b:\n    dependencies:\n      right:\n        specifier: ^2\n        version: 2.0.0\n  libs/c: {}\npackages:\n  left@1.0.0:\n    resolution: {integrity: sha512-left}\n  right@2.0.0:\n    resolution: {integrity: sha512-right}\nsnapshots:\n  left@1.0.0: {}\n  right@2.0.0: {}\n",
+        );
+    // c has no build script: no c#build.
+    bump_reruns_only(
+        &ws,
+        "pnpm-lock.yaml",
+        &["a#build", "b#build"],
+        "sha512-right",
+        "sha512-moved",
+        &["b#build"],
+    );
+    assert_eq!(ws.read("libs/b/out.txt"), "b\n");
+}
+
+#[test]
+fn yarn_v1_lock_keys_follow_each_package_json_range() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nfingerprint = [\"yarn.lock\"]\n[tasks.build]\noutputs = [\"out.txt\"]\n")
+        .file("package.json", r#"{"private": true, "workspaces": ["libs/*"]}"#)
+        .file("libs/a/package.json", r#"{"name": "a", "scripts": {"build": "echo a > out.txt"}, "dependencies": {"left": "^1"}}"#)
+        .file("libs/b/package.json", r#"{"name": "b", "scripts": {"build": "echo b > out.txt"}, "dependencies": {"a": "1.0.0", "right": "^2"}}"#)
+        .file(
+            "yarn.lock",
+            "# yarn lockfile v1\n\nleft@^1:\n  version \"1.0.0\"\n  integrity sha512-left\n\nright@^2:\n  version \"2.0.0\"\n  integrity sha512-right\n",
+        );
+    // left is a's, and b's through its dependency on a; right is b's only.
+    bump_reruns_only(
+        &ws,
+        "yarn.lock",
+        &["a#build", "b#build"],
+        "version \"2.0.0\"",
+        "version \"2.0.1\"",
+        &["b#build"],
+    );
+    let ws2 = TempWorkspace::copy_of(ws.root(), &[".prova"]);
+    bump_reruns_only(
+        &ws2,
+        "yarn.lock",
+        &["a#build", "b#build"],
+        "sha512-left",
+        "sha512-moved",
+        &["a#build", "b#build"],
+    );
+}
+
+#[test]
+fn cargo_lock_keys_follow_each_member_crate() {
+    let lock = "version = 4\n\n[[package]]\nname = \"x\"\nversion = \"0.1.0\"\ndependencies = [\"memchr\"]\n\n[[package]]\nname = \"y\"\nversion = \"0.1.0\"\ndependencies = [\"serde\"]\n\n[[package]]\nname = \"memchr\"\nversion = \"2.7.0\"\nsource = \"registry+https://example.invalid/index\"\nchecksum = \"aaaa\"\n\n[[package]]\nname = \"serde\"\nversion = \"1.0.0\"\nsource = \"registry+https://example.invalid/index\"\nchecksum = \"bbbb\"\n";
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"crates/*\"]\nfingerprint = [\"Cargo.lock\"]\n[tasks.build]\ncommand = \"echo built > out.txt\"\noutputs = [\"out.txt\"]\n")
+        .file("crates/x/Cargo.toml", "[package]\nname = \"x\"\nversion = \"0.1.0\"\n")
+        .file("crates/y/Cargo.toml", "[package]\nname = \"y\"\nversion = \"0.1.0\"\n")
+        .file("Cargo.lock", lock);
+    bump_reruns_only(
+        &ws,
+        "Cargo.lock",
+        &["x#build", "y#build"],
+        "checksum = \"bbbb\"",
+        "checksum = \"cccc\"",
+        &["y#build"],
+    );
+}
