@@ -365,3 +365,40 @@ fn cargo_lock_keys_follow_each_member_crate() {
         &["y#build"],
     );
 }
+
+/// A pnpm workspace of one project whose build script is `script`, keyed per project on
+/// `pnpm-lock.yaml` (when present).
+fn one_project_pnpm(script: &str, lock: bool) -> TempWorkspace {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nfingerprint = [\"pnpm-lock.yaml\"]\n[tasks.build]\noutputs = [\"out.txt\"]\n")
+        .file("pnpm-workspace.yaml", "packages:\n  - \"libs/*\"\n")
+        .file("libs/a/package.json", &format!(r#"{{"name": "a", "scripts": {{"build": "{script}"}}}}"#));
+    if lock {
+        ws.write("pnpm-lock.yaml", "lockfileVersion: '9.0'\nimporters:\n  libs/a: {}\n");
+    }
+    ws
+}
+
+#[test]
+fn a_lockfile_keyed_per_project_still_withholds_an_entry_when_it_moves_during_the_task() {
+    // Rewritten while the task runs (an install inside a build): its stamp moved.
+    let ws = one_project_pnpm("echo a > out.txt && echo '# moved' >> ../../pnpm-lock.yaml", true);
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    let reason = out.not_saved_reason("a#build");
+    assert!(reason.contains("pnpm-lock.yaml` changed while the task ran"), "{reason}");
+    // Created while the task runs: it was not there when the key was made.
+    let ws = one_project_pnpm(
+        "echo a > out.txt && echo 'lockfileVersion: 9' > ../../pnpm-lock.yaml",
+        false,
+    );
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    let reason = out.not_saved_reason("a#build");
+    assert!(reason.contains("pnpm-lock.yaml` was added while the task ran"), "{reason}");
+    // Left alone: saved, and the next run hits.
+    let ws = one_project_pnpm("echo a > out.txt", true);
+    ws.prova(["run", "build", "--all"]).run().assert_code(0);
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    assert_eq!(out.cache_of("a#build"), "hit", "{out}");
+}
