@@ -336,6 +336,52 @@ mod tests {
         assert_eq!(digest_of(&[e("a", "1")]), digest_of(&[e("a", "1")]));
     }
 
+    /// Every prefix of a valid lockfile of each format, and each with one byte replaced by
+    /// each of a few hostile bytes, parses or errors: never a panic.
+    #[test]
+    fn truncated_and_mutated_lockfiles_never_panic() {
+        let samples = [
+            ("package-lock.json", include_str!("../../../examples/tsmono/package-lock.json")),
+            (
+                "pnpm-lock.yaml",
+                "lockfileVersion: '9.0'\nimporters:\n  .:\n    dependencies:\n      a: {specifier: ^1, version: 1.0.0(p@1)}\n  x:\n    dependencies:\n      b: {version: link:../y}\npackages:\n  a@1.0.0:\n    resolution: {integrity: sha512-a}\nsnapshots:\n  a@1.0.0(p@1):\n    dependencies: {p: '1'}\n",
+            ),
+            (
+                "yarn.lock",
+                "\"@s/a@^1\", a@^2:\n  version \"1.0.0\"\n  integrity sha512-a\n  dependencies:\n    b \"^1\"\nb@^1:\n  version \"1.0.0\"\n",
+            ),
+            (
+                "yarn.lock",
+                "__metadata:\n  version: 8\n\"a@workspace:.\":\n  resolution: \"a@workspace:.\"\n  dependencies:\n    b: \"npm:^1\"\n\"b@npm:^1\":\n  resolution: \"b@npm:1.0.0\"\n",
+            ),
+            (
+                "Cargo.lock",
+                "version = 4\n[[package]]\nname = \"a\"\nversion = \"1\"\ndependencies = [\"b 1 (s)\"]\n[[package]]\nname = \"b\"\nversion = \"1\"\nsource = \"s\"\n",
+            ),
+        ];
+        let mut m = Manifests::default();
+        m.by_dir
+            .entry(String::new())
+            .or_default()
+            .insert("package.json".into(), "{\"dependencies\": {\"a\": \"^2\"}}".into());
+        for (name, text) in samples {
+            let bytes = text.as_bytes();
+            let step = (bytes.len() / 400).max(1);
+            for cut in (0..bytes.len()).step_by(step) {
+                if let Ok(prefix) = std::str::from_utf8(&bytes[..cut]) {
+                    let _ = parse(name, prefix, &m).map(|g| g.externals_of(""));
+                }
+                for hostile in [b'{', b'[', b'"', b':', b'\n', b' ', b'(', b'@'] {
+                    let mut v = bytes.to_vec();
+                    v[cut] = hostile;
+                    if let Ok(t) = String::from_utf8(v) {
+                        let _ = parse(name, &t, &m).map(|g| g.externals_of("x"));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn dirs_are_normalised() {
         assert_eq!(normalise_dir("."), "");
