@@ -32,6 +32,7 @@ pub mod hermeticity;
 pub mod inputs;
 pub mod keys;
 pub mod layers;
+pub mod lockfile;
 pub mod plan;
 pub mod prepare;
 pub mod run;

@@ -70,7 +70,8 @@ impl Prepared {
     }
 
     /// Each task's input files as an exec root needs them (path, digest, exec bit, and a
-    /// symlink's target read from the workspace at `root`), sorted by path.
+    /// symlink's target read from the workspace at `root`), sorted by path: its inputs, the
+    /// workspace inputs, and the workspace files folded per project (a lockfile).
     pub fn input_refs(&self, root: &std::path::Path) -> Vec<Vec<prova_protocol::wire::InputRef>> {
         use prova_protocol::key::InputKind;
         self.keys
@@ -81,6 +82,7 @@ impl Prepared {
                     .inputs
                     .iter()
                     .chain(&c.workspace)
+                    .chain(&self.keys.unfolded)
                     .map(|f| prova_protocol::wire::InputRef {
                         path: f.path.clone(),
                         digest: f.digest,

@@ -18,6 +18,7 @@ use crate::args::TaskArgs;
 use crate::exit::Code;
 
 struct Inspected {
+    ws: Workspace,
     prepared: Prepared,
     node: usize,
     /// The entry of the current key, else the task's newest entry.
@@ -67,8 +68,37 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
             })
             .await??;
         let unsalted = cache.call(|s| s.key_salt()).await??.is_none();
-        Ok(Inspected { prepared, node, entry, current, older, unsalted })
+        Ok((prepared, node, entry, current, older, unsalted))
     })
+    .map(|(prepared, node, entry, current, older, unsalted)| Inspected {
+        ws,
+        prepared,
+        node,
+        entry,
+        current,
+        older,
+        unsalted,
+    })
+}
+
+/// Per lockfile keyed per project (an `external:<lockfile>` config pair of `c`): the
+/// external packages the task's project resolves to, read from the lockfile as it is now.
+fn externals(
+    ws: &Workspace,
+    c: &KeyComponents,
+) -> Vec<(String, Vec<prova_coordinator::lockfile::External>)> {
+    let paths: Vec<&str> =
+        c.config.iter().filter_map(|(k, _)| k.strip_prefix("external:")).collect();
+    let Some(project) = TaskId::parse(&c.task).and_then(|id| ws.project(id.project()).cloned())
+    else {
+        return Vec::new();
+    };
+    if paths.is_empty() {
+        return Vec::new();
+    }
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let locks = prova_coordinator::lockfile::Keyed::load(&ws.root, &paths, &dirs);
+    locks.externals_of(&project.dir).into_iter().map(|(p, e)| (p.to_owned(), e)).collect()
 }
 
 /// `prova why`: a hit when the current key has an entry; otherwise what moved since the
@@ -114,9 +144,19 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let c = &i.prepared.keys.components[i.node];
     let key = i.prepared.key(i.node);
     let cached = i.current;
+    let externals = externals(&i.ws, c);
     if args.json {
-        let v =
-            serde_json::json!({ "task": args.task, "key": key, "cached": cached, "components": c });
+        let externals: Vec<serde_json::Value> = externals
+            .iter()
+            .flat_map(|(lockfile, list)| {
+                list.iter().map(move |e| {
+                    serde_json::json!({ "lockfile": lockfile, "name": e.name,
+                    "version": e.version, "integrity": e.integrity })
+                })
+            })
+            .collect();
+        let v = serde_json::json!({ "task": args.task, "key": key, "cached": cached,
+            "components": c, "externals": externals });
         common::print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
         return Ok(Code::Ok);
     }
@@ -153,6 +193,12 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     }
     for f in &c.workspace {
         let _ = writeln!(s, "workspace {} {}", f.digest.short(), f.path);
+    }
+    for (lockfile, list) in &externals {
+        let _ = writeln!(s, "external  {lockfile}: {} packages", list.len());
+        for e in list {
+            let _ = writeln!(s, "  {}@{} {}", e.name, e.version, e.integrity);
+        }
     }
     let _ = writeln!(s, "inputs    {} files", c.inputs.len());
     for f in &c.inputs {

@@ -61,14 +61,22 @@ fn load_inner(start_dir: &Path, count: &dyn Fn(&Source<'_>)) -> Result<Workspace
     let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
     let ws = file.workspace.unwrap_or_default();
     let fingerprint = check_located_globs(&src, "fingerprint", ws.fingerprint)?;
+    // Without `projects`, a JS workspace's own list (package.json `workspaces`,
+    // pnpm-workspace.yaml) says where the projects are.
+    let project_globs = if ws.projects.is_empty() {
+        let root_package = package_json::read(root, root)?;
+        super::js::workspace_globs(root, &root_package.map(|p| p.workspaces).unwrap_or_default())
+    } else {
+        ws.projects
+    };
     let settings = WorkspaceSettings {
-        projects: ws.projects.iter().map(|p| p.get_ref().clone()).collect(),
+        projects: project_globs.iter().map(|p| p.get_ref().clone()).collect(),
         fingerprint_at: fingerprint.iter().map(|p| p.at.to_string()).collect(),
         fingerprint: fingerprint.into_iter().map(|p| p.value).collect(),
         inputs: check_globs(&src, "inputs", ws.inputs)?,
     };
     let defaults = check_tasks(&src, file.tasks)?;
-    let dirs = discover::project_dirs(&src, &ws.projects)?;
+    let dirs = discover::project_dirs(&src, &project_globs)?;
     let mut root_table = file.project;
     if let Some(table) = &root_table
         && dirs.first().is_none_or(|(dir, _)| !dir.is_empty())
@@ -116,6 +124,8 @@ struct Draft {
     package_deps: Vec<Located<String>>,
     /// The project's own `[tasks.X]`.
     own_tasks: BTreeMap<String, TaskLayer>,
+    /// `package.json` `scripts`; `None` without a `package.json`.
+    scripts: Option<BTreeMap<String, String>>,
 }
 
 /// Reads the project at `dir`. The root project's `[project]` table comes from the workspace
@@ -170,6 +180,7 @@ fn read_project(
         name,
         config_file,
         declared_deps,
+        scripts: package.as_ref().map(|p| p.scripts.clone()),
         package_deps: package.map(|p| p.deps).unwrap_or_default(),
         own_tasks,
     })
@@ -303,6 +314,7 @@ fn merge_tasks(
         confine(name, [Some(layer), None])?;
         tasks.insert(name.clone(), task::with_override(project, name, None, layer)?);
     }
+    super::js::infer_scripts(&draft.dir, draft.scripts.as_ref(), &mut tasks);
     Ok(tasks)
 }
 

@@ -10,13 +10,16 @@
 //!   defaults field by field into a [`TaskDef`](crate::workspace::TaskDef).
 //! - [`discover`]: finds the workspace root (upward search) and the project directories (the
 //!   `projects` globs, honouring `.gitignore`).
-//! - [`package_json`]: a project's name and workspace dependencies from its `package.json`.
+//! - [`package_json`]: a project's name, workspace dependencies, scripts and `workspaces`
+//!   from its `package.json`.
+//! - [`js`]: project globs from a JS workspace's own list, tasks from `package.json` scripts.
 //! - [`load`]: the whole load, in order: root → projects → names → deps → tasks.
 //! - [`outputs`]: the rule that confines every output pattern to its task's project.
 //! - [`error`]: [`ConfigError`]; [`suggest()`]: the did-you-mean helper.
 
 pub mod discover;
 pub mod error;
+pub mod js;
 pub mod load;
 pub mod outputs;
 pub mod package_json;

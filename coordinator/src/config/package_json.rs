@@ -24,6 +24,10 @@ pub struct PackageJson {
     /// Dependency names (every kind prova counts), each where it was written, in file order of
     /// the sections and name order within each.
     pub deps: Vec<Located<String>>,
+    /// `scripts`: name → the shell text (entries that are not strings are left out).
+    pub scripts: BTreeMap<String, String>,
+    /// `workspaces`: the array, or the `packages` of the object form (the root's).
+    pub workspaces: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -33,6 +37,8 @@ struct Raw {
     dependencies: Option<BTreeMap<String, IgnoredAny>>,
     dev_dependencies: Option<BTreeMap<String, IgnoredAny>>,
     optional_dependencies: Option<BTreeMap<String, IgnoredAny>>,
+    scripts: Option<BTreeMap<String, serde_json::Value>>,
+    workspaces: Option<serde_json::Value>,
 }
 
 /// Reads `dir/package.json` (`dir` absolute) if there is one.
@@ -76,7 +82,23 @@ pub fn parse(root: &Path, file: &Path, text: &str) -> Result<PackageJson, Config
             deps.push(Located::new(key, at(offset)));
         }
     }
-    Ok(PackageJson { name, deps })
+    let scripts = raw
+        .scripts
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| v.as_str().map(|s| (k, s.to_owned())))
+        .collect();
+    let list = match raw.workspaces {
+        Some(serde_json::Value::Object(o)) => o.get("packages").cloned(),
+        other => other,
+    };
+    let workspaces = match list {
+        Some(serde_json::Value::Array(a)) => {
+            a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+        }
+        _ => Vec::new(),
+    };
+    Ok(PackageJson { name, deps, scripts, workspaces })
 }
 
 /// Byte offset of the first `"key"` followed by `:` at or after `from`: where a key was

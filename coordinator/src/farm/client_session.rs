@@ -187,6 +187,8 @@ async fn start(
         keys: tasks.iter().map(|t| t.key).collect(),
         components: tasks.iter().map(|t| t.components.clone()).collect(),
         stamps: vec![Vec::new(); tasks.len()],
+        // Exec roots on the farm hold what each task's `inputs` list (the client's refs).
+        unfolded: Vec::new(),
     };
     let policy = CachePolicy { read: options.read, write: options.write };
     let hits =

@@ -76,6 +76,9 @@ struct ScopeShared {
     outputs: Vec<PathGlobs>,
     /// Every plan task's direct dependencies.
     deps: Vec<Vec<usize>>,
+    /// `fingerprint` lockfiles listed at key time: keyed per project (not among a key's
+    /// files, see [`crate::lockfile`]) and guarded by their stamps, so never "added".
+    lockfiles: HashSet<String>,
 }
 
 impl InputScope {
@@ -101,7 +104,10 @@ impl InputScope {
         }
         let files = enumerate_under(root, &sh.nested_repos, sh.source, &outer)?;
         let mut upstream: Option<HashSet<usize>> = None;
-        for f in files.iter().filter(|f| !known.contains(f.as_str())) {
+        for f in files
+            .iter()
+            .filter(|f| !known.contains(f.as_str()) && !sh.lockfiles.contains(f.as_str()))
+        {
             // Only files and links are inputs (the digest pass skips anything else).
             match std::fs::symlink_metadata(root.join(f)) {
                 Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
@@ -298,6 +304,12 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         everyone,
         outputs,
         deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
+        lockfiles: out
+            .fingerprint
+            .iter()
+            .map(|&i| files.all()[i as usize].clone())
+            .filter(|p| crate::lockfile::is_lockfile(p))
+            .collect(),
     });
     out.scopes = scopes
         .into_iter()

@@ -25,6 +25,10 @@ pub struct PlanKeys {
     pub components: Vec<KeyComponents>,
     /// Per task: its input files' stamps at key time (rechecked before a save).
     pub stamps: Vec<Vec<(String, Stamp)>>,
+    /// Workspace-wide files the keys fold in another form (a lockfile keyed per project by
+    /// its resolved externals): not in any key's `workspace` list, but every exec root
+    /// holds them, as it holds the workspace inputs.
+    pub unfolded: Vec<InputFile>,
 }
 
 /// The platform string folded into non-portable keys.
@@ -61,6 +65,15 @@ pub fn compute(
     let workspace_stamps: Vec<(String, Stamp)> =
         workspace.iter().map(|(f, s)| (f.path.clone(), *s)).collect();
     let workspace: Vec<InputFile> = workspace.into_iter().map(|(f, _)| f).collect();
+    // A lockfile prova can read is folded per project (its resolved externals, as a config
+    // pair) instead of whole; its stamps above still guard every save.
+    let fingerprint: Vec<&str> =
+        inputs.fingerprint.iter().map(|&i| files.all()[i as usize].as_str()).collect();
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let locks = crate::lockfile::Keyed::load(&ws.root, &fingerprint, &dirs);
+    // Keyed per project, but still a file the task may read: exec roots hold it.
+    let (keyed_locks, workspace): (Vec<InputFile>, Vec<InputFile>) =
+        workspace.into_iter().partition(|f| locks.is_keyed(&f.path));
 
     let n = plan.tasks.len();
     let mut keys: Vec<Option<Digest>> = vec![None; n];
@@ -105,7 +118,14 @@ pub fn compute(
                 }
                 _ => "group".to_owned(),
             },
-            config: config_pairs(def),
+            config: {
+                let mut c = config_pairs(def);
+                if let Some(p) = ws.projects.get(t.project) {
+                    c.extend(locks.config_pairs(&p.dir));
+                    c.sort();
+                }
+                c
+            },
             env: env_vals,
             inputs: files_in,
             workspace: workspace.clone(),
@@ -122,6 +142,7 @@ pub fn compute(
         keys: keys.into_iter().map(|k| k.unwrap_or(Digest([0; 32]))).collect(),
         components: components.into_iter().map(|c| c.unwrap_or_else(empty_components)).collect(),
         stamps,
+        unfolded: keyed_locks,
     }
 }
 

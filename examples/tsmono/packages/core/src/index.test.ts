@@ -1,0 +1,6 @@
+import test from "node:test";
+import assert from "node:assert/strict";
+import { positive } from "./index";
+
+test("positive accepts 3", () => assert.equal(positive(3), 3));
+test("positive refuses 0", () => assert.throws(() => positive(0)));
