@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use prova_protocol::Digest;
 use prova_protocol::events::Perturbations;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Placement};
 
 use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
@@ -123,10 +124,13 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
         .collect();
-    let root = tokio::task::spawn_blocking(move || ExecRoot::create(&parent, &hint, &spec, &blobs))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("building the exec root failed: {e}"))?;
+    let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
+        ExecRoot::create(&parent, &hint, &spec, &blobs)
+    })
+    .join()
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("building the exec root failed: {e}"))?;
     Ok(Prepared { root, scratch, perturbed })
 }
 

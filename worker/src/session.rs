@@ -92,10 +92,13 @@ impl RemoteBlobs for QuicBlobs {
                 return Err(e.to_string());
             }
             let into = into.clone();
-            tokio::task::spawn_blocking(move || into.insert_file(&path, &digest))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            OwnedTask::spawn_blocking("worker.blob-insert", move || {
+                into.insert_file(&path, &digest)
+            })
+            .join()
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
             Ok(())
         })
     }

@@ -11,6 +11,7 @@ use kameo::prelude::*;
 use prova_coordinator::cache::CacheThread;
 use prova_coordinator::farm::actor::FarmActor;
 use prova_coordinator::farm::server::{self, Shared};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, endpoint};
 use prova_protocol::wire::WorkerInfo;
 use prova_worker::actor::{WorkerActor, WorkerArgs as ActorArgs};
@@ -68,7 +69,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
         ))?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
+        let _signals = OwnedTask::spawn("signals", async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });
@@ -190,7 +191,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         };
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
+        let _signals = OwnedTask::spawn("signals", async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });

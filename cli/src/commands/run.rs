@@ -11,6 +11,7 @@ use prova_coordinator::prepare::{Prepared, prepare};
 use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind, VerifyOptions};
 use prova_protocol::TaskId;
 use prova_protocol::events::{NoticeLevel, RunEvent};
+use prova_protocol::task::OwnedTask;
 use tokio::sync::mpsc;
 
 use super::common::{self, Loaded};
@@ -128,7 +129,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         {
             held.take(); // persistent tasks only
         }
-        let render = tokio::task::spawn_blocking(move || {
+        let render = OwnedTask::spawn_blocking("cli.render", move || {
             let mut r = Renderer::new(std::io::stdout().lock(), style);
             let mut broken = false;
             while let Some(ev) = rx.blocking_recv() {
@@ -161,7 +162,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             });
             crate::local::run(prepared.plan, options.clone(), tx, Some(run_cache), weights, proofs).await
         };
-        let _ = render.await;
+        let _ = render.join().await;
         Ok(Some((summary?, key_stats)))
     });
     drop(cache);

@@ -15,6 +15,7 @@ use std::time::Duration;
 use kameo::prelude::*;
 use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::{CoordinatorMsg, FarmStatus, WorkerInfo, WorkerMsg, WorkerStatus};
 use prova_protocol::work::{Assignment, FromWorker, Placement};
 use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
@@ -65,16 +66,19 @@ impl Actor for FarmActor {
     async fn on_start((): Self::Args, me: ActorRef<Self>) -> Result<Self, Self::Error> {
         // The ticker stops when the actor does (its sends fail).
         let weak = me.downgrade();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            loop {
-                interval.tick().await;
-                let Some(me) = weak.upgrade() else { break };
-                if me.tell(Tick).await.is_err() {
-                    break;
+        drop(
+            OwnedTask::spawn("farm.ticker", async move {
+                let mut interval = tokio::time::interval(TICK);
+                loop {
+                    interval.tick().await;
+                    let Some(me) = weak.upgrade() else { break };
+                    if me.tell(Tick).await.is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            })
+            .detach(),
+        );
         Ok(Self {
             core: FarmCore::with_first_lease(lease_base()),
             started: Instant::now(),
@@ -268,13 +272,16 @@ impl Message<AttachRun> for FarmActor {
         let actor = m.actor;
         // Ends when the run is detached (the sender dropped) and its queue drained, or when
         // the run actor stops.
-        tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                if actor.tell(msg).await.is_err() {
-                    break;
+        drop(
+            OwnedTask::spawn("farm->run", async move {
+                while let Some(msg) = rx.recv().await {
+                    if actor.tell(msg).await.is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            })
+            .detach(),
+        );
         self.runs.insert(m.run, RunLink { tx, reserve: m.reserve, dropped: 0 });
     }
 }
@@ -424,13 +431,16 @@ impl FarmSink {
         // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
         // not aborted with the sink: what the run queued last (cancels as it ends) still
         // reaches the farm; it ends once the sink is dropped and its queue drained.
-        tokio::spawn(async move {
-            while let Some(work) = rx.recv().await {
-                if farm.tell(work).await.is_err() {
-                    break;
+        drop(
+            OwnedTask::spawn("run->farm", async move {
+                while let Some(work) = rx.recv().await {
+                    if farm.tell(work).await.is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            })
+            .detach(),
+        );
         Self { tx, run, namespace }
     }
 
