@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use prova_protocol::wire::Proof;
 
 /// prova — a task runner for monorepos that proves its cache is safe.
 #[derive(Debug, Parser)]
@@ -169,6 +170,29 @@ pub enum FarmCommand {
 }
 
 /// Which task outputs a remote run brings back into the workspace.
+/// What `--verify` proves.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum VerifyMode {
+    // Plain comments: doc comments would change `--help` (the flag's own text explains).
+    // Re-run elsewhere, perturbed, and compare outputs.
+    Determinism,
+    // Run with only declared inputs present and name what else was read.
+    Inputs,
+    // Both.
+    All,
+}
+
+impl VerifyMode {
+    /// The proofs this mode asks for.
+    pub fn proofs(self) -> &'static [Proof] {
+        match self {
+            Self::Determinism => &[Proof::Determinism],
+            Self::Inputs => &[Proof::Inputs],
+            Self::All => &[Proof::Determinism, Proof::Inputs],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
 pub enum DownloadMode {
     /// Every task's.
@@ -378,8 +402,8 @@ pub struct RunArgs {
     /// Prove what runs: `determinism` (the default: re-run elsewhere, perturbed, and compare
     /// outputs), `inputs` (run with only declared inputs present, name what else it read),
     /// or `all`. Give a value as `--verify=inputs`.
-    #[arg(long, value_name = "PROOF", num_args = 0..=1, require_equals = true, default_missing_value = "determinism", value_parser = ["determinism", "inputs", "all"])]
-    pub verify: Option<String>,
+    #[arg(long, value_name = "PROOF", num_args = 0..=1, require_equals = true, default_missing_value = "determinism", value_enum)]
+    pub verify: Option<VerifyMode>,
 
     /// Tasks whose nondeterminism is reported but does not fail the run; repeatable or
     /// comma-separated (`web#bundle,api#build`).
@@ -417,4 +441,37 @@ pub struct GraphArgs {
     /// JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, VerifyMode};
+    use prova_protocol::wire::Proof;
+
+    fn verify_of(args: &[&str]) -> Result<Option<VerifyMode>, clap::Error> {
+        let cli = Cli::try_parse_from([&["prova", "run", "build"], args].concat())?;
+        match cli.command {
+            Command::Run(run) => Ok(run.verify),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn verify_is_parsed_into_its_mode_before_anything_runs() {
+        assert_eq!(verify_of(&[]).unwrap(), None);
+        assert_eq!(verify_of(&["--verify"]).unwrap(), Some(VerifyMode::Determinism));
+        assert_eq!(verify_of(&["--verify=inputs"]).unwrap(), Some(VerifyMode::Inputs));
+        assert_eq!(verify_of(&["--verify=all"]).unwrap(), Some(VerifyMode::All));
+        let err = verify_of(&["--verify=ordering"]).expect_err("an unknown proof");
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue, "{err}");
+    }
+
+    #[test]
+    fn each_mode_asks_for_its_proofs() {
+        assert_eq!(VerifyMode::Determinism.proofs(), [Proof::Determinism]);
+        assert_eq!(VerifyMode::Inputs.proofs(), [Proof::Inputs]);
+        assert_eq!(VerifyMode::All.proofs(), [Proof::Determinism, Proof::Inputs]);
+    }
 }

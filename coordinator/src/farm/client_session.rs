@@ -11,7 +11,8 @@ use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, Role, frame};
 use prova_protocol::wire::{
-    ClientMsg, CoordinatorReply, EntryTier, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
+    ClientMsg, CoordinatorReply, EntryTier, Proof, RemoteKind, RemoteTask, RunOptionsWire,
+    TaskArtifact,
 };
 use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -211,8 +212,8 @@ async fn start(
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: options.continue_on_failure,
             verify: VerifyOptions {
-                determinism: options.verify.iter().any(|v| v == "determinism"),
-                inputs: options.verify.iter().any(|v| v == "inputs"),
+                determinism: options.verify.contains(&Proof::Determinism),
+                inputs: options.verify.contains(&Proof::Inputs),
                 allow: options.verify_allow.iter().cloned().collect(),
                 // The client keeps the undeclared paths that exist in its workspace.
                 workspace_files: None,
