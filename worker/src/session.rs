@@ -242,6 +242,11 @@ async fn serve(
         loop {
             match frame::read_msg::<_, CoordinatorMsg>(&mut recv).await {
                 Ok(Some(CoordinatorMsg::Work(msg))) => {
+                    let (kind, attempt) = match &msg {
+                        ToWorker::Assign(a) => ("Assign", a.attempt),
+                        ToWorker::Cancel { attempt } => ("Cancel", *attempt),
+                    };
+                    tracing::debug!(hop = "farm->worker", kind, attempt = attempt.0, "received");
                     if w.tell(msg).await.is_err() {
                         break;
                     }
@@ -268,6 +273,7 @@ async fn serve(
             _ = conn.closed() => break,
             report = reports.recv() => {
                 let Some(msg) = report else { break };
+                trace_report(&msg);
                 if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
                     *unsent = Some(msg);
                     break;
@@ -281,6 +287,17 @@ async fn serve(
             }
         }
     }
+}
+
+/// The `worker->farm` hop's debug line for one report.
+fn trace_report(msg: &FromWorker) {
+    let (kind, attempt) = match msg {
+        FromWorker::Started { attempt, .. } => ("Started", *attempt),
+        FromWorker::Output { attempt, .. } => ("Output", *attempt),
+        FromWorker::Ready { attempt } => ("Ready", *attempt),
+        FromWorker::Finished(f) => ("Finished", f.attempt),
+    };
+    tracing::debug!(hop = "worker->farm", kind, attempt = attempt.0, "send");
 }
 
 /// QUIC carries TLS alerts as transport error codes 0x100–0x1ff (RFC 9001 §4.8).

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
+use super::forward::{Traced, forward};
 use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
 
 /// How often leases are checked for expiry and unplaceable items for their wait.
@@ -268,20 +269,10 @@ pub struct AttachRun {
 impl Message<AttachRun> for FarmActor {
     type Reply = ();
     async fn handle(&mut self, m: AttachRun, _ctx: &mut Context<Self, ()>) {
-        let (tx, mut rx) = mpsc::channel(m.reserve.saturating_add(OUTPUT_ALLOWANCE));
-        let actor = m.actor;
         // Ends when the run is detached (the sender dropped) and its queue drained, or when
         // the run actor stops.
-        drop(
-            OwnedTask::spawn("farm->run", async move {
-                while let Some(msg) = rx.recv().await {
-                    if actor.tell(msg).await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .detach(),
-        );
+        let (tx, task) = forward("farm->run", m.reserve.saturating_add(OUTPUT_ALLOWANCE), m.actor);
+        drop(task.detach());
         self.runs.insert(m.run, RunLink { tx, reserve: m.reserve, dropped: 0 });
     }
 }
@@ -331,6 +322,30 @@ pub enum RunWork {
     },
     /// Cancel the run's attempt.
     Cancel(Origin),
+}
+
+impl Traced for RunWork {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Submit { .. } => "Submit",
+            Self::Cancel(_) => "Cancel",
+        }
+    }
+    fn attempt(&self) -> Option<AttemptId> {
+        Some(match self {
+            Self::Submit { assignment, .. } => assignment.attempt,
+            Self::Cancel(origin) => origin.attempt,
+        })
+    }
+}
+
+impl Traced for crate::run::actor::FromFarm {
+    fn kind(&self) -> &'static str {
+        self.msg.kind()
+    }
+    fn attempt(&self) -> Option<AttemptId> {
+        self.msg.attempt()
+    }
 }
 
 impl Message<RunWork> for FarmActor {
@@ -427,20 +442,12 @@ pub struct FarmSink {
 impl FarmSink {
     /// The link of run `run` (`tasks` nodes) writing the cache namespace `namespace`.
     pub fn new(farm: ActorRef<FarmActor>, run: RunId, namespace: String, tasks: usize) -> Self {
-        let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
         // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
         // not aborted with the sink: what the run queued last (cancels as it ends) still
         // reaches the farm; it ends once the sink is dropped and its queue drained.
-        drop(
-            OwnedTask::spawn("run->farm", async move {
-                while let Some(work) = rx.recv().await {
-                    if farm.tell(work).await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .detach(),
-        );
+        let capacity = tasks.saturating_mul(WORK_PER_TASK).saturating_add(16);
+        let (tx, task) = forward("run->farm", capacity, farm);
+        drop(task.detach());
         Self { tx, run, namespace }
     }
 

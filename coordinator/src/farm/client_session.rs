@@ -18,6 +18,7 @@ use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
+use super::forward::{Stream, forward};
 use super::server::Shared;
 use crate::cache::{Entry, PENDING, TRUSTED, Visibility, untrusted_of};
 use crate::keys::PlanKeys;
@@ -40,20 +41,12 @@ pub const FARM_RUN_CONCURRENCY: usize = 100_000;
 
 /// Runs the session until the client goes. A run still going is interrupted.
 pub async fn run(
-    mut send: quinn::SendStream,
+    send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: Identity,
     shared: Arc<Shared>,
 ) {
-    let (tx, mut rx) = mpsc::channel::<CoordinatorReply>(CLIENT_QUEUE);
-    let writer = OwnedTask::spawn("coordinator.client.writer", async move {
-        while let Some(msg) = rx.recv().await {
-            if frame::write_msg(&mut send, &msg).await.is_err() {
-                break;
-            }
-        }
-        let _ = send.finish();
-    });
+    let (tx, writer) = forward::<CoordinatorReply, _>("farm->client", CLIENT_QUEUE, Stream(send));
     let mut pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)> = None;
     let mut active: Option<(ActorRef<RunActor>, OwnedTask<()>)> = None;
     loop {
@@ -65,6 +58,7 @@ pub async fn run(
                 break;
             }
         };
+        tracing::debug!(hop = "client->farm", kind = client_msg_kind(&msg), client = %identity, "forward");
         let reply = match msg {
             ClientMsg::FindMissing { digests } => {
                 let who = identity.clone();
@@ -151,6 +145,19 @@ pub async fn run(
     }
     drop(tx);
     let _ = writer.join().await;
+}
+
+/// A client message's kind, for the `client->farm` hop's debug log.
+fn client_msg_kind(msg: &ClientMsg) -> &'static str {
+    match msg {
+        ClientMsg::FindMissing { .. } => "FindMissing",
+        ClientMsg::Begin { .. } => "Begin",
+        ClientMsg::Tasks(_) => "Tasks",
+        ClientMsg::Go => "Go",
+        ClientMsg::Interrupt => "Interrupt",
+        ClientMsg::Status => "Status",
+        ClientMsg::Hermeticity => "Hermeticity",
+    }
 }
 
 /// Validates and starts a submitted run; returns its actor and the task that relays its
@@ -245,7 +252,9 @@ async fn start(
     actor.tell(Begin).await.map_err(|e| e.to_string())?;
     let (shared, ids): (Arc<Shared>, Vec<TaskId>) =
         (shared.clone(), tasks.iter().map(|t| t.spec.id.clone()).collect());
-    let relay = OwnedTask::spawn("coordinator.run.relay", async move {
+    // The `run->client` hop: the run's events, then its artifacts and summary, into the
+    // client's queue (drained by the `farm->client` forwarder).
+    let relay = OwnedTask::spawn("run->client", async move {
         while let Some(ev) = events_rx.recv().await {
             if out.send(CoordinatorReply::Event(ev)).await.is_err() {
                 break;
