@@ -18,6 +18,7 @@ use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
+use super::error::EdgeError;
 use super::forward::{Stream, forward};
 use super::server::Shared;
 use crate::cache::{Entry, PENDING, TRUSTED, Visibility, untrusted_of};
@@ -103,7 +104,7 @@ pub async fn run(
                             active = Some(started);
                             continue;
                         }
-                        Err(message) => CoordinatorReply::Error { message },
+                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
                     }
                 }
                 _ => CoordinatorReply::Error {
@@ -168,8 +169,8 @@ async fn start(
     options: RunOptionsWire,
     tasks: Vec<RemoteTask>,
     out: mpsc::Sender<CoordinatorReply>,
-) -> Result<(ActorRef<RunActor>, OwnedTask<()>), String> {
-    let plan = plan_of(&tasks)?;
+) -> Result<(ActorRef<RunActor>, OwnedTask<()>), EdgeError> {
+    let plan = plan_of(&tasks).map_err(EdgeError::Refused)?;
     let namespace = namespace_of(identity);
     let mut inputs: Vec<Digest> = tasks
         .iter()
@@ -178,18 +179,9 @@ async fn start(
     inputs.sort_unstable();
     inputs.dedup();
     let who = identity.clone();
-    let unseen = shared
-        .store
-        .call(move |s| unseen_input(s, &who, &inputs))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let unseen = shared.store.call(move |s| unseen_input(s, &who, &inputs)).await??;
     if let Some(d) = unseen {
-        return Err(format!(
-            "input blob {} is not in the farm cache for certificate `{}`: upload it first",
-            d.short(),
-            identity.name
-        ));
+        return Err(EdgeError::UnseenInput { blob: d.short(), name: identity.name.clone() });
     }
     let keys = PlanKeys {
         keys: tasks.iter().map(|t| t.key).collect(),
@@ -208,7 +200,7 @@ async fn start(
         FarmLayer::new(inner, &namespace)
     };
     let own_logs = layer.clone();
-    let run = shared.farm.ask(NewRunId).await.map_err(|e| e.to_string())?;
+    let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
     let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
     let (done_tx, done_rx) = oneshot::channel();
     let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
@@ -247,9 +239,9 @@ async fn start(
         .farm
         .tell(AttachRun { actor: actor.clone(), run, reserve })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(EdgeError::actor)?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
-    actor.tell(Begin).await.map_err(|e| e.to_string())?;
+    actor.tell(Begin).await.map_err(EdgeError::actor)?;
     let (shared, ids): (Arc<Shared>, Vec<TaskId>) =
         (shared.clone(), tasks.iter().map(|t| t.spec.id.clone()).collect());
     // The `run->client` hop: the run's events, then its artifacts and summary, into the
@@ -421,16 +413,11 @@ async fn probe(
     namespace: &str,
     plan: &RunPlan,
     keys: &PlanKeys,
-) -> Result<HashMap<usize, Entry>, String> {
+) -> Result<HashMap<usize, Entry>, EdgeError> {
     let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
     let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
     let namespace = namespace.to_owned();
-    let mut found = shared
-        .store
-        .call(move |s| lookup(s, &namespace, &ks))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let mut found = shared.store.call(move |s| lookup(s, &namespace, &ks)).await??;
     Ok(wanted.into_iter().filter_map(|i| found.remove(&keys.keys[i]).map(|e| (i, e))).collect())
 }
 

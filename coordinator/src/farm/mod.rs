@@ -11,6 +11,7 @@ pub mod actor;
 pub mod admission;
 pub mod client_session;
 pub mod core;
+pub mod error;
 pub mod forward;
 pub mod server;
 pub mod worker_session;

@@ -9,6 +9,7 @@ use prova_protocol::transport::{Identity, frame};
 use prova_protocol::wire::{CoordinatorMsg, WorkerMsg};
 
 use super::actor::{FromWorkerSession, WorkerDown, WorkerUp};
+use super::error::EdgeError;
 use super::forward::{Stream, Traced, forward};
 use super::server::Shared;
 
@@ -31,16 +32,14 @@ pub async fn run(
     mut recv: quinn::RecvStream,
     identity: Identity,
     shared: Arc<Shared>,
-) -> Result<(), String> {
+) -> Result<(), EdgeError> {
     let id = WorkerId(identity.name.clone());
     let info = match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
         Ok(Some(WorkerMsg::Register(info))) => info,
         Ok(None) => return Ok(()),
         other => {
             tracing::info!(worker = %id, "expected Register, got {other:?}");
-            return Err(format!(
-                "{id:?} holds a worker certificate: it may only register as a worker, not use the client API"
-            ));
+            return Err(EdgeError::NotRegistered { id });
         }
     };
     let (tx, writer) =
