@@ -9,7 +9,8 @@ use prova_protocol::events::Perturbations;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Placement};
 
-use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
+use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, Source};
+use crate::remote::BlobError;
 use crate::runner::WorkerContext;
 use crate::sandbox::{self, SandboxConfig};
 
@@ -33,13 +34,52 @@ pub struct Wrapped {
     pub perturbed: Option<Perturbations>,
 }
 
+/// Why an exec root could not be prepared; its `Display` is the task's `SpawnFailed` reason.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The assignment runs in place.
+    #[error("not an exec-root placement")]
+    NotExecRoot,
+    /// This worker was started without a blob cache.
+    #[error("this worker has no blob cache for exec roots")]
+    NoBlobCache,
+    /// Blobs are missing and there is no coordinator to ask.
+    #[error("{missing} blobs are missing and this worker has no coordinator to fetch them from")]
+    NoCoordinator {
+        /// How many.
+        missing: usize,
+    },
+    /// Fetching one blob failed.
+    #[error("fetching {path} ({blob}) failed: {source}")]
+    Fetch {
+        /// The input's path, or "an upstream artifact".
+        path: String,
+        /// The blob's short digest.
+        blob: String,
+        /// Why.
+        source: Box<BlobError>,
+    },
+    /// An upstream artifact left the blob cache between fetch and use.
+    #[error("artifact {blob} vanished from the blob cache")]
+    Vanished {
+        /// Its short digest.
+        blob: String,
+    },
+    /// The blocking build did not complete.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    /// Building the root failed.
+    #[error("building the exec root failed: {0}")]
+    Build(#[from] ExecRootError),
+}
+
 /// Materialises the exec root of `a` (which must be an exec-root placement).
-pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, String> {
+pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, PrepareError> {
     let Placement::ExecRoot { inputs, upstream, local_source, local_blobs } = &a.placement else {
-        return Err("not an exec-root placement".to_owned());
+        return Err(PrepareError::NotExecRoot);
     };
     let Some(blobs) = ctx.blobs.clone() else {
-        return Err("this worker has no blob cache for exec roots".to_owned());
+        return Err(PrepareError::NoBlobCache);
     };
     // Bring every blob the root needs into the blob cache (a farm worker), or find it on
     // this machine (a local proof run).
@@ -55,19 +95,20 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
     let missing: Vec<Digest> = wanted.iter().copied().filter(|d| !blobs.has(d)).collect();
     if !missing.is_empty() {
         let Some(remote) = &ctx.remote else {
-            return Err(format!(
-                "{} blobs are missing and this worker has no coordinator to fetch them from",
-                missing.len()
-            ));
+            return Err(PrepareError::NoCoordinator { missing: missing.len() });
         };
         for d in missing {
-            remote.fetch(d, &blobs).await.map_err(|e| {
+            remote.fetch(d, &blobs).await.map_err(|source| {
                 let path = inputs
                     .iter()
                     .find(|i| i.digest == d)
                     .map(|i| i.path.as_str())
                     .unwrap_or("an upstream artifact");
-                format!("fetching {path} ({}) failed: {e}", d.short())
+                PrepareError::Fetch {
+                    path: path.to_owned(),
+                    blob: d.short(),
+                    source: Box::new(source),
+                }
             })?;
         }
     }
@@ -88,11 +129,11 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
             .iter()
             .map(|(d, _)| match local_blobs {
                 Some(dir) => Ok(dir.join(&d.to_hex()[..2]).join(d.to_hex())),
-                None => blobs
-                    .path(d, false)
-                    .ok_or_else(|| format!("artifact {} vanished from the blob cache", d.short())),
+                None => {
+                    blobs.path(d, false).ok_or_else(|| PrepareError::Vanished { blob: d.short() })
+                }
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
     };
@@ -128,9 +169,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         ExecRoot::create(&parent, &hint, &spec, &blobs)
     })
     .join()
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("building the exec root failed: {e}"))?;
+    .await??;
     Ok(Prepared { root, scratch, perturbed })
 }
 

@@ -125,7 +125,7 @@ pub async fn run_assignment(
                 perturbed = wrapped.perturbed;
                 (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
             }
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.to_string()),
         },
     };
     if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Running, WorkerActor};
 use crate::blobcache::BlobCache;
-use crate::remote::{BlobFuture, RemoteBlobs};
+use crate::remote::{BlobError, BlobFuture, RemoteBlobs};
 
 /// How often a worker says it is alive (well inside the coordinator's lease TTL).
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
@@ -56,12 +56,12 @@ pub struct QuicBlobs {
 }
 
 impl QuicBlobs {
-    async fn connection(&self) -> Result<quinn::Connection, String> {
+    async fn connection(&self) -> Result<quinn::Connection, BlobError> {
         let mut rx = self.conn.clone();
         let wait = rx.wait_for(Option::is_some);
         match tokio::time::timeout(BACKOFF_MAX * 3, wait).await {
-            Ok(Ok(c)) => c.clone().ok_or_else(|| "no connection".to_owned()),
-            _ => Err("the coordinator is not reachable".to_owned()),
+            Ok(Ok(c)) => c.clone().ok_or(BlobError::NoConnection),
+            _ => Err(BlobError::Unreachable),
         }
     }
 }
@@ -73,32 +73,28 @@ impl RemoteBlobs for QuicBlobs {
                 return Ok(());
             }
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-            frame::write_msg(&mut send, &BlobRequest::Get { digest })
-                .await
-                .map_err(|e| e.to_string())?;
+            let (mut send, mut recv) = conn.open_bi().await?;
+            frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
             let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
                 Some(BlobAck::Stored) => {}
-                Some(BlobAck::Refused { reason }) => return Err(reason),
-                None => return Err("the coordinator closed the blob stream".to_owned()),
+                Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
+                None => return Err(BlobError::Closed),
             }
-            let (path, file) = into.stage_file().map_err(|e| e.to_string())?;
+            let (path, file) = into.stage_file()?;
             let mut file = tokio::fs::File::from_std(file);
             let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
             drop(file);
             if let Err(e) = got {
                 let _ = std::fs::remove_file(&path);
-                return Err(e.to_string());
+                return Err(e.into());
             }
             let into = into.clone();
             OwnedTask::spawn_blocking("worker.blob-insert", move || {
                 into.insert_file(&path, &digest)
             })
             .join()
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
             Ok(())
         })
     }
@@ -106,17 +102,15 @@ impl RemoteBlobs for QuicBlobs {
     fn upload<'a>(&'a self, path: &'a Path, digest: Digest, size: u64) -> BlobFuture<'a> {
         Box::pin(async move {
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-            frame::write_msg(&mut send, &BlobRequest::Put { digest, size })
-                .await
-                .map_err(|e| e.to_string())?;
-            let file = tokio::fs::File::open(path).await.map_err(|e| e.to_string())?;
-            transport::send_blob(&mut send, digest, size, file).await.map_err(|e| e.to_string())?;
+            let (mut send, mut recv) = conn.open_bi().await?;
+            frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+            let file = tokio::fs::File::open(path).await?;
+            transport::send_blob(&mut send, digest, size, file).await?;
             let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
                 Some(BlobAck::Stored) => Ok(()),
-                Some(BlobAck::Refused { reason }) => Err(reason),
-                None => Err("the coordinator closed the blob stream".to_owned()),
+                Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
+                None => Err(BlobError::Closed),
             }
         })
     }

@@ -43,7 +43,7 @@ pub(crate) async fn run(
     }
     let cmd = match spawn::build(&req) {
         Ok(cmd) => cmd,
-        Err(msg) => return Ok(spawn_failed(msg, StdInstant::now())),
+        Err(e) => return Ok(spawn_failed(e.to_string(), StdInstant::now())),
     };
     let start = StdInstant::now();
     let marker = cmd.marker.clone();

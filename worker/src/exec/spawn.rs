@@ -61,26 +61,43 @@ pub(crate) struct Command {
     pub(crate) marker: String,
 }
 
+/// Why a command cannot even be attempted; its `Display` is the `SpawnFailed` reason.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum BuildError {
+    /// No program.
+    #[error("empty command line")]
+    Empty,
+    /// The working directory is missing.
+    #[error("working directory {0} does not exist or is not a directory")]
+    NoCwd(String),
+    /// The program is not found on the task's `PATH`.
+    #[error("{program}: {}", io::Error::from_raw_os_error(libc::ENOENT))]
+    NotFound {
+        /// The program as the task named it.
+        program: String,
+    },
+    /// A string that cannot reach `execve`.
+    #[error("{0} contains a NUL byte")]
+    Nul(&'static str),
+}
+
 /// The command for `req`, or why it cannot even be attempted.
-pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
+pub(crate) fn build(req: &ProcessRequest) -> Result<Command, BuildError> {
     let Some(program) = req.argv.first() else {
-        return Err("empty command line".to_owned());
+        return Err(BuildError::Empty);
     };
     // Say which is missing: a bare ENOENT would not tell the directory from the program.
     if !req.cwd.is_dir() {
-        return Err(format!(
-            "working directory {} does not exist or is not a directory",
-            req.cwd.display()
-        ));
+        return Err(BuildError::NoCwd(req.cwd.display().to_string()));
     }
-    let nul = |what: &str| format!("{what} contains a NUL byte");
+    let nul = BuildError::Nul;
     let path = if program.contains('/') {
         // Relative to the task's directory, as the child resolves it after chdir.
         program.clone()
     } else {
         let search = req.env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         find_on_path(program, search.unwrap_or(DEFAULT_PATH), &req.cwd)
-            .ok_or_else(|| format!("{program}: {}", io::Error::from_raw_os_error(libc::ENOENT)))?
+            .ok_or_else(|| BuildError::NotFound { program: program.clone() })?
     };
     let argv = req
         .argv
