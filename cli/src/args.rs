@@ -275,8 +275,40 @@ pub enum CacheCommand {
     },
 }
 
+/// A flag or config value that does not parse; its `Display` is what clap (or the config
+/// loader) prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// Not a number with a unit.
+    NotASize(String),
+    /// A negative or NaN size.
+    BadSize(String),
+    /// A `--cache` part without `:`.
+    CacheSyntax(String),
+    /// A `--cache` layer other than `local`.
+    CacheLayer(String),
+    /// A `--cache` mode other than r, w, rw.
+    CacheMode(String),
+}
+
+impl std::fmt::Display for ValueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotASize(s) => write!(f, "not a size: {s:?} (try 2G, 500M)"),
+            Self::BadSize(s) => write!(f, "not a size: {s:?}"),
+            Self::CacheSyntax(part) => write!(f, "`{part}`: want LAYER:MODE, e.g. local:rw"),
+            Self::CacheLayer(layer) => {
+                write!(f, "unknown cache layer `{layer}` (local mode has `local`)")
+            }
+            Self::CacheMode(part) => write!(f, "`{part}`: mode is r, w or rw"),
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
+
 /// Parses `2G`, `500M`, `64k`, `1048576` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ValueError> {
     let s = s.trim();
     let (num, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&s[..s.len() - 1], 1u64 << 10),
@@ -285,9 +317,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('T') => (&s[..s.len() - 1], 1 << 40),
         _ => (s, 1),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?} (try 2G, 500M)"))?;
+    let n: f64 = num.trim().parse().map_err(|_| ValueError::NotASize(s.to_owned()))?;
     if n.is_nan() || n < 0.0 {
-        return Err(format!("not a size: {s:?}"));
+        return Err(ValueError::BadSize(s.to_owned()));
     }
     Ok((n * mult as f64) as u64)
 }
@@ -302,20 +334,19 @@ pub struct CacheSpec {
 }
 
 /// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither).
-pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, String> {
+pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, ValueError> {
     let mut spec = CacheSpec { read: false, write: false };
     for part in s.split(',').filter(|p| !p.is_empty()) {
-        let (layer, mode) = part
-            .split_once(':')
-            .ok_or_else(|| format!("`{part}`: want LAYER:MODE, e.g. local:rw"))?;
+        let (layer, mode) =
+            part.split_once(':').ok_or_else(|| ValueError::CacheSyntax(part.to_owned()))?;
         if layer != "local" {
-            return Err(format!("unknown cache layer `{layer}` (local mode has `local`)"));
+            return Err(ValueError::CacheLayer(layer.to_owned()));
         }
         for c in mode.chars() {
             match c {
                 'r' => spec.read = true,
                 'w' => spec.write = true,
-                _ => return Err(format!("`{part}`: mode is r, w or rw")),
+                _ => return Err(ValueError::CacheMode(part.to_owned())),
             }
         }
     }
@@ -473,5 +504,27 @@ mod verify_tests {
         assert_eq!(VerifyMode::Determinism.proofs(), [Proof::Determinism]);
         assert_eq!(VerifyMode::Inputs.proofs(), [Proof::Inputs]);
         assert_eq!(VerifyMode::All.proofs(), [Proof::Determinism, Proof::Inputs]);
+    }
+}
+
+#[cfg(test)]
+mod value_tests {
+    use super::{ValueError, parse_cache_spec, parse_size};
+
+    #[test]
+    fn bad_values_are_typed_and_read_as_before() {
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        let e = parse_size("lots").unwrap_err();
+        assert_eq!(e, ValueError::NotASize("lots".into()));
+        assert_eq!(e.to_string(), "not a size: \"lots\" (try 2G, 500M)");
+        assert_eq!(parse_size("-1").unwrap_err().to_string(), "not a size: \"-1\"");
+        let cases = [
+            ("local", "`local`: want LAYER:MODE, e.g. local:rw"),
+            ("s3:rw", "unknown cache layer `s3` (local mode has `local`)"),
+            ("local:x", "`local:x`: mode is r, w or rw"),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(parse_cache_spec(spec).unwrap_err().to_string(), want, "{spec}");
+        }
     }
 }
