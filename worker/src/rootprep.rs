@@ -9,13 +9,13 @@ use prova_protocol::events::Perturbations;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Placement};
 
-use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, Source};
+use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource};
 use crate::remote::BlobError;
 use crate::runner::WorkerContext;
 use crate::sandbox::{self, SandboxConfig};
 
 /// A materialised exec root (removed when dropped).
-pub struct Prepared {
+pub struct PreparedRoot {
     /// The root.
     pub root: ExecRoot,
     /// A determinism re-run's own `TMPDIR` (removed when dropped).
@@ -74,7 +74,7 @@ pub enum PrepareError {
 }
 
 /// Materialises the exec root of `a` (which must be an exec-root placement).
-pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, PrepareError> {
+pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot, PrepareError> {
     let Placement::ExecRoot { inputs, upstream, local_source, local_blobs } = &a.placement else {
         return Err(PrepareError::NotExecRoot);
     };
@@ -118,8 +118,8 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, Pr
             .map(|i| RootInput {
                 path: i.path.clone(),
                 source: match local_source {
-                    Some(ws) => Source::File(ws.join(&i.path)),
-                    None => Source::Blob(i.digest),
+                    Some(ws) => RootSource::File(ws.join(&i.path)),
+                    None => RootSource::Blob(i.digest),
                 },
                 exec: i.exec,
                 symlink: i.symlink.clone(),
@@ -170,14 +170,14 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, Pr
     })
     .join()
     .await??;
-    Ok(Prepared { root, scratch, perturbed })
+    Ok(PreparedRoot { root, scratch, perturbed })
 }
 
 /// The bytes an exec root's inputs take (one stat each), to see whether a tmpfs has room.
 fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 {
     let file = |i: &RootInput| match &i.source {
-        Source::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
-        Source::Blob(d) => {
+        RootSource::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        RootSource::Blob(d) => {
             blobs.path(d, i.exec).and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
         }
     };
@@ -191,7 +191,7 @@ fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 
 pub fn wrap(
     a: &Assignment,
     ctx: &WorkerContext,
-    p: &Prepared,
+    p: &PreparedRoot,
     argv: Vec<String>,
     env: &mut Vec<(String, String)>,
 ) -> (Wrapped, String) {

@@ -50,7 +50,7 @@ pub(crate) struct Spawned {
 }
 
 /// What to start, resolved and converted before it reaches the spawner thread.
-pub(crate) struct Command {
+pub(crate) struct SpawnCommand {
     /// The program to exec (a path: resolved against `PATH` when given without a `/`).
     path: CString,
     argv: Vec<CString>,
@@ -82,7 +82,7 @@ pub(crate) enum BuildError {
 }
 
 /// The command for `req`, or why it cannot even be attempted.
-pub(crate) fn build(req: &ProcessRequest) -> Result<Command, BuildError> {
+pub(crate) fn build(req: &ProcessRequest) -> Result<SpawnCommand, BuildError> {
     let Some(program) = req.argv.first() else {
         return Err(BuildError::Empty);
     };
@@ -116,7 +116,7 @@ pub(crate) fn build(req: &ProcessRequest) -> Result<Command, BuildError> {
         .iter()
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| nul("an environment variable")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Command {
+    Ok(SpawnCommand {
         path: CString::new(path).map_err(|_| nul("the program"))?,
         argv,
         envp,
@@ -140,7 +140,7 @@ fn find_on_path(program: &str, search: &str, cwd: &Path) -> Option<String> {
 }
 
 struct Job {
-    cmd: Command,
+    cmd: SpawnCommand,
     reply: oneshot::Sender<io::Result<Spawned>>,
 }
 
@@ -149,7 +149,7 @@ static SPAWNER: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
 
 /// Spawn `cmd` on the spawner thread. The outer error is the executor's own failure; the
 /// inner one is the command's (program not found, …).
-pub(crate) async fn spawn(cmd: Command) -> Result<io::Result<Spawned>, ExecError> {
+pub(crate) async fn spawn(cmd: SpawnCommand) -> Result<io::Result<Spawned>, ExecError> {
     let (reply, rx) = oneshot::channel();
     submit(Job { cmd, reply })?;
     rx.await.map_err(|_| ExecError::SpawnerGone)
@@ -256,7 +256,7 @@ fn ptrs<'a>(strings: impl IntoIterator<Item = &'a CStr>) -> Vec<*const libc::c_c
 }
 
 /// Starts `cmd`; runs on the spawner thread.
-fn start(cmd: &Command, parent: Pid, stack: &mut [u8]) -> io::Result<Spawned> {
+fn start(cmd: &SpawnCommand, parent: Pid, stack: &mut [u8]) -> io::Result<Spawned> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let null = dev_null()?;
