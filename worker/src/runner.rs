@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::spec::{CommandLine, ExitKind};
+use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{
     Assignment, Finished, FromWorker, Placement, ReadsReport, TRACE_READ_FAILED,
@@ -100,10 +100,7 @@ pub async fn run_assignment(
         Ok(r) => r,
         Err(e) => return fail(format!("bad ready_when: {e}")),
     };
-    let mut argv = match &a.spec.command {
-        CommandLine::Shell(cmd) => exec::shell_argv(cmd, &a.spec.args),
-        CommandLine::Argv(v) => v.iter().chain(&a.spec.args).cloned().collect(),
-    };
+    let mut argv = exec::command_argv(&a.spec.command, &a.spec.args);
     let mut env = task_env(&ctx.config, &a);
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
