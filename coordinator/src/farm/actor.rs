@@ -5,8 +5,9 @@
 //!
 //! Flow control: the farm actor never waits on a run or a worker, and a run never waits on
 //! the farm. Each direction goes through a queue sized from what can be in flight, drained
-//! by a forwarder task ([`FarmSink`], `RunLink`, `worker_session::worker_queue`); see
-//! `flow_tests.rs` for the deadlock this prevents.
+//! by the one forwarder ([`super::forward::forward`]: [`FarmSink`] `run->farm`, `RunLink`
+//! `farm->run`, `worker_session::worker_queue` `farm->worker`); see `flow_tests.rs` for the
+//! deadlock this prevents.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
