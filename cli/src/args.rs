@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use prova_protocol::wire::Proof;
 
 /// prova — a task runner for monorepos that proves its cache is safe.
 #[derive(Debug, Parser)]
@@ -169,6 +170,29 @@ pub enum FarmCommand {
 }
 
 /// Which task outputs a remote run brings back into the workspace.
+/// What `--verify` proves.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum VerifyMode {
+    // Plain comments: doc comments would change `--help` (the flag's own text explains).
+    // Re-run elsewhere, perturbed, and compare outputs.
+    Determinism,
+    // Run with only declared inputs present and name what else was read.
+    Inputs,
+    // Both.
+    All,
+}
+
+impl VerifyMode {
+    /// The proofs this mode asks for.
+    pub fn proofs(self) -> &'static [Proof] {
+        match self {
+            Self::Determinism => &[Proof::Determinism],
+            Self::Inputs => &[Proof::Inputs],
+            Self::All => &[Proof::Determinism, Proof::Inputs],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
 pub enum DownloadMode {
     /// Every task's.
@@ -258,8 +282,40 @@ pub enum CacheCommand {
     },
 }
 
+/// A flag or config value that does not parse; its `Display` is what clap (or the config
+/// loader) prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// Not a number with a unit.
+    NotASize(String),
+    /// A negative or NaN size.
+    BadSize(String),
+    /// A `--cache` part without `:`.
+    CacheSyntax(String),
+    /// A `--cache` layer other than `local`.
+    CacheLayer(String),
+    /// A `--cache` mode other than r, w, rw.
+    CacheMode(String),
+}
+
+impl std::fmt::Display for ValueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotASize(s) => write!(f, "not a size: {s:?} (try 2G, 500M)"),
+            Self::BadSize(s) => write!(f, "not a size: {s:?}"),
+            Self::CacheSyntax(part) => write!(f, "`{part}`: want LAYER:MODE, e.g. local:rw"),
+            Self::CacheLayer(layer) => {
+                write!(f, "unknown cache layer `{layer}` (local mode has `local`)")
+            }
+            Self::CacheMode(part) => write!(f, "`{part}`: mode is r, w or rw"),
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
+
 /// Parses `2G`, `500M`, `64k`, `1048576` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ValueError> {
     let s = s.trim();
     let (num, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&s[..s.len() - 1], 1u64 << 10),
@@ -268,9 +324,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('T') => (&s[..s.len() - 1], 1 << 40),
         _ => (s, 1),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?} (try 2G, 500M)"))?;
+    let n: f64 = num.trim().parse().map_err(|_| ValueError::NotASize(s.to_owned()))?;
     if n.is_nan() || n < 0.0 {
-        return Err(format!("not a size: {s:?}"));
+        return Err(ValueError::BadSize(s.to_owned()));
     }
     Ok((n * mult as f64) as u64)
 }
@@ -285,20 +341,19 @@ pub struct CacheSpec {
 }
 
 /// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither).
-pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, String> {
+pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, ValueError> {
     let mut spec = CacheSpec { read: false, write: false };
     for part in s.split(',').filter(|p| !p.is_empty()) {
-        let (layer, mode) = part
-            .split_once(':')
-            .ok_or_else(|| format!("`{part}`: want LAYER:MODE, e.g. local:rw"))?;
+        let (layer, mode) =
+            part.split_once(':').ok_or_else(|| ValueError::CacheSyntax(part.to_owned()))?;
         if layer != "local" {
-            return Err(format!("unknown cache layer `{layer}` (local mode has `local`)"));
+            return Err(ValueError::CacheLayer(layer.to_owned()));
         }
         for c in mode.chars() {
             match c {
                 'r' => spec.read = true,
                 'w' => spec.write = true,
-                _ => return Err(format!("`{part}`: mode is r, w or rw")),
+                _ => return Err(ValueError::CacheMode(part.to_owned())),
             }
         }
     }
@@ -385,8 +440,8 @@ pub struct RunArgs {
     /// Prove what runs: `determinism` (the default: re-run elsewhere, perturbed, and compare
     /// outputs), `inputs` (run with only declared inputs present, name what else it read),
     /// or `all`. Give a value as `--verify=inputs`.
-    #[arg(long, value_name = "PROOF", num_args = 0..=1, require_equals = true, default_missing_value = "determinism", value_parser = ["determinism", "inputs", "all"])]
-    pub verify: Option<String>,
+    #[arg(long, value_name = "PROOF", num_args = 0..=1, require_equals = true, default_missing_value = "determinism", value_enum)]
+    pub verify: Option<VerifyMode>,
 
     /// Tasks whose nondeterminism is reported but does not fail the run; repeatable or
     /// comma-separated (`web#bundle,api#build`).
@@ -430,4 +485,59 @@ pub struct GraphArgs {
     /// JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, VerifyMode};
+    use prova_protocol::wire::Proof;
+
+    fn verify_of(args: &[&str]) -> Result<Option<VerifyMode>, clap::Error> {
+        let cli = Cli::try_parse_from([&["prova", "run", "build"], args].concat())?;
+        match cli.command {
+            Command::Run(run) => Ok(run.verify),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn verify_is_parsed_into_its_mode_before_anything_runs() {
+        assert_eq!(verify_of(&[]).unwrap(), None);
+        assert_eq!(verify_of(&["--verify"]).unwrap(), Some(VerifyMode::Determinism));
+        assert_eq!(verify_of(&["--verify=inputs"]).unwrap(), Some(VerifyMode::Inputs));
+        assert_eq!(verify_of(&["--verify=all"]).unwrap(), Some(VerifyMode::All));
+        let err = verify_of(&["--verify=ordering"]).expect_err("an unknown proof");
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue, "{err}");
+    }
+
+    #[test]
+    fn each_mode_asks_for_its_proofs() {
+        assert_eq!(VerifyMode::Determinism.proofs(), [Proof::Determinism]);
+        assert_eq!(VerifyMode::Inputs.proofs(), [Proof::Inputs]);
+        assert_eq!(VerifyMode::All.proofs(), [Proof::Determinism, Proof::Inputs]);
+    }
+}
+
+#[cfg(test)]
+mod value_tests {
+    use super::{ValueError, parse_cache_spec, parse_size};
+
+    #[test]
+    fn bad_values_are_typed_and_read_as_before() {
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        let e = parse_size("lots").unwrap_err();
+        assert_eq!(e, ValueError::NotASize("lots".into()));
+        assert_eq!(e.to_string(), "not a size: \"lots\" (try 2G, 500M)");
+        assert_eq!(parse_size("-1").unwrap_err().to_string(), "not a size: \"-1\"");
+        let cases = [
+            ("local", "`local`: want LAYER:MODE, e.g. local:rw"),
+            ("s3:rw", "unknown cache layer `s3` (local mode has `local`)"),
+            ("local:x", "`local:x`: mode is r, w or rw"),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(parse_cache_spec(spec).unwrap_err().to_string(), want, "{spec}");
+        }
+    }
 }

@@ -13,7 +13,7 @@ use prova_protocol::WorkerId;
 use prova_protocol::events::{RunEvent, RunSummary};
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{FromWorker, ToWorker};
-use prova_worker::actor::{WorkerActor, WorkerArgs};
+use prova_worker::actor::{WorkerActor, WorkerActorArgs};
 use prova_worker::blobcache::BlobCache;
 use prova_worker::exec::LocalExecutor;
 use prova_worker::runner::{RunnerConfig, WorkerContext};
@@ -64,7 +64,7 @@ pub async fn run(
         local_proof_sources = Some(p.sources);
         slots *= 2;
     }
-    let worker = WorkerActor::spawn(WorkerArgs { context, slots, link: worker_outbox });
+    let worker = WorkerActor::spawn(WorkerActorArgs { context, slots, link: worker_outbox });
     let worker_ref = worker.clone();
     let _to_worker_pump = OwnedTask::spawn("local.to_worker", async move {
         while let Some(msg) = worker_inbox.recv().await {

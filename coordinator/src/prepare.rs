@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use prova_protocol::task::OwnedTask;
 use prova_protocol::{Digest, TaskId};
 
 use crate::cache::{CacheError, CacheThread};
@@ -144,9 +145,13 @@ pub async fn prepare(
     let nested = nested_repos(ws);
     let files: FileList = {
         let root = root.clone();
-        tokio::task::spawn_blocking(move || inputs::enumerate(&root, &nested)).await.map_err(
-            |e| inputs::files::FilesError::Walk { dir: String::new(), message: e.to_string() },
-        )??
+        OwnedTask::spawn_blocking("prepare.enumerate", move || inputs::enumerate(&root, &nested))
+            .join()
+            .await
+            .map_err(|e| inputs::files::FilesError::Walk {
+                dir: String::new(),
+                message: e.to_string(),
+            })??
     };
     tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
@@ -160,10 +165,11 @@ pub async fn prepare(
     let pass = {
         let paths: Vec<String> = needed.iter().map(|&i| files.all()[i as usize].clone()).collect();
         let root = root.clone();
-        tokio::task::spawn_blocking(move || {
+        OwnedTask::spawn_blocking("prepare.digest", move || {
             let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
             keys::digests::digest_files(&root, &refs, &memo, now_ns)
         })
+        .join()
         .await
         .map_err(|e| inputs::files::FilesError::Walk {
             dir: String::new(),

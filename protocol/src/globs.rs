@@ -178,9 +178,10 @@ impl PathGlobs {
 pub fn check_pattern(pattern: &str) -> Result<(), GlobError> {
     let body = pattern.strip_prefix('!').unwrap_or(pattern);
     let (_, rel) = normalise(body).ok_or_else(|| GlobError::Escapes(pattern.to_owned()))?;
-    compile(&rel)
-        .map(drop)
-        .map_err(|reason| GlobError::Invalid { pattern: pattern.to_owned(), reason })
+    compile(&rel).map(drop).map_err(|kind| GlobError::Invalid {
+        pattern: pattern.to_owned(),
+        reason: kind.to_string(),
+    })
 }
 
 /// The workspace-relative literal prefix of one pattern written in the config of a project at
@@ -212,7 +213,10 @@ impl Compiled {
                 None => (false, raw.as_str()),
             };
             let (ws, rel) = normalise(body).ok_or_else(|| GlobError::Escapes(raw.clone()))?;
-            let invalid = |reason| GlobError::Invalid { pattern: raw.clone(), reason };
+            let invalid = |kind: globset::ErrorKind| GlobError::Invalid {
+                pattern: raw.clone(),
+                reason: kind.to_string(),
+            };
             let slot = match (negated, ws) {
                 (false, false) => 0,
                 (false, true) => 1,
@@ -289,12 +293,14 @@ fn normalise(body: &str) -> Option<(bool, String)> {
     Some((ws, rel.to_owned()))
 }
 
-fn compile(pattern: &str) -> Result<Glob, String> {
+/// The glob of `pattern`, or what globset found wrong with it (its kind: the pattern itself
+/// is named by the caller's [`GlobError::Invalid`]).
+fn compile(pattern: &str) -> Result<Glob, globset::ErrorKind> {
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
         .build()
-        .map_err(|e| e.kind().to_string())
+        .map_err(|e| e.kind().clone())
 }
 
 fn has_meta(s: &str) -> bool {

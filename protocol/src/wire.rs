@@ -205,6 +205,20 @@ pub enum Download {
     None,
 }
 
+/// A proof a run asks for (`--verify`). On the wire, the lowercase name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proof {
+    /// Re-run elsewhere, perturbed, and compare outputs by content.
+    Determinism,
+    /// Run with only the declared inputs present and name what else was read.
+    Inputs,
+    /// A proof this build does not know (a newer peer's): ignored, as an unknown name always
+    /// was. Never sent.
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
 /// How a submitted run behaves.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunOptionsWire {
@@ -214,9 +228,10 @@ pub struct RunOptionsWire {
     pub read: bool,
     /// Write the farm cache.
     pub write: bool,
-    /// Verification requested (`determinism`, `inputs`), empty for none.
+    /// Verification requested, empty for none. Encoded as the strings `determinism` and
+    /// `inputs`.
     #[serde(default)]
-    pub verify: Vec<String>,
+    pub verify: Vec<Proof>,
     /// Tasks allowed to be nondeterministic.
     #[serde(default)]
     pub verify_allow: Vec<TaskId>,
@@ -343,4 +358,24 @@ pub struct WorkerStatus {
     pub sandbox: String,
     /// Tasks running there.
     pub running: Vec<TaskId>,
+}
+
+#[cfg(test)]
+mod proof_tests {
+    use super::Proof;
+
+    #[test]
+    fn proofs_travel_as_the_names_they_always_had() {
+        let names = vec!["determinism".to_owned(), "inputs".to_owned()];
+        let typed = vec![Proof::Determinism, Proof::Inputs];
+        assert_eq!(rmp_serde::to_vec(&typed).unwrap(), rmp_serde::to_vec(&names).unwrap());
+    }
+
+    #[test]
+    fn an_unknown_proof_name_is_kept_apart_not_refused() {
+        let names = vec!["ordering".to_owned(), "inputs".to_owned()];
+        let bytes = rmp_serde::to_vec(&names).unwrap();
+        let got: Vec<Proof> = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(got, [Proof::Unknown, Proof::Inputs]);
+    }
 }

@@ -16,7 +16,8 @@ use crate::wire::InputRef;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {
     /// In the workspace itself (local mode's default): cwd = `<root>/<project_dir>`. Only
-    /// meaningful in-process; a farm worker refuses it.
+    /// meaningful in-process: the coordinator never sends it to a farm worker (which does not
+    /// itself refuse it).
     InPlace {
         /// The workspace root on this machine.
         workspace_root: PathBuf,

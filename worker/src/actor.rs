@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::runner::{WorkerContext, run_assignment};
 
 /// What a worker actor is built from.
-pub struct WorkerArgs {
+pub struct WorkerActorArgs {
     /// What assignments may use on this worker.
     pub context: WorkerContext,
     /// Concurrent assignments this worker accepts.
@@ -36,7 +36,7 @@ pub struct WorkerActor {
 }
 
 impl Actor for WorkerActor {
-    type Args = WorkerArgs;
+    type Args = WorkerActorArgs;
     type Error = Infallible;
 
     async fn on_start(args: Self::Args, _me: ActorRef<Self>) -> Result<Self, Self::Error> {
@@ -171,7 +171,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let (link, mut reports) = mpsc::channel(256);
         let context = WorkerContext::in_place(Arc::new(LocalExecutor), RunnerConfig::from_host());
-        let worker = WorkerActor::spawn(WorkerArgs { context, slots: 1, link });
+        let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: 1, link });
         worker.tell(assignment(1, dir.path())).await.expect("assign");
         let mut n = 1;
         while n <= 200 {

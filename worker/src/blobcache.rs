@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::{self, File, FileTimes};
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,8 +227,9 @@ impl BlobCache {
         self.inner.max_bytes
     }
 
-    /// Bytes held on disk (executable twins included).
-    pub fn total_bytes(&self) -> u64 {
+    /// Bytes held on disk (executable twins included). Tests only: nothing outside reads it.
+    #[cfg(test)]
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.inner.lock().total
     }
 
@@ -294,8 +295,13 @@ impl BlobCache {
     }
 
     /// Files `bytes` as blob `expected`, verifying them first (a mismatch writes nothing), and
-    /// returns the blob's path.
-    pub fn insert_bytes(&self, bytes: &[u8], expected: &Digest) -> Result<PathBuf, BlobCacheError> {
+    /// returns the blob's path. Tests only: the worker files blobs from staged files.
+    #[cfg(test)]
+    pub(crate) fn insert_bytes(
+        &self,
+        bytes: &[u8],
+        expected: &Digest,
+    ) -> Result<PathBuf, BlobCacheError> {
         let actual = Digest::of(bytes);
         if actual != *expected {
             return Err(BlobCacheError::DigestMismatch { expected: *expected, actual });
@@ -308,7 +314,7 @@ impl BlobCache {
             }
         }
         let (tmp, mut file) = self.inner.stage_file()?;
-        let written = file.write_all(bytes);
+        let written = std::io::Write::write_all(&mut file, bytes);
         drop(file);
         let finished =
             written.map_err(io_err(&tmp)).and_then(|()| finish_blob(&tmp, BLOB_MODE, None));

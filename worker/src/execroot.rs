@@ -42,7 +42,7 @@ use crate::blobcache::{
 
 /// Where an input's bytes come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum RootSource {
     /// A blob in the [`BlobCache`] (hardlinked).
     Blob(Digest),
     /// A file on this machine (copied): in local mode, the workspace file itself.
@@ -55,7 +55,7 @@ pub struct RootInput {
     /// Workspace-relative, clean (`is_clean_relative`).
     pub path: String,
     /// Where the bytes come from; ignored for a symlink.
-    pub source: Source,
+    pub source: RootSource,
     /// Whether the file is executable.
     pub exec: bool,
     /// For a symlink input, its target (relative, staying inside the root).
@@ -194,8 +194,8 @@ impl ExecRoot {
             .iter()
             .filter(|i| i.symlink.is_none())
             .filter_map(|i| match &i.source {
-                Source::Blob(d) => Some(*d),
-                Source::File(_) => None,
+                RootSource::Blob(d) => Some(*d),
+                RootSource::File(_) => None,
             })
             .collect();
         let pins = blobs.pin(&blob_digests);
@@ -388,8 +388,8 @@ impl Builder<'_> {
         if let Some(placed) = self.placed.get(rel) {
             // An upstream output is already here: fine if it is the same content.
             let want = match &input.source {
-                Source::Blob(d) => *d,
-                Source::File(p) => Digest::of_file(p).map_err(io_err(p))?,
+                RootSource::Blob(d) => *d,
+                RootSource::File(p) => Digest::of_file(p).map_err(io_err(p))?,
             };
             return match placed {
                 Placed::File(Some(d)) if *d == want => Ok(()),
@@ -400,8 +400,8 @@ impl Builder<'_> {
         let dest = self.abs(rel);
         let copy_mode = if input.exec { 0o755 } else { 0o644 };
         match &input.source {
-            Source::File(src) => copy_file(src, &dest, copy_mode),
-            Source::Blob(d) => {
+            RootSource::File(src) => copy_file(src, &dest, copy_mode),
+            RootSource::Blob(d) => {
                 let src = blobs.try_path(d, input.exec)?.ok_or_else(|| {
                     ExecRootError::MissingBlob { path: rel.to_owned(), digest: *d }
                 })?;

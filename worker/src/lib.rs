@@ -16,6 +16,8 @@
 //!   packing them after.
 //! - [`session`]: the farm worker's QUIC session: dial, `Hello`, register, relay, heartbeat,
 //!   redial with backoff; `QuicBlobs` fetches inputs and uploads artifacts.
+//! - [`start`]: a farm worker's start-up from resolved settings (work dir, blob cache, actor,
+//!   session); the `prova worker` binary only parses flags into [`start::WorkerSettings`].
 //! - [`actor`]: the worker actor — slots, live attempts, cancel.
 //! - [`blobcache`]: the worker-local, bounded (LRU, pinnable) content-addressed cache that
 //!   exec roots are hardlinked from; locality for placement.
@@ -36,3 +38,4 @@ pub mod rootprep;
 pub mod runner;
 pub mod sandbox;
 pub mod session;
+pub mod start;

@@ -7,10 +7,44 @@ use std::pin::Pin;
 
 use prova_protocol::Digest;
 
-use crate::blobcache::BlobCache;
+use prova_protocol::transport::FrameError;
 
-/// A boxed future of a blob transfer; the error is a message for the task's report.
-pub type BlobFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+use crate::blobcache::{BlobCache, BlobCacheError};
+
+/// A boxed future of a blob transfer; its error's `Display` goes into the task's report.
+pub type BlobFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BlobError>> + Send + 'a>>;
+
+/// Why a blob transfer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// No connection is current (the watch holds none).
+    #[error("no connection")]
+    NoConnection,
+    /// No connection came up in time.
+    #[error("the coordinator is not reachable")]
+    Unreachable,
+    /// The connection failed opening the stream.
+    #[error(transparent)]
+    Connection(#[from] quinn::ConnectionError),
+    /// Framing or the stream under it.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The coordinator refused, for this reason.
+    #[error("{0}")]
+    Refused(String),
+    /// The coordinator ended the stream before its answer.
+    #[error("the coordinator closed the blob stream")]
+    Closed,
+    /// A local file.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The blob cache.
+    #[error(transparent)]
+    Cache(#[from] BlobCacheError),
+    /// The blocking insert did not complete.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+}
 
 /// Blob transfers with the coordinator.
 pub trait RemoteBlobs: Send + Sync + 'static {

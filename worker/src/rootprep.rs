@@ -6,14 +6,16 @@ use std::path::PathBuf;
 
 use prova_protocol::Digest;
 use prova_protocol::events::Perturbations;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, Placement};
 
-use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
+use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource};
+use crate::remote::BlobError;
 use crate::runner::WorkerContext;
 use crate::sandbox::{self, SandboxConfig};
 
 /// A materialised exec root (removed when dropped).
-pub struct Prepared {
+pub struct PreparedRoot {
     /// The root.
     pub root: ExecRoot,
     /// A determinism re-run's own `TMPDIR` (removed when dropped).
@@ -32,13 +34,52 @@ pub struct Wrapped {
     pub perturbed: Option<Perturbations>,
 }
 
+/// Why an exec root could not be prepared; its `Display` is the task's `SpawnFailed` reason.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The assignment runs in place.
+    #[error("not an exec-root placement")]
+    NotExecRoot,
+    /// This worker was started without a blob cache.
+    #[error("this worker has no blob cache for exec roots")]
+    NoBlobCache,
+    /// Blobs are missing and there is no coordinator to ask.
+    #[error("{missing} blobs are missing and this worker has no coordinator to fetch them from")]
+    NoCoordinator {
+        /// How many.
+        missing: usize,
+    },
+    /// Fetching one blob failed.
+    #[error("fetching {path} ({blob}) failed: {source}")]
+    Fetch {
+        /// The input's path, or "an upstream artifact".
+        path: String,
+        /// The blob's short digest.
+        blob: String,
+        /// Why.
+        source: Box<BlobError>,
+    },
+    /// An upstream artifact left the blob cache between fetch and use.
+    #[error("artifact {blob} vanished from the blob cache")]
+    Vanished {
+        /// Its short digest.
+        blob: String,
+    },
+    /// The blocking build did not complete.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    /// Building the root failed.
+    #[error("building the exec root failed: {0}")]
+    Build(#[from] ExecRootError),
+}
+
 /// Materialises the exec root of `a` (which must be an exec-root placement).
-pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, String> {
+pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot, PrepareError> {
     let Placement::ExecRoot { inputs, upstream, local_source, local_blobs } = &a.placement else {
-        return Err("not an exec-root placement".to_owned());
+        return Err(PrepareError::NotExecRoot);
     };
     let Some(blobs) = ctx.blobs.clone() else {
-        return Err("this worker has no blob cache for exec roots".to_owned());
+        return Err(PrepareError::NoBlobCache);
     };
     // Bring every blob the root needs into the blob cache (a farm worker), or find it on
     // this machine (a local proof run).
@@ -54,19 +95,20 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
     let missing: Vec<Digest> = wanted.iter().copied().filter(|d| !blobs.has(d)).collect();
     if !missing.is_empty() {
         let Some(remote) = &ctx.remote else {
-            return Err(format!(
-                "{} blobs are missing and this worker has no coordinator to fetch them from",
-                missing.len()
-            ));
+            return Err(PrepareError::NoCoordinator { missing: missing.len() });
         };
         for d in missing {
-            remote.fetch(d, &blobs).await.map_err(|e| {
+            remote.fetch(d, &blobs).await.map_err(|source| {
                 let path = inputs
                     .iter()
                     .find(|i| i.digest == d)
                     .map(|i| i.path.as_str())
                     .unwrap_or("an upstream artifact");
-                format!("fetching {path} ({}) failed: {e}", d.short())
+                PrepareError::Fetch {
+                    path: path.to_owned(),
+                    blob: d.short(),
+                    source: Box::new(source),
+                }
             })?;
         }
     }
@@ -76,8 +118,8 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
             .map(|i| RootInput {
                 path: i.path.clone(),
                 source: match local_source {
-                    Some(ws) => Source::File(ws.join(&i.path)),
-                    None => Source::Blob(i.digest),
+                    Some(ws) => RootSource::File(ws.join(&i.path)),
+                    None => RootSource::Blob(i.digest),
                 },
                 exec: i.exec,
                 symlink: i.symlink.clone(),
@@ -87,11 +129,11 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
             .iter()
             .map(|(d, _)| match local_blobs {
                 Some(dir) => Ok(dir.join(&d.to_hex()[..2]).join(d.to_hex())),
-                None => blobs
-                    .path(d, false)
-                    .ok_or_else(|| format!("artifact {} vanished from the blob cache", d.short())),
+                None => {
+                    blobs.path(d, false).ok_or_else(|| PrepareError::Vanished { blob: d.short() })
+                }
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
     };
@@ -123,18 +165,19 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<Prepared, St
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
         .collect();
-    let root = tokio::task::spawn_blocking(move || ExecRoot::create(&parent, &hint, &spec, &blobs))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("building the exec root failed: {e}"))?;
-    Ok(Prepared { root, scratch, perturbed })
+    let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
+        ExecRoot::create(&parent, &hint, &spec, &blobs)
+    })
+    .join()
+    .await??;
+    Ok(PreparedRoot { root, scratch, perturbed })
 }
 
 /// The bytes an exec root's inputs take (one stat each), to see whether a tmpfs has room.
 fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 {
     let file = |i: &RootInput| match &i.source {
-        Source::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
-        Source::Blob(d) => {
+        RootSource::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        RootSource::Blob(d) => {
             blobs.path(d, i.exec).and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
         }
     };
@@ -148,7 +191,7 @@ fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 
 pub fn wrap(
     a: &Assignment,
     ctx: &WorkerContext,
-    p: &Prepared,
+    p: &PreparedRoot,
     argv: Vec<String>,
     env: &mut Vec<(String, String)>,
 ) -> (Wrapped, String) {

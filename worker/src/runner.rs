@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::spec::{CommandLine, ExitKind};
+use prova_protocol::spec::ExitKind;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{
     Assignment, Finished, FromWorker, Placement, ReadsReport, TRACE_READ_FAILED,
 };
@@ -99,10 +100,7 @@ pub async fn run_assignment(
         Ok(r) => r,
         Err(e) => return fail(format!("bad ready_when: {e}")),
     };
-    let mut argv = match &a.spec.command {
-        CommandLine::Shell(cmd) => exec::shell_argv(cmd, &a.spec.args),
-        CommandLine::Argv(v) => v.iter().chain(&a.spec.args).cloned().collect(),
-    };
+    let mut argv = exec::command_argv(&a.spec.command, &a.spec.args);
     let mut env = task_env(&ctx.config, &a);
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
@@ -124,7 +122,7 @@ pub async fn run_assignment(
                 perturbed = wrapped.perturbed;
                 (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
             }
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.to_string()),
         },
     };
     if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
@@ -184,11 +182,13 @@ pub async fn run_assignment(
         report.reads = Some(match (&trace_file, &exec_root) {
             (Some(t), Some(p)) => {
                 let (t, r) = (t.clone(), p.root.path().to_owned());
-                let reads =
-                    tokio::task::spawn_blocking(move || crate::sandbox::trace_reads(&t, &r))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map_err(|e| e.to_string()));
+                let reads = OwnedTask::spawn_blocking("worker.trace-reads", move || {
+                    crate::sandbox::trace_reads(&t, &r)
+                })
+                .join()
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
                 if let Some(f) = &trace_file {
                     let _ = std::fs::remove_file(f);
                 }
@@ -237,9 +237,10 @@ async fn collect(
     let root2 = root.to_owned();
     let pack2 = pack_to.clone();
     let project = a.spec.project_dir.clone();
-    let collected = tokio::task::spawn_blocking(move || {
+    let collected = OwnedTask::spawn_blocking("worker.collect-outputs", move || {
         outputs::collect(&root2, &globs, &project, pack2.as_deref())
     })
+    .join()
     .await;
     let (outs, missing) = match collected {
         Ok(Ok(x)) => x,
@@ -264,7 +265,11 @@ async fn collect(
         match &ctx.blobs {
             Some(b) => {
                 let (b, p) = (b.clone(), path.clone());
-                let _ = tokio::task::spawn_blocking(move || b.insert_file(&p, &digest)).await;
+                let _ = OwnedTask::spawn_blocking("worker.blob-insert", move || {
+                    b.insert_file(&p, &digest)
+                })
+                .join()
+                .await;
             }
             None => {
                 let _ = std::fs::remove_file(path);

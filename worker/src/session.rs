@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Running, WorkerActor};
 use crate::blobcache::BlobCache;
-use crate::remote::{BlobFuture, RemoteBlobs};
+use crate::remote::{BlobError, BlobFuture, RemoteBlobs};
 
 /// How often a worker says it is alive (well inside the coordinator's lease TTL).
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
@@ -56,12 +56,12 @@ pub struct QuicBlobs {
 }
 
 impl QuicBlobs {
-    async fn connection(&self) -> Result<quinn::Connection, String> {
+    async fn connection(&self) -> Result<quinn::Connection, BlobError> {
         let mut rx = self.conn.clone();
         let wait = rx.wait_for(Option::is_some);
         match tokio::time::timeout(BACKOFF_MAX * 3, wait).await {
-            Ok(Ok(c)) => c.clone().ok_or_else(|| "no connection".to_owned()),
-            _ => Err("the coordinator is not reachable".to_owned()),
+            Ok(Ok(c)) => c.clone().ok_or(BlobError::NoConnection),
+            _ => Err(BlobError::Unreachable),
         }
     }
 }
@@ -73,29 +73,28 @@ impl RemoteBlobs for QuicBlobs {
                 return Ok(());
             }
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-            frame::write_msg(&mut send, &BlobRequest::Get { digest })
-                .await
-                .map_err(|e| e.to_string())?;
+            let (mut send, mut recv) = conn.open_bi().await?;
+            frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
             let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
                 Some(BlobAck::Stored) => {}
-                Some(BlobAck::Refused { reason }) => return Err(reason),
-                None => return Err("the coordinator closed the blob stream".to_owned()),
+                Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
+                None => return Err(BlobError::Closed),
             }
-            let (path, file) = into.stage_file().map_err(|e| e.to_string())?;
+            let (path, file) = into.stage_file()?;
             let mut file = tokio::fs::File::from_std(file);
             let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
             drop(file);
             if let Err(e) = got {
                 let _ = std::fs::remove_file(&path);
-                return Err(e.to_string());
+                return Err(e.into());
             }
             let into = into.clone();
-            tokio::task::spawn_blocking(move || into.insert_file(&path, &digest))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            OwnedTask::spawn_blocking("worker.blob-insert", move || {
+                into.insert_file(&path, &digest)
+            })
+            .join()
+            .await??;
             Ok(())
         })
     }
@@ -103,17 +102,15 @@ impl RemoteBlobs for QuicBlobs {
     fn upload<'a>(&'a self, path: &'a Path, digest: Digest, size: u64) -> BlobFuture<'a> {
         Box::pin(async move {
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-            frame::write_msg(&mut send, &BlobRequest::Put { digest, size })
-                .await
-                .map_err(|e| e.to_string())?;
-            let file = tokio::fs::File::open(path).await.map_err(|e| e.to_string())?;
-            transport::send_blob(&mut send, digest, size, file).await.map_err(|e| e.to_string())?;
+            let (mut send, mut recv) = conn.open_bi().await?;
+            frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+            let file = tokio::fs::File::open(path).await?;
+            transport::send_blob(&mut send, digest, size, file).await?;
             let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
                 Some(BlobAck::Stored) => Ok(()),
-                Some(BlobAck::Refused { reason }) => Err(reason),
-                None => Err("the coordinator closed the blob stream".to_owned()),
+                Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
+                None => Err(BlobError::Closed),
             }
         })
     }
@@ -239,6 +236,11 @@ async fn serve(
         loop {
             match frame::read_msg::<_, CoordinatorMsg>(&mut recv).await {
                 Ok(Some(CoordinatorMsg::Work(msg))) => {
+                    let (kind, attempt) = match &msg {
+                        ToWorker::Assign(a) => ("Assign", a.attempt),
+                        ToWorker::Cancel { attempt } => ("Cancel", *attempt),
+                    };
+                    tracing::debug!(hop = "farm->worker", kind, attempt = attempt.0, "received");
                     if w.tell(msg).await.is_err() {
                         break;
                     }
@@ -265,6 +267,7 @@ async fn serve(
             _ = conn.closed() => break,
             report = reports.recv() => {
                 let Some(msg) = report else { break };
+                trace_report(&msg);
                 if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
                     *unsent = Some(msg);
                     break;
@@ -278,6 +281,17 @@ async fn serve(
             }
         }
     }
+}
+
+/// The `worker->farm` hop's debug line for one report.
+fn trace_report(msg: &FromWorker) {
+    let (kind, attempt) = match msg {
+        FromWorker::Started { attempt, .. } => ("Started", *attempt),
+        FromWorker::Output { attempt, .. } => ("Output", *attempt),
+        FromWorker::Ready { attempt } => ("Ready", *attempt),
+        FromWorker::Finished(f) => ("Finished", f.attempt),
+    };
+    tracing::debug!(hop = "worker->farm", kind, attempt = attempt.0, "send");
 }
 
 /// QUIC carries TLS alerts as transport error codes 0x100–0x1ff (RFC 9001 §4.8).

@@ -11,14 +11,10 @@ use kameo::prelude::*;
 use prova_coordinator::cache::CacheThread;
 use prova_coordinator::farm::actor::FarmActor;
 use prova_coordinator::farm::server::{self, Shared};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, endpoint};
-use prova_protocol::wire::WorkerInfo;
-use prova_worker::actor::{WorkerActor, WorkerArgs as ActorArgs};
-use prova_worker::blobcache::BlobCache;
-use prova_worker::exec::LocalExecutor;
-use prova_worker::runner::{RunnerConfig, WorkerContext};
-use prova_worker::{sandbox, session};
-use tokio::sync::mpsc;
+// The worker's start-up lives in its crate; re-exported for the in-process test farm.
+pub use prova_worker::start::{self, WorkerSettings, run_worker};
 use tokio_util::sync::CancellationToken;
 
 use super::common;
@@ -68,7 +64,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
         ))?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
+        let _signals = OwnedTask::spawn("signals", async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });
@@ -154,26 +150,9 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         (None, None) => DEFAULT_BLOB_CACHE,
     };
     let mode = args.sandbox.or(file.sandbox).unwrap_or_else(|| "bwrap".to_owned());
-    let (use_sandbox, sandbox_desc) = match mode.as_str() {
-        "bwrap" => match sandbox::detect() {
-            sandbox::SandboxStatus::Bwrap { version } => (true, format!("bwrap {version}")),
-            sandbox::SandboxStatus::Unavailable { reason } => {
-                anyhow::bail!(
-                    "bubblewrap cannot run here ({reason}); install it (apt-get install bubblewrap) or start the worker with --sandbox=none"
-                )
-            }
-        },
-        "none" => (false, "none".to_owned()),
-        other => anyhow::bail!("--sandbox {other}: use `bwrap` or `none`"),
-    };
+    let (use_sandbox, sandbox_desc) = start::sandbox_mode(&mode)?;
     let bundle = Bundle::load(&certs)?;
-    if bundle.identity.role != Role::Worker {
-        anyhow::bail!(
-            "{} holds a {} certificate; a worker needs a worker bundle",
-            certs.display(),
-            bundle.identity.role
-        );
-    }
+    start::check_bundle(&bundle, &certs)?;
     let server_name = args.server_name.or(file.server_name).unwrap_or_else(|| host_of(&join));
     let rt = common::runtime()?;
     rt.block_on(async move {
@@ -190,86 +169,14 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         };
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
+        let _signals = OwnedTask::spawn("signals", async move {
             crate::local::wait_for_signal().await;
             stop.cancel();
         });
-        run_worker(settings, shutdown, common::print).await
+        let announce = |line: &str| common::print(line).map_err(std::io::Error::other);
+        Ok::<_, anyhow::Error>(run_worker(settings, shutdown, announce).await?)
     })?;
     Ok(Code::Ok)
-}
-
-/// A worker's resolved settings.
-pub struct WorkerSettings {
-    /// The coordinator's address.
-    pub join: SocketAddr,
-    /// The name its certificate carries.
-    pub server_name: String,
-    /// Its certificate bundle (role `worker`).
-    pub bundle: Bundle,
-    /// Tasks at once.
-    pub slots: u32,
-    /// Exec roots, traces and the blob cache.
-    pub work_dir: PathBuf,
-    /// Placement labels.
-    pub labels: std::collections::BTreeMap<String, String>,
-    /// The blob cache bound in bytes.
-    pub blob_cache_size: u64,
-    /// Run tasks under bubblewrap.
-    pub sandbox: bool,
-    /// How `farm status` describes its sandbox.
-    pub sandbox_desc: String,
-}
-
-/// Runs a worker until `shutdown` (or until the coordinator refuses it): its actor and its
-/// session with the coordinator. `announce` gets the `prova worker NAME joining …` line.
-pub async fn run_worker(
-    s: WorkerSettings,
-    shutdown: CancellationToken,
-    announce: impl FnOnce(&str) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let name = s.bundle.identity.name.clone();
-    let work_dir = &s.work_dir;
-    std::fs::create_dir_all(work_dir)
-        .with_context(|| format!("cannot create {}", work_dir.display()))?;
-    // Absolute from here on: sandboxes and tracers run in other directories.
-    let work_dir = std::fs::canonicalize(work_dir)
-        .with_context(|| format!("cannot resolve {}", work_dir.display()))?;
-    let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
-        .with_context(|| format!("cannot open the blob cache in {}", work_dir.display()))?;
-    let (remote, conn_tx) = session::blobs();
-    let (link, reports) = mpsc::channel(256);
-    let context = WorkerContext {
-        executor: Arc::new(LocalExecutor),
-        config: RunnerConfig::from_host(),
-        work_dir,
-        blobs: Some(blobs),
-        remote: Some(Arc::new(remote)),
-        sandbox: s.sandbox,
-        strace: sandbox::strace_available(),
-    };
-    let worker = WorkerActor::spawn(ActorArgs { context, slots: s.slots as usize, link });
-    let info = WorkerInfo {
-        slots: s.slots,
-        os: std::env::consts::OS.to_owned(),
-        arch: std::env::consts::ARCH.to_owned(),
-        labels: s.labels,
-        sandbox: s.sandbox_desc.clone(),
-        running: Vec::new(),
-    };
-    announce(&format!(
-        "prova worker {name} joining {} ({} slots, sandbox {})\n",
-        s.join, s.slots, s.sandbox_desc
-    ))?;
-    let cfg = session::SessionConfig {
-        addr: s.join,
-        server_name: s.server_name,
-        bundle: Arc::new(s.bundle),
-        info,
-    };
-    let r = session::run(cfg, worker.clone(), reports, conn_tx, shutdown).await;
-    worker.kill();
-    r.map_err(anyhow::Error::from)
 }
 
 /// The host part of `HOST:PORT` (brackets of an IPv6 literal removed).

@@ -11,6 +11,8 @@ use prova_coordinator::prepare::{Prepared, prepare};
 use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind, VerifyOptions};
 use prova_protocol::TaskId;
 use prova_protocol::events::{NoticeLevel, RunEvent};
+use prova_protocol::task::OwnedTask;
+use prova_protocol::wire::Proof;
 use tokio::sync::mpsc;
 
 use super::common::{self, Loaded};
@@ -63,9 +65,9 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         continue_on_failure: args.keep_going,
         verify: VerifyOptions::default(),
     };
-    if let Some(mode) = &args.verify {
-        options.verify.determinism = matches!(mode.as_str(), "determinism" | "all");
-        options.verify.inputs = matches!(mode.as_str(), "inputs" | "all");
+    if let Some(mode) = args.verify {
+        options.verify.determinism = mode.proofs().contains(&Proof::Determinism);
+        options.verify.inputs = mode.proofs().contains(&Proof::Inputs);
     }
     for t in &args.verify_allow {
         let id = TaskId::parse(t)
@@ -163,7 +165,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 .collect(),
             options.concurrency,
         );
-        let render = tokio::task::spawn_blocking(move || {
+        let render = OwnedTask::spawn_blocking("cli.render", move || {
             use std::io::Write as _;
             // Rendered into a buffer, written with the progress line cleared only when an
             // event printed something (most do not: starts, hits' bookkeeping).
@@ -209,7 +211,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             });
             crate::local::run(prepared.plan, options.clone(), tx, Some(run_cache), weights, proofs).await
         };
-        let _ = render.await;
+        let _ = render.join().await;
         Ok(Some((summary?, key_stats)))
     });
     drop(cache);
@@ -388,12 +390,11 @@ fn wire_options(
         read: policy.read,
         write: policy.write,
         verify: [
-            ("determinism", run_options.verify.determinism),
-            ("inputs", run_options.verify.inputs),
+            (Proof::Determinism, run_options.verify.determinism),
+            (Proof::Inputs, run_options.verify.inputs),
         ]
         .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(p, _)| p.to_owned())
+        .filter_map(|(p, on)| on.then_some(p))
         .collect(),
         verify_allow: run_options.verify.allow.iter().cloned().collect(),
     }

@@ -12,7 +12,7 @@ use prova_coordinator::cache::{CacheThread, NewEntry, PENDING, TRUSTED, UNTRUSTE
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::layers::local::now_ms;
 use prova_coordinator::prepare::Prepared;
-use prova_protocol::artifact::confine::check_manifest_confined;
+use prova_protocol::artifact::confine::{ConfineError, check_manifest_confined};
 use prova_protocol::events::{RunSummary, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
@@ -45,17 +45,46 @@ pub fn local_namespace(tier: EntryTier) -> &'static str {
     }
 }
 
+/// Why a downloaded artifact's manifest is refused; its `Display` is the refusal's note.
+#[derive(Debug)]
+pub enum ManifestRefusal {
+    /// It does not decode.
+    Corrupt(rmp_serde::decode::Error),
+    /// It names paths outside the task's declared outputs.
+    Unconfined(ConfineError),
+}
+
+impl std::fmt::Display for ManifestRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Corrupt(e) => write!(f, "the farm sent a corrupt manifest: {e}"),
+            Self::Unconfined(e) => {
+                write!(f, "the farm sent outputs outside the task's declared outputs: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Corrupt(e) => Some(e),
+            Self::Unconfined(e) => Some(e),
+        }
+    }
+}
+
 /// The manifest of `a`, if the task (declared `outputs` of the project at `project_dir`)
 /// may write it; otherwise why not.
 pub fn checked_manifest(
     a: &TaskArtifact,
     outputs: &PathGlobs,
     project_dir: &str,
-) -> Result<OutputManifest, String> {
-    let manifest: OutputManifest = rmp_serde::from_slice(&a.manifest)
-        .map_err(|e| format!("the farm sent a corrupt manifest: {e}"))?;
+) -> Result<OutputManifest, ManifestRefusal> {
+    let manifest: OutputManifest =
+        rmp_serde::from_slice(&a.manifest).map_err(ManifestRefusal::Corrupt)?;
     check_manifest_confined(&manifest, outputs, project_dir)
-        .map_err(|e| format!("the farm sent outputs outside the task's declared outputs: {e}"))?;
+        .map_err(ManifestRefusal::Unconfined)?;
     Ok(manifest)
 }
 
@@ -92,7 +121,7 @@ pub async fn download(
             Ok(m) => m,
             Err(why) => {
                 tracing::warn!(task = %a.task, "refusing a download: {why}");
-                out.refused.push((a.task.clone(), why));
+                out.refused.push((a.task.clone(), why.to_string()));
                 continue;
             }
         };
@@ -206,7 +235,7 @@ mod tests {
         assert!(checked_manifest(&ok, &globs, "libs/a").is_ok());
         for bad in [".git/hooks/pre-commit", "libs/other/src/index.ts", "libs/a/src/x"] {
             let a = artifact(&["libs/a/dist/x", bad], EntryTier::Trusted);
-            let why = checked_manifest(&a, &globs, "libs/a").unwrap_err();
+            let why = checked_manifest(&a, &globs, "libs/a").unwrap_err().to_string();
             assert!(why.contains(bad), "{why}");
         }
         let mut corrupt = ok.clone();

@@ -107,6 +107,8 @@ mod tests {
     use std::sync::mpsc as std_mpsc;
     use std::time::Duration;
 
+    use prova_protocol::task::OwnedTask;
+
     use super::*;
     use crate::cache::TRUSTED;
     use crate::cache::test_util::{entry, key};
@@ -132,21 +134,21 @@ mod tests {
         assert_eq!(got.unwrap().task, "web#build");
 
         let c2 = cache.clone();
-        let task = tokio::task::spawn_blocking(move || {
+        let task = OwnedTask::spawn_blocking("test.blocking-caller", move || {
             c2.call_blocking(|s| s.get_entry(TRUSTED, &key(1)).map(|e| e.map(|e| e.created_ms)))
         });
-        assert_eq!(task.await.unwrap().unwrap().unwrap(), Some(10));
+        assert_eq!(task.join().await.unwrap().unwrap().unwrap(), Some(10));
 
         // Many concurrent callers through the bounded queue.
         let mut handles = Vec::new();
         for i in 0..(CACHE_QUEUE_CAPACITY as u64 * 2) {
             let c = cache.clone();
-            handles.push(tokio::spawn(async move {
+            handles.push(OwnedTask::spawn("test.caller", async move {
                 c.call(move |s| s.record_durations(&[(format!("t{i}#x"), i)])).await
             }));
         }
         for h in handles {
-            h.await.unwrap().unwrap().unwrap();
+            h.join().await.unwrap().unwrap().unwrap();
         }
         let n = cache.call(|s| s.durations().map(|d| d.len())).await.unwrap().unwrap();
         assert_eq!(n, CACHE_QUEUE_CAPACITY * 2);

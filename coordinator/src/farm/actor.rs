@@ -5,8 +5,9 @@
 //!
 //! Flow control: the farm actor never waits on a run or a worker, and a run never waits on
 //! the farm. Each direction goes through a queue sized from what can be in flight, drained
-//! by a forwarder task ([`FarmSink`], `RunLink`, `worker_session::worker_queue`); see
-//! `flow_tests.rs` for the deadlock this prevents.
+//! by the one forwarder ([`super::forward::forward`]: [`FarmSink`] `run->farm`, `RunLink`
+//! `farm->run`, `worker_session::worker_queue` `farm->worker`); see `flow_tests.rs` for the
+//! deadlock this prevents.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use kameo::prelude::*;
 use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::{CoordinatorMsg, FarmStatus, WorkerInfo, WorkerMsg, WorkerStatus};
 use prova_protocol::work::{Assignment, FromWorker, Placement};
 use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
@@ -22,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
+use super::forward::{Traced, forward};
 use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
 
 /// How often leases are checked for expiry and unplaceable items for their wait.
@@ -65,16 +68,19 @@ impl Actor for FarmActor {
     async fn on_start((): Self::Args, me: ActorRef<Self>) -> Result<Self, Self::Error> {
         // The ticker stops when the actor does (its sends fail).
         let weak = me.downgrade();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            loop {
-                interval.tick().await;
-                let Some(me) = weak.upgrade() else { break };
-                if me.tell(Tick).await.is_err() {
-                    break;
+        drop(
+            OwnedTask::spawn("farm.ticker", async move {
+                let mut interval = tokio::time::interval(TICK);
+                loop {
+                    interval.tick().await;
+                    let Some(me) = weak.upgrade() else { break };
+                    if me.tell(Tick).await.is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            })
+            .detach(),
+        );
         Ok(Self {
             core: FarmCore::with_first_lease(lease_base()),
             started: Instant::now(),
@@ -264,17 +270,10 @@ pub struct AttachRun {
 impl Message<AttachRun> for FarmActor {
     type Reply = ();
     async fn handle(&mut self, m: AttachRun, _ctx: &mut Context<Self, ()>) {
-        let (tx, mut rx) = mpsc::channel(m.reserve.saturating_add(OUTPUT_ALLOWANCE));
-        let actor = m.actor;
         // Ends when the run is detached (the sender dropped) and its queue drained, or when
         // the run actor stops.
-        tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                if actor.tell(msg).await.is_err() {
-                    break;
-                }
-            }
-        });
+        let (tx, task) = forward("farm->run", m.reserve.saturating_add(OUTPUT_ALLOWANCE), m.actor);
+        drop(task.detach());
         self.runs.insert(m.run, RunLink { tx, reserve: m.reserve, dropped: 0 });
     }
 }
@@ -324,6 +323,30 @@ pub enum RunWork {
     },
     /// Cancel the run's attempt.
     Cancel(Origin),
+}
+
+impl Traced for RunWork {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Submit { .. } => "Submit",
+            Self::Cancel(_) => "Cancel",
+        }
+    }
+    fn attempt(&self) -> Option<AttemptId> {
+        Some(match self {
+            Self::Submit { assignment, .. } => assignment.attempt,
+            Self::Cancel(origin) => origin.attempt,
+        })
+    }
+}
+
+impl Traced for crate::run::actor::FromFarm {
+    fn kind(&self) -> &'static str {
+        self.msg.kind()
+    }
+    fn attempt(&self) -> Option<AttemptId> {
+        self.msg.attempt()
+    }
 }
 
 impl Message<RunWork> for FarmActor {
@@ -420,17 +443,12 @@ pub struct FarmSink {
 impl FarmSink {
     /// The link of run `run` (`tasks` nodes) writing the cache namespace `namespace`.
     pub fn new(farm: ActorRef<FarmActor>, run: RunId, namespace: String, tasks: usize) -> Self {
-        let (tx, mut rx) = mpsc::channel(tasks.saturating_mul(WORK_PER_TASK).saturating_add(16));
         // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
         // not aborted with the sink: what the run queued last (cancels as it ends) still
         // reaches the farm; it ends once the sink is dropped and its queue drained.
-        tokio::spawn(async move {
-            while let Some(work) = rx.recv().await {
-                if farm.tell(work).await.is_err() {
-                    break;
-                }
-            }
-        });
+        let capacity = tasks.saturating_mul(WORK_PER_TASK).saturating_add(16);
+        let (tx, task) = forward("run->farm", capacity, farm);
+        drop(task.detach());
         Self { tx, run, namespace }
     }
 

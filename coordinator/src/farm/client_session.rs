@@ -11,12 +11,15 @@ use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, Role, frame};
 use prova_protocol::wire::{
-    ClientMsg, CoordinatorReply, EntryTier, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
+    ClientMsg, CoordinatorReply, EntryTier, Proof, RemoteKind, RemoteTask, RunOptionsWire,
+    TaskArtifact,
 };
 use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
+use super::error::EdgeError;
+use super::forward::{Stream, forward};
 use super::server::Shared;
 use crate::cache::{Entry, PENDING, TRUSTED, Visibility, untrusted_of};
 use crate::keys::PlanKeys;
@@ -39,20 +42,12 @@ pub const FARM_RUN_CONCURRENCY: usize = 100_000;
 
 /// Runs the session until the client goes. A run still going is interrupted.
 pub async fn run(
-    mut send: quinn::SendStream,
+    send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: Identity,
     shared: Arc<Shared>,
 ) {
-    let (tx, mut rx) = mpsc::channel::<CoordinatorReply>(CLIENT_QUEUE);
-    let writer = OwnedTask::spawn("coordinator.client.writer", async move {
-        while let Some(msg) = rx.recv().await {
-            if frame::write_msg(&mut send, &msg).await.is_err() {
-                break;
-            }
-        }
-        let _ = send.finish();
-    });
+    let (tx, writer) = forward::<CoordinatorReply, _>("farm->client", CLIENT_QUEUE, Stream(send));
     let mut pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)> = None;
     let mut active: Option<(ActorRef<RunActor>, OwnedTask<()>)> = None;
     loop {
@@ -64,6 +59,7 @@ pub async fn run(
                 break;
             }
         };
+        tracing::debug!(hop = "client->farm", kind = client_msg_kind(&msg), client = %identity, "forward");
         let reply = match msg {
             ClientMsg::FindMissing { digests } => {
                 let who = identity.clone();
@@ -108,7 +104,7 @@ pub async fn run(
                             active = Some(started);
                             continue;
                         }
-                        Err(message) => CoordinatorReply::Error { message },
+                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
                     }
                 }
                 _ => CoordinatorReply::Error {
@@ -152,6 +148,19 @@ pub async fn run(
     let _ = writer.join().await;
 }
 
+/// A client message's kind, for the `client->farm` hop's debug log.
+fn client_msg_kind(msg: &ClientMsg) -> &'static str {
+    match msg {
+        ClientMsg::FindMissing { .. } => "FindMissing",
+        ClientMsg::Begin { .. } => "Begin",
+        ClientMsg::Tasks(_) => "Tasks",
+        ClientMsg::Go => "Go",
+        ClientMsg::Interrupt => "Interrupt",
+        ClientMsg::Status => "Status",
+        ClientMsg::Hermeticity => "Hermeticity",
+    }
+}
+
 /// Validates and starts a submitted run; returns its actor and the task that relays its
 /// events and, at the end, its artifacts and summary.
 async fn start(
@@ -160,8 +169,8 @@ async fn start(
     options: RunOptionsWire,
     tasks: Vec<RemoteTask>,
     out: mpsc::Sender<CoordinatorReply>,
-) -> Result<(ActorRef<RunActor>, OwnedTask<()>), String> {
-    let plan = plan_of(&tasks)?;
+) -> Result<(ActorRef<RunActor>, OwnedTask<()>), EdgeError> {
+    let plan = plan_of(&tasks).map_err(EdgeError::Refused)?;
     let namespace = namespace_of(identity);
     let mut inputs: Vec<Digest> = tasks
         .iter()
@@ -170,18 +179,9 @@ async fn start(
     inputs.sort_unstable();
     inputs.dedup();
     let who = identity.clone();
-    let unseen = shared
-        .store
-        .call(move |s| unseen_input(s, &who, &inputs))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let unseen = shared.store.call(move |s| unseen_input(s, &who, &inputs)).await??;
     if let Some(d) = unseen {
-        return Err(format!(
-            "input blob {} is not in the farm cache for certificate `{}`: upload it first",
-            d.short(),
-            identity.name
-        ));
+        return Err(EdgeError::UnseenInput { blob: d.short(), name: identity.name.clone() });
     }
     let keys = PlanKeys {
         keys: tasks.iter().map(|t| t.key).collect(),
@@ -202,7 +202,7 @@ async fn start(
         FarmLayer::new(inner, &namespace)
     };
     let own_logs = layer.clone();
-    let run = shared.farm.ask(NewRunId).await.map_err(|e| e.to_string())?;
+    let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
     let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
     let (done_tx, done_rx) = oneshot::channel();
     let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
@@ -213,8 +213,8 @@ async fn start(
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: options.continue_on_failure,
             verify: VerifyOptions {
-                determinism: options.verify.iter().any(|v| v == "determinism"),
-                inputs: options.verify.iter().any(|v| v == "inputs"),
+                determinism: options.verify.contains(&Proof::Determinism),
+                inputs: options.verify.contains(&Proof::Inputs),
                 allow: options.verify_allow.iter().cloned().collect(),
                 // The client keeps the undeclared paths that exist in its workspace.
                 workspace_files: None,
@@ -241,12 +241,14 @@ async fn start(
         .farm
         .tell(AttachRun { actor: actor.clone(), run, reserve })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(EdgeError::actor)?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
-    actor.tell(Begin).await.map_err(|e| e.to_string())?;
+    actor.tell(Begin).await.map_err(EdgeError::actor)?;
     let (shared, ids): (Arc<Shared>, Vec<TaskId>) =
         (shared.clone(), tasks.iter().map(|t| t.spec.id.clone()).collect());
-    let relay = OwnedTask::spawn("coordinator.run.relay", async move {
+    // The `run->client` hop: the run's events, then its artifacts and summary, into the
+    // client's queue (drained by the `farm->client` forwarder).
+    let relay = OwnedTask::spawn("run->client", async move {
         while let Some(ev) = events_rx.recv().await {
             if out.send(CoordinatorReply::Event(ev)).await.is_err() {
                 break;
@@ -413,16 +415,11 @@ async fn probe(
     namespace: &str,
     plan: &RunPlan,
     keys: &PlanKeys,
-) -> Result<HashMap<usize, Entry>, String> {
+) -> Result<HashMap<usize, Entry>, EdgeError> {
     let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
     let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
     let namespace = namespace.to_owned();
-    let mut found = shared
-        .store
-        .call(move |s| lookup(s, &namespace, &ks))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let mut found = shared.store.call(move |s| lookup(s, &namespace, &ks)).await??;
     Ok(wanted.into_iter().filter_map(|i| found.remove(&keys.keys[i]).map(|e| (i, e))).collect())
 }
 

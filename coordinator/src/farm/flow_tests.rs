@@ -13,6 +13,7 @@ use std::time::Duration;
 use kameo::prelude::*;
 use prova_protocol::events::TaskStatus;
 use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::{CoordinatorMsg, WorkerInfo, WorkerMsg};
 use prova_protocol::work::{Finished, FromWorker, ToWorker};
 use prova_protocol::{TaskId, WorkerId};
@@ -62,7 +63,7 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
     };
     farm.tell(WorkerUp { id: id.clone(), info, tx }).await.expect("the farm is up");
     let farm = farm.clone();
-    tokio::spawn(async move {
+    let worker = OwnedTask::spawn("test.instant-worker", async move {
         while let Some(msg) = rx.recv().await {
             let CoordinatorMsg::Work(ToWorker::Assign(a)) = msg else { continue };
             let attempt = a.attempt;
@@ -82,13 +83,16 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
             }
         }
     });
+    drop(worker.detach());
 }
 
 /// Runs `n` independent tasks through the farm; `Some(statuses)` unless it stalled.
 async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<TaskStatus>> {
     let (events, mut events_rx) = mpsc::channel(1024);
     // The client side: events are read as they come.
-    tokio::spawn(async move { while events_rx.recv().await.is_some() {} });
+    let client =
+        OwnedTask::spawn("test.client", async move { while events_rx.recv().await.is_some() {} });
+    drop(client.detach());
     let done = start_run(farm, n, events).await;
     let summary = tokio::time::timeout(STALL, done).await.ok()?.expect("a summary");
     Some(summary.tasks.iter().map(|t| t.status).collect())

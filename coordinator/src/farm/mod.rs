@@ -1,5 +1,6 @@
 //! Farm mode, coordinator side: the sans-IO placement and lease [`core`], and the
-//! [`actor`] that wraps it (worker links, run routing, `FarmSink`); the QUIC [`server`]
+//! [`actor`] that wraps it (worker links, run routing, `FarmSink`); [`forward`], the one
+//! bounded forwarder every queued hop goes through; the QUIC [`server`]
 //! (mTLS, `Hello`, role authorisation, blob streams), its [`admission`] bounds (per-role
 //! pools, per-identity connection and upload shares) and the per-peer sessions
 //! ([`worker_session`], [`client_session`]). `flow_tests` runs the real farm and run
@@ -10,6 +11,8 @@ pub mod actor;
 pub mod admission;
 pub mod client_session;
 pub mod core;
+pub mod error;
+pub mod forward;
 pub mod server;
 pub mod worker_session;
 

@@ -4,7 +4,6 @@
 //! the role's session. Blob streams of a connection are served beside its control stream;
 //! each upload is admitted against its identity's budget.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::actor::FarmActor;
 use super::admission::{Admission, Limits, MAX_HANDSHAKES};
+use super::error::{EdgeError, HelloRefusal};
 use super::{client_session, worker_session};
 use crate::cache::CacheThread;
 
@@ -122,10 +122,11 @@ async fn serve_connection(
     // Admitted once the role is known to be genuine: the ticket is held for the
     // connection's life.
     let admitted = check_hello(&hello, &identity)
-        .and_then(|()| admission.connect(&identity).map_err(|e| e.to_string()));
+        .and_then(|()| admission.connect(&identity).map_err(HelloRefusal::from));
     let _ticket = match admitted {
         Ok(ticket) => ticket,
-        Err(reason) => {
+        Err(refusal) => {
+            let reason = refusal.to_string();
             tracing::info!(%remote, %identity, "rejected: {reason}");
             let _ = frame::write_msg(&mut send, &HelloReply::Reject(Reject { reason })).await;
             let _ = send.finish();
@@ -164,28 +165,26 @@ async fn serve_connection(
     };
     match refused {
         // The reason travels in the close frame: the peer's next read reports it.
-        Some(reason) => conn.close(1u32.into(), reason.as_bytes()),
+        Some(reason) => conn.close(1u32.into(), reason.to_string().as_bytes()),
         None => conn.close(0u32.into(), b"session over"),
     }
 }
 
 /// The `Hello` must speak our protocol version and claim the certificate's own role, and that
 /// role must be one that talks to a coordinator.
-fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), String> {
+fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), HelloRefusal> {
     if hello.protocol_version != PROTOCOL_VERSION {
-        return Err(format!(
-            "protocol version {} is not supported (this coordinator speaks {PROTOCOL_VERSION}; {BUILD_VERSION})",
-            hello.protocol_version
-        ));
+        return Err(HelloRefusal::ProtocolVersion { got: hello.protocol_version });
     }
     if hello.role != identity.role.as_str() {
-        return Err(format!(
-            "the certificate of {:?} is for role `{}`, but it claimed `{}`",
-            identity.name, identity.role, hello.role
-        ));
+        return Err(HelloRefusal::RoleMismatch {
+            name: identity.name.clone(),
+            certified: identity.role.to_string(),
+            claimed: hello.role.clone(),
+        });
     }
     if identity.role == Role::Coordinator {
-        return Err("a coordinator certificate cannot connect as a peer".to_owned());
+        return Err(HelloRefusal::CoordinatorPeer);
     }
     Ok(())
 }
@@ -215,11 +214,9 @@ async fn serve_blob(
     identity: &Identity,
     shared: &Shared,
     admission: &Arc<Admission>,
-) -> Result<(), String> {
-    let req: BlobRequest = frame::read_msg_max(&mut recv, MAX_HELLO)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("empty")?;
+) -> Result<(), EdgeError> {
+    let req: BlobRequest =
+        frame::read_msg_max(&mut recv, MAX_HELLO).await?.ok_or(EdgeError::Empty)?;
     match req {
         BlobRequest::Get { digest } => {
             // A ci/client certificate gets only what it may see; anything else reads as
@@ -231,24 +228,19 @@ async fn serve_blob(
                     Some(v) if !s.blob_visible(v, &digest)? => Ok(None),
                     _ => s.open_blob(&digest),
                 })
-                .await
-                .map_err(|e| e.to_string())?;
-            match file.map_err(|e| e.to_string())? {
+                .await?;
+            match file? {
                 Some(f) => {
-                    let size = f.metadata().map_err(|e| e.to_string())?.len();
-                    frame::write_msg(&mut send, &BlobAck::Stored)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let size = f.metadata()?.len();
+                    frame::write_msg(&mut send, &BlobAck::Stored).await?;
                     let file = tokio::fs::File::from_std(f);
-                    transport::send_blob(&mut send, digest, size, file)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    transport::send_blob(&mut send, digest, size, file).await?;
                 }
                 None => {
                     let ack = BlobAck::Refused {
                         reason: format!("blob {} is not in the farm cache", digest.short()),
                     };
-                    frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
+                    frame::write_msg(&mut send, &ack).await?;
                 }
             }
         }
@@ -256,25 +248,25 @@ async fn serve_blob(
             if identity.role == Role::Admin {
                 let ack =
                     BlobAck::Refused { reason: "an admin certificate cannot upload".to_owned() };
-                return frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string());
+                return Ok(frame::write_msg(&mut send, &ack).await?);
             }
             let ack = match admission.upload(identity, size) {
                 Err(refused) => BlobAck::Refused { reason: refused.to_string() },
                 Ok(_ticket) => {
                     match within_quota(identity, digest, size, shared, admission).await {
-                        Err(reason) => BlobAck::Refused { reason },
+                        Err(e) => BlobAck::Refused { reason: e.to_string() },
                         Ok(()) => {
                             match receive_into_store(&mut recv, digest, size, identity, shared)
                                 .await
                             {
                                 Ok(()) => BlobAck::Stored,
-                                Err(reason) => BlobAck::Refused { reason },
+                                Err(e) => BlobAck::Refused { reason: e.to_string() },
                             }
                         }
                     }
                 }
             };
-            frame::write_msg(&mut send, &ack).await.map_err(|e| e.to_string())?;
+            frame::write_msg(&mut send, &ack).await?;
         }
     }
     let _ = send.finish();
@@ -290,7 +282,7 @@ async fn within_quota(
     size: u64,
     shared: &Shared,
     admission: &Admission,
-) -> Result<(), String> {
+) -> Result<(), EdgeError> {
     if identity.role != Role::Client {
         return Ok(());
     }
@@ -303,17 +295,11 @@ async fn within_quota(
                 s.uploaded_bytes(&name)?,
             ))
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await??;
     let in_flight = admission.upload_bytes_in_flight(identity);
     let quota = shared.client_quota;
     if !again && stored.saturating_add(in_flight) > quota {
-        return Err(format!(
-            "an upload of {size} bytes would put certificate `{}` past its blob quota of {quota} \
-             bytes ({stored} bytes stored; `client_blob_quota` in the coordinator's config)",
-            identity.name
-        ));
+        return Err(EdgeError::OverQuota { name: identity.name.clone(), size, quota, stored });
     }
     Ok(())
 }
@@ -324,23 +310,20 @@ async fn receive_into_store(
     size: u64,
     identity: &Identity,
     shared: &Shared,
-) -> Result<(), String> {
+) -> Result<(), EdgeError> {
     if size > MAX_BLOB {
-        return Err(format!("blob of {size} bytes is over the {MAX_BLOB}-byte limit"));
+        return Err(EdgeError::TooLarge { size, max: MAX_BLOB });
     }
-    let staged = tempfile::Builder::new()
-        .prefix("upload-")
-        .tempfile_in(&shared.tmp)
-        .map_err(|e| e.to_string())?
-        .into_temp_path();
-    let mut file = tokio::fs::File::create(&staged).await.map_err(|e| e.to_string())?;
+    let staged =
+        tempfile::Builder::new().prefix("upload-").tempfile_in(&shared.tmp)?.into_temp_path();
+    let mut file = tokio::fs::File::create(&staged).await?;
     // The bytes are bounded by the size the upload was admitted for, not only by MAX_BLOB:
     // a header claiming more than the request would bypass the identity's budget.
-    transport::recv_blob(recv, &mut file, Some(digest), size).await.map_err(|e| e.to_string())?;
-    file.sync_all().await.map_err(|e| e.to_string())?;
+    transport::recv_blob(recv, &mut file, Some(digest), size).await?;
+    file.sync_all().await?;
     drop(file);
     // Keep the path: put_blob_file renames it away (or removes it when the blob exists).
-    let path = staged.keep().map_err(|e| e.to_string())?;
+    let path = staged.keep()?;
     // Recorded for ci and client certificates: what they may fetch back, what a quota counts.
     let who = matches!(identity.role, Role::Ci | Role::Client).then(|| identity.name.clone());
     shared
@@ -352,13 +335,6 @@ async fn receive_into_store(
             }
             Ok(())
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await??;
     Ok(())
-}
-
-/// The default coordinator address for a `--listen` value.
-pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|e| format!("--listen {s}: {e}"))
 }

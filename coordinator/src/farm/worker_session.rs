@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use prova_protocol::WorkerId;
-use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, frame};
 use prova_protocol::wire::{CoordinatorMsg, WorkerMsg};
-use tokio::sync::mpsc;
 
 use super::actor::{FromWorkerSession, WorkerDown, WorkerUp};
+use super::error::EdgeError;
+use super::forward::{Stream, Traced, forward};
 use super::server::Shared;
 
 /// Messages queued for one worker at least (assignments, cancels, refusals). The farm sends
@@ -28,36 +28,32 @@ pub fn worker_queue(slots: u32) -> usize {
 /// Runs the session until the worker goes. `Err` (a reason for the peer) when it does not
 /// begin by registering: a worker certificate gets the worker API and nothing else.
 pub async fn run(
-    mut send: quinn::SendStream,
+    send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: Identity,
     shared: Arc<Shared>,
-) -> Result<(), String> {
+) -> Result<(), EdgeError> {
     let id = WorkerId(identity.name.clone());
     let info = match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
         Ok(Some(WorkerMsg::Register(info))) => info,
         Ok(None) => return Ok(()),
         other => {
             tracing::info!(worker = %id, "expected Register, got {other:?}");
-            return Err(format!(
-                "{id:?} holds a worker certificate: it may only register as a worker, not use the client API"
-            ));
+            return Err(EdgeError::NotRegistered { id });
         }
     };
-    let (tx, mut rx) = mpsc::channel::<CoordinatorMsg>(worker_queue(info.slots));
-    let writer = OwnedTask::spawn("coordinator.worker.writer", async move {
-        while let Some(msg) = rx.recv().await {
-            if frame::write_msg(&mut send, &msg).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (tx, writer) =
+        forward::<CoordinatorMsg, _>("farm->worker", worker_queue(info.slots), Stream(send));
     if shared.farm.tell(WorkerUp { id: id.clone(), info, tx: tx.clone() }).await.is_err() {
         return Ok(());
     }
     loop {
         match frame::read_msg::<_, WorkerMsg>(&mut recv).await {
             Ok(Some(msg)) => {
+                if let WorkerMsg::Report(r) = &msg {
+                    let attempt = r.attempt().map(|a| a.0);
+                    tracing::debug!(hop = "worker->farm", kind = r.kind(), attempt, %id, "forward");
+                }
                 if shared.farm.tell(FromWorkerSession { id: id.clone(), msg }).await.is_err() {
                     break;
                 }

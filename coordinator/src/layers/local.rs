@@ -14,6 +14,7 @@ use prova_protocol::artifact::confine::{check_manifest_confined, unpack_confine}
 use prova_protocol::artifact::{self, ArtifactError, UnpackLimits, nofollow};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::{EntryKind, OutputManifest};
+use prova_protocol::task::OwnedTask;
 
 use super::LayerError;
 use prova_protocol::events::FileDivergence;
@@ -145,7 +146,8 @@ impl LocalLayer {
         let root = self.root.clone();
         let (current, extras) = {
             let (root, manifest, outputs) = (root.clone(), manifest.clone(), outputs.clone());
-            tokio::task::spawn_blocking(self.current_check(root, manifest, outputs))
+            OwnedTask::spawn_blocking("restore.check", self.current_check(root, manifest, outputs))
+                .join()
                 .await
                 .map_err(|e| LayerError::Corrupt(e.to_string()))??
         };
@@ -156,7 +158,8 @@ impl LocalLayer {
         let Some((digest, _)) = entry.artifact else {
             // No artifact: the task has no outputs; only remove stale extras.
             let root2 = root.clone();
-            tokio::task::spawn_blocking(move || remove_paths(&root2, &extras))
+            OwnedTask::spawn_blocking("restore.remove", move || remove_paths(&root2, &extras))
+                .join()
                 .await
                 .map_err(|e| LayerError::Corrupt(e.to_string()))??;
             return Ok(Some(Restored { placed: 0, current: 0, log }));
@@ -171,13 +174,15 @@ impl LocalLayer {
         let staging = Staging { cache: self.staging.clone(), beside: root.join(&project_dir) };
         // Confined by the task, never by the manifest it is checking.
         let confine = unpack_confine(&outputs, &project_dir);
-        let result = tokio::task::spawn_blocking(move || -> Result<Unpacked, LayerError> {
-            remove_paths(&root, &extras)?;
-            let blob = Blob { file, path: blob_path, digest };
-            unpack_and_place(blob, &staging, &root, &manifest, confine)
-        })
-        .await
-        .map_err(|e| LayerError::Corrupt(e.to_string()))??;
+        let result =
+            OwnedTask::spawn_blocking("restore.place", move || -> Result<Unpacked, LayerError> {
+                remove_paths(&root, &extras)?;
+                let blob = Blob { file, path: blob_path, digest };
+                unpack_and_place(blob, &staging, &root, &manifest, confine)
+            })
+            .join()
+            .await
+            .map_err(|e| LayerError::Corrupt(e.to_string()))??;
         match result {
             Unpacked::Placed { placed, current } => Ok(Some(Restored { placed, current, log })),
             Unpacked::Corrupt(why) => {
@@ -206,7 +211,7 @@ impl LocalLayer {
             .chain(&req.components.workspace)
             .map(|f| f.path.clone())
             .collect();
-        let withheld = tokio::task::spawn_blocking(move || {
+        let withheld = OwnedTask::spawn_blocking("save.withhold-check", move || {
             if let Some(path) =
                 digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
             {
@@ -221,6 +226,7 @@ impl LocalLayer {
                 Some(Err(e)) => Some(format!("its inputs could not be listed again: {e}")),
             }
         })
+        .join()
         .await
         .map_err(|e| LayerError::Corrupt(e.to_string()))?;
         if let Some(reason) = withheld {
@@ -349,9 +355,12 @@ impl super::CacheLayer for LocalLayer {
                     "an artifact of the comparison is gone".to_owned(),
                 ));
             };
-            tokio::task::spawn_blocking(move || super::diff::compare(a, b, &changed, &staging))
-                .await
-                .map_err(|e| LayerError::Corrupt(e.to_string()))?
+            OwnedTask::spawn_blocking("proof.compare", move || {
+                super::diff::compare(a, b, &changed, &staging)
+            })
+            .join()
+            .await
+            .map_err(|e| LayerError::Corrupt(e.to_string()))?
         })
     }
 }

@@ -51,7 +51,10 @@ async fn the_output_memo_answers_when_it_proves_the_stamps_and_is_recorded_other
         let (cache, root, m) = (cache.clone(), root.clone(), m.clone());
         move || {
             let (cache, root, m) = (cache.clone(), root.clone(), m.clone());
-            tokio::task::spawn_blocking(move || compare_on_disk(&root, &m, &globs(), Some(&cache)))
+            OwnedTask::spawn_blocking("test.compare", move || {
+                compare_on_disk(&root, &m, &globs(), Some(&cache))
+            })
+            .join()
         }
     };
 

@@ -1,7 +1,7 @@
 //! The scheduler's sans-IO core: which task may start next. It holds the ready set (a heap
 //! ordered by longest remaining path), the in-flight set and the `-j` bound, and turns
 //! `(now, event)` into commands. No sockets, clocks, actors or processes in here — the
-//! actor in [`super::actor`] (local mode) and the farm's run driver carry the commands out,
+//! run actor ([`crate::run::actor`], in local mode and on a farm coordinator) carries them out,
 //! and the simulation tests below drive it with a fake clock.
 
 use std::collections::BinaryHeap;

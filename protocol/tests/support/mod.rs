@@ -730,7 +730,7 @@ pub fn goldens() -> Vec<Golden> {
         continue_on_failure: true,
         read: true,
         write: false,
-        verify: vec!["determinism".into(), "inputs".into()],
+        verify: vec![prova_protocol::wire::Proof::Determinism, prova_protocol::wire::Proof::Inputs],
         verify_allow: vec![task("lib", "bench")],
     };
     let artifact = TaskArtifact {

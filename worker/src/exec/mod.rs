@@ -6,7 +6,7 @@
 //! - this file: the request/result types, the [`Executor`] seam and [`LocalExecutor`].
 //! - [`env`]: the baseline environment every task starts from and how a task's own
 //!   variables are laid over it.
-//! - `spawn`: building the `Command` (pre-exec: process group, umask, parent-death signal)
+//! - `spawn`: building the `SpawnCommand` (pre-exec: process group, umask, parent-death signal)
 //!   and starting it from one long-lived thread.
 //! - `process`: supervising a started child: timeout, cancel, SIGTERM → grace → SIGKILL on
 //!   the whole group, `wait4` for the exit status and rusage, the bounded output drain.

@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use prova_protocol::spec::{ExecStats, ExitKind};
-use tokio::task::JoinHandle;
+use prova_protocol::task::OwnedTask;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -43,7 +43,7 @@ pub(crate) async fn run(
     }
     let cmd = match spawn::build(&req) {
         Ok(cmd) => cmd,
-        Err(msg) => return Ok(spawn_failed(msg, StdInstant::now())),
+        Err(e) => return Ok(spawn_failed(e.to_string(), StdInstant::now())),
     };
     let start = StdInstant::now();
     let marker = cmd.marker.clone();
@@ -71,7 +71,7 @@ pub(crate) async fn run(
     let mut out = OutputState::new(req.log_limit, output, ready);
     let outcome = {
         let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
-        let exit_wait = tokio::task::spawn_blocking(move || wait_exit(pid));
+        let exit_wait = OwnedTask::spawn_blocking("exec.wait-exit", move || wait_exit(pid));
         let mut sup = Supervisor { pid, marker, pump, pump_done: false, exit_wait, exited: None };
         sup.supervise(&req, &cancel, &mut guard).await
     };
@@ -132,7 +132,7 @@ struct Supervisor<'a, P> {
     pump: Pin<&'a mut P>,
     pump_done: bool,
     /// `waitid(WNOWAIT)` on a blocking thread; yields when the child has exited.
-    exit_wait: JoinHandle<io::Result<StdInstant>>,
+    exit_wait: OwnedTask<io::Result<StdInstant>>,
     /// When the exit was observed.
     exited: Option<StdInstant>,
 }
@@ -255,7 +255,7 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ExecError> {
-    tokio::task::spawn_blocking(f).await.map_err(ExecError::Join)
+    OwnedTask::spawn_blocking("exec.proc-scan", f).join().await.map_err(ExecError::Join)
 }
 
 fn joined(
@@ -340,7 +340,7 @@ impl Drop for GroupGuard {
             }
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(reap_it)),
+            Ok(rt) => drop(OwnedTask::spawn_blocking_on(&rt, "exec.reap", reap_it).detach()),
             Err(_) => {
                 let spawned =
                     std::thread::Builder::new().name("prova-reaper".to_owned()).spawn(reap_it);

@@ -50,7 +50,7 @@ pub(crate) struct Spawned {
 }
 
 /// What to start, resolved and converted before it reaches the spawner thread.
-pub(crate) struct Command {
+pub(crate) struct SpawnCommand {
     /// The program to exec (a path: resolved against `PATH` when given without a `/`).
     path: CString,
     argv: Vec<CString>,
@@ -61,26 +61,43 @@ pub(crate) struct Command {
     pub(crate) marker: String,
 }
 
+/// Why a command cannot even be attempted; its `Display` is the `SpawnFailed` reason.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum BuildError {
+    /// No program.
+    #[error("empty command line")]
+    Empty,
+    /// The working directory is missing.
+    #[error("working directory {0} does not exist or is not a directory")]
+    NoCwd(String),
+    /// The program is not found on the task's `PATH`.
+    #[error("{program}: {}", io::Error::from_raw_os_error(libc::ENOENT))]
+    NotFound {
+        /// The program as the task named it.
+        program: String,
+    },
+    /// A string that cannot reach `execve`.
+    #[error("{0} contains a NUL byte")]
+    Nul(&'static str),
+}
+
 /// The command for `req`, or why it cannot even be attempted.
-pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
+pub(crate) fn build(req: &ProcessRequest) -> Result<SpawnCommand, BuildError> {
     let Some(program) = req.argv.first() else {
-        return Err("empty command line".to_owned());
+        return Err(BuildError::Empty);
     };
     // Say which is missing: a bare ENOENT would not tell the directory from the program.
     if !req.cwd.is_dir() {
-        return Err(format!(
-            "working directory {} does not exist or is not a directory",
-            req.cwd.display()
-        ));
+        return Err(BuildError::NoCwd(req.cwd.display().to_string()));
     }
-    let nul = |what: &str| format!("{what} contains a NUL byte");
+    let nul = BuildError::Nul;
     let path = if program.contains('/') {
         // Relative to the task's directory, as the child resolves it after chdir.
         program.clone()
     } else {
         let search = req.env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
         find_on_path(program, search.unwrap_or(DEFAULT_PATH), &req.cwd)
-            .ok_or_else(|| format!("{program}: {}", io::Error::from_raw_os_error(libc::ENOENT)))?
+            .ok_or_else(|| BuildError::NotFound { program: program.clone() })?
     };
     let argv = req
         .argv
@@ -99,7 +116,7 @@ pub(crate) fn build(req: &ProcessRequest) -> Result<Command, String> {
         .iter()
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| nul("an environment variable")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Command {
+    Ok(SpawnCommand {
         path: CString::new(path).map_err(|_| nul("the program"))?,
         argv,
         envp,
@@ -123,7 +140,7 @@ fn find_on_path(program: &str, search: &str, cwd: &Path) -> Option<String> {
 }
 
 struct Job {
-    cmd: Command,
+    cmd: SpawnCommand,
     reply: oneshot::Sender<io::Result<Spawned>>,
 }
 
@@ -132,7 +149,7 @@ static SPAWNER: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
 
 /// Spawn `cmd` on the spawner thread. The outer error is the executor's own failure; the
 /// inner one is the command's (program not found, …).
-pub(crate) async fn spawn(cmd: Command) -> Result<io::Result<Spawned>, ExecError> {
+pub(crate) async fn spawn(cmd: SpawnCommand) -> Result<io::Result<Spawned>, ExecError> {
     let (reply, rx) = oneshot::channel();
     submit(Job { cmd, reply })?;
     rx.await.map_err(|_| ExecError::SpawnerGone)
@@ -239,7 +256,7 @@ fn ptrs<'a>(strings: impl IntoIterator<Item = &'a CStr>) -> Vec<*const libc::c_c
 }
 
 /// Starts `cmd`; runs on the spawner thread.
-fn start(cmd: &Command, parent: Pid, stack: &mut [u8]) -> io::Result<Spawned> {
+fn start(cmd: &SpawnCommand, parent: Pid, stack: &mut [u8]) -> io::Result<Spawned> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let null = dev_null()?;

@@ -10,9 +10,9 @@ use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use prova_protocol::spec::ExitKind;
+use prova_protocol::task::OwnedTask;
 use regex::Regex;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -66,7 +66,7 @@ async fn run_quiet(req: ProcessRequest) -> ProcessResult {
 struct Background {
     ready: oneshot::Receiver<()>,
     cancel: CancellationToken,
-    task: JoinHandle<Result<ProcessResult, ExecError>>,
+    task: OwnedTask<Result<ProcessResult, ExecError>>,
 }
 
 fn start(req: ProcessRequest) -> Background {
@@ -75,7 +75,7 @@ fn start(req: ProcessRequest) -> Background {
     let (ready_tx, ready) = oneshot::channel();
     let cancel = CancellationToken::new();
     let io = ProcessIo { output: tx, ready: Some(ready_tx) };
-    let task = tokio::spawn(LocalExecutor.run(req, io, cancel.clone()));
+    let task = OwnedTask::spawn("test.process", LocalExecutor.run(req, io, cancel.clone()));
     Background { ready, cancel, task }
 }
 

@@ -68,17 +68,17 @@ impl Fixture {
 }
 
 fn blob_input(path: &str, d: Digest, exec: bool) -> RootInput {
-    RootInput { path: path.to_owned(), source: Source::Blob(d), exec, symlink: None }
+    RootInput { path: path.to_owned(), source: RootSource::Blob(d), exec, symlink: None }
 }
 
 fn file_input(path: &str, src: PathBuf, exec: bool) -> RootInput {
-    RootInput { path: path.to_owned(), source: Source::File(src), exec, symlink: None }
+    RootInput { path: path.to_owned(), source: RootSource::File(src), exec, symlink: None }
 }
 
 fn link_input(path: &str, target: &str) -> RootInput {
     RootInput {
         path: path.to_owned(),
-        source: Source::File(PathBuf::new()),
+        source: RootSource::File(PathBuf::new()),
         exec: false,
         symlink: Some(target.to_owned()),
     }

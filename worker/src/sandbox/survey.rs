@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use prova_protocol::spec::ExitKind;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, ReadsReport};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -156,7 +157,8 @@ pub async fn run(
     let trace = traces.join(format!("{}-{}.survey.trace", std::process::id(), a.attempt));
     let argv = super::strace_argv(&trace, &super::bwrap_argv(&cfg, inner));
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
-    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let drain =
+        OwnedTask::spawn("sandbox.survey.drain", async move { while rx.recv().await.is_some() {} });
     let req = ProcessRequest {
         argv,
         cwd,
@@ -168,14 +170,17 @@ pub async fn run(
         ready: None,
     };
     let result = ctx.executor.run(req, ProcessIo { output: tx, ready: None }, cancel).await;
-    let _ = drain.await;
+    let _ = drain.join().await;
     let reads = match result {
         Ok(r) if !matches!(r.exit, ExitKind::Aborted | ExitKind::SpawnFailed(_)) => {
             let (t, r) = (trace.clone(), root.to_owned());
-            tokio::task::spawn_blocking(move || super::trace::survey_reads(&t, &r))
-                .await
-                .ok()
-                .and_then(|r| r.map_err(|e| tracing::debug!("reading the survey trace: {e}")).ok())
+            OwnedTask::spawn_blocking("sandbox.survey.reads", move || {
+                super::trace::survey_reads(&t, &r)
+            })
+            .join()
+            .await
+            .ok()
+            .and_then(|r| r.map_err(|e| tracing::debug!("reading the survey trace: {e}")).ok())
         }
         _ => None,
     };

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::blobcache::BlobCache;
 use crate::exec::{self, Executor, LocalExecutor, ProcessIo, ProcessRequest};
-use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, Source};
+use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, RootSource};
 
 /// The bound on every sandboxed run.
 const WAIT: Duration = Duration::from_secs(60);
@@ -82,13 +82,13 @@ fn task() -> Task {
         inputs: vec![
             RootInput {
                 path: "p/in.txt".into(),
-                source: Source::File(ws.join("p/in.txt")),
+                source: RootSource::File(ws.join("p/in.txt")),
                 exec: false,
                 symlink: None,
             },
             RootInput {
                 path: "p/data.txt".into(),
-                source: Source::Blob(d),
+                source: RootSource::Blob(d),
                 exec: false,
                 symlink: None,
             },

@@ -1,6 +1,7 @@
 use tokio::io::AsyncReadExt;
 
 use crate::digest::Digest;
+use crate::task::OwnedTask;
 use crate::transport::blob::{BlobHeader, recv_blob, send_blob};
 use crate::transport::frame::{FrameError, write_msg};
 use crate::transport::test_support::{Pki, XorShift, connected_pair, within};
@@ -19,7 +20,7 @@ async fn five_mib_round_trip_over_a_quinn_stream_with_the_digest_checked() {
     let digest = Digest::of(&blob);
     let size = blob.len() as u64;
 
-    let receiver = tokio::spawn(async move {
+    let receiver = OwnedTask::spawn("test.receiver", async move {
         let mut recv = server.accept_uni().await.expect("accept uni");
         let mut out = Vec::new();
         let got = recv_blob(&mut recv, &mut out, Some(digest), 8 * MIB as u64).await;

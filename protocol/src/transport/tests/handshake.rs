@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 
+use crate::task::OwnedTask;
 use crate::transport::certs::{Bundle, Identity, Role};
 use crate::transport::frame::{read_msg, write_msg};
 use crate::transport::test_support::{Msg, Pki, connected_pair, loopback_server, within};
@@ -52,7 +53,7 @@ fn client_endpoint(config: quinn::ClientConfig, remote: SocketAddr) -> quinn::En
 async fn a_worker_connects_and_both_sides_know_who_the_other_is() {
     let pki = Pki::new();
     let (server_ep, addr) = loopback_server(&pki.coordinator());
-    let server = tokio::spawn(serve_one(server_ep));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep));
     let client_ep = endpoint::client(&pki.worker(), addr).expect("client endpoint");
     let conn =
         within("connect", endpoint::connect(&client_ep, addr, "127.0.0.1")).await.expect("connect");
@@ -69,7 +70,7 @@ async fn a_worker_connects_and_both_sides_know_who_the_other_is() {
 async fn the_server_is_verified_by_dns_name_too_and_a_wrong_name_fails() {
     let pki = Pki::new();
     let (server_ep, addr) = loopback_server(&pki.coordinator());
-    let server = tokio::spawn(serve_one(server_ep.clone()));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep.clone()));
     let client_ep = endpoint::client(&pki.worker(), addr).expect("client endpoint");
     let conn = within("connect", endpoint::connect(&client_ep, addr, "localhost"))
         .await
@@ -78,7 +79,7 @@ async fn the_server_is_verified_by_dns_name_too_and_a_wrong_name_fails() {
     conn.close(0u32.into(), b"done");
     within("the server", server).await.expect("join").expect("served");
 
-    let server = tokio::spawn(serve_one(server_ep));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep));
     let err = within("connect", endpoint::connect(&client_ep, addr, "elsewhere.example"))
         .await
         .expect_err("a name not in the coordinator's SANs");
@@ -90,7 +91,7 @@ async fn the_server_is_verified_by_dns_name_too_and_a_wrong_name_fails() {
 async fn frames_round_trip_over_a_real_quinn_stream() {
     let pki = Pki::new();
     let (client, server, _cep, _sep) = connected_pair(&pki).await;
-    let echo = tokio::spawn(async move {
+    let echo = OwnedTask::spawn("test.echo", async move {
         let (mut send, mut recv) = server.accept_bi().await.expect("accept bi");
         let mut n = 0;
         while let Some(msg) = read_msg::<_, Msg>(&mut recv).await.expect("read") {
@@ -125,7 +126,7 @@ async fn frames_round_trip_over_a_real_quinn_stream() {
 /// and the client's connect or first exchange fails.
 async fn assert_refused(config: quinn::ClientConfig, server_bundle: &Bundle) -> (String, String) {
     let (server_ep, addr) = loopback_server(server_bundle);
-    let server = tokio::spawn(serve_one(server_ep));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep));
     let client_ep = client_endpoint(config, addr);
     let client_err = within("the refused client", async {
         match endpoint::connect(&client_ep, addr, "localhost").await {
@@ -182,7 +183,7 @@ async fn a_client_that_does_not_trust_the_cluster_ca_fails_to_connect() {
     // A valid cluster certificate, but trusting another CA: the server's certificate fails.
     let confused = Bundle { ca: other.worker().ca, ..pki.worker() };
     let (server_ep, addr) = loopback_server(&pki.coordinator());
-    let server = tokio::spawn(serve_one(server_ep));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep));
     let client_ep = endpoint::client(&confused, addr).expect("client endpoint");
     let err = within("connect", endpoint::connect(&client_ep, addr, "localhost"))
         .await
@@ -207,7 +208,7 @@ async fn a_worker_certificate_cannot_serve() {
     let pki = Pki::new();
     // A worker's certificate has no server-auth EKU and no DNS/IP names: no client accepts it.
     let (server_ep, addr) = loopback_server(&pki.worker());
-    let server = tokio::spawn(serve_one(server_ep));
+    let server = OwnedTask::spawn("test.server", serve_one(server_ep));
     let client_ep = endpoint::client(&pki.coordinator(), addr).expect("client endpoint");
     let err = within("connect", endpoint::connect(&client_ep, addr, "localhost"))
         .await

@@ -1,0 +1,192 @@
+//! A farm worker's start-up: from resolved [`WorkerSettings`] to a running worker — the work
+//! directory and blob cache, the [`WorkerActor`], and its [`session`] with the coordinator.
+//! The binary (`prova worker`) only parses flags and its config file into the settings
+//! (`cli/src/commands/daemons.rs`); the in-process test farm starts workers the same way.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kameo::prelude::*;
+use prova_protocol::transport::{Bundle, Role};
+use prova_protocol::wire::WorkerInfo;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::{WorkerActor, WorkerActorArgs};
+use crate::blobcache::{BlobCache, BlobCacheError};
+use crate::exec::LocalExecutor;
+use crate::runner::{RunnerConfig, WorkerContext};
+use crate::sandbox;
+use crate::session::{self, SessionError};
+
+/// Reports queued from the worker actor to its session.
+const REPORT_QUEUE: usize = 256;
+
+/// Why a worker could not start, or stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `--sandbox=bwrap` on a host where bubblewrap cannot run.
+    #[error(
+        "bubblewrap cannot run here ({reason}); install it (apt-get install bubblewrap) or start the worker with --sandbox=none"
+    )]
+    NoBubblewrap {
+        /// Why it cannot.
+        reason: String,
+    },
+    /// An unknown `--sandbox` mode.
+    #[error("--sandbox {0}: use `bwrap` or `none`")]
+    SandboxMode(String),
+    /// The bundle is not a worker's.
+    #[error("{dir} holds a {role} certificate; a worker needs a worker bundle")]
+    NotAWorkerBundle {
+        /// The bundle's directory.
+        dir: String,
+        /// Its role.
+        role: Role,
+    },
+    /// The work directory cannot be made or resolved.
+    #[error("cannot {what} {dir}: {cause}")]
+    WorkDir {
+        /// "create" or "resolve".
+        what: &'static str,
+        /// The directory.
+        dir: String,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// The blob cache does not open.
+    #[error("cannot open the blob cache in {dir}: {cause}")]
+    BlobCache {
+        /// The work directory.
+        dir: String,
+        /// Why.
+        cause: BlobCacheError,
+    },
+    /// The `joining` line could not be written.
+    #[error(transparent)]
+    Announce(std::io::Error),
+    /// The coordinator refused this worker.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// `--sandbox MODE` (`bwrap` or `none`): whether tasks run under bubblewrap, and how
+/// `farm status` describes it. `bwrap` on a host where it cannot run is an error, not a
+/// silent downgrade.
+pub fn sandbox_mode(mode: &str) -> Result<(bool, String), StartError> {
+    match mode {
+        "bwrap" => match sandbox::detect() {
+            sandbox::SandboxStatus::Bwrap { version } => Ok((true, format!("bwrap {version}"))),
+            sandbox::SandboxStatus::Unavailable { reason } => {
+                Err(StartError::NoBubblewrap { reason })
+            }
+        },
+        "none" => Ok((false, "none".to_owned())),
+        other => Err(StartError::SandboxMode(other.to_owned())),
+    }
+}
+
+/// Refuses a bundle (loaded from `dir`) that is not a worker's.
+pub fn check_bundle(bundle: &Bundle, dir: &std::path::Path) -> Result<(), StartError> {
+    if bundle.identity.role != Role::Worker {
+        return Err(StartError::NotAWorkerBundle {
+            dir: dir.display().to_string(),
+            role: bundle.identity.role,
+        });
+    }
+    Ok(())
+}
+
+/// A worker's resolved settings.
+pub struct WorkerSettings {
+    /// The coordinator's address.
+    pub join: SocketAddr,
+    /// The name its certificate carries.
+    pub server_name: String,
+    /// Its certificate bundle (role `worker`).
+    pub bundle: Bundle,
+    /// Tasks at once.
+    pub slots: u32,
+    /// Exec roots, traces and the blob cache.
+    pub work_dir: PathBuf,
+    /// Placement labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The blob cache bound in bytes.
+    pub blob_cache_size: u64,
+    /// Run tasks under bubblewrap.
+    pub sandbox: bool,
+    /// How `farm status` describes its sandbox.
+    pub sandbox_desc: String,
+}
+
+/// Runs a worker until `shutdown` (or until the coordinator refuses it): its actor and its
+/// session with the coordinator. `announce` gets the `prova worker NAME joining …` line.
+pub async fn run_worker(
+    s: WorkerSettings,
+    shutdown: CancellationToken,
+    announce: impl FnOnce(&str) -> std::io::Result<()>,
+) -> Result<(), StartError> {
+    let name = s.bundle.identity.name.clone();
+    let work_dir = &s.work_dir;
+    let dir = || work_dir.display().to_string();
+    std::fs::create_dir_all(work_dir).map_err(|cause| StartError::WorkDir {
+        what: "create",
+        dir: dir(),
+        cause,
+    })?;
+    // Absolute from here on: sandboxes and tracers run in other directories.
+    let work_dir = std::fs::canonicalize(work_dir).map_err(|cause| StartError::WorkDir {
+        what: "resolve",
+        dir: dir(),
+        cause,
+    })?;
+    let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
+        .map_err(|cause| StartError::BlobCache { dir: work_dir.display().to_string(), cause })?;
+    let (remote, conn_tx) = session::blobs();
+    let (link, reports) = mpsc::channel(REPORT_QUEUE);
+    let context = WorkerContext {
+        executor: Arc::new(LocalExecutor),
+        config: RunnerConfig::from_host(),
+        work_dir,
+        blobs: Some(blobs),
+        remote: Some(Arc::new(remote)),
+        sandbox: s.sandbox,
+        strace: sandbox::strace_available(),
+    };
+    let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
+    let info = WorkerInfo {
+        slots: s.slots,
+        os: std::env::consts::OS.to_owned(),
+        arch: std::env::consts::ARCH.to_owned(),
+        labels: s.labels,
+        sandbox: s.sandbox_desc.clone(),
+        running: Vec::new(),
+    };
+    announce(&format!(
+        "prova worker {name} joining {} ({} slots, sandbox {})\n",
+        s.join, s.slots, s.sandbox_desc
+    ))
+    .map_err(StartError::Announce)?;
+    let cfg = session::SessionConfig {
+        addr: s.join,
+        server_name: s.server_name,
+        bundle: Arc::new(s.bundle),
+        info,
+    };
+    let r = session::run(cfg, worker.clone(), reports, conn_tx, shutdown).await;
+    worker.kill();
+    Ok(r?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_sandbox_mode_is_refused_by_name() {
+        let e = sandbox_mode("docker").unwrap_err();
+        assert_eq!(e.to_string(), "--sandbox docker: use `bwrap` or `none`");
+        assert_eq!(sandbox_mode("none").unwrap(), (false, "none".to_owned()));
+    }
+}
