@@ -156,8 +156,15 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
         // outlived a SIGTERM.)
         let marker = self.marker.clone();
         let pid = self.pid;
+        let exited = stop == Stop::Exited;
         let left = blocking(move || {
-            let left = tree::find(tree::Select::Task(&marker));
+            // After a natural exit, a member caught in its own exit (a sandbox's init tearing
+            // down with the task) is no leak: only what is still there once the tree settled.
+            let left = if exited {
+                tree::find_settled(tree::Select::Task(&marker), tree::SETTLE)
+            } else {
+                tree::find(tree::Select::Task(&marker))
+            };
             signal_group(pid, Signal::SIGTERM);
             tree::signal_all(&left, Signal::SIGTERM);
             left

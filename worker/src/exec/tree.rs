@@ -158,6 +158,22 @@ fn read_environ(path: &std::path::Path) -> Option<Vec<u8>> {
     None
 }
 
+/// How long [`find_settled`] lets members that are on their way out go.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// [`find`], looked at again until nothing is found or `settle` has passed: the members that
+/// are still there then. Processes ending on their own just as the task exits (a sandbox's
+/// init, a subshell finishing) are not reported as left running; one that keeps running is.
+pub fn find_settled(select: Select<'_>, settle: Duration) -> Vec<Member> {
+    let until = std::time::Instant::now() + settle;
+    let mut found = find(select);
+    while !found.is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(SWEEP_PAUSE);
+        found = find(select);
+    }
+    found
+}
+
 /// Sends `sig` to each of `members` (one that is already gone is fine).
 pub fn signal_all(members: &[Member], sig: Signal) {
     for m in members {
