@@ -3,8 +3,9 @@
 //! that produced another one, and so no nondeterministic verdict. On a real coordinator and
 //! real workers (subprocesses): a key whose ledger holds a disagreeing fingerprint is never
 //! promoted, even once two other workers agree; an entry saved under the default trust mode is
-//! not served after a restart with `--trust proven` (it is re-proven); the normal path — two
-//! agreeing workers promote, a fresh clone hits — still holds.
+//! not served after a restart with `--trust proven` (it is re-proven); a promoted entry whose
+//! key disagrees later (another worker, another fingerprint) is served no more; the normal
+//! path — two agreeing workers promote, a fresh clone hits — still holds.
 //!
 //! Which worker ran what is read from the run's `--json` report; the tiers from
 //! `prova cache stats` of the farm.
@@ -128,4 +129,27 @@ fn two_agreeing_workers_promote_and_a_fresh_clone_hits() {
     farm.restart_coordinator();
     let (_, again) = ci_run(&farm, &det(), &[]);
     assert_eq!(cache_word(&again, "p#det"), "hit", "{again}");
+}
+
+#[test]
+fn a_promoted_entry_whose_key_disagrees_later_is_no_longer_served() {
+    // `one` on w3, `other` elsewhere; w1 and w2 prove `other` first.
+    let by_w3 = || by_worker().replace("*/workers/w1/*", "*/workers/w3/*");
+    let mut farm =
+        Cluster::builder().workers(3).started(2).coordinator_args(["--trust", "proven"]).start();
+    let (_, proof) = ci_run(&farm, &by_w3(), &["--verify"]);
+    assert_eq!(name(&only_verdict(&proof, "p#det")), "proven-deterministic", "{proof}");
+    assert_eq!(tiers(&farm).0, (1, 0), "(trusted, pending): w1 and w2 agreed");
+
+    // Later w3, alone on the farm, executes the same key and gets another fingerprint.
+    farm.kill_worker(0);
+    farm.kill_worker(1);
+    farm.start_worker(2);
+    farm.restart_coordinator();
+    let (_, forced) = ci_run(&farm, &by_w3(), &["--force"]);
+    assert_eq!(worker_of(&forced, "p#det"), "w3", "{forced}");
+    let (counts, stats) = tiers(&farm);
+    assert_eq!(counts.0, 0, "still trusted though its key disagreed since\n{stats}");
+    let (_, fresh) = ci_run(&farm, &by_w3(), &[]);
+    assert_ne!(cache_word(&fresh, "p#det"), "hit", "served after a disagreement\n{fresh}");
 }
