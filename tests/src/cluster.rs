@@ -630,6 +630,16 @@ impl Cluster {
         dead
     }
 
+    /// Replaces the arguments every later start of the coordinator gets (after the
+    /// listen/cache ones), e.g. to restart a farm with `--trust proven`.
+    pub fn set_coordinator_args<I, S>(&mut self, args: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.options.coordinator_args = args.into_iter().map(Into::into).collect();
+    }
+
     /// Stops the coordinator gracefully (SIGTERM: it closes its connections, so workers redial
     /// at once) and starts a new one with the same cache dir on the same port (see the module
     /// docs for the fallback); waits until every running worker is back.

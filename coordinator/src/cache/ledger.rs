@@ -2,6 +2,15 @@
 //! determinism re-runs, on every worker — with its output fingerprint. One key with two
 //! fingerprints is a hermeticity defect; one key whose first runs disagree on success, or
 //! an execution that failed and then passed on a retry (`failed_tries`), is flaky. Bounded: the oldest rows go beyond [`LEDGER_MAX_ROWS`].
+//!
+//! It is also the evidence of `--trust proven` ([`Store::proves`]): a trusted entry is a proof
+//! only while the ledger holds two distinct workers that produced its fingerprint, in
+//! successful executions, and no successful execution of its key that produced another one.
+//! A nondeterministic verdict is not stored apart: it means a re-run's fingerprint differed
+//! from the first execution's, and both executions are recorded here, so the disagreement is
+//! the evidence. Promotion checks the rule, and so does every read of the trusted tier
+//! ([`Store::demote_unproven`]): an entry saved under a weaker mode, or one whose key has
+//! disagreed since, goes back to waiting.
 
 use prova_protocol::Digest;
 use rusqlite::{OptionalExtension, params};
@@ -120,6 +129,49 @@ impl Store {
             .map_err(sql("agreeing workers"))
     }
 
+    /// Whether the ledger proves `fingerprint` for `key` (`--trust proven`): at least two
+    /// distinct workers produced it in successful executions, and no successful execution of
+    /// `key` produced another fingerprint (a nondeterministic verdict is two such executions).
+    /// Failed executions count for neither side.
+    pub fn proves(&self, key: &Digest, fingerprint: &Digest) -> Result<bool, CacheError> {
+        let (agreeing, other): (i64, i64) = self
+            .conn()
+            .query_row(
+                "SELECT count(DISTINCT CASE WHEN fingerprint = ?2 THEN worker END), \
+                 coalesce(sum(CASE WHEN fingerprint IS NOT NULL AND fingerprint != ?2 THEN 1 ELSE 0 END), 0) \
+                 FROM executions WHERE key = ?1 AND ok = 1",
+                params![key.0, fingerprint.0],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sql("proof of an entry"))?;
+        Ok(agreeing >= 2 && other == 0)
+    }
+
+    /// Moves every entry of `keys` in namespace `trusted` that the ledger does not prove
+    /// ([`Store::proves`]; an entry without a fingerprint proves nothing) to `pending`, where
+    /// it waits for agreement like a new save; returns the keys moved. Under `--trust proven`
+    /// a read of the trusted tier goes through this first, so what it finds there is proven.
+    pub fn demote_unproven(
+        &mut self,
+        trusted: &str,
+        pending: &str,
+        keys: &[Digest],
+    ) -> Result<Vec<Digest>, CacheError> {
+        let mut moved = Vec::new();
+        for (key, entry) in self.get_entries(trusted, keys)? {
+            let proven = match entry.fingerprint {
+                Some(fp) => self.proves(&key, &fp)?,
+                None => false,
+            };
+            if !proven {
+                self.promote(&key, trusted, pending)?;
+                moved.push(key);
+            }
+        }
+        moved.sort_unstable();
+        Ok(moved)
+    }
+
     /// Moves the entry of `key` from namespace `from` to `to` (promotion to the trusted tier);
     /// `false` when there was nothing to move. An entry already in `to` wins.
     pub fn promote(&mut self, key: &Digest, from: &str, to: &str) -> Result<bool, CacheError> {
@@ -183,6 +235,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::PENDING;
 
     fn exec(key: &[u8], worker: &str, fp: Option<&[u8]>, ok: bool, t: i64) -> Execution {
         Execution {
@@ -228,6 +281,96 @@ mod tests {
         s.record_execution(&e).unwrap();
         assert_eq!(s.disagreeing_keys(10).unwrap(), vec![Digest::of(b"k1")]);
         assert_eq!(s.executions_of(&Digest::of(b"k1")).unwrap()[1].failed_tries, 2);
+    }
+
+    fn pending_entry(s: &mut Store, ns: &str, key: &[u8], fp: Option<&[u8]>) {
+        s.put_entry(&crate::cache::NewEntry {
+            namespace: ns.into(),
+            key: Digest::of(key),
+            task: "a#build".into(),
+            artifact: None,
+            log: None,
+            manifest: vec![],
+            components: vec![],
+            fingerprint: fp.map(Digest::of),
+            duration_ms: 1,
+            created_ms: 1,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_proof_is_two_distinct_workers_and_no_disagreement() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let (k, f) = (Digest::of(b"k"), Digest::of(b"f"));
+        // Two agreeing workers: proven.
+        s.record_execution(&exec(b"k", "w1", Some(b"f"), true, 1)).unwrap();
+        assert!(!s.proves(&k, &f).unwrap(), "one worker is no proof");
+        s.record_execution(&exec(b"k", "w2", Some(b"f"), true, 2)).unwrap();
+        assert!(s.proves(&k, &f).unwrap());
+        // A third worker disagrees (a nondeterministic verdict records both sides): never.
+        s.record_execution(&exec(b"k", "w3", Some(b"g"), true, 3)).unwrap();
+        assert!(!s.proves(&k, &f).unwrap(), "a disagreeing fingerprint is in the ledger");
+        s.record_execution(&exec(b"k", "w4", Some(b"f"), true, 4)).unwrap();
+        assert!(!s.proves(&k, &f).unwrap(), "more agreement does not outvote it");
+        assert!(!s.proves(&k, &Digest::of(b"g")).unwrap());
+    }
+
+    #[test]
+    fn the_same_worker_twice_or_a_failed_execution_proves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let (k, f) = (Digest::of(b"k"), Digest::of(b"f"));
+        s.record_execution(&exec(b"k", "w1", Some(b"f"), true, 1)).unwrap();
+        s.record_execution(&exec(b"k", "w1", Some(b"f"), true, 2)).unwrap();
+        assert!(!s.proves(&k, &f).unwrap(), "one worker counted twice");
+        // A failed execution that still reported the fingerprint is not agreement...
+        s.record_execution(&exec(b"k", "w2", Some(b"f"), false, 3)).unwrap();
+        assert!(!s.proves(&k, &f).unwrap(), "a failed execution agreed");
+        // ...nor is a failed one with another fingerprint a disagreement.
+        s.record_execution(&exec(b"k", "w3", Some(b"g"), false, 4)).unwrap();
+        s.record_execution(&exec(b"k", "w2", Some(b"f"), true, 5)).unwrap();
+        assert!(s.proves(&k, &f).unwrap());
+        // Another key's executions are not evidence about this one.
+        assert!(!s.proves(&Digest::of(b"other"), &f).unwrap());
+    }
+
+    #[test]
+    fn unproven_trusted_entries_go_back_to_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        // Saved under the default mode: trusted, with no or one worker's evidence.
+        pending_entry(&mut s, "", b"none", Some(b"f"));
+        s.record_execution(&exec(b"one", "w1", Some(b"f"), true, 1)).unwrap();
+        pending_entry(&mut s, "", b"one", Some(b"f"));
+        // No fingerprint at all: nothing to prove.
+        s.record_execution(&exec(b"nofp", "w1", Some(b"f"), true, 2)).unwrap();
+        s.record_execution(&exec(b"nofp", "w2", Some(b"f"), true, 3)).unwrap();
+        pending_entry(&mut s, "", b"nofp", None);
+        // Proven, and then a disagreeing execution arrives.
+        for (w, fp, t) in [("w1", b"f", 4), ("w2", b"f", 5)] {
+            s.record_execution(&exec(b"later", w, Some(fp), true, t)).unwrap();
+        }
+        pending_entry(&mut s, "", b"later", Some(b"f"));
+        // Proven and still so.
+        for (w, t) in [("w1", 6), ("w2", 7)] {
+            s.record_execution(&exec(b"good", w, Some(b"f"), true, t)).unwrap();
+        }
+        pending_entry(&mut s, "", b"good", Some(b"f"));
+        let keys: Vec<Digest> = [&b"none"[..], b"one", b"nofp", b"later", b"good"]
+            .iter()
+            .map(|k| Digest::of(k))
+            .collect();
+        assert_eq!(s.demote_unproven("", PENDING, &keys).unwrap().len(), 3);
+        s.record_execution(&exec(b"later", "w3", Some(b"g"), true, 8)).unwrap();
+        assert_eq!(s.demote_unproven("", PENDING, &keys).unwrap(), vec![Digest::of(b"later")]);
+        for k in &keys[..4] {
+            assert!(s.get_entry("", k).unwrap().is_none(), "{k:?} is still trusted");
+            assert!(s.get_entry(PENDING, k).unwrap().is_some(), "{k:?} was lost");
+        }
+        assert!(s.get_entry("", &keys[4]).unwrap().is_some(), "a proven entry was demoted");
+        assert!(s.demote_unproven("", PENDING, &keys).unwrap().is_empty());
     }
 
     #[test]

@@ -283,9 +283,13 @@ async fn start(
         } else {
             Vec::new()
         };
+        let proven = shared.trust_proven;
         let found = shared
             .store
             .call(move |s| {
+                if proven {
+                    s.demote_unproven(TRUSTED, PENDING, &wanted)?; // proofs only (ledger.rs)
+                }
                 let mut found = lookup(s, &namespace, &wanted)?;
                 for (k, e) in s.get_entries(PENDING, &own)? {
                     found.entry(k).or_insert(e);
@@ -419,7 +423,17 @@ async fn probe(
     let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
     let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
     let namespace = namespace.to_owned();
-    let mut found = shared.store.call(move |s| lookup(s, &namespace, &ks)).await??;
+    let proven = shared.trust_proven;
+    let mut found = shared
+        .store
+        .call(move |s| {
+            // Under --trust proven the trusted tier serves proofs only (cache/ledger.rs).
+            if proven {
+                s.demote_unproven(TRUSTED, PENDING, &ks)?;
+            }
+            lookup(s, &namespace, &ks)
+        })
+        .await??;
     Ok(wanted.into_iter().filter_map(|i| found.remove(&keys.keys[i]).map(|e| (i, e))).collect())
 }
 

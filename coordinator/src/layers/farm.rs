@@ -6,6 +6,11 @@
 //! A log is data of the tier that produced it: a hit replays its log only when the entry is
 //! of a namespace the reading run writes itself (a `client` run hitting a `ci` entry gets a
 //! one-line notice instead, and the log blob is never read).
+//!
+//! Under `--trust proven` ([`FarmLayer::proven`]) a ci save goes to `pending` and is promoted
+//! to the trusted tier only when the ledger proves it ([`crate::cache::Store::proves`]: two
+//! distinct workers produced its fingerprint, no successful execution of its key produced
+//! another); an execution that disagrees later sends a promoted entry back to `pending`.
 
 use prova_protocol::Digest;
 use prova_protocol::artifact::confine::check_manifest_confined;
@@ -23,8 +28,9 @@ use crate::cache::{Entry, Execution, PENDING};
 #[derive(Clone, Debug)]
 pub struct FarmLayer {
     inner: LocalLayer,
-    /// `--trust=proven`: a trusted entry waits in [`PENDING`] until two workers agree on
-    /// its fingerprint.
+    /// `--trust=proven`: a trusted entry waits in [`PENDING`] until the ledger proves its
+    /// fingerprint ([`crate::cache::Store::proves`]: two distinct workers agree, and no
+    /// successful execution of the key disagrees — so never after a nondeterministic verdict).
     promote: Option<String>,
     /// The namespaces whose logs a hit replays: those the run itself writes.
     own: Vec<String>,
@@ -54,8 +60,8 @@ impl FarmLayer {
     async fn save_entry(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
         let Some(trusted) = &self.promote else { return self.inner.save(req).await };
         let (key, fp) = (req.key, req.manifest.fingerprint());
-        let agreeing = self.inner.cache().call(move |s| s.agreeing_workers(&key, &fp)).await??;
-        let ns = if agreeing >= 2 { trusted.clone() } else { PENDING.to_owned() };
+        let proven = self.inner.cache().call(move |s| s.proves(&key, &fp)).await??;
+        let ns = if proven { trusted.clone() } else { PENDING.to_owned() };
         self.inner.save_to(ns, req).await
     }
 
@@ -70,11 +76,13 @@ impl FarmLayer {
             self.inner
                 .cache()
                 .call(move |s| -> Result<(), crate::cache::CacheError> {
-                    if s.agreeing_workers(&key, &fp)? >= 2
+                    if s.proves(&key, &fp)?
                         && s.get_entry(PENDING, &key)?.is_some_and(|e| e.fingerprint == Some(fp))
                     {
                         s.promote(&key, PENDING, &trusted)?;
                     }
+                    // An execution that disagrees with a promoted entry un-proves it.
+                    s.demote_unproven(&trusted, PENDING, &[key])?;
                     Ok(())
                 })
                 .await??;
