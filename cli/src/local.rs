@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_coordinator::run::{
-    Begin, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions, RunPlan,
+    Begin, ExecMode, Interrupt, RunActor, RunActorArgs, RunCache, RunOptions, RunPlan,
 };
 use prova_protocol::WorkerId;
 use prova_protocol::events::{RunEvent, RunSummary};
@@ -75,7 +75,7 @@ pub async fn run(
     });
 
     let (done_tx, done_rx) = oneshot::channel();
-    let run = RunActor::spawn(RunArgs {
+    let run = RunActor::spawn(RunActorArgs {
         plan,
         options,
         weights,

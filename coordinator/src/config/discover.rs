@@ -10,7 +10,7 @@ use prova_protocol::globs::GlobError;
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::parse::{Source, read_file};
+use super::parse::{ConfigSource, read_file};
 use super::suggest::did_you_mean;
 use super::{CONFIG_FILE, Location, shown_path};
 
@@ -47,7 +47,7 @@ pub fn find_root(start: &Path) -> Result<Root, ConfigError> {
             continue;
         }
         let text = read_file(&start, &file)?;
-        let src = Source::new(&start, &file, &text);
+        let src = ConfigSource::new(&start, &file, &text);
         match src.has_workspace_table() {
             Some(true) => return Ok(Root { dir: dir.to_path_buf(), file, text }),
             Some(false) => {
@@ -112,7 +112,7 @@ impl Shape {
 /// The project directories the `projects` patterns select, workspace-relative (`""` for the
 /// root), sorted, each with where the pattern that selected it was written.
 pub fn project_dirs(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     patterns: &[Spanned<String>],
 ) -> Result<Vec<(String, Location)>, ConfigError> {
     let globs = compile(src, patterns)?;
@@ -181,7 +181,10 @@ pub fn project_dirs(
     Ok(found)
 }
 
-fn compile(src: &Source<'_>, patterns: &[Spanned<String>]) -> Result<ProjectGlobs, ConfigError> {
+fn compile(
+    src: &ConfigSource<'_>,
+    patterns: &[Spanned<String>],
+) -> Result<ProjectGlobs, ConfigError> {
     let mut include = GlobSetBuilder::new();
     let mut exclude = GlobSetBuilder::new();
     let mut out = ProjectGlobs {

@@ -15,7 +15,7 @@ use super::discover::{self, Root};
 use super::error::ConfigError;
 use super::outputs::{self, Confinement};
 use super::package_json;
-use super::parse::{Source, read_file};
+use super::parse::{ConfigSource, read_file};
 use super::schema::{ProjectFile, ProjectTable, TableKind, TaskTable, WorkspaceFile};
 use super::suggest::did_you_mean;
 use super::task::{self, TaskLayer, check_globs, check_located_globs, check_name, check_name_at};
@@ -44,7 +44,7 @@ pub struct LoadCounts {
 /// [`load`], also returning what it cost.
 pub fn load_counting(start_dir: &Path) -> Result<(Workspace, LoadCounts), ConfigError> {
     let counts = Cell::new(LoadCounts::default());
-    let count = |src: &Source<'_>| {
+    let count = |src: &ConfigSource<'_>| {
         let mut c = counts.get();
         c.config_bytes += src.text.len();
         c.location_bytes += src.bytes_scanned();
@@ -54,10 +54,13 @@ pub fn load_counting(start_dir: &Path) -> Result<(Workspace, LoadCounts), Config
     Ok((ws, counts.get()))
 }
 
-fn load_inner(start_dir: &Path, count: &dyn Fn(&Source<'_>)) -> Result<Workspace, ConfigError> {
+fn load_inner(
+    start_dir: &Path,
+    count: &dyn Fn(&ConfigSource<'_>),
+) -> Result<Workspace, ConfigError> {
     let found = discover::find_root(start_dir)?;
     let Root { dir: root, file: config_file, text } = &found;
-    let src = Source::new(root, config_file, text);
+    let src = ConfigSource::new(root, config_file, text);
     let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
     let ws = file.workspace.unwrap_or_default();
     let fingerprint = check_located_globs(&src, "fingerprint", ws.fingerprint)?;
@@ -131,11 +134,11 @@ struct Draft {
 /// Reads the project at `dir`. The root project's `[project]` table comes from the workspace
 /// file (`root_table`); its tasks are the workspace defaults, so it has no own tasks.
 fn read_project(
-    ws: &Source<'_>,
+    ws: &ConfigSource<'_>,
     dir: String,
     matched_at: &Location,
     root_table: Option<Spanned<ProjectTable>>,
-    count: &dyn Fn(&Source<'_>),
+    count: &dyn Fn(&ConfigSource<'_>),
 ) -> Result<Draft, ConfigError> {
     let abs = if dir.is_empty() { ws.root.to_path_buf() } else { ws.root.join(&dir) };
     let package = package_json::read(ws.root, &abs)?;
@@ -144,7 +147,7 @@ fn read_project(
         (Some(ws.file.to_path_buf()), BTreeMap::new(), project_table(ws, root_table)?)
     } else if own_file.is_file() {
         let text = read_file(ws.root, &own_file)?;
-        let src = Source::new(ws.root, &own_file, &text);
+        let src = ConfigSource::new(ws.root, &own_file, &text);
         let parsed: ProjectFile = src.parse(TableKind::ProjectTop)?;
         let tasks = check_tasks(&src, parsed.tasks)?;
         let table = project_table(&src, parsed.project)?;
@@ -188,7 +191,7 @@ fn read_project(
 
 /// The checked `name` and the located `deps` of a `[project]` table in `src`.
 fn project_table(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     table: Option<Spanned<ProjectTable>>,
 ) -> Result<(Option<String>, Vec<Located<String>>), ConfigError> {
     let Some(table) = table.map(Spanned::into_inner) else { return Ok((None, Vec::new())) };
@@ -205,7 +208,7 @@ fn project_table(
 
 /// Checks every `[tasks.X]` table of a file, in file order.
 fn check_tasks(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     tables: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
 ) -> Result<BTreeMap<String, TaskLayer>, ConfigError> {
     let mut tables: Vec<_> = tables.into_iter().collect();

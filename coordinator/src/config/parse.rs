@@ -21,25 +21,25 @@ const MAX_EXCERPT_CHARS: usize = 40;
 
 /// A config file's text and where it lives: what locations are computed from.
 #[derive(Debug)]
-pub struct Source<'a> {
+pub struct ConfigSource<'a> {
     /// The workspace root, absolute.
     pub root: &'a Path,
     /// The file, absolute.
     pub file: &'a Path,
     /// Its contents.
     pub text: &'a str,
-    /// Where each line starts, built on the first [`Source::at`]: a file with thousands of
+    /// Where each line starts, built on the first [`ConfigSource::at`]: a file with thousands of
     /// tasks asks for a location per value, and scanning the text from the start for each
     /// made loading quadratic in the number of tasks.
     lines: OnceCell<LineIndex>,
     /// The file as messages show it, computed once.
     shown: OnceCell<PathBuf>,
-    /// Bytes of `text` looked at by [`Source::at`] so far, beyond building the index: what
+    /// Bytes of `text` looked at by [`ConfigSource::at`] so far, beyond building the index: what
     /// the test that loading stays linear counts.
     scanned: Cell<usize>,
 }
 
-impl<'a> Source<'a> {
+impl<'a> ConfigSource<'a> {
     /// The file `file` (absolute) of the workspace at `root`, with contents `text`.
     pub fn new(root: &'a Path, file: &'a Path, text: &'a str) -> Self {
         Self {
@@ -62,7 +62,7 @@ impl<'a> Source<'a> {
         Location { file: self.file.to_path_buf(), shown: shown.clone(), line, col }
     }
 
-    /// Bytes of the text [`Source::at`] has looked at so far (the line index aside).
+    /// Bytes of the text [`ConfigSource::at`] has looked at so far (the line index aside).
     pub fn bytes_scanned(&self) -> usize {
         self.scanned.get()
     }
@@ -222,12 +222,12 @@ mod tests {
     use crate::config::schema::{ProjectFile, WorkspaceFile};
 
     fn ws_err(text: &str) -> ConfigError {
-        let src = Source::new(Path::new("/ws"), Path::new("/ws/prova.toml"), text);
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/prova.toml"), text);
         src.parse::<WorkspaceFile>(TableKind::WorkspaceTop).unwrap_err()
     }
 
     fn project_err(text: &str) -> ConfigError {
-        let src = Source::new(Path::new("/ws"), Path::new("/ws/apps/web/prova.toml"), text);
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/apps/web/prova.toml"), text);
         src.parse::<ProjectFile>(TableKind::ProjectTop).unwrap_err()
     }
 
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn workspace_table_detection() {
-        let src = |text| Source::new(Path::new("/"), Path::new("/prova.toml"), text);
+        let src = |text| ConfigSource::new(Path::new("/"), Path::new("/prova.toml"), text);
         assert_eq!(src("[workspace]\n").has_workspace_table(), Some(true));
         assert_eq!(src("[project]\n").has_workspace_table(), Some(false));
         assert_eq!(src("workspace = 1\n").has_workspace_table(), Some(false));

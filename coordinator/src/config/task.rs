@@ -10,7 +10,7 @@ use prova_protocol::spec::CommandLine;
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::parse::Source;
+use super::parse::ConfigSource;
 use super::schema::{CommandValue, TaskTable};
 use super::{Located, Location};
 use crate::workspace::TaskDef;
@@ -57,7 +57,7 @@ pub struct TaskLayer {
 impl TaskLayer {
     /// Checks the table of task `name` from `src`.
     pub fn check(
-        src: &Source<'_>,
+        src: &ConfigSource<'_>,
         name: &Spanned<String>,
         table: Spanned<TaskTable>,
     ) -> Result<Self, ConfigError> {
@@ -169,7 +169,7 @@ fn resolve(
 
 /// Checks a project or task name (`what`): it becomes part of `project#task` ids.
 pub fn check_name(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     what: &'static str,
     name: &Spanned<String>,
 ) -> Result<(), ConfigError> {
@@ -203,7 +203,10 @@ pub fn check_name_at(
     })
 }
 
-fn check_command(src: &Source<'_>, cmd: Spanned<CommandValue>) -> Result<CommandLine, ConfigError> {
+fn check_command(
+    src: &ConfigSource<'_>,
+    cmd: Spanned<CommandValue>,
+) -> Result<CommandLine, ConfigError> {
     let at = src.at(cmd.span());
     let line = match cmd.into_inner() {
         CommandValue::Shell(s) => CommandLine::Shell(s),
@@ -224,7 +227,7 @@ fn check_command(src: &Source<'_>, cmd: Spanned<CommandValue>) -> Result<Command
     Ok(line)
 }
 
-fn check_dep(src: &Source<'_>, dep: Spanned<String>) -> Result<Spanned<String>, ConfigError> {
+fn check_dep(src: &ConfigSource<'_>, dep: Spanned<String>) -> Result<Spanned<String>, ConfigError> {
     let raw = dep.get_ref().as_str();
     let reason = if let Some(task) = raw.strip_prefix('^') {
         if task.is_empty() {
@@ -258,7 +261,7 @@ fn check_dep(src: &Source<'_>, dep: Spanned<String>) -> Result<Spanned<String>, 
 
 /// Compiles each pattern on its own so a bad one is reported where it was written.
 pub fn check_globs(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     field: &str,
     patterns: Vec<Spanned<String>>,
 ) -> Result<Vec<String>, ConfigError> {
@@ -267,7 +270,7 @@ pub fn check_globs(
 
 /// [`check_globs`], keeping where each pattern was written.
 pub fn check_located_globs(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     field: &str,
     patterns: Vec<Spanned<String>>,
 ) -> Result<Vec<Located<String>>, ConfigError> {
@@ -285,7 +288,7 @@ pub fn check_located_globs(
 }
 
 fn check_env_names(
-    src: &Source<'_>,
+    src: &ConfigSource<'_>,
     field: &str,
     names: Vec<Spanned<String>>,
 ) -> Result<Vec<String>, ConfigError> {
@@ -315,7 +318,7 @@ pub fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn check_timeout(src: &Source<'_>, value: Spanned<String>) -> Result<Duration, ConfigError> {
+fn check_timeout(src: &ConfigSource<'_>, value: Spanned<String>) -> Result<Duration, ConfigError> {
     let reason = match humantime::parse_duration(value.get_ref()) {
         Ok(d) if d.is_zero() => "a timeout must be longer than zero".to_owned(),
         Ok(d) => return Ok(d),
@@ -332,7 +335,7 @@ fn check_timeout(src: &Source<'_>, value: Spanned<String>) -> Result<Duration, C
     })
 }
 
-fn check_retries(src: &Source<'_>, value: Spanned<u32>) -> Result<u32, ConfigError> {
+fn check_retries(src: &ConfigSource<'_>, value: Spanned<u32>) -> Result<u32, ConfigError> {
     let n = *value.get_ref();
     if n <= MAX_RETRIES {
         return Ok(n);
@@ -345,7 +348,10 @@ fn check_retries(src: &Source<'_>, value: Spanned<u32>) -> Result<u32, ConfigErr
     })
 }
 
-fn check_regex(src: &Source<'_>, value: Spanned<String>) -> Result<Spanned<String>, ConfigError> {
+fn check_regex(
+    src: &ConfigSource<'_>,
+    value: Spanned<String>,
+) -> Result<Spanned<String>, ConfigError> {
     match regex::Regex::new(value.get_ref()) {
         Ok(_) => Ok(value),
         Err(e) => Err(ConfigError::InvalidRegex {
@@ -374,7 +380,7 @@ mod tests {
     const FILE: &str = "/ws/prova.toml";
 
     fn layers(text: &str) -> Result<Vec<(String, TaskLayer)>, ConfigError> {
-        let src = Source::new(Path::new("/ws"), Path::new(FILE), text);
+        let src = ConfigSource::new(Path::new("/ws"), Path::new(FILE), text);
         let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
         file.tasks
             .into_iter()

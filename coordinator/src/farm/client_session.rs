@@ -27,7 +27,7 @@ use crate::layers::{FarmLayer, LocalLayer};
 use crate::run::VerifyOptions;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
 use crate::run::{
-    Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunArgs, RunCache, RunOptions,
+    Begin, CachePolicy, ExecMode, Interrupt, RunActor, RunActorArgs, RunCache, RunOptions,
 };
 
 /// Replies queued for a client: events of a busy run wait here, then hold the run back.
@@ -207,7 +207,7 @@ async fn start(
     let (done_tx, done_rx) = oneshot::channel();
     let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
     let reserve = report_reserve(&plan);
-    let actor = RunActor::spawn(RunArgs {
+    let actor = RunActor::spawn(RunActorArgs {
         plan,
         options: RunOptions {
             concurrency: FARM_RUN_CONCURRENCY,

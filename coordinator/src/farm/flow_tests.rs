@@ -25,7 +25,7 @@ use super::actor::{
 use super::client_session::FARM_RUN_CONCURRENCY;
 use super::worker_session::WORKER_QUEUE;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
-use crate::run::{Begin, ExecMode, RunActor, RunArgs, RunOptions, VerifyOptions};
+use crate::run::{Begin, ExecMode, RunActor, RunActorArgs, RunOptions, VerifyOptions};
 
 /// Far beyond any healthy run of this size (well under a second); only a stall reaches it.
 const STALL: Duration = Duration::from_secs(60);
@@ -108,7 +108,7 @@ async fn start_run(
     let (done, done_rx) = oneshot::channel();
     let plan = plan(n);
     let reserve = report_reserve(&plan);
-    let actor = RunActor::spawn(RunArgs {
+    let actor = RunActor::spawn(RunActorArgs {
         plan,
         options: RunOptions {
             concurrency: FARM_RUN_CONCURRENCY,

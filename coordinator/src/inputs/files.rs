@@ -41,7 +41,7 @@ pub enum FilesError {
 
 /// How the list was made (shown by `prova show`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum ListSource {
     /// `git ls-files`.
     Git,
     /// A directory walk honouring `.gitignore`.
@@ -54,7 +54,7 @@ pub enum Source {
 pub struct FileList {
     files: Vec<String>,
     /// How it was made.
-    pub source: Option<Source>,
+    pub source: Option<ListSource>,
     /// Workspace-relative directories listed as git repositories of their own.
     pub nested_repos: Vec<String>,
 }
@@ -113,12 +113,12 @@ pub fn enumerate(root: &Path, nested_repos: &[String]) -> Result<FileList, Files
             files.extend(ls_files(&root.join(dir), dir, &[])?);
         }
         let mut list = FileList::from_paths(files);
-        list.source = Some(Source::Git);
+        list.source = Some(ListSource::Git);
         list.nested_repos = nested_repos.to_vec();
         Ok(list)
     } else {
         let mut list = FileList::from_paths(walk(root, root)?);
-        list.source = Some(Source::Walk);
+        list.source = Some(ListSource::Walk);
         Ok(list)
     }
 }
@@ -130,7 +130,7 @@ pub fn enumerate(root: &Path, nested_repos: &[String]) -> Result<FileList, Files
 pub fn enumerate_under(
     root: &Path,
     nested_repos: &[String],
-    source: Option<Source>,
+    source: Option<ListSource>,
     dirs: &[String],
 ) -> Result<Vec<String>, FilesError> {
     use prova_protocol::globs::is_within;
@@ -138,7 +138,7 @@ pub fn enumerate_under(
     if dirs.is_empty() {
         return Ok(files);
     }
-    if source == Some(Source::Git) {
+    if source == Some(ListSource::Git) {
         files = ls_files(root, "", dirs)?;
         for repo in nested_repos {
             files.retain(|f| !is_within(f, repo));
@@ -274,7 +274,7 @@ mod tests {
         std::fs::write(d.path().join("p/dist/out"), "o").unwrap();
         std::fs::write(d.path().join("p/.env"), "x").unwrap();
         let l = enumerate(d.path(), &[]).unwrap();
-        assert_eq!(l.source, Some(Source::Walk));
+        assert_eq!(l.source, Some(ListSource::Walk));
         assert_eq!(l.all(), [".gitignore", "p/.env", "p/a.txt"]);
     }
 
@@ -329,7 +329,7 @@ mod tests {
         assert!(err.to_string().starts_with("p/bad\u{fffd}.txt: the file name is not valid UTF-8"));
         let dirs = ["p".to_owned()];
         assert!(matches!(
-            enumerate_under(d.path(), &[], Some(Source::Walk), &dirs),
+            enumerate_under(d.path(), &[], Some(ListSource::Walk), &dirs),
             Err(FilesError::NotUtf8 { .. })
         ));
     }
@@ -346,7 +346,7 @@ mod tests {
         );
         let dirs = ["p".to_owned()];
         assert!(matches!(
-            enumerate_under(d.path(), &[], Some(Source::Git), &dirs),
+            enumerate_under(d.path(), &[], Some(ListSource::Git), &dirs),
             Err(FilesError::NotUtf8 { .. })
         ));
         // Ignored, it is no input and nothing is refused.
@@ -362,7 +362,7 @@ mod tests {
         git(&d.path().join("n"), &["init", "-q"]);
         let nested = ["n".to_owned()];
         let all = enumerate(d.path(), &nested).unwrap();
-        assert_eq!(all.source, Some(Source::Git));
+        assert_eq!(all.source, Some(ListSource::Git));
         assert_eq!(all.nested_repos, nested);
         // `s[1]` is taken literally, not as a pattern; the nested repository is listed by
         // its own git.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use prova_protocol::TaskId;
 use prova_protocol::globs::{GlobError, PathGlobs, is_within};
 
-use super::files::{FileList, FilesError, Source, enumerate_under};
+use super::files::{FileList, FilesError, ListSource, enumerate_under};
 use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
@@ -68,7 +68,7 @@ pub struct InputScope {
 #[derive(Debug)]
 struct ScopeShared {
     /// How the workspace was listed, and its nested repositories.
-    source: Option<Source>,
+    source: Option<ListSource>,
     nested_repos: Vec<String>,
     /// `[workspace] fingerprint` and `inputs`: inputs of every task.
     everyone: [PathGlobs; 2],

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::core::{self as decide, AfterExecution, CacheUse, Purpose, TaskState};
-use super::types::{ExecMode, RunArgs, RunCache, RunOptions};
+use super::types::{ExecMode, RunActorArgs, RunCache, RunOptions};
 use super::verify::Proofs;
 use super::{AssignHints, WorkSink};
 use crate::plan::{RunPlan, TaskKind};
@@ -66,7 +66,7 @@ pub struct RunActor {
 }
 
 impl Actor for RunActor {
-    type Args = RunArgs;
+    type Args = RunActorArgs;
     type Error = Infallible;
 
     async fn on_start(args: Self::Args, _me: ActorRef<Self>) -> Result<Self, Self::Error> {

@@ -2,7 +2,7 @@
 //!
 //! - [`plan`]: re-exported from [`crate::plan`] (graph → resolved specs, [`RunPlan`]), which
 //!   lives below `run` so `inputs` and `keys` import it without reaching up.
-//! - [`types`]: what a run is built from ([`RunArgs`], [`RunOptions`], [`VerifyOptions`],
+//! - [`types`]: what a run is built from ([`RunActorArgs`], [`RunOptions`], [`VerifyOptions`],
 //!   [`CachePolicy`], [`ExecMode`]).
 //! - `core`: the run's decisions, sans-IO — one `TaskState` per task; a finished
 //!   execution's status; refusing a lying worker's report; restoring a hit; trying or
@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 pub use crate::plan;
 pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
 pub use actor::{Begin, FromFarm, Interrupt, RunActor};
-pub use types::{CachePolicy, ExecMode, RunArgs, RunCache, RunOptions, VerifyOptions};
+pub use types::{CachePolicy, ExecMode, RunActorArgs, RunCache, RunOptions, VerifyOptions};
 pub use verify::perturbation;
 
 /// The link is gone: the worker (or the farm dispatcher) stopped.

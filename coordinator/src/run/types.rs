@@ -91,7 +91,7 @@ pub enum ExecMode {
 }
 
 /// What a run actor is built from.
-pub struct RunArgs {
+pub struct RunActorArgs {
     /// The resolved tasks.
     pub plan: RunPlan,
     /// Knobs.

@@ -22,7 +22,7 @@ use ignore::gitignore::Gitignore;
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::work::ReadsReport;
 
-use crate::inputs::files::Source;
+use crate::inputs::files::ListSource;
 use crate::inputs::{FileList, InputScope};
 
 /// The workspace as the inputs proof judges a traced run against it.
@@ -202,7 +202,7 @@ impl<'a> Ignores<'a> {
     /// ones decide; `!` re-includes), or by `.git/info/exclude`.
     fn ignored(&mut self, rel: &str) -> bool {
         let parts: Vec<&str> = rel.split('/').collect();
-        if self.view.files.source != Some(Source::Git) && parts.contains(&"node_modules") {
+        if self.view.files.source != Some(ListSource::Git) && parts.contains(&"node_modules") {
             return true; // the walk never enters these
         }
         // An absent path could appear as a file or a directory: ignored as either counts
@@ -259,7 +259,7 @@ mod tests {
 
     fn view(root: &std::path::Path, files: &[&str]) -> WorkspaceView {
         let mut list = FileList::from_paths(files.iter().map(|f| (*f).to_owned()).collect());
-        list.source = Some(Source::Walk);
+        list.source = Some(ListSource::Walk);
         WorkspaceView {
             root: root.to_owned(),
             files: Arc::new(list),
