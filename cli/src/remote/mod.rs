@@ -89,7 +89,11 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         Err(e) if unreachable(&e) => {
             return Err(Unreachable { addr: remote.to_owned(), why: e.to_string() }.into());
         }
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot connect to {remote}"))),
+        // It answered, but the handshake failed (another cluster's CA, a name not in its
+        // certificate): a real misconfiguration, never a reason to fall back.
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot reach {remote} securely")));
+        }
     };
     // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first
     // stream operation (STACK pitfall 3): whichever step meets it reports the refusal.
