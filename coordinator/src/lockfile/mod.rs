@@ -286,6 +286,16 @@ impl Keyed {
     }
 }
 
+/// `name@version` of each external `dir` reaches in `g` (the parsers' tests).
+#[cfg(test)]
+pub(crate) fn names(g: &Graph, dir: &str) -> Vec<String> {
+    g.externals_of(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| format!("{}@{}", e.name, e.version))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

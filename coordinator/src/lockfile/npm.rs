@@ -99,13 +99,7 @@ fn resolve(g: &Graph, loc: &str, name: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn names(g: &Graph, dir: &str) -> Vec<String> {
-        g.externals_of(dir)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| format!("{}@{}", e.name, e.version))
-            .collect()
-    }
+    use crate::lockfile::names;
 
     const LOCK: &str = r#"{
       "lockfileVersion": 3,

@@ -171,13 +171,7 @@ fn external_of(id: &str, meta: Option<&Yaml>) -> External {
 mod tests {
     use super::*;
 
-    fn names(g: &Graph, dir: &str) -> Vec<String> {
-        g.externals_of(dir)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| format!("{}@{}", e.name, e.version))
-            .collect()
-    }
+    use crate::lockfile::names;
 
     const V9: &str = "lockfileVersion: '9.0'
 importers:

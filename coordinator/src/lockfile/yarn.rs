@@ -215,13 +215,7 @@ fn berry(text: &str) -> Result<Graph, LockError> {
 mod tests {
     use super::*;
 
-    fn names(g: &Graph, dir: &str) -> Vec<String> {
-        g.externals_of(dir)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| format!("{}@{}", e.name, e.version))
-            .collect()
-    }
+    use crate::lockfile::names;
 
     fn manifests(list: &[(&str, &str)]) -> Manifests {
         let mut m = Manifests::default();
