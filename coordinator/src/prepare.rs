@@ -59,6 +59,9 @@ pub struct Prepared {
     pub stats: KeyStats,
     /// The workspace's files (an undeclared read only counts when the path exists).
     pub files: std::sync::Arc<FileList>,
+    /// Whether the keys fold declared env values keyed by a salt (`false`: no cache yet, so
+    /// an env-declaring task's key moves once the first run makes one).
+    pub salted: bool,
     /// Each task's input rules, by task id: for the local layer's recheck before a save
     /// ([`crate::layers::LocalLayer::with_input_scopes`]).
     pub input_scopes: std::sync::Arc<HashMap<String, inputs::InputScope>>,
@@ -192,6 +195,7 @@ pub async fn prepare(
     let input_scopes =
         std::sync::Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(sets.scopes).collect());
     Ok(Prepared {
+        salted: salt.is_some(),
         input_scopes,
         plan,
         keys: plan_keys,

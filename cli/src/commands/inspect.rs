@@ -28,9 +28,6 @@ struct Inspected {
     /// The current key's entry is not the task's newest (its inputs went back to an older
     /// state).
     older: bool,
-    /// There is no cache yet, so no key salt: declared env values fold unkeyed, and the key
-    /// of an env-declaring task moves once the first run makes the cache.
-    unsalted: bool,
 }
 
 fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
@@ -67,17 +64,15 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
                 Ok((newest, false, false))
             })
             .await??;
-        let unsalted = cache.call(|s| s.key_salt()).await??.is_none();
-        Ok((prepared, node, entry, current, older, unsalted))
+        Ok((prepared, node, entry, current, older))
     })
-    .map(|(prepared, node, entry, current, older, unsalted)| Inspected {
+    .map(|(prepared, node, entry, current, older)| Inspected {
         ws,
         prepared,
         node,
         entry,
         current,
         older,
-        unsalted,
     })
 }
 
@@ -165,7 +160,7 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let _ = writeln!(
         s,
         "key       {key}{}",
-        match (cached, i.unsalted && !c.env.is_empty()) {
+        match (cached, !i.prepared.salted && !c.env.is_empty()) {
             (true, _) => "  (in the cache)",
             (false, false) => "  (not in the cache)",
             // Declared env values fold keyed by the cache's salt, which the first run makes.
