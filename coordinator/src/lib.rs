@@ -11,6 +11,8 @@
 //!   `--affected`); cycle detection; dot/JSON rendering.
 //! - [`inputs`]: the workspace file list (git or a walk) and each task's inputs.
 //! - [`keys`]: file digests through the stat memo, and every task's key (`prova_protocol::key`).
+//! - [`trees`]: installed trees (`node_modules`): which directories, their manifests and
+//!   digests through the stat memo, and which tasks fold each.
 //! - [`plan`]: a selected graph resolved into a [`plan::RunPlan`] (one `TaskSpec` per node);
 //!   below `run`, so `inputs` and `keys` import it.
 //! - [`prepare`]: everything before the first task: plan, inputs, digests, keys.
@@ -37,4 +39,5 @@ pub mod plan;
 pub mod prepare;
 pub mod run;
 pub mod scheduler;
+pub mod trees;
 pub mod workspace;

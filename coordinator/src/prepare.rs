@@ -27,6 +27,9 @@ pub enum PrepareError {
     /// The cache failed.
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// An installed tree could not be scanned.
+    #[error(transparent)]
+    Trees(#[from] crate::trees::TreeScanError),
 }
 
 /// Counters of the key pass, for `--json` and `-v`.
@@ -65,6 +68,8 @@ pub struct Prepared {
     /// Each task's input rules, by task id: for the local layer's recheck before a save
     /// ([`crate::layers::LocalLayer::with_input_scopes`]).
     pub input_scopes: std::sync::Arc<HashMap<String, inputs::InputScope>>,
+    /// The workspace's installed trees ([`crate::trees`]), sorted by path.
+    pub trees: Vec<crate::trees::ScannedTree>,
 }
 
 impl Prepared {
@@ -75,13 +80,19 @@ impl Prepared {
 
     /// Each task's input files as an exec root needs them (path, digest, exec bit, and a
     /// symlink's target read from the workspace at `root`), sorted by path: its inputs, the
-    /// workspace inputs, and the workspace files folded per project (a lockfile).
+    /// workspace inputs, the workspace files folded per project (a lockfile), and the
+    /// installed trees its key folds (`tree` set, the manifest's digest).
     pub fn input_refs(&self, root: &std::path::Path) -> Vec<Vec<prova_protocol::wire::InputRef>> {
         use prova_protocol::key::InputKind;
         self.keys
             .components
             .iter()
             .map(|c| {
+                let trees = self.trees.iter().filter(|t| {
+                    c.config.iter().any(|(k, v)| {
+                        k.strip_prefix("tree:") == Some(t.path.as_str()) && *v == t.digest.to_hex()
+                    })
+                });
                 let mut v: Vec<prova_protocol::wire::InputRef> = c
                     .inputs
                     .iter()
@@ -95,11 +106,36 @@ impl Prepared {
                             .then(|| crate::keys::digests::link_target(root, &f.path).ok())
                             .flatten()
                             .and_then(|t| t.to_str().map(str::to_owned)),
+                        tree: false,
                     })
+                    .chain(trees.map(|t| prova_protocol::wire::InputRef {
+                        path: t.path.clone(),
+                        digest: t.digest,
+                        exec: false,
+                        symlink: None,
+                        tree: true,
+                    }))
                     .collect();
                 v.sort_by(|a, b| a.path.cmp(&b.path));
                 v.dedup_by(|a, b| a.path == b.path);
                 v
+            })
+            .collect()
+    }
+
+    /// The installed trees each task's key folds, by task id.
+    pub fn tree_paths(&self) -> HashMap<String, Vec<String>> {
+        self.plan
+            .tasks
+            .iter()
+            .zip(&self.keys.components)
+            .map(|(t, c)| {
+                let trees = c
+                    .config
+                    .iter()
+                    .filter_map(|(k, _)| k.strip_prefix("tree:").map(str::to_owned))
+                    .collect();
+                (t.id.to_string(), trees)
             })
             .collect()
     }
@@ -180,7 +216,16 @@ pub async fn prepare(
         })?
     };
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
-    let plan_keys = keys::compute(ws, &plan, &files, &sets, &pass, env, salt.as_ref());
+    let tree_pass = scan_trees(ws, cache, now_ns).await?;
+    tracing::info!(
+        elapsed = ?started.elapsed(),
+        trees = tree_pass.trees.len(),
+        hashed = tree_pass.hashed,
+        memo_hits = tree_pass.memo_hits,
+        "installed trees"
+    );
+    let plan_keys =
+        keys::compute(ws, &plan, &files, &sets, &pass, env, salt.as_ref(), &tree_pass.trees);
     tracing::info!(elapsed = ?started.elapsed(), "keys computed");
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();
@@ -195,6 +240,7 @@ pub async fn prepare(
     let input_scopes =
         std::sync::Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(sets.scopes).collect());
     Ok(Prepared {
+        trees: tree_pass.trees,
         salted: salt.is_some(),
         input_scopes,
         plan,
@@ -205,6 +251,39 @@ pub async fn prepare(
         stats,
         files: std::sync::Arc::new(files),
     })
+}
+
+/// Scans the workspace's installed trees through their own memo scope, and records the rows
+/// of the files it hashed.
+async fn scan_trees(
+    ws: &Workspace,
+    cache: &CacheThread,
+    now_ns: i64,
+) -> Result<crate::trees::TreePass, PrepareError> {
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    if tree_dirs.is_empty() {
+        return Ok(crate::trees::TreePass::default());
+    }
+    let scope = crate::trees::memo_scope(&ws.root);
+    let load_scope = scope.clone();
+    let memo = cache.call(move |s| s.memo_load(&load_scope)).await??;
+    let root = ws.root.clone();
+    let pass = OwnedTask::spawn_blocking("prepare.trees", move || {
+        let store = root.join(".prova").join("trees");
+        crate::trees::scan_all(&root, &tree_dirs, &memo, now_ns, &store)
+    })
+    .join()
+    .await
+    .map_err(|e| inputs::files::FilesError::Walk {
+        dir: String::new(),
+        message: e.to_string(),
+    })??;
+    if !pass.updates.is_empty() {
+        let updates = pass.updates.clone();
+        cache.call(move |s| s.memo_store(&scope, &updates)).await??;
+    }
+    Ok(pass)
 }
 
 /// Project directories that are git repositories of their own.

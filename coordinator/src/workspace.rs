@@ -58,6 +58,8 @@ pub struct WorkspaceSettings {
     pub fingerprint_at: Vec<String>,
     /// Workspace files every task reads.
     pub inputs: Vec<String>,
+    /// Installed-tree directory globs as written (`None`: the default, see `crate::trees`).
+    pub trees: Option<Vec<String>>,
 }
 
 /// A project: a directory with its own tasks.

@@ -10,6 +10,8 @@
 //! - [`manifest`]: output manifests, fingerprints and tree diffs.
 //! - [`artifact`]: deterministic tar+zstd packing and safe, bounded restore.
 //! - [`events`]: the run event stream a client renders.
+//! - [`tree`]: installed trees (`node_modules`): the manifest whose digest keys, ships and
+//!   mounts one as a whole.
 //! - [`task`]: `OwnedTask`, the one way prova spawns: named, spanned, aborted on drop.
 //! - [`wire`]: the farm's messages: `Hello`, worker/client/coordinator enums, blob requests.
 //! - [`work`]: the worker link: assignments, cancels, and what workers report.
@@ -26,6 +28,7 @@ pub mod manifest;
 pub mod spec;
 pub mod task;
 pub mod transport;
+pub mod tree;
 pub mod wire;
 pub mod work;
 

@@ -156,6 +156,9 @@ pub struct InputRef {
     /// For a symlink: its target.
     #[serde(default)]
     pub symlink: Option<String>,
+    /// An installed tree ([`crate::tree`]) mounted at `path`: `digest` is its manifest's.
+    #[serde(default)]
+    pub tree: bool,
 }
 
 /// The kind of a remote task.

@@ -13,7 +13,14 @@
 //!   [`unpack`](prova_protocol::artifact::unpack) into a staging directory beside the root and
 //!   [`place`](prova_protocol::artifact::place)d into it;
 //! - the output directories and the task's working directory are created, so they can be
-//!   bind-mounted writable.
+//!   bind-mounted writable;
+//! - an installed tree ([`RootTree`], e.g. `node_modules`) is not copied in: with the sandbox
+//!   its path is an empty directory that the sandbox bind-mounts the tree's one materialised
+//!   copy onto, read-only ([`ExecRoot::tree_mounts`]); without one, its path is a directory
+//!   of symlinks to the tree's top-level entries (a `@scope` directory mirrored one level
+//!   down), with the tree's own top-level symlinks (an npm workspace's
+//!   `node_modules/@s/a -> ../../packages/a`) recreated as written, so they resolve inside the
+//!   root. Either way one tree costs the root a handful of entries, not one link per file.
 //!
 //! Every materialised file gets the mtime [`FIXED_MTIME_SECS`], so the root is the same tree
 //! wherever and whenever it is built. Nothing is ever written through a symlink: directories
@@ -62,11 +69,25 @@ pub struct RootInput {
     pub symlink: Option<String>,
 }
 
+/// An installed tree to mount in a root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootTree {
+    /// Its workspace-relative path (clean).
+    pub path: String,
+    /// Its directory on this machine (the workspace's own, or the worker's materialised copy).
+    pub source: PathBuf,
+}
+
 /// What goes into an exec root.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecRootSpec {
     /// The declared inputs.
     pub inputs: Vec<RootInput>,
+    /// The installed trees the task's key folds.
+    pub trees: Vec<RootTree>,
+    /// Whether the sandbox mounts the trees (`true`: leave empty mount points) or the root
+    /// mirrors them with symlinks (`false`, no sandbox).
+    pub mount_trees: bool,
     /// Packed upstream artifacts (`tar.zst` files) to unpack into the root.
     pub artifacts: Vec<PathBuf>,
     /// The task's project directory, workspace-relative (`""` for the workspace root).
@@ -163,6 +184,7 @@ pub struct ExecRoot {
     path: PathBuf,
     cwd: PathBuf,
     writable: Vec<PathBuf>,
+    tree_mounts: Vec<(PathBuf, PathBuf)>,
     _pins: PinGuard,
 }
 
@@ -205,9 +227,25 @@ impl ExecRoot {
         let parent = parent.canonicalize().map_err(io_err(parent))?;
         let path = create_unique_dir(&parent, name_hint)?;
         let rel_path = |rel: &str| if rel.is_empty() { path.clone() } else { path.join(rel) };
+        for t in &spec.trees {
+            if !is_clean_relative(&t.path) {
+                return Err(ExecRootError::UncleanPath { path: t.path.clone() });
+            }
+            if let Some(i) = spec.inputs.iter().find(|i| is_within(&i.path, &t.path)) {
+                return Err(conflict(
+                    &i.path,
+                    format!("an input inside installed tree `{}`", t.path),
+                ));
+            }
+        }
         let root = ExecRoot {
             cwd: rel_path(&spec.project_dir),
             writable: writable_rel.iter().map(|w| rel_path(w)).collect(),
+            tree_mounts: if spec.mount_trees {
+                spec.trees.iter().map(|t| (t.source.clone(), rel_path(&t.path))).collect()
+            } else {
+                Vec::new()
+            },
             path: path.clone(),
             _pins: pins,
         };
@@ -221,6 +259,15 @@ impl ExecRoot {
             b.file(input, under_writable, blobs)?;
         }
         b.symlinks(&spec.inputs)?;
+        for t in &spec.trees {
+            if b.placed.keys().any(|p| is_within(p, &t.path)) {
+                return Err(conflict(&t.path, "an upstream output inside an installed tree"));
+            }
+            b.dir(&t.path)?;
+            if !spec.mount_trees {
+                b.mirror(&t.path, &t.source, true)?;
+            }
+        }
         for w in &writable_rel {
             b.dir(w)?;
         }
@@ -236,6 +283,12 @@ impl ExecRoot {
     /// The task's working directory: `path()/project_dir`.
     pub fn cwd(&self) -> PathBuf {
         self.cwd.clone()
+    }
+
+    /// The installed trees the sandbox mounts read-only: (the tree's directory on this
+    /// machine, its mount point in the root). Empty when the root mirrors them instead.
+    pub fn tree_mounts(&self) -> Vec<(PathBuf, PathBuf)> {
+        self.tree_mounts.clone()
     }
 
     /// The directories to bind-mount writable: the output globs' roots (a literal output's
@@ -323,6 +376,33 @@ impl Builder<'_> {
                 Err(e) => return Err(io_err(abs)(e)),
             }
             self.dirs.insert(prefix.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Fills the directory `rel` with symlinks to the entries of `src` (a tree without a
+    /// sandbox to mount it): absolute links to each entry, except the tree's own symlinks,
+    /// recreated as written when they stay inside the root (else left out), and — at the
+    /// top (`scopes`) — `@scope` directories, mirrored one level down.
+    fn mirror(&mut self, rel: &str, src: &Path, scopes: bool) -> Result<(), ExecRootError> {
+        for e in fs::read_dir(src).map_err(io_err(src))? {
+            let e = e.map_err(io_err(src))?;
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+            let dest_rel = format!("{rel}/{name}");
+            let dest = self.abs(&dest_rel);
+            let ft = e.file_type().map_err(io_err(e.path()))?;
+            if ft.is_symlink() {
+                let target = fs::read_link(e.path()).map_err(io_err(e.path()))?;
+                let Some(t) = target.to_str() else { continue };
+                if t.starts_with('/') || prova_protocol::tree::link_stays_inside(rel, &name, t) {
+                    std::os::unix::fs::symlink(t, &dest).map_err(io_err(&dest))?;
+                }
+            } else if ft.is_dir() && scopes && name.starts_with('@') {
+                self.dir(&dest_rel)?;
+                self.mirror(&dest_rel, &e.path(), false)?;
+            } else {
+                std::os::unix::fs::symlink(e.path(), &dest).map_err(io_err(&dest))?;
+            }
         }
         Ok(())
     }

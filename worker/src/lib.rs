@@ -23,6 +23,8 @@
 //!   exec roots are hardlinked from; locality for placement.
 //! - [`execroot`]: exec roots — a fresh directory with exactly a task's declared inputs and
 //!   upstream outputs, its output directories made, removed on drop.
+//! - [`trees`]: installed trees (`node_modules`) materialised once per digest from the blob
+//!   cache, which exec roots mount.
 //! - [`sandbox`]: bubblewrap around a task (read-only root, writable outputs, no network),
 //!   host detection, and `strace` to name undeclared reads.
 
@@ -39,3 +41,4 @@ pub mod runner;
 pub mod sandbox;
 pub mod session;
 pub mod start;
+pub mod trees;

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use prova_protocol::Digest;
 use prova_protocol::events::Perturbations;
 use prova_protocol::task::OwnedTask;
+use prova_protocol::wire::InputRef;
 use prova_protocol::work::{Assignment, Placement};
 
-use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource};
+use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree};
 use crate::remote::BlobError;
 use crate::runner::WorkerContext;
 use crate::sandbox::{self, SandboxConfig};
@@ -71,6 +72,38 @@ pub enum PrepareError {
     /// Building the root failed.
     #[error("building the exec root failed: {0}")]
     Build(#[from] ExecRootError),
+    /// An installed tree's manifest is not in the blob cache, or not a valid manifest.
+    #[error("installed tree `{path}`: {reason}")]
+    Manifest {
+        /// The tree's workspace path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Materialising an installed tree failed.
+    #[error("installed tree `{path}`: {source}")]
+    Tree {
+        /// The tree's workspace path.
+        path: String,
+        /// Why.
+        source: Box<crate::trees::TreeError>,
+    },
+}
+
+/// The checked manifest of tree input `t`, from the blob cache.
+fn read_manifest(
+    blobs: &crate::blobcache::BlobCache,
+    t: &InputRef,
+) -> Result<prova_protocol::tree::TreeManifest, PrepareError> {
+    let bad = |reason: String| PrepareError::Manifest { path: t.path.clone(), reason };
+    let file =
+        blobs.path(&t.digest, false).ok_or_else(|| bad("its manifest is not here".into()))?;
+    let len = std::fs::metadata(&file).map_err(|e| bad(e.to_string()))?.len();
+    if len > prova_protocol::tree::MAX_MANIFEST_BYTES as u64 {
+        return Err(bad(format!("its manifest is {len} bytes")));
+    }
+    let bytes = std::fs::read(&file).map_err(|e| bad(e.to_string()))?;
+    prova_protocol::tree::TreeManifest::decode(&bytes, &t.path).map_err(|e| bad(e.to_string()))
 }
 
 /// Materialises the exec root of `a` (which must be an exec-root placement).
@@ -83,9 +116,12 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     };
     // Bring every blob the root needs into the blob cache (a farm worker), or find it on
     // this machine (a local proof run).
+    let (tree_refs, inputs): (Vec<&InputRef>, Vec<&InputRef>) = inputs.iter().partition(|i| i.tree);
     let mut wanted: Vec<Digest> = Vec::new();
     if local_source.is_none() {
+        // A tree's manifest first: its file blobs are known once it is here.
         wanted.extend(inputs.iter().filter(|i| i.symlink.is_none()).map(|i| i.digest));
+        wanted.extend(tree_refs.iter().map(|t| t.digest));
     }
     if local_blobs.is_none() {
         wanted.extend(upstream.iter().map(|(d, _)| *d));
@@ -97,22 +133,40 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         let Some(remote) = &ctx.remote else {
             return Err(PrepareError::NoCoordinator { missing: missing.len() });
         };
-        for d in missing {
-            remote.fetch(d, &blobs).await.map_err(|source| {
-                let path = inputs
-                    .iter()
-                    .find(|i| i.digest == d)
-                    .map(|i| i.path.as_str())
-                    .unwrap_or("an upstream artifact");
-                PrepareError::Fetch {
-                    path: path.to_owned(),
-                    blob: d.short(),
-                    source: Box::new(source),
+        fetch_all(remote.as_ref(), &blobs, &missing, &inputs).await?;
+    }
+    // The trees: the workspace's own directory (a local proof run), or the worker's one
+    // materialised copy of each digest, its missing file blobs fetched first.
+    let mut trees = Vec::new();
+    for t in &tree_refs {
+        let source = match local_source {
+            Some(ws) => ws.join(&t.path),
+            None => {
+                let m = read_manifest(&blobs, t)?;
+                let missing: Vec<Digest> =
+                    m.blobs().into_iter().filter(|d| !blobs.has(d)).collect();
+                if !missing.is_empty() {
+                    let Some(remote) = &ctx.remote else {
+                        return Err(PrepareError::NoCoordinator { missing: missing.len() });
+                    };
+                    fetch_all(remote.as_ref(), &blobs, &missing, &[]).await?;
                 }
-            })?;
-        }
+                let name = t.path.rsplit('/').next().unwrap_or(&t.path).to_owned();
+                let (digest, blobs2, work) = (t.digest, blobs.clone(), ctx.work_dir.clone());
+                let _pins = blobs.pin(&m.blobs());
+                OwnedTask::spawn_blocking("worker.tree", move || {
+                    crate::trees::TreeStore::new(&work).ensure(&digest, &name, &m, &blobs2)
+                })
+                .join()
+                .await?
+                .map_err(|e| PrepareError::Tree { path: t.path.clone(), source: Box::new(e) })?
+            }
+        };
+        trees.push(RootTree { path: t.path.clone(), source });
     }
     let mut spec = ExecRootSpec {
+        trees,
+        mount_trees: ctx.sandbox,
         inputs: inputs
             .iter()
             .map(|i| RootInput {
@@ -173,6 +227,26 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     Ok(PreparedRoot { root, scratch, perturbed })
 }
 
+/// Fetches `missing` into `blobs`, naming the input a failed fetch was for.
+async fn fetch_all(
+    remote: &dyn crate::remote::RemoteBlobs,
+    blobs: &crate::blobcache::BlobCache,
+    missing: &[Digest],
+    inputs: &[&InputRef],
+) -> Result<(), PrepareError> {
+    for &d in missing {
+        remote.fetch(d, blobs).await.map_err(|source| {
+            let path = inputs
+                .iter()
+                .find(|i| i.digest == d)
+                .map(|i| i.path.as_str())
+                .unwrap_or("an upstream artifact");
+            PrepareError::Fetch { path: path.to_owned(), blob: d.short(), source: Box::new(source) }
+        })?;
+    }
+    Ok(())
+}
+
 /// The bytes an exec root's inputs take (one stat each), to see whether a tmpfs has room.
 fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 {
     let file = |i: &RootInput| match &i.source {
@@ -199,6 +273,7 @@ pub fn wrap(
     let isolation = if ctx.sandbox {
         let mut cfg = SandboxConfig::new(p.root.path(), p.root.cwd());
         cfg.writable = p.root.writable_dirs();
+        cfg.trees = p.root.tree_mounts();
         cfg.network = a.spec.network;
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);

@@ -114,6 +114,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 root: ws.root.clone(),
                 files: prepared.files.clone(),
                 scopes: prepared.input_scopes.clone(),
+                trees: std::sync::Arc::new(prepared.tree_paths()),
             }));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
@@ -351,8 +352,13 @@ async fn remote_run(
 ) -> anyhow::Result<prova_protocol::events::RunSummary> {
     use crate::remote::{download, run as rrun};
     let tasks = rrun::remote_tasks(root, prepared);
-    let uploaded = rrun::upload_missing(&mut session, root, &tasks).await?;
-    tracing::info!(uploaded, "inputs uploaded");
+    let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
+    tracing::info!(needed = up.needed, uploaded = up.blobs, bytes = up.bytes, "inputs uploaded");
+    let message = format!(
+        "uploaded {} of {} input blobs to the farm ({} bytes)",
+        up.blobs, up.needed, up.bytes
+    );
+    let _ = events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
     let wanted = rrun::wanted(&tasks, args.download);
     let files: std::collections::HashSet<String> = prepared.files.all().iter().cloned().collect();
     let mut outcome = rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;

@@ -59,16 +59,43 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
         .collect()
 }
 
-/// Uploads the blobs of `tasks` the coordinator lacks (file bytes read from `root`).
+/// What [`upload_missing`] moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Uploaded {
+    /// Distinct blobs the tasks need.
+    pub needed: usize,
+    /// Blobs uploaded (the farm lacked them).
+    pub blobs: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Uploads the blobs of `tasks` the coordinator lacks (file bytes read from `root`): their
+/// input files, and for each installed tree they mount its manifest (from `.prova/trees`)
+/// and its files — content-addressed, so a tree another client already shipped moves nothing.
 pub async fn upload_missing(
     s: &mut Session,
     root: &Path,
     tasks: &[RemoteTask],
-) -> anyhow::Result<usize> {
-    let mut by_digest: HashMap<Digest, String> = HashMap::new();
+    trees: &[prova_coordinator::trees::ScannedTree],
+) -> anyhow::Result<Uploaded> {
+    let mut by_digest: HashMap<Digest, PathBuf> = HashMap::new();
+    let mut mounted: HashSet<Digest> = HashSet::new();
     for t in tasks {
         for i in t.inputs.iter().filter(|i| i.symlink.is_none()) {
-            by_digest.entry(i.digest).or_insert_with(|| i.path.clone());
+            if i.tree {
+                mounted.insert(i.digest);
+            } else {
+                by_digest.entry(i.digest).or_insert_with(|| root.join(&i.path));
+            }
+        }
+    }
+    for tree in trees.iter().filter(|t| mounted.contains(&t.digest)) {
+        by_digest.entry(tree.digest).or_insert_with(|| tree.manifest_file.clone());
+        for e in &tree.manifest.entries {
+            if let prova_protocol::tree::TreeKind::File { digest, .. } = e.kind {
+                by_digest.entry(digest).or_insert_with(|| root.join(&tree.path).join(&e.path));
+            }
         }
     }
     let digests: Vec<Digest> = by_digest.keys().copied().collect();
@@ -83,25 +110,25 @@ pub async fn upload_missing(
             other => anyhow::bail!("unexpected reply to FindMissing: {other:?}"),
         }
     }
-    let n = missing.len();
+    let mut done = Uploaded { needed: by_digest.len(), blobs: missing.len(), bytes: 0 };
     let mut queue = missing.into_iter();
     let mut running = tokio::task::JoinSet::new();
     loop {
         while running.len() < PARALLEL_UPLOADS {
             let Some(d) = queue.next() else { break };
-            let Some(rel) = by_digest.get(&d) else { continue };
-            let (conn, path) = (s.conn.clone(), root.join(rel));
+            let Some(path) = by_digest.get(&d) else { continue };
+            let (conn, path) = (s.conn.clone(), path.clone());
             running.spawn(async move { upload(conn, d, path).await });
         }
         match running.join_next().await {
-            Some(r) => r??,
+            Some(r) => done.bytes += r??,
             None => break,
         }
     }
-    Ok(n)
+    Ok(done)
 }
 
-async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyhow::Result<()> {
+async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyhow::Result<u64> {
     let file = tokio::fs::File::open(&path)
         .await
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -111,7 +138,7 @@ async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyho
     transport::send_blob(&mut send, digest, size, file).await?;
     let _ = send.finish();
     match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-        Some(BlobAck::Stored) => Ok(()),
+        Some(BlobAck::Stored) => Ok(size),
         Some(BlobAck::Refused { reason }) => {
             anyhow::bail!(
                 "uploading {} was refused: {reason} (did it change since the run started?)",

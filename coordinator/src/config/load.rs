@@ -77,6 +77,7 @@ fn load_inner(
         fingerprint_at: fingerprint.iter().map(|p| p.at.to_string()).collect(),
         fingerprint: fingerprint.into_iter().map(|p| p.value).collect(),
         inputs: check_globs(&src, "inputs", ws.inputs)?,
+        trees: ws.trees.map(|t| check_globs(&src, "trees", t)).transpose()?,
     };
     let defaults = check_tasks(&src, file.tasks)?;
     let dirs = discover::project_dirs(&src, &project_globs)?;

@@ -35,6 +35,11 @@ pub struct WorkspaceTable {
     /// Workspace files every task reads. Default: none.
     #[serde(default)]
     pub inputs: Vec<Spanned<String>>,
+    /// Directories of installed dependencies and toolchains (`node_modules`, `.venv`),
+    /// workspace-relative globs of directories: keyed, shipped and mounted each as one tree
+    /// (`crate::trees`). Default: `node_modules` at the root and in every project when the
+    /// root has a `package.json`, else none.
+    pub trees: Option<Vec<Spanned<String>>>,
 }
 
 /// A project directory's own `prova.toml`.

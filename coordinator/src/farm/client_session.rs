@@ -176,10 +176,30 @@ async fn start(
         .iter()
         .flat_map(|t| t.inputs.iter().filter(|i| i.symlink.is_none()).map(|i| i.digest))
         .collect();
+    let trees: Vec<(String, Digest)> = tasks
+        .iter()
+        .flat_map(|t| t.inputs.iter().filter(|i| i.tree).map(|i| (i.path.clone(), i.digest)))
+        .collect();
     inputs.sort_unstable();
     inputs.dedup();
     let who = identity.clone();
-    let unseen = shared.store.call(move |s| unseen_input(s, &who, &inputs)).await??;
+    let unseen = shared
+        .store
+        .call(move |s| -> Result<Result<Option<Digest>, String>, crate::cache::CacheError> {
+            // A tree's files are inputs too: its manifest must be one, and every blob it names
+            // visible to the client, or a crafted manifest could mount another identity's blob.
+            for (path, d) in trees {
+                match tree_blobs(s, &path, &d)? {
+                    Ok(blobs) => inputs.extend(blobs),
+                    Err(why) => return Ok(Err(why)),
+                }
+            }
+            inputs.sort_unstable();
+            inputs.dedup();
+            unseen_input(s, &who, &inputs).map(Ok)
+        })
+        .await??
+        .map_err(EdgeError::Refused)?;
     if let Some(d) = unseen {
         return Err(EdgeError::UnseenInput { blob: d.short(), name: identity.name.clone() });
     }
@@ -373,6 +393,25 @@ fn missing_for(
     Ok(missing)
 }
 
+/// The file blobs of installed tree `d` at `path` (its manifest read from the store and
+/// checked as a worker will), or why it cannot be used.
+fn tree_blobs(
+    s: &crate::cache::Store,
+    path: &str,
+    d: &Digest,
+) -> Result<Result<Vec<Digest>, String>, crate::cache::CacheError> {
+    let limit = prova_protocol::tree::MAX_MANIFEST_BYTES as u64;
+    let Some(bytes) = s.read_blob_verified(d, limit)? else {
+        return Ok(Err(format!(
+            "installed tree `{path}`: its manifest {} was not uploaded",
+            d.short()
+        )));
+    };
+    Ok(prova_protocol::tree::TreeManifest::decode(&bytes, path)
+        .map(|m| m.blobs())
+        .map_err(|e| format!("installed tree `{path}`: {e}")))
+}
+
 /// The first input of `tasks` that `identity` may not use: a run may only name blobs its
 /// certificate may see (else its task could copy another identity's blob into an output).
 fn unseen_input(
@@ -461,6 +500,23 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
         }
         if t.components.key() != t.key {
             return Err(format!("{}: its key is not the fold of its components", t.spec.id));
+        }
+        // The trees it mounts are the trees its key folds, digest for digest.
+        let mut mounted: Vec<(String, String)> = t
+            .inputs
+            .iter()
+            .filter(|i| i.tree)
+            .map(|i| (format!("tree:{}", i.path), i.digest.to_hex()))
+            .collect();
+        let mut keyed: Vec<(String, String)> =
+            t.components.config.iter().filter(|(k, _)| k.starts_with("tree:")).cloned().collect();
+        mounted.sort();
+        keyed.sort();
+        if mounted != keyed {
+            return Err(format!(
+                "{}: the installed trees it mounts are not the ones its key folds",
+                t.spec.id
+            ));
         }
         if let Some(&d) = t.deps.iter().find(|&&d| d as usize >= n || d as usize == i) {
             return Err(format!("{} depends on task index {d}, which does not exist", t.spec.id));

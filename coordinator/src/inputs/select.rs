@@ -61,6 +61,8 @@ pub struct InputScope {
     nested: Vec<String>,
     /// Its `//` patterns, if any.
     workspace: Option<Arc<PathGlobs>>,
+    /// The `package.json` of every project upstream of it (a JS project's task only).
+    manifests: Vec<String>,
     shared: Arc<ScopeShared>,
 }
 
@@ -147,7 +149,10 @@ impl InputScope {
     /// proof asks of each path a task touched.
     pub fn represents(&self, path: &str) -> bool {
         let sh = &self.shared;
-        if sh.everyone.iter().any(|g| g.is_match(path)) || sh.outputs[self.task].is_match(path) {
+        if sh.everyone.iter().any(|g| g.is_match(path))
+            || sh.outputs[self.task].is_match(path)
+            || self.manifests.iter().any(|m| m == path)
+        {
             return true;
         }
         let own = self.project.as_ref().is_some_and(|g| {
@@ -264,12 +269,35 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
             selected.dedup();
             ws_globs = Some(g);
         }
+        // A JS project's task resolves each workspace package it depends on through that
+        // package's `package.json` (`main`, `types`, `exports`): an input of the task, wherever
+        // it lies.
+        let mut manifests = Vec::new();
+        if files.all().binary_search(&manifest_in(dir)).is_ok() {
+            let mut dirs: Vec<&str> = upstream_of(plan, ti, &mut upstream_cache)
+                .iter()
+                .map(|&u| plan.tasks[u].spec.project_dir.as_str())
+                .filter(|d| *d != dir)
+                .collect();
+            dirs.sort_unstable();
+            dirs.dedup();
+            for d in dirs {
+                let m = manifest_in(d);
+                if let Ok(i) = files.all().binary_search(&m) {
+                    selected.push(i as u32);
+                    manifests.push(m);
+                }
+            }
+            selected.sort_unstable();
+            selected.dedup();
+        }
         scopes.push((
             ti,
             dir.to_owned(),
             project_globs,
             nested.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
             ws_globs,
+            manifests,
         ));
         // Drop own outputs and upstream outputs.
         selected.retain(|&fi| {
@@ -313,16 +341,22 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
     });
     out.scopes = scopes
         .into_iter()
-        .map(|(task, dir, project, nested, workspace)| InputScope {
+        .map(|(task, dir, project, nested, workspace, manifests)| InputScope {
             task,
             dir,
             project,
             nested,
             workspace,
+            manifests,
             shared: Arc::clone(&shared),
         })
         .collect();
     Ok(out)
+}
+
+/// The `package.json` path of project directory `dir`.
+fn manifest_in(dir: &str) -> String {
+    if dir.is_empty() { "package.json".to_owned() } else { format!("{dir}/package.json") }
 }
 
 fn err(task: &str) -> impl Fn(GlobError) -> InputError + '_ {

@@ -39,6 +39,10 @@ pub fn platform() -> String {
 /// Keys every task of `plan`, in dependency order. `env` reads the invoking environment;
 /// declared env values are folded keyed by `salt`, the salt of the cache the keys are for
 /// ([`components::env_value`]).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the inputs of a key pass, each from its own step of prepare"
+)]
 pub fn compute(
     ws: &Workspace,
     plan: &RunPlan,
@@ -47,6 +51,7 @@ pub fn compute(
     pass: &DigestPass,
     env: &dyn Fn(&str) -> Option<String>,
     salt: Option<&KeySalt>,
+    trees: &[crate::trees::ScannedTree],
 ) -> PlanKeys {
     let to_file = |i: &u32| -> Option<(InputFile, Stamp)> {
         let path = &files.all()[*i as usize];
@@ -122,6 +127,13 @@ pub fn compute(
                 let mut c = config_pairs(def);
                 if let Some(p) = ws.projects.get(t.project) {
                     c.extend(locks.config_pairs(&p.dir));
+                    // Each installed tree the task can resolve into, by its manifest digest.
+                    c.extend(
+                        trees
+                            .iter()
+                            .filter(|tr| crate::trees::visible_to(&tr.path, &p.dir))
+                            .map(|tr| (format!("tree:{}", tr.path), tr.digest.to_hex())),
+                    );
                     c.sort();
                 }
                 c

@@ -34,16 +34,27 @@ pub struct WorkspaceView {
     pub files: Arc<FileList>,
     /// Each task's input rules, by task id.
     pub scopes: Arc<HashMap<String, InputScope>>,
+    /// The installed trees each task's key folds (workspace-relative directories), by task
+    /// id: everything inside them is declared.
+    pub trees: Arc<HashMap<String, Vec<String>>>,
 }
 
 impl WorkspaceView {
     /// The undeclared inputs among `reads` of `task`, sorted and de-duplicated.
     pub fn undeclared(&self, task: &str, reads: &ReadsReport) -> Vec<String> {
         let scope = self.scopes.get(task);
-        let represented = |p: &str| scope.is_some_and(|s| s.represents(p));
+        let trees = self.trees.get(task).map(Vec::as_slice).unwrap_or_default();
+        let represented = |p: &str| {
+            scope.is_some_and(|s| s.represents(p))
+                || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
+        };
         let mut ignores = Ignores::new(self);
         let mut out = Vec::new();
-        for p in &reads.missing {
+        let missing: Vec<String> =
+            reads.missing.iter().map(|p| self.through_trees(p, trees)).collect();
+        let touched: Vec<String> =
+            reads.touched.iter().map(|p| self.through_trees(p, trees)).collect();
+        for p in &missing {
             if is_internal(p) || represented(p) {
                 continue;
             }
@@ -63,12 +74,17 @@ impl WorkspaceView {
             }
         }
         // What a survey run (the whole workspace visible) read: a workspace file the key
-        // does not represent. Directories it merely stat'ed are not reads of their files.
-        for p in &reads.touched {
-            if is_internal(p) || represented(p) || self.files.all().binary_search(p).is_err() {
+        // does not represent — listed or not: a gitignored file (another project's `dist`, an
+        // installed package outside every declared tree) is read all the same. Directories it
+        // merely stat'ed are not reads of their files.
+        for p in &touched {
+            if is_internal(p) || represented(p) {
                 continue;
             }
-            out.push(p.clone());
+            let listed = self.files.all().binary_search(p).is_ok();
+            if listed || self.is_unlisted_file(p) {
+                out.push(p.clone());
+            }
         }
         for l in &reads.listed {
             if is_internal(&l.dir) {
@@ -89,6 +105,64 @@ impl WorkspaceView {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Where `p`, inside one of `trees`, really leads: a link in an installed tree (an npm
+    /// workspace's `node_modules/@s/a -> ../../packages/a`) can lead out of it, into the
+    /// workspace, and what the task read there is judged like any workspace path. Links are
+    /// followed component by component, lexically (at most 40); a path outside every tree,
+    /// or through a link out of the workspace, is returned as it is.
+    fn through_trees(&self, p: &str, trees: &[String]) -> String {
+        use prova_protocol::globs::is_within;
+        if !trees.iter().any(|t| is_within(p, t)) {
+            return p.to_owned();
+        }
+        let mut queue: std::collections::VecDeque<String> =
+            p.split('/').map(str::to_owned).collect();
+        let mut parts: Vec<String> = Vec::new();
+        let mut hops = 0;
+        while let Some(c) = queue.pop_front() {
+            match c.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    if parts.pop().is_none() {
+                        return p.to_owned();
+                    }
+                    continue;
+                }
+                _ => parts.push(c),
+            }
+            let abs = self.root.join(parts.join("/"));
+            match std::fs::symlink_metadata(&abs) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    hops += 1;
+                    let target = std::fs::read_link(&abs).ok();
+                    let Some(t) = target.as_ref().and_then(|t| t.to_str()) else {
+                        return p.to_owned();
+                    };
+                    if hops > 40 || t.starts_with('/') {
+                        return p.to_owned();
+                    }
+                    parts.pop();
+                    for tc in t.split('/').rev() {
+                        queue.push_front(tc.to_owned());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    parts.extend(queue.drain(..).filter(|c| !c.is_empty() && c != "."));
+                    break;
+                }
+            }
+        }
+        parts.join("/")
+    }
+
+    /// Whether `rel` is a file (or symlink) in the workspace that its file list leaves out
+    /// (gitignored).
+    fn is_unlisted_file(&self, rel: &str) -> bool {
+        prova_protocol::globs::is_clean_relative(rel)
+            && std::fs::symlink_metadata(self.root.join(rel)).is_ok_and(|m| !m.is_dir())
     }
 
     /// Whether `rel` is a directory of the workspace (holds listed files).
@@ -264,6 +338,7 @@ mod tests {
             root: root.to_owned(),
             files: Arc::new(list),
             scopes: Arc::new(HashMap::new()),
+            trees: Arc::new(HashMap::new()),
         }
     }
 
@@ -295,6 +370,49 @@ mod tests {
             v.undeclared("p#t", &reads),
             ["p/a.txt", "p/config.local", "p/docs", "p/keep.log"]
         );
+    }
+
+    #[test]
+    fn reads_of_unlisted_files_are_named_unless_inside_a_declared_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        for dir in ["node_modules/foo", "packages/core", "packages/app/dist", "other/dist"] {
+            std::fs::create_dir_all(r.join(dir)).unwrap();
+        }
+        for f in ["node_modules/foo/index.js", "packages/core/package.json", "other/dist/x.js"] {
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        // npm workspaces: the tree links back into the workspace.
+        std::os::unix::fs::symlink("../packages/core", r.join("node_modules/core")).unwrap();
+        let mut v = view(r, &["packages/core/src/a.ts"]);
+        v.trees = Arc::new(HashMap::from([("app#t".to_owned(), vec!["node_modules".to_owned()])]));
+        let touched = |p: &[&str]| ReadsReport {
+            traced: true,
+            touched: p.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        };
+        // Inside the tree it mounts: declared.
+        assert!(v.undeclared("app#t", &touched(&["node_modules/foo/index.js"])).is_empty());
+        // Through the tree's link, out into another project: the real path is named.
+        assert_eq!(
+            v.undeclared("app#t", &touched(&["node_modules/core/package.json"])),
+            ["packages/core/package.json"]
+        );
+        let missing = ReadsReport {
+            traced: true,
+            missing: vec!["node_modules/core/package.json".into()],
+            ..Default::default()
+        };
+        assert_eq!(v.undeclared("app#t", &missing), ["packages/core/package.json"]);
+        // Gitignored (unlisted) files outside every tree: named all the same.
+        assert_eq!(v.undeclared("app#t", &touched(&["other/dist/x.js"])), ["other/dist/x.js"]);
+        // A task that does not mount the tree: its reads there are undeclared.
+        assert_eq!(
+            v.undeclared("lib#t", &touched(&["node_modules/foo/index.js"])),
+            ["node_modules/foo/index.js"]
+        );
+        // A path that does not exist and is not listed is not a read of a file.
+        assert!(v.undeclared("app#t", &touched(&["other/dist/gone.js"])).is_empty());
     }
 
     #[test]

@@ -327,13 +327,28 @@ fn input_refs() -> Vec<InputRef> {
             digest: d("main.ts"),
             exec: false,
             symlink: None,
+            tree: false,
         },
-        InputRef { path: "apps/web/bin/run".into(), digest: d("run"), exec: true, symlink: None },
+        InputRef {
+            path: "apps/web/bin/run".into(),
+            digest: d("run"),
+            exec: true,
+            symlink: None,
+            tree: false,
+        },
         InputRef {
             path: "apps/web/node_modules/.bin/tsc".into(),
             digest: d("../typescript/bin/tsc"),
             exec: false,
             symlink: Some("../typescript/bin/tsc".into()),
+            tree: false,
+        },
+        InputRef {
+            path: "node_modules".into(),
+            digest: d("tree manifest"),
+            exec: false,
+            symlink: None,
+            tree: true,
         },
     ]
 }

@@ -90,6 +90,7 @@ fn spec(inputs: Vec<RootInput>, outputs: &[&str]) -> ExecRootSpec {
         artifacts: Vec::new(),
         project_dir: "app".to_owned(),
         outputs: outputs.iter().map(|s| (*s).to_owned()).collect(),
+        ..ExecRootSpec::default()
     }
 }
 

@@ -8,7 +8,7 @@
 //! bwrap --unshare-all [--share-net] --die-with-parent --new-session
 //!       --ro-bind /usr /usr  --ro-bind-try <system path> <same> …  [--ro-bind-try <extra> <same> …]
 //!       --proc /proc --dev /dev --tmpfs /tmp
-//!       --ro-bind <root> <root>  --bind <writable> <same> …
+//!       --ro-bind <root> <root>  --ro-bind <tree> <its mount point> …  --bind <writable> <same> …
 //!       --remount-ro /  --chdir <cwd>  [--hostname <h>] [--uid <u>] [--gid <g>]
 //!       -- <inner argv…>
 //! ```
@@ -76,6 +76,9 @@ pub struct SandboxConfig {
     /// Host files mounted read-only over paths inside (host file, path inside), e.g. the
     /// [`identity_overlays`] of a sandbox with its own uid and hostname.
     pub overlays: Vec<(PathBuf, PathBuf)>,
+    /// Installed trees mounted read-only inside the root: (the tree's directory on the host,
+    /// its mount point inside `root`, an existing directory).
+    pub trees: Vec<(PathBuf, PathBuf)>,
     /// Instead of the exec root, a view assembled at its path (a survey run,
     /// [`super::survey`]): a writable tmpfs at `root` and these operations on it, in order.
     pub view: Option<Vec<ViewOp>>,
@@ -106,6 +109,7 @@ impl SandboxConfig {
             gid: None,
             extra_ro: Vec::new(),
             overlays: Vec::new(),
+            trees: Vec::new(),
             view: None,
         }
     }
@@ -163,6 +167,15 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
                 });
             }
         }
+    }
+    // The installed trees, read-only, each over its (empty) mount point in the root: one
+    // materialised copy serves every task, and a task cannot write into it.
+    for (src, dst) in &cfg.trees {
+        a.0.extend([
+            "--ro-bind".to_owned(),
+            src.to_string_lossy().into_owned(),
+            dst.to_string_lossy().into_owned(),
+        ]);
     }
     // The declared output directories, writable; after the root so they override it.
     for w in &cfg.writable {

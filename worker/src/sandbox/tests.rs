@@ -96,6 +96,7 @@ fn task() -> Task {
         artifacts: Vec::new(),
         project_dir: "p".into(),
         outputs: vec!["out/**".into()],
+        ..ExecRootSpec::default()
     };
     let root = ExecRoot::create(&tmp.path().join("roots"), "p#build", &spec, &blobs).unwrap();
     Task { tmp, ws, _blobs: blobs, root }

@@ -1,0 +1,362 @@
+//! Installed trees on the client side (issue 12): which directories of the workspace hold
+//! installed dependencies and toolchains, their manifests and digests, and which tasks each
+//! one's digest is folded into.
+//!
+//! - **Which**: `[workspace] trees` (directory globs, workspace-relative; `*` matches one
+//!   path segment), gitignored or not. Unset in a workspace with a root `package.json`, the
+//!   default is `node_modules` at the root and in every project directory; unset elsewhere,
+//!   none. `trees = []` turns them off. Only directories that exist count.
+//! - **Digest**: a walk of the directory (never following a symlink, no ignore rules) into a
+//!   [`TreeManifest`]; file bytes are hashed through the stat memo (scope [`memo_scope`]), so a
+//!   warm scan only stats. The manifest is written to `.prova/trees/<digest>` (where a
+//!   remote run uploads it from).
+//! - **Who folds it** ([`visible_to`]): the tasks of projects at or under the directory that
+//!   holds the tree — Node's resolution walks up from a file's directory to every enclosing
+//!   `node_modules`, and a root `.venv` serves every project. The digest enters the key as the
+//!   config pair `tree:<path>`, and the tree is one of the task's inputs (an `InputRef` with
+//!   `tree` set), so its exec roots mount it and the inputs proof counts reads inside it as
+//!   declared.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use prova_protocol::Digest;
+use prova_protocol::globs::is_within;
+use prova_protocol::tree::{TreeEntry, TreeKind, TreeManifest};
+
+use crate::cache::MemoRow;
+use crate::keys::digests;
+
+/// Most directory entries one tree's walk visits before the tree is refused.
+pub const MAX_WALK_ENTRIES: usize = prova_protocol::tree::MAX_TREE_ENTRIES;
+
+/// Why a tree could not be scanned.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeScanError {
+    /// Reading the directory failed.
+    #[error("installed tree `{tree}`: {path}: {source}")]
+    Io {
+        /// The tree's path.
+        tree: String,
+        /// The entry.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// More than [`MAX_WALK_ENTRIES`] entries.
+    #[error("installed tree `{0}` has more than {MAX_WALK_ENTRIES} entries")]
+    TooLarge(String),
+    /// Writing its manifest under `.prova` failed.
+    #[error("writing the manifest of installed tree `{tree}`: {source}")]
+    Store {
+        /// The tree's path.
+        tree: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One scanned tree.
+#[derive(Clone, Debug)]
+pub struct ScannedTree {
+    /// Workspace-relative path of its directory.
+    pub path: String,
+    /// Its manifest's digest.
+    pub digest: Digest,
+    /// Where its encoded manifest is stored (a blob to upload).
+    pub manifest_file: PathBuf,
+    /// Its manifest.
+    pub manifest: std::sync::Arc<TreeManifest>,
+}
+
+/// What scanning a workspace's trees did.
+#[derive(Debug, Default)]
+pub struct TreePass {
+    /// The trees, sorted by path.
+    pub trees: Vec<ScannedTree>,
+    /// Memo rows to write (files hashed this pass), in [`memo_scope`].
+    pub updates: Vec<(String, MemoRow)>,
+    /// Files whose bytes were read.
+    pub hashed: usize,
+    /// Files answered by the memo.
+    pub memo_hits: usize,
+}
+
+/// The stat memo scope of a workspace's installed trees (apart from its inputs').
+pub fn memo_scope(root: &Path) -> String {
+    format!("trees:{}", root.display())
+}
+
+/// The tree directories of a workspace: `patterns` (`None`: the default, see the module
+/// docs) expanded against what exists, sorted, de-duplicated, never nested in one another
+/// (an inner one is part of the outer).
+pub fn tree_dirs(root: &Path, patterns: Option<&[String]>, project_dirs: &[&str]) -> Vec<String> {
+    let defaults: Vec<String>;
+    let patterns = match patterns {
+        Some(p) => p,
+        None if root.join("package.json").is_file() => {
+            defaults = std::iter::once("node_modules".to_owned())
+                .chain(
+                    project_dirs
+                        .iter()
+                        .filter(|d| !d.is_empty())
+                        .map(|d| format!("{d}/node_modules")),
+                )
+                .collect();
+            &defaults
+        }
+        None => return Vec::new(),
+    };
+    let mut out: Vec<String> = patterns.iter().flat_map(|p| expand(root, p)).collect();
+    out.sort();
+    out.dedup();
+    let all = out.clone();
+    out.retain(|d| !all.iter().any(|o| o != d && is_within(d, o)));
+    out
+}
+
+/// The existing directories matching one pattern, segment by segment (no symlinks followed).
+fn expand(root: &Path, pattern: &str) -> Vec<String> {
+    let pattern = pattern.trim_start_matches("//").trim_end_matches('/');
+    let mut found = vec![String::new()];
+    for seg in pattern.split('/').filter(|s| !s.is_empty() && *s != ".") {
+        if seg == ".." {
+            return Vec::new();
+        }
+        let glob = if seg.contains(['*', '?', '[', '{']) {
+            match globset::Glob::new(seg) {
+                Ok(g) => Some(g.compile_matcher()),
+                Err(_) => return Vec::new(),
+            }
+        } else {
+            None
+        };
+        let mut next = Vec::new();
+        for base in &found {
+            let join = |n: &str| if base.is_empty() { n.to_owned() } else { format!("{base}/{n}") };
+            match &glob {
+                None => next.push(join(seg)),
+                Some(m) => {
+                    let Ok(rd) = fs::read_dir(root.join(base)) else { continue };
+                    for e in rd.flatten() {
+                        if let Some(n) = e.file_name().to_str()
+                            && m.is_match(n)
+                            && n != ".git"
+                            && n != ".prova"
+                        {
+                            next.push(join(n));
+                        }
+                    }
+                }
+            }
+        }
+        found = next;
+    }
+    found.retain(|d| {
+        !d.is_empty()
+            && fs::symlink_metadata(root.join(d)).is_ok_and(|m| m.file_type().is_dir())
+            && !d.split('/').any(|s| s == ".git" || s == ".prova")
+    });
+    found
+}
+
+/// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
+pub fn visible_to(tree: &str, project_dir: &str) -> bool {
+    let holder = tree.rsplit_once('/').map_or("", |(d, _)| d);
+    holder.is_empty() || is_within(project_dir, holder)
+}
+
+/// Scans every tree in `dirs` under `root`, hashing through `memo` (scope [`memo_scope`]),
+/// and stores each manifest under `store` (`.prova/trees`).
+pub fn scan_all(
+    root: &Path,
+    dirs: &[String],
+    memo: &HashMap<String, MemoRow>,
+    now_ns: i64,
+    store: &Path,
+) -> Result<TreePass, TreeScanError> {
+    let mut pass = TreePass::default();
+    for dir in dirs {
+        let walked = walk(root, dir)?;
+        let files: Vec<&str> = walked.files.iter().map(String::as_str).collect();
+        let digested = digests::digest_files(root, &files, memo, now_ns);
+        pass.hashed += digested.hashed;
+        pass.memo_hits += digested.memo_hits;
+        pass.updates.extend(digested.updates);
+        let prefix = format!("{dir}/");
+        let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
+        let mut entries: Vec<TreeEntry> = walked
+            .dirs
+            .iter()
+            .map(|d| TreeEntry { path: rel(d), kind: TreeKind::Dir })
+            .chain(walked.links.iter().map(|(p, target)| TreeEntry {
+                path: rel(p),
+                kind: TreeKind::Symlink { target: target.clone() },
+            }))
+            .collect();
+        for f in &walked.files {
+            // A file that vanished between the walk and the hash is not in the tree.
+            if let Some(facts) = digested.facts.get(f) {
+                entries.push(TreeEntry {
+                    path: rel(f),
+                    kind: TreeKind::File { digest: facts.digest, exec: facts.exec },
+                });
+            }
+        }
+        let manifest = TreeManifest::new(entries);
+        let bytes = manifest.encode();
+        let digest = Digest::of(&bytes);
+        let manifest_file = store.join(digest.to_hex());
+        if !manifest_file.exists() {
+            let store_err = |source| TreeScanError::Store { tree: dir.clone(), source };
+            fs::create_dir_all(store).map_err(store_err)?;
+            let tmp = store.join(format!(".{}.{}", digest.to_hex(), std::process::id()));
+            fs::write(&tmp, &bytes).map_err(store_err)?;
+            fs::rename(&tmp, &manifest_file).map_err(store_err)?;
+        }
+        pass.trees.push(ScannedTree {
+            path: dir.clone(),
+            digest,
+            manifest_file,
+            manifest: std::sync::Arc::new(manifest),
+        });
+    }
+    Ok(pass)
+}
+
+#[derive(Default)]
+struct Walked {
+    dirs: Vec<String>,
+    files: Vec<String>,
+    links: Vec<(String, String)>,
+}
+
+/// Every entry under `root/dir` (workspace-relative paths), symlinks not followed; names that
+/// are not UTF-8, sockets and devices are left out.
+fn walk(root: &Path, dir: &str) -> Result<Walked, TreeScanError> {
+    let mut w = Walked::default();
+    let mut stack = vec![dir.to_owned()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let io_err = |path: &str| {
+            let (tree, path) = (dir.to_owned(), path.to_owned());
+            move |source| TreeScanError::Io { tree, path, source }
+        };
+        let rd = fs::read_dir(root.join(&d)).map_err(io_err(&d))?;
+        for e in rd {
+            let e = e.map_err(io_err(&d))?;
+            seen += 1;
+            if seen > MAX_WALK_ENTRIES {
+                return Err(TreeScanError::TooLarge(dir.to_owned()));
+            }
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+            let rel = format!("{d}/{name}");
+            let ft = e.file_type().map_err(io_err(&rel))?;
+            if ft.is_dir() {
+                w.dirs.push(rel.clone());
+                stack.push(rel);
+            } else if ft.is_file() {
+                w.files.push(rel);
+            } else if ft.is_symlink() {
+                let target = digests::link_target(root, &rel).map_err(io_err(&rel))?;
+                if let Some(t) = target.to_str() {
+                    w.links.push((rel, t.to_owned()));
+                }
+            }
+        }
+    }
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    fn ws() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("node_modules/foo/lib")).unwrap();
+        fs::write(r.join("node_modules/foo/lib/index.js"), "x").unwrap();
+        fs::create_dir_all(r.join("node_modules/.bin")).unwrap();
+        symlink("../foo/lib/index.js", r.join("node_modules/.bin/foo")).unwrap();
+        fs::create_dir_all(r.join("packages/a/node_modules")).unwrap();
+        fs::write(r.join("package.json"), "{}").unwrap();
+        t
+    }
+
+    fn scan(r: &Path, memo: &HashMap<String, MemoRow>) -> TreePass {
+        let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
+        scan_all(r, &dirs, memo, i64::MAX, &r.join(".prova/trees")).unwrap()
+    }
+
+    #[test]
+    fn default_trees_are_the_node_modules_that_exist() {
+        let t = ws();
+        assert_eq!(
+            tree_dirs(t.path(), None, &["", "packages/a", "packages/b"]),
+            ["node_modules", "packages/a/node_modules"]
+        );
+        assert!(tree_dirs(t.path(), Some(&[]), &[""]).is_empty(), "trees = [] turns them off");
+        let globbed = tree_dirs(t.path(), Some(&["packages/*/node_modules".into()]), &[]);
+        assert_eq!(globbed, ["packages/a/node_modules"]);
+        let nested =
+            tree_dirs(t.path(), Some(&["node_modules".into(), "node_modules/foo".into()]), &[]);
+        assert_eq!(nested, ["node_modules"], "a tree inside another is part of it");
+        assert!(tree_dirs(t.path(), Some(&["../x".into()]), &[]).is_empty());
+        fs::remove_file(t.path().join("package.json")).unwrap();
+        assert!(tree_dirs(t.path(), None, &[""]).is_empty(), "no package.json, no default");
+    }
+
+    #[test]
+    fn the_digest_follows_content_exec_bits_and_links_and_a_warm_scan_reads_nothing() {
+        let t = ws();
+        let r = t.path();
+        let first = scan(r, &HashMap::new());
+        assert_eq!(first.hashed, 1);
+        let d0 = first.trees[0].digest;
+        assert_eq!(first.trees[0].path, "node_modules");
+        assert!(first.trees[0].manifest_file.is_file());
+        let stored = fs::read(&first.trees[0].manifest_file).unwrap();
+        assert_eq!(Digest::of(&stored), d0, "the stored manifest is the digest's blob");
+
+        let memo: HashMap<String, MemoRow> = first.updates.into_iter().collect();
+        let mut old = memo.clone();
+        for row in old.values_mut() {
+            row.recorded_ns = i64::MAX; // outside the racy window
+        }
+        let warm = scan(r, &old);
+        assert_eq!((warm.hashed, warm.memo_hits), (0, 1));
+        assert_eq!(warm.trees[0].digest, d0);
+
+        let f = r.join("node_modules/foo/lib/index.js");
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o755)).unwrap();
+        let exec = scan(r, &HashMap::new()).trees[0].digest;
+        assert_ne!(exec, d0, "exec bit");
+        fs::write(&f, "y").unwrap();
+        let content = scan(r, &HashMap::new()).trees[0].digest;
+        assert_ne!(content, exec, "content");
+        fs::remove_file(r.join("node_modules/.bin/foo")).unwrap();
+        symlink("../foo", r.join("node_modules/.bin/foo")).unwrap();
+        assert_ne!(scan(r, &HashMap::new()).trees[0].digest, content, "link target");
+        fs::create_dir(r.join("node_modules/empty")).unwrap();
+        let with_dir = scan(r, &HashMap::new()).trees[0].digest;
+        fs::remove_dir(r.join("node_modules/empty")).unwrap();
+        assert_ne!(with_dir, scan(r, &HashMap::new()).trees[0].digest, "an empty directory");
+    }
+
+    #[test]
+    fn a_tree_is_folded_by_the_projects_under_the_directory_holding_it() {
+        assert!(visible_to("node_modules", ""));
+        assert!(visible_to("node_modules", "packages/a"));
+        assert!(visible_to("packages/a/node_modules", "packages/a"));
+        assert!(visible_to("packages/a/node_modules", "packages/a/sub"));
+        assert!(!visible_to("packages/a/node_modules", "packages/b"));
+        assert!(!visible_to("packages/a/node_modules", ""));
+        assert!(!visible_to("packages/a/node_modules", "packages/ab"));
+    }
+}
