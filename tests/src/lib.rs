@@ -18,6 +18,8 @@
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
+//! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
+//!   which of its tasks ran.
 //!
 //! # How the binary is found
 //! `env!("CARGO_BIN_EXE_prova")` only exists in integration tests of the package that owns the
@@ -57,6 +59,7 @@ pub mod liar;
 pub mod locate;
 pub mod procs;
 pub mod run;
+pub mod tsmono;
 pub mod verify;
 pub mod workspace;
 

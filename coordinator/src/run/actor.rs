@@ -417,8 +417,11 @@ impl RunActor {
         }
         self.record_primary(node, &f);
         if self.options.verify.inputs && self.cacheable(node) {
-            let spec = &self.plan.tasks[node].spec;
-            let found = super::verdicts::inputs_verdicts(spec, &self.options.verify, &f, status);
+            let t = &self.plan.tasks[node];
+            let trees: Vec<&str> =
+                t.inputs.iter().filter(|i| i.tree).map(|i| i.path.as_str()).collect();
+            let found =
+                super::verdicts::inputs_verdicts(&t.spec, &trees, &self.options.verify, &f, status);
             self.state[node].pending.extend(found);
         }
         let v = &self.options.verify;

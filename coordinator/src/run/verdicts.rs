@@ -48,6 +48,7 @@ pub(crate) fn log_tail(log: &[u8]) -> Vec<String> {
 /// names the undeclared paths it touched, or says it fails there, with its log's tail.
 pub(crate) fn inputs_verdicts(
     spec: &TaskSpec,
+    trees: &[&str],
     verify: &VerifyOptions,
     f: &Finished,
     status: TaskStatus,
@@ -69,7 +70,7 @@ pub(crate) fn inputs_verdicts(
     let log_tail = if failed.is_some() { log_tail(&f.log) } else { Vec::new() };
     let verdict = if reads.traced {
         let writes = super::undeclared::undeclared_writes(&spec.project_dir, &spec.outputs, reads);
-        let mut paths = undeclared_paths(spec, verify, reads);
+        let mut paths = undeclared_paths(spec, trees, verify, reads);
         paths.retain(|p| writes.binary_search(p).is_err());
         let suggest = match &verify.workspace {
             Some(view) => {
@@ -121,7 +122,14 @@ pub(crate) fn inputs_verdicts(
 /// The undeclared inputs among a traced run's candidates: judged against the workspace
 /// when this side has it ([`super::undeclared`]); otherwise (a farm coordinator) every
 /// failed lookup outside the task's outputs, for the client to filter.
-fn undeclared_paths(spec: &TaskSpec, verify: &VerifyOptions, reads: &ReadsReport) -> Vec<String> {
+/// Without the workspace (the farm), a lookup inside an installed tree the task mounts is
+/// declared; the client, which has the workspace, keeps only paths that exist in it.
+fn undeclared_paths(
+    spec: &TaskSpec,
+    trees: &[&str],
+    verify: &VerifyOptions,
+    reads: &ReadsReport,
+) -> Vec<String> {
     if let Some(view) = &verify.workspace {
         return view.undeclared(&spec.id.to_string(), reads);
     }
@@ -132,6 +140,7 @@ fn undeclared_paths(spec: &TaskSpec, verify: &VerifyOptions, reads: &ReadsReport
         .missing
         .iter()
         .filter(|p| !own.is_match(p))
+        .filter(|p| !trees.iter().any(|t| prova_protocol::globs::is_within(p, t)))
         .filter(|p| files.as_ref().is_none_or(|f| f.contains(*p)))
         .cloned()
         .collect()
