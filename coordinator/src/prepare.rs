@@ -267,7 +267,9 @@ async fn scan_trees(
     }
     let scope = crate::trees::memo_scope(&ws.root);
     let load_scope = scope.clone();
+    let started = Instant::now();
     let memo = cache.call(move |s| s.memo_load(&load_scope)).await??;
+    tracing::debug!(elapsed = ?started.elapsed(), rows = memo.len(), "tree memo loaded");
     let root = ws.root.clone();
     let pass = OwnedTask::spawn_blocking("prepare.trees", move || {
         let store = root.join(".prova").join("trees");

@@ -181,9 +181,12 @@ pub fn scan_all(
 ) -> Result<TreePass, TreeScanError> {
     let mut pass = TreePass::default();
     for dir in dirs {
+        let started = std::time::Instant::now();
         let walked = walk(root, dir)?;
+        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), files = walked.files.len(), "tree walked");
         let files: Vec<&str> = walked.files.iter().map(String::as_str).collect();
         let digested = digests::digest_files(root, &files, memo, now_ns);
+        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree digested");
         pass.hashed += digested.hashed;
         pass.memo_hits += digested.memo_hits;
         pass.updates.extend(digested.updates);
@@ -210,6 +213,7 @@ pub fn scan_all(
         let manifest = TreeManifest::new(entries);
         let bytes = manifest.encode();
         let digest = Digest::of(&bytes);
+        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), bytes = bytes.len(), "tree manifest");
         let manifest_file = store.join(digest.to_hex());
         if !manifest_file.exists() {
             let store_err = |source| TreeScanError::Store { tree: dir.clone(), source };
@@ -225,7 +229,22 @@ pub fn scan_all(
             manifest: std::sync::Arc::new(manifest),
         });
     }
+    forget_old_manifests(store, &pass.trees);
     Ok(pass)
+}
+
+/// Removes the manifests under `store` of trees no longer current (each tree change leaves
+/// one behind, a few MB for a large `node_modules`). Best effort.
+fn forget_old_manifests(store: &Path, current: &[ScannedTree]) {
+    let Ok(rd) = fs::read_dir(store) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_manifest = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+        if is_manifest && !current.iter().any(|t| t.digest.to_hex() == name) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 #[derive(Default)]
@@ -343,6 +362,8 @@ mod tests {
         fs::remove_file(r.join("node_modules/.bin/foo")).unwrap();
         symlink("../foo", r.join("node_modules/.bin/foo")).unwrap();
         assert_ne!(scan(r, &HashMap::new()).trees[0].digest, content, "link target");
+        let stored = fs::read_dir(r.join(".prova/trees")).unwrap().count();
+        assert_eq!(stored, 2, "only the current manifests (two trees) are kept");
         fs::create_dir(r.join("node_modules/empty")).unwrap();
         let with_dir = scan(r, &HashMap::new()).trees[0].digest;
         fs::remove_dir(r.join("node_modules/empty")).unwrap();
