@@ -666,7 +666,31 @@ impl Cluster {
         }
     }
 
+    /// Stops the coordinator with SIGTERM (it closes its connections on the way out) and
+    /// leaves it down.
+    pub fn terminate_coordinator(&mut self) {
+        if let Some(mut d) = self.coordinator.take() {
+            d.stop();
+        }
+    }
+
+    /// SIGKILLs the coordinator, starts a new one (same cache dir and port) and waits at most
+    /// `timeout` for every running worker to register with it again: how fast workers
+    /// notice a crashed coordinator and rejoin its successor. Panics past `timeout`.
+    #[track_caller]
+    pub fn kill_coordinator_expecting_rejoin_within(&mut self, timeout: Duration) {
+        if let Some(mut d) = self.coordinator.take() {
+            d.kill();
+        }
+        self.start_again_within(timeout);
+    }
+
     fn start_again(&mut self) {
+        self.start_again_within(Duration::from_secs(60));
+    }
+
+    #[track_caller]
+    fn start_again_within(&mut self, rejoin: Duration) {
         let port = self.addr.clone();
         // UDP has no TIME_WAIT: the port is free once the old process is gone. Try it a few
         // times (something else may hold it for a moment), then give up on it.
@@ -674,7 +698,7 @@ impl Cluster {
         for _ in 0..3 {
             match self.start_coordinator(Some(&port)) {
                 Ok(()) => {
-                    self.wait_for_workers_within(Duration::from_secs(60));
+                    self.wait_for_workers_within(rejoin);
                     return;
                 }
                 Err(e) => last = e,
