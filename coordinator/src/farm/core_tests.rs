@@ -372,6 +372,37 @@ fn an_expired_lease_does_not_send_the_item_back_to_the_silent_worker() {
     assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(third))))[0].0, w("a"));
 }
 
+#[test]
+fn a_leaving_worker_gets_no_more_work_and_hands_its_leases_back_free() {
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 1, vec![]);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    let cmds = f.handle(T0, FarmEvent::WorkerLeaving { id: w("a") });
+    assert!(cmds.is_empty(), "nowhere to go yet: {cmds:?}");
+    assert_eq!(f.workers().count(), 0, "out of the farm at once");
+    assert_eq!(f.queued(), 1);
+    // Its late report is refused; another worker takes the item.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert!(matches!(&cmds[..], [FarmCommand::Refuse { .. }]), "{cmds:?}");
+    let again = assigned(&rejoin(&mut f, "b", 1, vec![]));
+    assert_eq!(again.len(), 1);
+    // Handing back is free: the item still survives a full budget of losses on its own.
+    let mut failed = Vec::new();
+    for round in 0..=RETRY_BUDGET + 1 {
+        let id = format!("solo{round}");
+        if round > 0 {
+            rejoin(&mut f, &id, 1, vec![]);
+        }
+        let holder = f.leases().next().map(|(_, w, _)| w.clone()).expect("leased");
+        failed.extend(failed_attempts(&f.handle(T0, FarmEvent::WorkerLeft { id: holder })));
+        if !failed.is_empty() {
+            assert_eq!(round, RETRY_BUDGET, "failed after its own losses only");
+            return;
+        }
+    }
+    panic!("never failed");
+}
+
 // ----- crash loops: a loss is charged to the task the evidence points at ------------------
 
 /// Every `Fail` in `cmds`, by the attempt id its run uses.
@@ -474,18 +505,25 @@ fn two_on_a(f: &mut FarmCore) {
     assert_eq!(f.leases().count(), 2, "{cmds:?}");
 }
 
-/// Loses the worker running task t1 — alone there — again and again (a fresh one-slot worker
-/// joins each round) until something fails; returns how many losses that took.
+/// Loses the worker running task t1 — alone there — again and again until something fails;
+/// returns how many losses that took. A fresh one-slot worker joins before each loss, so
+/// the requeued t1 goes there (not back to a silent worker beside another task).
 fn solo_losses_until_failure(f: &mut FarmCore, now: Duration) -> u32 {
+    let join = |f: &mut FarmCore, n: u32| {
+        let id = w(&format!("solo{n}"));
+        f.handle(now, FarmEvent::WorkerJoined { id, caps: caps(1), running: vec![] });
+    };
+    join(f, 0);
     for round in 0..=RETRY_BUDGET + 2 {
-        let id = format!("solo{round}");
-        f.handle(now, FarmEvent::WorkerJoined { id: w(&id), caps: caps(1), running: vec![] });
+        join(f, round + 1);
         let holder = f
             .leases()
             .find(|(_, _, o)| o.attempt == AttemptId(1))
             .map(|(_, w, _)| w.clone())
             .expect("t1 is leased");
-        assert_eq!(f.leases().filter(|(_, w, _)| **w == holder).count(), 1, "t1 alone");
+        let there: Vec<AttemptId> =
+            f.leases().filter(|(_, w, _)| **w == holder).map(|(_, _, o)| o.attempt).collect();
+        assert_eq!(there, [AttemptId(1)], "t1 alone on {holder} at round {round}");
         let failed = failed_attempts(&f.handle(now, FarmEvent::WorkerLeft { id: holder }));
         if !failed.is_empty() {
             assert_eq!(failed, [AttemptId(1)]);
