@@ -1,7 +1,8 @@
 //! The farm under faults, recovery half (issue 13): a client whose coordinator goes away says
 //! so within seconds, in one line that says what a re-run will reuse (exit 2, an
 //! infrastructure error); workers rejoin a restarted coordinator within seconds, and a re-run
-//! hits what the lost run saved.
+//! hits what the lost run saved; a worker stopped with SIGTERM leaves the farm at once and its
+//! task runs elsewhere; Ctrl-C lists the tasks still queued on the farm as skipped.
 //!
 //! Every bound here is a test deadline, not a measurement: a client or worker that waited out
 //! the server's 30 s idle timeout (as before) misses it.
@@ -9,7 +10,9 @@
 use std::time::Duration;
 
 use prova_tests::TempWorkspace;
-use prova_tests::cluster::{Cluster, blocking_command, waiting_line};
+use prova_tests::cluster::{
+    Cluster, READY_TIMEOUT, blocking_command, release, waiting_dirs, waiting_line, worker_of,
+};
 
 /// The whole client run's deadline when its coordinator dies mid-run: the start of the run on
 /// a loaded machine plus the few seconds a lost coordinator may take to be noticed — well
@@ -188,4 +191,41 @@ fn an_interrupt_lists_the_tasks_still_queued_on_the_farm_as_skipped() {
     sorted.sort();
     assert_eq!(sorted, ["aborted", "skipped", "skipped"], "{statuses:?}\n{out}");
     assert_eq!(out.summary()["interrupted"], true, "{out}");
+}
+
+#[test]
+fn a_worker_stopped_with_sigterm_leaves_the_farm_at_once_and_its_task_runs_elsewhere() {
+    let mut farm = Cluster::start(2);
+    let ws = workspace_blocking_one();
+    let mut run = farm
+        .run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"])
+        .timeout(LOST_RUN_TIMEOUT * 2)
+        .spawn();
+    run.wait_for_lines("the task to block", 1, waiting_line);
+    let victim = farm.wait_running("p#build", READY_TIMEOUT);
+    let other = 1 - victim;
+    let name = farm.worker_name(victim).to_owned();
+    farm.terminate_worker(victim);
+    // At once: the worker exited after the farm took its leaving — no waiting on a timeout.
+    let status = farm.status();
+    assert!(worker_of(&status, &name).is_none(), "{name} still listed:\n{status:#}");
+    // What it held was handed back and runs on the other worker.
+    run.wait_for_lines("the task to start again", 2, waiting_line);
+    let dirs = waiting_dirs(run.stdout_so_far(), "p#build");
+    assert!(dirs[1].starts_with(farm.work_dir(other)), "{dirs:?}");
+    release(&dirs[1]);
+    let out = run.wait();
+    assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
+    assert_eq!(out.status_of("p#build"), "succeeded", "{out}");
+    // And it is never given work again: the farm lists only the other worker.
+    let workers: Vec<String> = prova_tests::cluster::workers_of(&farm.status())
+        .iter()
+        .filter_map(|w| w["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(workers, [farm.worker_name(other)]);
+}
+
+/// One project `p` whose `build` blocks until released, then writes `dist/out.txt`.
+fn workspace_blocking_one() -> TempWorkspace {
+    prova_tests::cluster::blocking_workspace("mkdir -p dist; echo built > dist/out.txt")
 }

@@ -34,6 +34,9 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How long one dial (QUIC + TLS handshake) may take before the worker tries again: a LAN
 /// handshake takes milliseconds, and a coordinator that is restarting answers the next dial.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a leaving worker waits for the coordinator to take its `Leaving` (and close the
+/// connection) before it goes anyway.
+pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a blob transfer waits for a connection while the session redials.
 pub const BLOB_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 /// The largest blob a worker accepts (an input or an upstream artifact).
@@ -211,6 +214,13 @@ pub async fn run(
                 let _ = conn_tx.send(Some(conn.clone()));
                 serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
                 let _ = conn_tx.send(None);
+                if shutdown.is_cancelled() {
+                    // Leaving: `serve` said so; the coordinator ends the session once it has
+                    // taken that, and its close is what the farm's status reflects.
+                    let _ = tokio::time::timeout(LEAVE_TIMEOUT, conn.closed()).await;
+                    conn.close(0u32.into(), b"worker leaving");
+                    return Ok(());
+                }
                 conn.close(0u32.into(), b"worker session over");
                 let delay = backoff.next_delay();
                 tracing::warn!(coordinator = %cfg.addr, "connection lost; redialling in {delay:?}");
@@ -323,7 +333,18 @@ async fn serve(
     }
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => break,
+            () = shutdown.cancelled() => {
+                // SIGTERM: the farm gives this worker no more work and requeues what it
+                // held (free); then the stream ends and the coordinator closes the session.
+                let leaving = async {
+                    frame::write_msg(&mut send, &WorkerMsg::Leaving).await.ok()?;
+                    send.finish().ok()
+                };
+                if tokio::time::timeout(LEAVE_TIMEOUT, leaving).await.ok().flatten().is_some() {
+                    tracing::info!("told the coordinator this worker is leaving");
+                }
+                break;
+            }
             () = reader_done.cancelled() => break,
             _ = conn.closed() => break,
             report = reports.recv() => {

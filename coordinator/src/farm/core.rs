@@ -128,6 +128,11 @@ pub enum FarmEvent {
         /// The attempts it still runs (empty for a fresh worker process).
         running: Vec<AttemptId>,
     },
+    /// A worker said it is leaving (a drain): out of placement and the farm at once.
+    WorkerLeaving {
+        /// Its id.
+        id: WorkerId,
+    },
     /// A worker's connection is gone.
     WorkerLeft {
         /// Its id.
@@ -331,6 +336,7 @@ impl FarmCore {
                     self.leases.iter().filter(|(_, l)| l.worker == id).map(|(k, _)| *k).collect();
                 self.lose_together(now, lost, &format!("worker {id} was lost"), &mut out);
             }
+            FarmEvent::WorkerLeaving { id } => self.worker_leaving(now, &id, &mut out),
             FarmEvent::Heartbeat { id, running } => {
                 for lease in &running {
                     if let Some(l) = self.leases.get_mut(lease)
@@ -697,6 +703,18 @@ impl FarmCore {
 }
 
 impl FarmCore {
+    /// A worker is leaving (SIGTERM): it is out of placement and of [`FarmCore::workers`] at
+    /// once, and what it held is requeued free — it handed the work back, the tasks did
+    /// nothing wrong. Its late reports are refused (no live lease).
+    fn worker_leaving(&mut self, now: Duration, id: &WorkerId, out: &mut Vec<FarmCommand>) {
+        self.workers.remove(id);
+        let held: Vec<AttemptId> =
+            self.leases.iter().filter(|(_, l)| l.worker == *id).map(|(k, _)| *k).collect();
+        for lease in held {
+            self.requeue_as(now, lease, format!("worker {id} left (drained)"), false, out);
+        }
+    }
+
     /// Whether `worker` holds a lease of an item that was at `item`'s last loss: the two are
     /// kept apart, so the next loss can tell which of them it follows.
     fn runs_a_co_suspect(&self, item: &Item, worker: &WorkerId) -> bool {
