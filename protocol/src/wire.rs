@@ -99,6 +99,9 @@ pub enum WorkerMsg {
         /// Attempts still running.
         running: Vec<AttemptId>,
     },
+    /// The worker is leaving (SIGTERM): give it no more work; what it held is handed back
+    /// (requeued elsewhere, not counted as a loss). It closes the connection next.
+    Leaving,
 }
 
 /// Coordinator → worker.

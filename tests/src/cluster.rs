@@ -39,13 +39,14 @@
 //!
 //! # Restarting the coordinator
 //! [`Cluster::restart_coordinator`] stops it with SIGTERM — it closes every QUIC connection
-//! on the way out, so workers notice at once and redial (with their 200 ms … 10 s backoff) —
+//! on the way out, so workers notice at once and redial (with their 250 ms … 2 s backoff) —
 //! and binds the new one to **the same port** with the same `--cache-dir`. UDP has no
 //! TIME_WAIT, so the port is free as soon as the old process is gone; should another process
 //! have taken it meanwhile, the harness falls back to a fresh port and restarts every worker
 //! with the new `--join` (the test still gets a working farm, and `addr()` changes). A
 //! coordinator that is SIGKILLed instead ([`Cluster::kill_coordinator`]) closes nothing: its
-//! workers only notice at the QUIC idle timeout (30 s).
+//! workers notice at their client endpoint's idle timeout (4 s, keep-alive 1 s).
+//! [`Cluster::kill_coordinator_expecting_rejoin_within`] bounds how long they may take.
 //!
 //! # What a SIGKILLed worker looks like to the coordinator
 //! Nothing, at first: QUIC runs over UDP and a killed process sends no `CONNECTION_CLOSE`
@@ -607,6 +608,14 @@ impl Cluster {
         }
     }
 
+    /// Stops worker `i` with SIGTERM (it drains: tells the farm it is leaving, closes its
+    /// connection) and waits for it to exit.
+    pub fn terminate_worker(&mut self, i: usize) {
+        if let Some(mut d) = self.workers[i].daemon.take() {
+            d.stop();
+        }
+    }
+
     /// Starts worker `i` again (SIGKILLing it first if it runs): same name, certificate,
     /// work dir, slots and sandbox; waits until the farm lists this start of it.
     pub fn restart_worker(&mut self, i: usize) {
@@ -651,7 +660,7 @@ impl Cluster {
     }
 
     /// SIGKILLs the coordinator and starts a new one (same cache dir and port); its workers
-    /// only notice at the QUIC idle timeout (30 s), so this waits that long for them.
+    /// notice at their idle timeout (4 s) and redial; this waits up to 60 s for them.
     pub fn kill_coordinator(&mut self) {
         if let Some(mut d) = self.coordinator.take() {
             d.kill();
@@ -666,7 +675,31 @@ impl Cluster {
         }
     }
 
+    /// Stops the coordinator with SIGTERM (it closes its connections on the way out) and
+    /// leaves it down.
+    pub fn terminate_coordinator(&mut self) {
+        if let Some(mut d) = self.coordinator.take() {
+            d.stop();
+        }
+    }
+
+    /// SIGKILLs the coordinator, starts a new one (same cache dir and port) and waits at most
+    /// `timeout` for every running worker to register with it again: how fast workers
+    /// notice a crashed coordinator and rejoin its successor. Panics past `timeout`.
+    #[track_caller]
+    pub fn kill_coordinator_expecting_rejoin_within(&mut self, timeout: Duration) {
+        if let Some(mut d) = self.coordinator.take() {
+            d.kill();
+        }
+        self.start_again_within(timeout);
+    }
+
     fn start_again(&mut self) {
+        self.start_again_within(Duration::from_secs(60));
+    }
+
+    #[track_caller]
+    fn start_again_within(&mut self, rejoin: Duration) {
         let port = self.addr.clone();
         // UDP has no TIME_WAIT: the port is free once the old process is gone. Try it a few
         // times (something else may hold it for a moment), then give up on it.
@@ -674,7 +707,7 @@ impl Cluster {
         for _ in 0..3 {
             match self.start_coordinator(Some(&port)) {
                 Ok(()) => {
-                    self.wait_for_workers_within(Duration::from_secs(60));
+                    self.wait_for_workers_within(rejoin);
                     return;
                 }
                 Err(e) => last = e,

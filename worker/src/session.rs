@@ -27,10 +27,18 @@ use crate::remote::{BlobError, BlobFuture, RemoteBlobs};
 
 /// How often a worker says it is alive (well inside the coordinator's lease TTL).
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
-/// First redial delay; doubles up to [`BACKOFF_MAX`].
-pub const BACKOFF_MIN: Duration = Duration::from_millis(200);
-/// Longest redial delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// First redial delay; doubles up to [`BACKOFF_MAX`] (each delay jittered, see [`Backoff`]).
+pub const BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// Longest redial delay: a restarted coordinator sees its workers back within a few seconds.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long one dial (QUIC + TLS handshake) may take before the worker tries again: a LAN
+/// handshake takes milliseconds, and a coordinator that is restarting answers the next dial.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a leaving worker waits for the coordinator to take its `Leaving` (and close the
+/// connection) before it goes anyway.
+pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a blob transfer waits for a connection while the session redials.
+pub const BLOB_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 /// The largest blob a worker accepts (an input or an upstream artifact).
 pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
 /// The build version sent in `Hello`.
@@ -59,7 +67,7 @@ impl QuicBlobs {
     async fn connection(&self) -> Result<quinn::Connection, BlobError> {
         let mut rx = self.conn.clone();
         let wait = rx.wait_for(Option::is_some);
-        match tokio::time::timeout(BACKOFF_MAX * 3, wait).await {
+        match tokio::time::timeout(BLOB_CONNECTION_WAIT, wait).await {
             Ok(Ok(c)) => c.clone().ok_or(BlobError::NoConnection),
             _ => Err(BlobError::Unreachable),
         }
@@ -122,6 +130,59 @@ pub fn blobs() -> (QuicBlobs, watch::Sender<Option<quinn::Connection>>) {
     (QuicBlobs { conn: rx }, tx)
 }
 
+/// Redial delays: the base doubles from `min` to `max` after each failed dial and goes back
+/// to `min` after a connection; each delay is drawn from `[base/2, base]` with the injected
+/// `source` (so a farm's workers do not redial a restarted coordinator in lockstep, and a test
+/// can fix the draw).
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    base: Duration,
+    source: Box<dyn FnMut() -> u64 + Send>,
+}
+
+impl Backoff {
+    /// Delays from `min` to `max`, jittered by `source` (any `u64`s).
+    pub fn new(min: Duration, max: Duration, source: impl FnMut() -> u64 + Send + 'static) -> Self {
+        Self { min, max: max.max(min), base: min, source: Box::new(source) }
+    }
+
+    /// [`BACKOFF_MIN`] to [`BACKOFF_MAX`], jittered by a generator seeded from the process and
+    /// the clock.
+    pub fn standard() -> Self {
+        let mut state = seed();
+        Self::new(BACKOFF_MIN, BACKOFF_MAX, move || {
+            // xorshift64: plenty for spreading redials.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        })
+    }
+
+    /// The next delay; the base doubles (up to the maximum) for the one after.
+    pub fn next_delay(&mut self) -> Duration {
+        let base = self.base;
+        self.base = (self.base * 2).min(self.max);
+        let half = base / 2;
+        let span = u64::try_from((base - half).as_micros()).unwrap_or(u64::MAX).max(1);
+        half + Duration::from_micros((self.source)() % (span + 1))
+    }
+
+    /// A connection was made: the next failure starts again from the minimum.
+    pub fn reset(&mut self) {
+        self.base = self.min;
+    }
+}
+
+/// A non-zero seed from the pid and the clock.
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos() & u128::from(u64::MAX)).unwrap_or(0));
+    (nanos ^ (u64::from(std::process::id()) << 32)) | 1
+}
+
 /// Why a session gave up for good.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -139,33 +200,43 @@ pub async fn run(
     conn_tx: watch::Sender<Option<quinn::Connection>>,
     shutdown: CancellationToken,
 ) -> Result<(), SessionError> {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::standard();
     // A report that could not be sent when a connection died is sent on the next one.
     let mut unsent: Option<FromWorker> = None;
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
         }
-        match connect(&cfg, &worker).await {
+        let delay = match connect(&cfg, &worker).await {
             Ok((conn, send, recv)) => {
                 tracing::info!(coordinator = %cfg.addr, "connected");
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 let _ = conn_tx.send(Some(conn.clone()));
                 serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
                 let _ = conn_tx.send(None);
+                if shutdown.is_cancelled() {
+                    // Leaving: `serve` said so; the coordinator ends the session once it has
+                    // taken that, and its close is what the farm's status reflects.
+                    let _ = tokio::time::timeout(LEAVE_TIMEOUT, conn.closed()).await;
+                    conn.close(0u32.into(), b"worker leaving");
+                    return Ok(());
+                }
                 conn.close(0u32.into(), b"worker session over");
-                tracing::warn!(coordinator = %cfg.addr, "connection lost; redialling");
+                let delay = backoff.next_delay();
+                tracing::warn!(coordinator = %cfg.addr, "connection lost; redialling in {delay:?}");
+                delay
             }
             Err(ConnectError::Rejected(reason)) => return Err(SessionError::Rejected(reason)),
             Err(ConnectError::Retry(e)) => {
-                tracing::warn!(coordinator = %cfg.addr, "cannot reach the coordinator: {e}; retrying in {backoff:?}");
+                let delay = backoff.next_delay();
+                tracing::warn!(coordinator = %cfg.addr, "cannot reach the coordinator: {e}; retrying in {delay:?}");
+                delay
             }
-        }
+        };
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
@@ -180,7 +251,7 @@ async fn connect(
 ) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream), ConnectError> {
     let retry = |e: String| ConnectError::Retry(e);
     let ep = endpoint::client(&cfg.bundle, cfg.addr).map_err(|e| retry(e.to_string()))?;
-    let conn = endpoint::connect(&ep, cfg.addr, &cfg.server_name)
+    let conn = endpoint::connect_within(&ep, cfg.addr, &cfg.server_name, DIAL_TIMEOUT)
         .await
         .map_err(|e| retry(e.to_string()))?;
     // Under TLS 1.3 a refused certificate surfaces after the handshake, on the first stream
@@ -262,7 +333,18 @@ async fn serve(
     }
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => break,
+            () = shutdown.cancelled() => {
+                // SIGTERM: the farm gives this worker no more work and requeues what it
+                // held (free); then the stream ends and the coordinator closes the session.
+                let leaving = async {
+                    frame::write_msg(&mut send, &WorkerMsg::Leaving).await.ok()?;
+                    send.finish().ok()
+                };
+                if tokio::time::timeout(LEAVE_TIMEOUT, leaving).await.ok().flatten().is_some() {
+                    tracing::info!("told the coordinator this worker is leaving");
+                }
+                break;
+            }
             () = reader_done.cancelled() => break,
             _ = conn.closed() => break,
             report = reports.recv() => {
@@ -297,4 +379,51 @@ fn trace_report(msg: &FromWorker) {
 /// QUIC carries TLS alerts as transport error codes 0x100–0x1ff (RFC 9001 §4.8).
 fn is_tls_alert(code: quinn::TransportErrorCode) -> bool {
     (0x100..0x200).contains(&u64::from(code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delays(b: &mut Backoff, n: usize) -> Vec<Duration> {
+        (0..n).map(|_| b.next_delay()).collect()
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_the_source_only_shortens_a_delay() {
+        let ms = Duration::from_millis;
+        // A source at its top draws the full base; at zero, half of it.
+        let mut top = Backoff::new(ms(250), Duration::from_secs(2), || u64::MAX - 1);
+        let got = delays(&mut top, 6);
+        assert!(got.iter().all(|d| *d <= Duration::from_secs(2)), "{got:?}");
+        let mut zero = Backoff::new(ms(250), Duration::from_secs(2), || 0);
+        assert_eq!(delays(&mut zero, 6), [ms(125), ms(250), ms(500), ms(1000), ms(1000), ms(1000)]);
+    }
+
+    #[test]
+    fn backoff_draws_stay_within_half_to_whole_base_for_any_source() {
+        let ms = Duration::from_millis;
+        let mut n = 0u64;
+        let mut b = Backoff::new(ms(250), Duration::from_secs(2), move || {
+            n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            n
+        });
+        let bases = [250, 500, 1000, 2000, 2000, 2000, 2000];
+        for base in bases {
+            let d = b.next_delay();
+            assert!(d >= ms(base) / 2 && d <= ms(base), "{d:?} outside [{base}/2, {base}] ms");
+        }
+    }
+
+    #[test]
+    fn backoff_starts_over_after_a_connection() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(250), Duration::from_secs(2), || 0);
+        let _ = delays(&mut b, 5);
+        b.reset();
+        assert_eq!(b.next_delay(), ms(125));
+        // And a maximum below the minimum is the minimum.
+        let mut flat = Backoff::new(ms(250), ms(10), || 0);
+        assert_eq!(delays(&mut flat, 3), [ms(125), ms(125), ms(125)]);
+    }
 }

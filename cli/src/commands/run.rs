@@ -351,38 +351,48 @@ async fn remote_run(
     events: mpsc::Sender<RunEvent>,
 ) -> anyhow::Result<prova_protocol::events::RunSummary> {
     use crate::remote::{download, run as rrun};
-    let tasks = rrun::remote_tasks(root, prepared);
-    let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
-    tracing::info!(needed = up.needed, uploaded = up.blobs, bytes = up.bytes, "inputs uploaded");
-    let message = format!(
-        "uploaded {} of {} input blobs to the farm ({} bytes)",
-        up.blobs, up.needed, up.bytes
-    );
-    let _ = events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
-    let wanted = rrun::wanted(&tasks, args.download);
-    let files: std::collections::HashSet<String> = prepared.files.all().iter().cloned().collect();
-    let mut outcome = rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
-    rrun::filter_verdicts(&mut outcome.summary, &files);
-    let got =
-        download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
-            .await?;
-    for (task, why) in &got.refused {
-        let message = format!("its outputs were not brought home: {why}");
-        let notice =
-            RunEvent::Notice { task: Some(task.clone()), level: NoticeLevel::Warn, message };
-        let _ = events.send(notice).await;
-    }
-    download::apply_refusals(&mut outcome.summary, &got.refused);
-    if !wanted.is_empty() {
+    // Counted on the way: a coordinator lost mid-run is one line saying what was saved.
+    let events = session.counting_saves(events);
+    let result: anyhow::Result<prova_protocol::events::RunSummary> = async {
+        let tasks = rrun::remote_tasks(root, prepared);
+        let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
+        tracing::info!(needed = up.needed, uploaded = up.blobs, bytes = up.bytes, "inputs uploaded");
         let message = format!(
-            "restored the outputs of {} tasks from the farm ({} blobs fetched)",
-            got.restored, got.fetched
+            "uploaded {} of {} input blobs to the farm ({} bytes)",
+            up.blobs, up.needed, up.bytes
         );
         let _ =
             events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
+        let wanted = rrun::wanted(&tasks, args.download);
+        let files: std::collections::HashSet<String> =
+            prepared.files.all().iter().cloned().collect();
+        let mut outcome =
+            rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
+        rrun::filter_verdicts(&mut outcome.summary, &files);
+        let got =
+            download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
+                .await?;
+        for (task, why) in &got.refused {
+            let message = format!("its outputs were not brought home: {why}");
+            let notice =
+                RunEvent::Notice { task: Some(task.clone()), level: NoticeLevel::Warn, message };
+            let _ = events.send(notice).await;
+        }
+        download::apply_refusals(&mut outcome.summary, &got.refused);
+        if !wanted.is_empty() {
+            let message = format!(
+                "restored the outputs of {} tasks from the farm ({} blobs fetched)",
+                got.restored, got.fetched
+            );
+            let _ = events
+                .send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message })
+                .await;
+        }
+        session.conn.close(0u32.into(), b"done");
+        Ok(outcome.summary)
     }
-    session.conn.close(0u32.into(), b"done");
-    Ok(outcome.summary)
+    .await;
+    result.map_err(|e| session.explain(e))
 }
 
 /// What a remote run asks of the farm.

@@ -1,15 +1,23 @@
 //! Farm mode, client side: dial the coordinator as this bundle's role, then submit a run
 //! ([`run`]) or ask for status; bring outputs back through the local layer ([`download`]).
+//! A coordinator that goes away mid-session (crashed, stopped, restarted, or silent past the
+//! client endpoint's few-second idle bound) is one line, [`CoordinatorLost`], counting what
+//! the farm saved before it went.
 
 pub mod download;
 pub mod run;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
+use prova_protocol::events::{CacheStatus, RunEvent};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, endpoint, frame};
 use prova_protocol::wire::{Hello, HelloReply, PROTOCOL_VERSION};
+
+use tokio::sync::mpsc;
 
 use crate::args::RemoteArgs;
 
@@ -38,6 +46,42 @@ impl std::fmt::Display for Unreachable {
 
 impl std::error::Error for Unreachable {}
 
+/// The coordinator went away during the session: the connection timed out, was reset (a new
+/// coordinator on the address knows nothing of it) or was closed by a coordinator shutting
+/// down. What the farm saved before that is in its cache: a re-run hits it.
+#[derive(Debug)]
+pub struct CoordinatorLost {
+    /// `--remote` as given.
+    pub addr: String,
+    /// Tasks the farm reported saved in this session.
+    pub saved: usize,
+}
+
+impl std::fmt::Display for CoordinatorLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tasks = if self.saved == 1 { "task" } else { "tasks" };
+        write!(
+            f,
+            "coordinator {} went away; {} {tasks} saved, re-run to reuse them",
+            self.addr, self.saved
+        )
+    }
+}
+
+impl std::error::Error for CoordinatorLost {}
+
+/// Whether a connection ended the way a coordinator that went away ends it: silence past the
+/// idle bound, a stateless reset, or its own shutdown (code 0). A refusal (code ≠ 0, with a
+/// reason) or a TLS failure is not: its own words say more.
+fn went_away(e: &quinn::ConnectionError) -> bool {
+    use quinn::ConnectionError as C;
+    match e {
+        C::TimedOut | C::Reset => true,
+        C::ApplicationClosed(close) => close.error_code == 0u32.into(),
+        _ => false,
+    }
+}
+
 /// Whether a dial error means nobody answered (a timeout, a refused or unroutable address).
 fn unreachable(e: &prova_protocol::transport::TransportError) -> bool {
     use prova_protocol::transport::TransportError as T;
@@ -62,7 +106,51 @@ pub struct Session {
     pub bundle: Arc<Bundle>,
     /// The farm cache's key salt (`Welcome`): this run's keys fold declared env values with it.
     pub key_salt: Option<prova_protocol::key::KeySalt>,
+    /// `--remote` as given.
+    remote: String,
+    /// Tasks the farm reported saved so far (see [`Session::counting_saves`]).
+    saved: Arc<AtomicUsize>,
     _endpoint: quinn::Endpoint,
+}
+
+impl Session {
+    /// A sender for the run's events that counts each task the farm saved on its way to
+    /// `events`, so a lost coordinator can say what a re-run will reuse.
+    pub fn counting_saves(&self, events: mpsc::Sender<RunEvent>) -> mpsc::Sender<RunEvent> {
+        let (tx, mut rx) = mpsc::channel::<RunEvent>(1024);
+        let saved = self.saved.clone();
+        OwnedTask::spawn("cli.remote.count-saves", async move {
+            while let Some(ev) = rx.recv().await {
+                if let RunEvent::TaskFinished(r) = &ev
+                    && r.cache == CacheStatus::Saved
+                {
+                    saved.fetch_add(1, Ordering::Relaxed);
+                }
+                if events.send(ev).await.is_err() {
+                    break;
+                }
+            }
+        })
+        .detach();
+        tx
+    }
+
+    /// `e` as the user should read it: [`CoordinatorLost`] when the connection is gone the way
+    /// a vanished coordinator leaves it, else `e` itself.
+    pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
+        match self.conn.close_reason() {
+            Some(why) if went_away(&why) => {
+                tracing::info!(coordinator = %self.remote, "connection ended: {why} ({e:#})");
+                CoordinatorLost { addr: self.remote.clone(), saved: self.saved() }.into()
+            }
+            _ => e,
+        }
+    }
+
+    /// Tasks the farm reported saved so far.
+    pub fn saved(&self) -> usize {
+        self.saved.load(Ordering::Relaxed)
+    }
 }
 
 /// Dials `--remote` with `--certs`, says `Hello` in the bundle's role, and waits for
@@ -120,5 +208,14 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         Ok(None) => anyhow::bail!("{remote} closed the connection during the handshake"),
         Err(e) => return Err(refused(&e)),
     };
-    Ok(Session { conn, send, recv, bundle, key_salt, _endpoint: ep })
+    Ok(Session {
+        conn,
+        send,
+        recv,
+        bundle,
+        key_salt,
+        remote: remote.to_owned(),
+        saved: Arc::new(AtomicUsize::new(0)),
+        _endpoint: ep,
+    })
 }

@@ -243,6 +243,10 @@ impl Message<FromWorkerSession> for FarmActor {
             WorkerMsg::Heartbeat { running } => {
                 self.feed(FarmEvent::Heartbeat { id: m.id, running }).await
             }
+            WorkerMsg::Leaving => {
+                tracing::info!(worker = %m.id, "worker leaving (drain)");
+                self.feed(FarmEvent::WorkerLeaving { id: m.id }).await
+            }
             WorkerMsg::Report(msg) => {
                 if let FromWorker::Finished(f) = &msg
                     && let Some(outs) = &f.outputs

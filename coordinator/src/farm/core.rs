@@ -17,6 +17,13 @@
 //!   at once (requeued, counting against the budget) instead of at their expiry; attempts it
 //!   runs that are not live leases of it (given away meanwhile, or leased by an earlier
 //!   coordinator) are cancelled, and hold their slots until they end.
+//! - **Crash loops are charged to their task**: the worker losses one event takes together
+//!   (a lost connection, leases expiring at once, a restart) are one *loss*. An item present
+//!   at it is charged (its budget) only when the evidence points at it: it was alone there,
+//!   or it has been present at more losses than every other item there (the task present at
+//!   every loss). The rest are requeued free, and two items of one loss are not placed on
+//!   one worker again until one of them is at another loss, so the next loss tells them
+//!   apart. Past [`PRESENCE_CAP`] losses an item is charged whatever the others did.
 //! - **Dedup**: an item whose key is already queued or leased for another run waits for
 //!   that execution and gets its result.
 //! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
@@ -31,6 +38,9 @@ use prova_protocol::{AttemptId, Digest, RunId, WorkerId};
 pub const LEASE_TTL: Duration = Duration::from_secs(15);
 /// Worker losses an item survives before it fails.
 pub const RETRY_BUDGET: u32 = 3;
+/// Losses an item may be present at before it is charged regardless of the evidence (two
+/// crash loops side by side would otherwise tie for ever).
+pub const PRESENCE_CAP: u32 = 2 * (RETRY_BUDGET + 1);
 /// How long an item waits for a worker that can run it before it fails.
 pub const NO_WORKER_WAIT: Duration = Duration::from_secs(60);
 
@@ -117,6 +127,11 @@ pub enum FarmEvent {
         caps: WorkerCaps,
         /// The attempts it still runs (empty for a fresh worker process).
         running: Vec<AttemptId>,
+    },
+    /// A worker said it is leaving (a drain): out of placement and the farm at once.
+    WorkerLeaving {
+        /// Its id.
+        id: WorkerId,
     },
     /// A worker's connection is gone.
     WorkerLeft {
@@ -215,6 +230,15 @@ struct Lease {
     cancelled: bool,
 }
 
+/// The losses an item (by origin) was present at: the evidence for a crash loop.
+#[derive(Clone, Copy, Debug, Default)]
+struct Presence {
+    /// Losses it was at.
+    count: u32,
+    /// The last of them.
+    last_loss: u64,
+}
+
 struct Queued {
     item: Item,
     losses: u32,
@@ -233,6 +257,10 @@ pub struct FarmCore {
     followers: HashMap<Origin, Vec<Origin>>,
     /// Key → origin of the item executing (or queued) for it.
     by_key: HashMap<Digest, Origin>,
+    /// Items that were at a loss, while they are queued or leased.
+    presence: HashMap<Origin, Presence>,
+    /// Losses so far (the id of the last).
+    losses: u64,
 }
 
 impl FarmCore {
@@ -284,10 +312,8 @@ impl FarmCore {
                     .filter(|(k, l)| l.worker == id && !running.contains(k))
                     .map(|(k, _)| *k)
                     .collect();
-                for lease in lost {
-                    let why = format!("worker {id} registered again without it (restarted)");
-                    self.requeue(now, lease, why, &mut out);
-                }
+                let why = format!("worker {id} registered again without it (restarted)");
+                self.lose_together(now, lost, &why, &mut out);
                 // Attempts it runs that are no live lease of it will be refused when they
                 // report: stop them now.
                 let stale: HashSet<AttemptId> = running
@@ -308,10 +334,9 @@ impl FarmCore {
                 self.workers.remove(&id);
                 let lost: Vec<AttemptId> =
                     self.leases.iter().filter(|(_, l)| l.worker == id).map(|(k, _)| *k).collect();
-                for lease in lost {
-                    self.requeue(now, lease, format!("worker {id} was lost"), &mut out);
-                }
+                self.lose_together(now, lost, &format!("worker {id} was lost"), &mut out);
             }
+            FarmEvent::WorkerLeaving { id } => self.worker_leaving(now, &id, &mut out),
             FarmEvent::Heartbeat { id, running } => {
                 for lease in &running {
                     if let Some(l) = self.leases.get_mut(lease)
@@ -353,6 +378,8 @@ impl FarmCore {
                     .filter(|(_, l)| l.deadline <= now)
                     .map(|(k, _)| *k)
                     .collect();
+                // One worker's leases expiring in one tick went silent together: one loss.
+                let mut by_worker: BTreeMap<WorkerId, Vec<AttemptId>> = BTreeMap::new();
                 for lease in expired {
                     if let Some(l) = self.leases.get(&lease) {
                         let w = l.worker.clone();
@@ -364,13 +391,12 @@ impl FarmCore {
                             worker: w.clone(),
                             msg: ToWorker::Cancel { attempt: lease },
                         });
-                        self.requeue(
-                            now,
-                            lease,
-                            format!("lease on worker {w} expired (no heartbeat)"),
-                            &mut out,
-                        );
+                        by_worker.entry(w).or_default().push(lease);
                     }
+                }
+                for (w, leases) in by_worker {
+                    let why = format!("lease on worker {w} expired (no heartbeat)");
+                    self.lose_together(now, leases, &why, &mut out);
                 }
                 self.expire_unplaceable(now, &mut out);
             }
@@ -389,7 +415,17 @@ impl FarmCore {
             self.forget_key(&q.item);
             // Promote a follower so its run is not left waiting on a cancelled leader.
             self.promote_follower(origin, q.item, q.since);
-            out.push(FarmCommand::Fail { origin, reason: "cancelled".to_owned() });
+            // It never ran: aborted before it started (an interrupted run lists it skipped),
+            // not a failure of the task.
+            let f = prova_protocol::work::Finished::never_ran(
+                origin.attempt,
+                prova_protocol::spec::ExitKind::Aborted,
+            );
+            out.push(FarmCommand::Deliver {
+                run: origin.run,
+                msg: FromWorker::Finished(Box::new(f)),
+                worker: WorkerId("farm".into()),
+            });
             return;
         }
         if let Some((lease, l)) = self.leases.iter_mut().find(|(_, l)| l.item.origin == origin) {
@@ -417,7 +453,9 @@ impl FarmCore {
         self.queue.push(Queued { item, losses: 0, since, last_error: None });
     }
 
+    /// The item is done with (finished, failed, cancelled): its key and its loss evidence go.
     fn forget_key(&mut self, item: &Item) {
+        self.presence.remove(&item.origin);
         if let Some(key) = item.key
             && self.by_key.get(&key) == Some(&item.origin)
         {
@@ -476,11 +514,53 @@ impl FarmCore {
         }
     }
 
-    fn requeue(
+    /// `leases` were lost together (one worker's, at one event): one loss. Each item present
+    /// is requeued, charged only when the evidence points at it (see the module docs).
+    fn lose_together(
+        &mut self,
+        now: Duration,
+        leases: Vec<AttemptId>,
+        reason: &str,
+        out: &mut Vec<FarmCommand>,
+    ) {
+        self.losses += 1;
+        let loss = self.losses;
+        // Cancelled leases are no evidence: their runs no longer want them.
+        let present: Vec<(AttemptId, Origin)> = leases
+            .iter()
+            .filter_map(|k| {
+                self.leases.get(k).filter(|l| !l.cancelled).map(|l| (*k, l.item.origin))
+            })
+            .collect();
+        let counts: Vec<u32> = present
+            .iter()
+            .map(|(_, o)| {
+                let p = self.presence.entry(*o).or_default();
+                p.count += 1;
+                p.last_loss = loss;
+                p.count
+            })
+            .collect();
+        let charged = charged_at_loss(&counts);
+        for lease in leases {
+            let charge = present.iter().position(|(k, _)| *k == lease).is_none_or(|i| charged[i]);
+            let why = if charge {
+                reason.to_owned()
+            } else {
+                format!("{reason}; not charged: other tasks were there too")
+            };
+            self.requeue_as(now, lease, why, charge, out);
+        }
+    }
+
+    /// Requeues `lease` (a cancelled one is reported aborted instead); `charge`: the loss
+    /// counts against the item's retry budget.
+    fn requeue_as(
         &mut self,
         now: Duration,
         lease: AttemptId,
         reason: String,
+        charge: bool,
         out: &mut Vec<FarmCommand>,
     ) {
         let Some(l) = self.leases.remove(&lease) else { return };
@@ -503,7 +583,7 @@ impl FarmCore {
             }
             return;
         }
-        let losses = l.losses + 1;
+        let losses = l.losses + u32::from(charge);
         if losses > RETRY_BUDGET {
             self.forget_key(&l.item);
             let reason = format!(
@@ -597,6 +677,7 @@ impl FarmCore {
             .workers
             .iter()
             .filter(|(_, w)| w.taken() < w.caps.slots && item.reqs.fits(&w.caps))
+            .filter(|(id, _)| !self.runs_a_co_suspect(item, id))
             .collect();
         let preferred: Vec<&(&WorkerId, &Worker)> =
             fitting.iter().filter(|(id, w)| !shunned(id, w)).collect();
@@ -619,6 +700,47 @@ impl FarmCore {
             })
             .map(|(id, _)| (*id).clone())
     }
+}
+
+impl FarmCore {
+    /// A worker is leaving (SIGTERM): it is out of placement and of [`FarmCore::workers`] at
+    /// once, and what it held is requeued free — it handed the work back, the tasks did
+    /// nothing wrong. Its late reports are refused (no live lease).
+    fn worker_leaving(&mut self, now: Duration, id: &WorkerId, out: &mut Vec<FarmCommand>) {
+        self.workers.remove(id);
+        let held: Vec<AttemptId> =
+            self.leases.iter().filter(|(_, l)| l.worker == *id).map(|(k, _)| *k).collect();
+        for lease in held {
+            self.requeue_as(now, lease, format!("worker {id} left (drained)"), false, out);
+        }
+    }
+
+    /// Whether `worker` holds a lease of an item that was at `item`'s last loss: the two are
+    /// kept apart, so the next loss can tell which of them it follows.
+    fn runs_a_co_suspect(&self, item: &Item, worker: &WorkerId) -> bool {
+        let Some(loss) = self.presence.get(&item.origin).map(|p| p.last_loss) else {
+            return false;
+        };
+        self.leases.values().any(|l| {
+            l.worker == *worker
+                && l.item.origin != item.origin
+                && self.presence.get(&l.item.origin).is_some_and(|p| p.last_loss == loss)
+        })
+    }
+}
+
+/// Which of the items at one loss are charged, given how many losses each has been at
+/// (this one included): one alone is; of several, the one present at strictly more losses
+/// than every other (the task at every loss); and any past [`PRESENCE_CAP`].
+fn charged_at_loss(counts: &[u32]) -> Vec<bool> {
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let others_fewer = counts.iter().enumerate().all(|(j, &o)| j == i || o < c);
+            counts.len() == 1 || (c >= 2 && others_fewer) || c > PRESENCE_CAP
+        })
+        .collect()
 }
 
 /// The same report with another attempt id.

@@ -241,13 +241,18 @@ fn an_item_no_worker_can_run_fails_after_the_wait() {
 }
 
 #[test]
-fn cancel_of_a_queued_item_fails_it_and_of_a_leased_one_cancels_on_the_worker() {
+fn cancel_of_a_queued_item_aborts_it_unrun_and_of_a_leased_one_cancels_on_the_worker() {
     let mut f = FarmCore::new();
     f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
     let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
     f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 1))));
     let cmds = f.handle(T0, FarmEvent::Cancel(Origin { run: RunId(1), attempt: AttemptId(2) }));
-    assert!(matches!(&cmds[..], [FarmCommand::Fail { .. }]));
+    // Not a failure: it never ran (an interrupted run lists it skipped).
+    assert!(
+        matches!(&cmds[..], [FarmCommand::Deliver { run: RunId(1), msg: FromWorker::Finished(fin), .. }]
+            if fin.attempt == AttemptId(2) && fin.exit == ExitKind::Aborted && fin.tries == 0),
+        "{cmds:?}"
+    );
     let cmds = f.handle(T0, FarmEvent::Cancel(Origin { run: RunId(1), attempt: AttemptId(1) }));
     assert!(
         matches!(&cmds[..], [FarmCommand::Send { msg: ToWorker::Cancel { attempt }, .. }] if *attempt == lease)
@@ -365,4 +370,199 @@ fn an_expired_lease_does_not_send_the_item_back_to_the_silent_worker() {
     let mut third = item(1, 3, 1);
     third.blobs = vec![blob];
     assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(third))))[0].0, w("a"));
+}
+
+#[test]
+fn a_leaving_worker_gets_no_more_work_and_hands_its_leases_back_free() {
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 1, vec![]);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    let cmds = f.handle(T0, FarmEvent::WorkerLeaving { id: w("a") });
+    assert!(cmds.is_empty(), "nowhere to go yet: {cmds:?}");
+    assert_eq!(f.workers().count(), 0, "out of the farm at once");
+    assert_eq!(f.queued(), 1);
+    // Its late report is refused; another worker takes the item.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert!(matches!(&cmds[..], [FarmCommand::Refuse { .. }]), "{cmds:?}");
+    let again = assigned(&rejoin(&mut f, "b", 1, vec![]));
+    assert_eq!(again.len(), 1);
+    // Handing back is free: the item still survives a full budget of losses on its own.
+    let mut failed = Vec::new();
+    for round in 0..=RETRY_BUDGET + 1 {
+        let id = format!("solo{round}");
+        if round > 0 {
+            rejoin(&mut f, &id, 1, vec![]);
+        }
+        let holder = f.leases().next().map(|(_, w, _)| w.clone()).expect("leased");
+        failed.extend(failed_attempts(&f.handle(T0, FarmEvent::WorkerLeft { id: holder })));
+        if !failed.is_empty() {
+            assert_eq!(round, RETRY_BUDGET, "failed after its own losses only");
+            return;
+        }
+    }
+    panic!("never failed");
+}
+
+// ----- crash loops: a loss is charged to the task the evidence points at ------------------
+
+/// Every `Fail` in `cmds`, by the attempt id its run uses.
+fn failed_attempts(cmds: &[FarmCommand]) -> Vec<AttemptId> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            FarmCommand::Fail { origin, .. } => Some(origin.attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Joins `id` (2 slots), and loses it at once if it was given the crash-looping task
+/// `killer` (attempt id of its run); returns what failed and the tasks it was given.
+fn join_and_crash_on(f: &mut FarmCore, id: &str, killer: &str) -> (Vec<AttemptId>, Vec<String>) {
+    let cmds = rejoin(f, id, 2, vec![]);
+    let given: Vec<String> = assigned(&cmds).into_iter().map(|(_, _, t)| t).collect();
+    let mut failed = failed_attempts(&cmds);
+    if given.iter().any(|t| t == killer) {
+        failed.extend(failed_attempts(&f.handle(T0, FarmEvent::WorkerLeft { id: w(id) })));
+    }
+    (failed, given)
+}
+
+#[test]
+fn a_crash_loop_fails_its_task_only_and_the_tasks_beside_it_are_requeued_free() {
+    // t1 kills every worker it runs on; each worker has two slots, so a healthy task runs
+    // beside it each time. The healthy ones were there at one loss each, t1 at all of them.
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 100))));
+    for n in 0..8 {
+        f.handle(T0, FarmEvent::Submit(Box::new(item(1, 10 + n, 1))));
+    }
+    let mut failed = Vec::new();
+    for round in 0..12 {
+        let (f_round, _) = join_and_crash_on(&mut f, &format!("w{round}"), "t1");
+        failed.extend(f_round);
+        if !failed.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(failed, [AttemptId(1)], "only the crash loop fails");
+    // A healthy worker runs everything else to the end.
+    let cmds = rejoin(&mut f, "healthy", 16, vec![]);
+    let mut done = Vec::new();
+    for (_, lease, _) in assigned(&cmds) {
+        for c in
+            f.handle(T0, FarmEvent::Report { worker: w("healthy"), msg: finished(lease, true) })
+        {
+            if let FarmCommand::Deliver { msg: FromWorker::Finished(fin), .. } = c {
+                done.push(fin.attempt.0);
+            }
+        }
+    }
+    done.sort_unstable();
+    assert_eq!(done, (10..18).collect::<Vec<_>>(), "every healthy task finished");
+}
+
+#[test]
+fn a_crash_loop_beside_the_same_task_is_told_apart_by_placing_them_apart() {
+    // Only two tasks: the crash loop and one healthy task, which would be placed together on
+    // every 2-slot worker. After the loss they shared they are not placed together again,
+    // so the next loss names the culprit alone.
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 100))));
+    f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 1))));
+    let (failed, given) = join_and_crash_on(&mut f, "w0", "t1");
+    assert!(failed.is_empty());
+    assert_eq!(given.len(), 2, "both placed at first: {given:?}");
+    let mut failed = Vec::new();
+    for round in 1..10 {
+        let (f_round, given) = join_and_crash_on(&mut f, &format!("w{round}"), "t1");
+        failed.extend(f_round);
+        if round == 1 {
+            assert_eq!(given, ["t1"], "the suspects of one loss placed together again");
+        }
+        if failed.contains(&AttemptId(1)) {
+            break;
+        }
+    }
+    assert_eq!(failed, [AttemptId(1)], "the crash loop failed, the other did not");
+    let cmds = rejoin(&mut f, "healthy", 2, vec![]);
+    assert_eq!(
+        assigned(&cmds).into_iter().map(|(_, _, t)| t).collect::<Vec<_>>(),
+        ["t2"],
+        "{cmds:?}"
+    );
+}
+
+/// Two tasks on worker `a` (2 slots, label `pool=a`); the second needs that label, so only
+/// the first can be placed on the one-slot workers that come later.
+fn two_on_a(f: &mut FarmCore) {
+    let mut a = caps(2);
+    a.labels.insert("pool".into(), "a".into());
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: a, running: vec![] });
+    f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
+    let mut pinned = item(1, 2, 1);
+    pinned.reqs.labels.insert("pool".into(), "a".into());
+    let cmds = f.handle(T0, FarmEvent::Submit(Box::new(pinned)));
+    assert_eq!(f.leases().count(), 2, "{cmds:?}");
+}
+
+/// Loses the worker running task t1 — alone there — again and again until something fails;
+/// returns how many losses that took. A fresh one-slot worker joins before each loss, so
+/// the requeued t1 goes there (not back to a silent worker beside another task).
+fn solo_losses_until_failure(f: &mut FarmCore, now: Duration) -> u32 {
+    let join = |f: &mut FarmCore, n: u32| {
+        let id = w(&format!("solo{n}"));
+        f.handle(now, FarmEvent::WorkerJoined { id, caps: caps(1), running: vec![] });
+    };
+    join(f, 0);
+    for round in 0..=RETRY_BUDGET + 2 {
+        join(f, round + 1);
+        let holder = f
+            .leases()
+            .find(|(_, _, o)| o.attempt == AttemptId(1))
+            .map(|(_, w, _)| w.clone())
+            .expect("t1 is leased");
+        let there: Vec<AttemptId> =
+            f.leases().filter(|(_, w, _)| **w == holder).map(|(_, _, o)| o.attempt).collect();
+        assert_eq!(there, [AttemptId(1)], "t1 alone on {holder} at round {round}");
+        let failed = failed_attempts(&f.handle(now, FarmEvent::WorkerLeft { id: holder }));
+        if !failed.is_empty() {
+            assert_eq!(failed, [AttemptId(1)]);
+            return round + 1;
+        }
+    }
+    panic!("t1 never failed");
+}
+
+#[test]
+fn a_worker_lost_with_several_tasks_charges_none_of_them() {
+    // A worker running two healthy tasks is lost (a reboot, a cut): nothing points at either,
+    // so the loss is free — t1 still has its whole budget for losses it alone is at.
+    let mut f = FarmCore::new();
+    two_on_a(&mut f);
+    assert!(failed_attempts(&f.handle(T0, FarmEvent::WorkerLeft { id: w("a") })).is_empty());
+    assert_eq!(solo_losses_until_failure(&mut f, T0), RETRY_BUDGET + 1);
+}
+
+#[test]
+fn a_silent_worker_with_several_tasks_charges_none_of_them_at_expiry() {
+    // The same when the two leases expire together (the worker went silent).
+    let mut f = FarmCore::new();
+    two_on_a(&mut f);
+    let later = LEASE_TTL + Duration::from_secs(1);
+    let cmds = f.handle(later, FarmEvent::Tick);
+    assert!(failed_attempts(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(solo_losses_until_failure(&mut f, later), RETRY_BUDGET + 1);
+}
+
+#[test]
+fn a_worker_restarted_under_several_tasks_charges_none_of_them() {
+    // And when the worker registers again without them (it restarted) — with no slot now,
+    // so t1 goes to the one-slot workers and t2 waits for `a`.
+    let mut f = FarmCore::new();
+    two_on_a(&mut f);
+    let mut a = caps(0);
+    a.labels.insert("pool".into(), "a".into());
+    let cmds = f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: a, running: vec![] });
+    assert!(failed_attempts(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(solo_losses_until_failure(&mut f, T0), RETRY_BUDGET + 1);
 }

@@ -397,6 +397,22 @@ impl RunActor {
             return None;
         }
         self.state[node].live = None;
+        if self.interrupted && f.tries == 0 && f.exit == ExitKind::Aborted {
+            // Cancelled by the interrupt before it started (queued on the farm or a worker):
+            // skipped, as the tasks the scheduler had not dispatched yet.
+            let note = Some("the run was interrupted before it started".to_owned());
+            let r = self.report(
+                node,
+                TaskStatus::Skipped,
+                CacheStatus::Uncached,
+                None,
+                0,
+                ExecStats::default(),
+                note,
+            );
+            self.finish(node, r).await;
+            return Some(Event::Finished { node, ok: false });
+        }
         if let Some(refused) = self.refuse_unconfined(node, &f).await {
             return Some(refused);
         }

@@ -10,6 +10,12 @@
 //! the server has checked the client's certificate, so [`connect`] can succeed for a client the
 //! server then refuses; the refusal shows on the first exchange. The server side is decided in
 //! [`accept`]: a refused client never yields a connection there.
+//!
+//! Liveness: a client endpoint (a worker's, a `prova run --remote`'s) pings every
+//! [`CLIENT_KEEP_ALIVE`] and gives a silent peer up after [`CLIENT_IDLE_TIMEOUT`]. QUIC
+//! uses the lower of the two peers' idle timeouts, so a crashed coordinator is noticed by its
+//! clients and workers within seconds (not the server's 30 s), and a worker or client that
+//! vanished is noticed by the coordinator as fast.
 
 use std::any::Any;
 use std::future::IntoFuture;
@@ -26,6 +32,26 @@ use super::tls;
 /// peer is unreachable or stalling, and the caller should retry or report.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a client endpoint's connection may go without a packet from its peer before it
+/// counts as gone: several keep-alives lost in a row, well above a LAN's round trip.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+/// How often a client endpoint pings a quiet connection (four chances per idle timeout).
+pub const CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// The transport a client endpoint uses: the shared stream limits, with the short liveness
+/// bounds above.
+pub fn client_transport() -> std::sync::Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    // 4 s in milliseconds is far below VarInt's 2^62 bound.
+    let idle =
+        quinn::IdleTimeout::from(quinn::VarInt::from_u32(CLIENT_IDLE_TIMEOUT.as_millis() as u32));
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(tls::MAX_CONCURRENT_BIDI_STREAMS))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(tls::MAX_CONCURRENT_UNI_STREAMS))
+        .max_idle_timeout(Some(idle))
+        .keep_alive_interval(Some(CLIENT_KEEP_ALIVE));
+    std::sync::Arc::new(t)
+}
+
 /// Binds a server endpoint on `bind` (port 0 for any) presenting `bundle`, requiring client
 /// certificates from the cluster CA. Must run inside a tokio runtime.
 pub fn server(bind: SocketAddr, bundle: &Bundle) -> Result<quinn::Endpoint, TransportError> {
@@ -34,8 +60,8 @@ pub fn server(bind: SocketAddr, bundle: &Bundle) -> Result<quinn::Endpoint, Tran
 }
 
 /// Binds a client endpoint for dialling `remote`: an ephemeral port on the unspecified address
-/// of `remote`'s family, with `bundle` as the default client configuration. Must run inside a
-/// tokio runtime.
+/// of `remote`'s family, with `bundle` as the default client configuration and the liveness
+/// bounds of [`client_transport`]. Must run inside a tokio runtime.
 pub fn client(bundle: &Bundle, remote: SocketAddr) -> Result<quinn::Endpoint, TransportError> {
     let bind = match remote {
         SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
@@ -43,7 +69,9 @@ pub fn client(bundle: &Bundle, remote: SocketAddr) -> Result<quinn::Endpoint, Tr
     };
     let mut endpoint = quinn::Endpoint::client(bind)
         .map_err(|source| TransportError::Bind { addr: bind, source })?;
-    endpoint.set_default_client_config(tls::client_config(bundle)?);
+    let mut config = tls::client_config(bundle)?;
+    config.transport_config(client_transport());
+    endpoint.set_default_client_config(config);
     Ok(endpoint)
 }
 

@@ -139,6 +139,7 @@ impl Message {
                     FromWorker::Finished(_) => "WorkerMsg::Report::Finished".into(),
                 },
                 WorkerMsg::Heartbeat { .. } => "WorkerMsg::Heartbeat".into(),
+                WorkerMsg::Leaving => "WorkerMsg::Leaving".into(),
             },
             Message::CoordinatorMsg(m) => match m {
                 CoordinatorMsg::Work(w) => match w {
@@ -202,6 +203,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "WorkerMsg::Report::Ready",
     "WorkerMsg::Report::Finished",
     "WorkerMsg::Heartbeat",
+    "WorkerMsg::Leaving",
     "CoordinatorMsg::Work::Assign::InPlace",
     "CoordinatorMsg::Work::Assign::ExecRoot",
     "CoordinatorMsg::Work::Cancel",
@@ -825,6 +827,7 @@ pub fn goldens() -> Vec<Golden> {
             name: "worker_msg.heartbeat",
             msg: M::WorkerMsg(WorkerMsg::Heartbeat { running: vec![AttemptId(42), AttemptId(43)] }),
         },
+        Golden { name: "worker_msg.leaving", msg: M::WorkerMsg(WorkerMsg::Leaving) },
         Golden {
             name: "coordinator_msg.work.assign.exec_root",
             msg: M::CoordinatorMsg(CoordinatorMsg::Work(ToWorker::Assign(Box::new(assignment(
