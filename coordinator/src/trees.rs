@@ -182,13 +182,14 @@ pub fn scan_all(
     let mut pass = TreePass::default();
     for dir in dirs {
         let started = std::time::Instant::now();
-        let walked = walk(root, dir)?;
+        let walked = walk(root, dir, memo)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), files = walked.files.len(), "tree walked");
+        // Only the files the memo could not answer for during the walk are read.
         let files: Vec<&str> = walked.files.iter().map(String::as_str).collect();
-        let digested = digests::digest_files(root, &files, memo, now_ns);
+        let digested = digests::digest_files(root, &files, &HashMap::new(), now_ns);
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree digested");
         pass.hashed += digested.hashed;
-        pass.memo_hits += digested.memo_hits;
+        pass.memo_hits += walked.known.len();
         pass.updates.extend(digested.updates);
         let prefix = format!("{dir}/");
         let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
@@ -201,6 +202,12 @@ pub fn scan_all(
                 kind: TreeKind::Symlink { target: target.clone() },
             }))
             .collect();
+        for (f, digest, exec) in &walked.known {
+            entries.push(TreeEntry {
+                path: rel(f),
+                kind: TreeKind::File { digest: *digest, exec: *exec },
+            });
+        }
         for f in &walked.files {
             // A file that vanished between the walk and the hash is not in the tree.
             if let Some(facts) = digested.facts.get(f) {
@@ -250,13 +257,17 @@ fn forget_old_manifests(store: &Path, current: &[ScannedTree]) {
 #[derive(Default)]
 struct Walked {
     dirs: Vec<String>,
+    /// Files the memo did not answer for (to hash).
     files: Vec<String>,
+    /// Files the memo answered for: path, digest, exec bit.
+    known: Vec<(String, Digest, bool)>,
     links: Vec<(String, String)>,
 }
 
 /// Every entry under `root/dir` (workspace-relative paths), symlinks not followed; names that
-/// are not UTF-8, sockets and devices are left out.
-fn walk(root: &Path, dir: &str) -> Result<Walked, TreeScanError> {
+/// are not UTF-8, sockets and devices are left out. Each file is stat'ed here (relative to
+/// its directory) and answered from `memo` when the memo can.
+fn walk(root: &Path, dir: &str, memo: &HashMap<String, MemoRow>) -> Result<Walked, TreeScanError> {
     let mut w = Walked::default();
     let mut stack = vec![dir.to_owned()];
     let mut seen = 0usize;
@@ -279,7 +290,17 @@ fn walk(root: &Path, dir: &str) -> Result<Walked, TreeScanError> {
                 w.dirs.push(rel.clone());
                 stack.push(rel);
             } else if ft.is_file() {
-                w.files.push(rel);
+                use std::os::unix::fs::MetadataExt as _;
+                let answered = e.metadata().ok().and_then(|m| {
+                    let row = memo.get(&rel)?;
+                    let stamp = digests::Stamp::of(&m);
+                    digests::memo_answers(&stamp, row)
+                        .then_some((row.digest, m.mode() & 0o100 != 0))
+                });
+                match answered {
+                    Some((digest, exec)) => w.known.push((rel, digest, exec)),
+                    None => w.files.push(rel),
+                }
             } else if ft.is_symlink() {
                 let target = digests::link_target(root, &rel).map_err(io_err(&rel))?;
                 if let Some(t) = target.to_str() {

@@ -356,7 +356,12 @@ async fn remote_run(
     let result: anyhow::Result<prova_protocol::events::RunSummary> = async {
         let tasks = rrun::remote_tasks(root, prepared);
         let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
-        tracing::info!(needed = up.needed, uploaded = up.blobs, bytes = up.bytes, "inputs uploaded");
+        tracing::info!(
+            needed = up.needed,
+            uploaded = up.blobs,
+            bytes = up.bytes,
+            "inputs uploaded"
+        );
         let message = format!(
             "uploaded {} of {} input blobs to the farm ({} bytes)",
             up.blobs, up.needed, up.bytes

@@ -133,8 +133,7 @@ fn digest_chunk(
         let stamp = Stamp::of(&meta);
         let exec = meta.mode() & 0o100 != 0;
         if let Some(row) = memo.get(rel)
-            && stamp.matches(row)
-            && stamp.mtime_ns < row.recorded_ns.saturating_sub(RACY_WINDOW_NS)
+            && memo_answers(&stamp, row)
         {
             out.memo_hits += 1;
             out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest: row.digest, stamp });
@@ -227,6 +226,12 @@ pub fn outputs_scope(root: &Path) -> String {
 /// back.
 pub fn row_proves_output(stamp: &Stamp, row: &MemoRow) -> bool {
     stamp.matches(row) && stamp.ctime_ns < row.recorded_ns.saturating_sub(RACY_WINDOW_NS)
+}
+
+/// Whether memo `row` still answers for a file whose stamps are now `stamp`: every stamp
+/// equal, and the file's mtime outside the racy window of the row (module docs).
+pub fn memo_answers(stamp: &Stamp, row: &MemoRow) -> bool {
+    stamp.matches(row) && stamp.mtime_ns < row.recorded_ns.saturating_sub(RACY_WINDOW_NS)
 }
 
 /// The memo row recording that a file with `stamp` (taken before it was read) hashed to
