@@ -53,11 +53,27 @@ impl Store {
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
         let index = dir.join(INDEX_FILE);
+        // Looked at before the connection exists (opening may create the `-wal`).
+        let unchanged = super::verified::unchanged_since_close(dir);
         let mut conn = Connection::open(&index).map_err(sql("open"))?;
         schema::configure(&mut conn)?;
-        schema::quick_check(&conn)?;
+        if !unchanged {
+            schema::quick_check(&conn)?;
+        }
         schema::migrate(&mut conn, MIGRATIONS)?;
         Ok(Store::from_parts(dir.to_path_buf(), conn, false, None))
+    }
+
+    /// Closes the index, and when that close was clean and the last (the WAL is gone)
+    /// records it so the next open may skip `quick_check` ([`super::verified`]). Dropping a
+    /// store closes it too, without the record.
+    pub fn close(self) -> Result<(), CacheError> {
+        let Store { dir, conn, read_only, _scratch, .. } = self;
+        conn.close().map_err(|(_, e)| sql("close")(e))?;
+        if !read_only && _scratch.is_none() {
+            super::verified::record_close(&dir);
+        }
+        Ok(())
     }
 
     /// A store over `conn` for the opening functions: `tmp/` is the scratch directory's when
@@ -92,6 +108,7 @@ impl Store {
     /// [`CacheError::IntegrityCheck`]: no other process may have the index open. Returns where
     /// the index went, `None` if there was none.
     pub fn discard_index(dir: &Path) -> Result<Option<PathBuf>, CacheError> {
+        super::verified::forget(dir);
         let quarantine = dir.join(QUARANTINE_DIR);
         fs::create_dir_all(&quarantine).map_err(io(&quarantine))?;
         let stem = format!("index-{}", super::blobs::unique_name(""));
