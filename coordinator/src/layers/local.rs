@@ -23,6 +23,10 @@ use crate::cache::{CacheThread, Entry, Execution, MemoRow, NewEntry};
 use crate::inputs::InputScope;
 use crate::keys::{KeyComponents, Stamp, digests};
 
+/// Entries used within this long are not marked again: back-to-back warm runs then leave
+/// the index unwritten ([`crate::cache::Store::touch_coarse`]).
+const TOUCH_RESOLUTION_MS: i64 = 60_000;
+
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
 pub const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -292,7 +296,10 @@ impl LocalLayer {
     /// Marks `keys` as used now (prune's LRU order).
     pub async fn touch(&self, keys: Vec<Digest>) -> Result<(), LayerError> {
         let ns = self.namespace.clone();
-        Ok(self.cache.call(move |s| s.touch(&ns, &keys, now_ms())).await??)
+        Ok(self
+            .cache
+            .call(move |s| s.touch_coarse(&ns, &keys, now_ms(), TOUCH_RESOLUTION_MS))
+            .await??)
     }
 
     /// The cache's `tmp/` directory (where workers stage artifacts).
