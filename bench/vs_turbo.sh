@@ -13,7 +13,12 @@
 # `../shared/bench/peers.sh`. Each tool runs in its own copy (prova in WS-prova, made once
 # with cp -a): on a hit turbo rewrites every output file and prova would then restore its
 # own, so in one directory each would measure undoing the other. Both caches are filled
-# first (a cold run of each, which takes minutes: every task is `npm run …`).
+# first (a cold run of each, which takes minutes: every task is `npm run …`; FAST_FILL=1
+# fills them through bench/fill/npm, which runs each script with `sh` instead of starting
+# node — the same keys and outputs, in a fraction of the time; no timed run uses it).
+# Each scenario prints the load average before it (the machines are shared: a ratio taken
+# while the load is far above the core count is noisier), and the edit scenario the tasks
+# each tool executed.
 set -eu
 WS=$(realpath "$1")
 N=${2:-9}
@@ -30,10 +35,14 @@ if [ "${HUB:-0}" = 1 ]; then
 else
     PKG=$(python3 -c 'import json; print(json.load(open("bench-meta.json"))["leaf_package"]["dir"])')
 fi
-"$P" -C "$PW" run build test --all >/dev/null 2>&1 || true
-"$T" run build test >/dev/null 2>&1 || true
+FILLPATH=$PATH
+[ "${FAST_FILL:-0}" = 1 ] && FILLPATH="$HERE/fill:$PATH"
+PATH=$FILLPATH "$P" -C "$PW" run build test --all >/dev/null 2>&1 || true
+PATH=$FILLPATH "$T" run build test >/dev/null 2>&1 || true
 P="$P -C $PW"
+load() { echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"; }
 echo "== dry run of build ($WS)"
+load
 python3 "$C" -n "$N" --a "$P run build --all --dry-run" --b "$T run build --dry-run"
 if [ "${COLD:-0}" = 1 ]; then
     echo "== cold run build (one each)"
@@ -43,11 +52,21 @@ if [ "${COLD:-0}" = 1 ]; then
     "$T" run test >/dev/null 2>&1 || true
 fi
 echo "== warm no-op run build"
+load
 python3 "$C" -n "$N" --a "$P run build --all" --b "$T run build"
 echo "== warm run test (all hits)"
+load
 python3 "$C" -n "$N" --a "$P run test --all" --b "$T run test"
 echo "== one file edited in $PKG"
-python3 "$C" -n "$N" --prep "echo \"// \$(date +%s%N)\" | tee -a $PKG/src/mod1.js >> $PW/$PKG/src/mod1.js" \
-    --a "$P run build --all" --b "$T run build"
+load
+EDIT="echo \"// \$(date +%s%N)\" | tee -a $PKG/src/mod1.js >> $PW/$PKG/src/mod1.js"
+python3 "$C" -n "$N" --prep "$EDIT" --a "$P run build --all" --b "$T run build"
+sh -c "$EDIT"
+ran_p=$($P run build --all --json 2>/dev/null | python3 -c '
+import json, sys
+s = [json.loads(l) for l in sys.stdin if l.startswith("{")][-1]["summary"]
+print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
+ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
+echo "   tasks executed after one edit: prova $ran_p, turbo ${ran_t:-?}"
 git checkout -q -- "$PKG/src/mod1.js"
 git -C "$PW" checkout -q -- "$PKG/src/mod1.js"

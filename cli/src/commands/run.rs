@@ -78,7 +78,12 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         options.verify.allow.insert(id);
     }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
-    let sandbox = prova_worker::sandbox::detect();
+    // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
+    let sandbox = if options.verify.any() {
+        prova_worker::sandbox::detect()
+    } else {
+        prova_worker::sandbox::SandboxStatus::Unavailable { reason: "not probed".to_owned() }
+    };
     if options.verify.inputs && !remote && !sandbox.is_available() {
         let why = match &sandbox {
             prova_worker::sandbox::SandboxStatus::Unavailable { reason } => reason.clone(),

@@ -11,6 +11,8 @@
 //! - [`readonly`]: [`Store::open_read_only`] (`--cache local:r`) and [`Store::scratch`]
 //!   (`--no-cache`): reading a cache without writing to it.
 //! - [`schema`]: connection settings, consistency checks, ordered migrations.
+//! - `verified`: when an open may skip `quick_check` (the index is as prova's own last clean
+//!   close left it: `index.sqlite.closed`).
 //! - [`thread`]: [`CacheThread`], the one thread per process that owns the `Store`.
 //! - [`uploads`]: who uploaded which blob, which blobs a farm reader may see, the key salt.
 //! - [`error`]: the one error type, [`CacheError`].
@@ -18,6 +20,7 @@
 //! # A cache directory
 //! ```text
 //! index.sqlite (+ -wal, -shm)   the index (WAL, local disk only)
+//! index.sqlite.closed           the index's stamps at prova's last clean close (`verified`)
 //! blobs/<2 hex>/<64 hex>        blob files named by the BLAKE3 digest of their bytes
 //! tmp/                          staging for in-flight writes and restores (same file system,
 //!                               so the final rename is atomic)
@@ -53,6 +56,7 @@ pub mod schema;
 pub mod store;
 pub mod thread;
 pub mod uploads;
+mod verified;
 
 #[cfg(test)]
 mod stress_tests;

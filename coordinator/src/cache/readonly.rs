@@ -45,12 +45,15 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return scratch(true),
             Err(e) => return Err(io(&index)(e)),
         }
+        let unchanged = super::verified::unchanged_since_close(dir);
         let conn = match connect(&index, false) {
             Err(e) if cannot_share(&e) => connect(&index, true),
             other => other,
         }
         .map_err(sql("open the index read-only"))?;
-        schema::quick_check(&conn)?;
+        if !unchanged {
+            schema::quick_check(&conn)?;
+        }
         let found = schema::user_version(&conn)?;
         if found > SCHEMA_VERSION {
             return Err(CacheError::SchemaTooNew { found, supported: SCHEMA_VERSION });

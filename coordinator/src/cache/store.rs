@@ -53,11 +53,27 @@ impl Store {
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
         let index = dir.join(INDEX_FILE);
+        // Looked at before the connection exists (opening may create the `-wal`).
+        let unchanged = super::verified::unchanged_since_close(dir);
         let mut conn = Connection::open(&index).map_err(sql("open"))?;
         schema::configure(&mut conn)?;
-        schema::quick_check(&conn)?;
+        if !unchanged {
+            schema::quick_check(&conn)?;
+        }
         schema::migrate(&mut conn, MIGRATIONS)?;
         Ok(Store::from_parts(dir.to_path_buf(), conn, false, None))
+    }
+
+    /// Closes the index, and when that close was clean and the last (the WAL is gone)
+    /// records it so the next open may skip `quick_check` ([`super::verified`]). Dropping a
+    /// store closes it too, without the record.
+    pub fn close(self) -> Result<(), CacheError> {
+        let Store { dir, conn, read_only, _scratch, .. } = self;
+        conn.close().map_err(|(_, e)| sql("close")(e))?;
+        if !read_only && _scratch.is_none() {
+            super::verified::record_close(&dir);
+        }
+        Ok(())
     }
 
     /// A store over `conn` for the opening functions: `tmp/` is the scratch directory's when
@@ -92,6 +108,7 @@ impl Store {
     /// [`CacheError::IntegrityCheck`]: no other process may have the index open. Returns where
     /// the index went, `None` if there was none.
     pub fn discard_index(dir: &Path) -> Result<Option<PathBuf>, CacheError> {
+        super::verified::forget(dir);
         let quarantine = dir.join(QUARANTINE_DIR);
         fs::create_dir_all(&quarantine).map_err(io(&quarantine))?;
         let stem = format!("index-{}", super::blobs::unique_name(""));
@@ -177,20 +194,36 @@ impl Store {
     /// Marks `keys` as used at `now_ms` (prune keeps the recently used), in one transaction.
     /// A time never moves backwards; absent keys are ignored.
     pub fn touch(&self, namespace: &str, keys: &[Digest], now_ms: i64) -> Result<(), CacheError> {
+        self.touch_coarse(namespace, keys, now_ms, 0)
+    }
+
+    /// [`touch`](Self::touch), leaving alone an entry already used less than `resolution_ms`
+    /// before `now_ms`: a run of hits right after another then writes nothing to the index
+    /// (no WAL frames, no checkpoint at close), and prune's order is off by at most that.
+    pub fn touch_coarse(
+        &self,
+        namespace: &str,
+        keys: &[Digest],
+        now_ms: i64,
+        resolution_ms: i64,
+    ) -> Result<(), CacheError> {
         if keys.is_empty() || self.read_only {
             return Ok(()); // a read-only run leaves the LRU order as it found it
         }
+        let older_than = now_ms.saturating_sub(resolution_ms.max(0));
         let tx = self.conn.unchecked_transaction().map_err(sql("begin touch"))?;
         for chunk in keys.chunks(KEYS_PER_QUERY) {
             let q = format!(
                 "UPDATE entries SET last_used_ms = max(last_used_ms, ?1) \
-                 WHERE namespace = ?2 AND key IN ({})",
+                 WHERE namespace = ?2 AND last_used_ms <= ?{} AND key IN ({})",
+                chunk.len() + 3,
                 placeholders(3, chunk.len())
             );
             let mut stmt = tx.prepare_cached(&q).map_err(sql("touch"))?;
-            let mut args: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() + 2);
+            let mut args: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() + 3);
             args.push(&now_ms);
             args.extend(key_args(&namespace, chunk));
+            args.push(&older_than);
             stmt.execute(&args[..]).map_err(sql("touch"))?;
         }
         tx.commit().map_err(sql("commit touch"))

@@ -165,6 +165,29 @@ fn touch_moves_last_used_forward_only() {
 }
 
 #[test]
+fn a_coarse_touch_leaves_recently_used_entries_unwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path()).unwrap();
+    let keys: Vec<Digest> = (0..1_200).map(key).collect();
+    for (i, (k, used)) in keys.iter().zip([100i64, 950, 1_000]).enumerate() {
+        let mut e = entry(i as u64, "a#b", used);
+        e.key = *k;
+        store.put_entry(&e).unwrap();
+    }
+    // Used at 100 (older than 1_000 - 100): marked; at 950 (within 100): left; at 1_000:
+    // left; the keys past 1_100 of the chunk have no entry.
+    store.touch_coarse(TRUSTED, &keys, 1_000, 100).unwrap();
+    let got = store.get_entries(TRUSTED, &keys).unwrap();
+    let used = |i: usize| got[&keys[i]].last_used_ms;
+    assert_eq!((used(0), used(1), used(2)), (1_000, 950, 1_000));
+    // Resolution 0 is `touch`: everything older moves forward, never back.
+    store.touch_coarse(TRUSTED, &keys, 990, 0).unwrap();
+    let got = store.get_entries(TRUSTED, &keys).unwrap();
+    assert_eq!(got[&keys[1]].last_used_ms, 990);
+    assert_eq!(got[&keys[2]].last_used_ms, 1_000);
+}
+
+#[test]
 fn latest_for_task_picks_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path()).unwrap();

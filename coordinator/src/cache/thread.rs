@@ -100,6 +100,9 @@ fn serve(mut store: Store, mut rx: mpsc::Receiver<Job>) {
         }
     }
     tracing::debug!(dir = %store.dir().display(), "cache thread: every handle dropped, closing");
+    if let Err(e) = store.close() {
+        tracing::warn!("closing the cache index: {e}");
+    }
 }
 
 #[cfg(test)]

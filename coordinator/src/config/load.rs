@@ -4,9 +4,9 @@
 //! stops the load; files are visited in a fixed order (projects by directory, tables in file
 //! order) so the same broken workspace always reports the same error.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prova_protocol::TaskId;
 use toml::Spanned;
@@ -43,21 +43,27 @@ pub struct LoadCounts {
 
 /// [`load`], also returning what it cost.
 pub fn load_counting(start_dir: &Path) -> Result<(Workspace, LoadCounts), ConfigError> {
-    let counts = Cell::new(LoadCounts::default());
+    let (config_bytes, location_bytes) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let count = |src: &ConfigSource<'_>| {
-        let mut c = counts.get();
-        c.config_bytes += src.text.len();
-        c.location_bytes += src.bytes_scanned();
-        counts.set(c);
+        config_bytes.fetch_add(src.text.len(), Ordering::Relaxed);
+        location_bytes.fetch_add(src.bytes_scanned(), Ordering::Relaxed);
     };
     let ws = load_inner(start_dir, &count)?;
-    Ok((ws, counts.get()))
+    let counts = LoadCounts {
+        config_bytes: config_bytes.into_inner(),
+        location_bytes: location_bytes.into_inner(),
+    };
+    Ok((ws, counts))
 }
 
-fn load_inner(
-    start_dir: &Path,
-    count: &dyn Fn(&ConfigSource<'_>),
-) -> Result<Workspace, ConfigError> {
+/// Counts what a config file cost ([`LoadCounts`]); called from the threads that read
+/// projects.
+type Count<'c> = &'c (dyn Fn(&ConfigSource<'_>) + Sync);
+
+/// Projects read per thread at least: below that, a thread costs more than it saves.
+const PROJECTS_PER_THREAD: usize = 64;
+
+fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigError> {
     let found = discover::find_root(start_dir)?;
     let Root { dir: root, file: config_file, text } = &found;
     let src = ConfigSource::new(root, config_file, text);
@@ -95,10 +101,14 @@ fn load_inner(
         });
     }
     let mut drafts = Vec::with_capacity(dirs.len());
-    for (dir, matched_at) in dirs {
-        let own_table = if dir.is_empty() { root_table.take() } else { None };
-        drafts.push(read_project(&src, dir, &matched_at, own_table, count)?);
+    let mut members = dirs.as_slice();
+    if let Some(((dir, matched_at), rest)) = dirs.split_first()
+        && dir.is_empty()
+    {
+        drafts.push(read_project(&src, dir.clone(), matched_at, root_table.take(), count)?);
+        members = rest;
     }
+    drafts.extend(read_members(&src, members, count)?);
     check_unique_names(&drafts)?;
     let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
     let known: HashSet<&str> = names.iter().copied().collect();
@@ -115,6 +125,44 @@ fn load_inner(
     }
     count(&src);
     Ok(Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects })
+}
+
+/// Reads the (non-root) projects at `dirs`, on a few threads when there are many (each
+/// project's `prova.toml` and `package.json` are read and parsed independently), returning
+/// them in `dirs` order — and, when several are broken, the error of the first in that order,
+/// as a sequential load would.
+fn read_members(
+    ws: &ConfigSource<'_>,
+    dirs: &[(String, Location)],
+    count: Count<'_>,
+) -> Result<Vec<Draft>, ConfigError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(dirs.len() / PROJECTS_PER_THREAD).max(1);
+    let (root, file, text) = (ws.root, ws.file, ws.text);
+    let read_all = |chunk: &[(String, Location)]| -> Result<Vec<Draft>, ConfigError> {
+        // Each thread its own view of the workspace file (its caches are not shared).
+        let ws = ConfigSource::new(root, file, text);
+        chunk
+            .iter()
+            .map(|(dir, matched_at)| read_project(&ws, dir.clone(), matched_at, None, count))
+            .collect()
+    };
+    if threads == 1 {
+        return read_all(dirs);
+    }
+    let per = dirs.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<Draft>, ConfigError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = dirs.chunks(per).map(|c| s.spawn(move || read_all(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    let mut drafts = Vec::with_capacity(dirs.len());
+    for part in parts {
+        drafts.extend(part?);
+    }
+    Ok(drafts)
 }
 
 /// A project as read, before names are known to be unique and deps are checked.
@@ -139,7 +187,7 @@ fn read_project(
     dir: String,
     matched_at: &Location,
     root_table: Option<Spanned<ProjectTable>>,
-    count: &dyn Fn(&ConfigSource<'_>),
+    count: Count<'_>,
 ) -> Result<Draft, ConfigError> {
     let abs = if dir.is_empty() { ws.root.to_path_buf() } else { ws.root.join(&dir) };
     let package = package_json::read(ws.root, &abs)?;

@@ -106,8 +106,19 @@ fn is_internal(path: &str) -> bool {
 /// that are their own git repositories (projects cloned inside the workspace): git does not
 /// list their files from the outer repository, so each is listed separately.
 pub fn enumerate(root: &Path, nested_repos: &[String]) -> Result<FileList, FilesError> {
-    if in_git_work_tree(root) {
-        let mut files = ls_files(root, "", &[])?;
+    // `git ls-files` straight away where git may find a repository: asking git first
+    // (`rev-parse`) cost a process start per run. Only when the listing fails is it asked
+    // whether this is a work tree at all (not one: the walk, as before; one: the error).
+    let listed = if may_be_git(root) {
+        match ls_files(root, "", &[]) {
+            Ok(files) => Some(files),
+            Err(_) if !in_git_work_tree(root) => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if let Some(mut files) = listed {
         for dir in nested_repos {
             files.retain(|f| !prova_protocol::globs::is_within(f, dir));
             files.extend(ls_files(&root.join(dir), dir, &[])?);
@@ -168,6 +179,14 @@ pub fn enumerate_under(
         }
     }
     Ok(FileList::from_paths(files).files)
+}
+
+/// Whether git could take `root` for (part of) a work tree: a `.git` at or above it, or git's
+/// own variables set. `false` means git would find no repository, so it is not asked.
+fn may_be_git(root: &Path) -> bool {
+    std::env::var_os("GIT_DIR").is_some()
+        || std::env::var_os("GIT_WORK_TREE").is_some()
+        || root.ancestors().any(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
 }
 
 fn in_git_work_tree(root: &Path) -> bool {

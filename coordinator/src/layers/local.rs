@@ -23,6 +23,10 @@ use crate::cache::{CacheThread, Entry, Execution, MemoRow, NewEntry};
 use crate::inputs::InputScope;
 use crate::keys::{KeyComponents, Stamp, digests};
 
+/// Entries used within this long are not marked again: back-to-back warm runs then leave
+/// the index unwritten ([`crate::cache::Store::touch_coarse`]).
+const TOUCH_RESOLUTION_MS: i64 = 60_000;
+
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
 pub const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -193,6 +197,19 @@ impl LocalLayer {
         }
     }
 
+    /// [`CacheLayer::resolve_current`](super::CacheLayer::resolve_current): one job on the
+    /// cache thread for the whole batch — one output-memo read for every manifest's files,
+    /// the stats, the logs, one memo write — instead of a restore (and its hops between
+    /// threads) per hit. Anything short of "current, extras none, log read" is `None`, left
+    /// to [`restore`](Self::restore), which reports it as it always has.
+    pub async fn resolve_current(
+        &self,
+        hits: Vec<super::HitQuery>,
+    ) -> Result<Vec<(Entry, Option<Restored>)>, LayerError> {
+        let root = self.root.clone();
+        Ok(self.cache.call(move |s| resolve_current_on(s, &root, hits)).await?)
+    }
+
     /// Files an entry, unless an input changed while the task ran (then it is withheld).
     pub async fn save(&self, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
         let ns = self.namespace.clone();
@@ -279,7 +296,10 @@ impl LocalLayer {
     /// Marks `keys` as used now (prune's LRU order).
     pub async fn touch(&self, keys: Vec<Digest>) -> Result<(), LayerError> {
         let ns = self.namespace.clone();
-        Ok(self.cache.call(move |s| s.touch(&ns, &keys, now_ms())).await??)
+        Ok(self
+            .cache
+            .call(move |s| s.touch_coarse(&ns, &keys, now_ms(), TOUCH_RESOLUTION_MS))
+            .await??)
     }
 
     /// The cache's `tmp/` directory (where workers stage artifacts).
@@ -300,6 +320,13 @@ impl super::CacheLayer for LocalLayer {
         project_dir: String,
     ) -> super::LayerFuture<'_, Option<Restored>> {
         Box::pin(LocalLayer::restore(self, entry, outputs, project_dir))
+    }
+
+    fn resolve_current(
+        &self,
+        hits: Vec<super::HitQuery>,
+    ) -> super::LayerFuture<'_, Vec<(Entry, Option<Restored>)>> {
+        Box::pin(LocalLayer::resolve_current(self, hits))
     }
 
     fn save(&self, req: SaveRequest) -> super::LayerFuture<'_, SaveOutcome> {
@@ -404,12 +431,7 @@ fn compare_on_disk(
     let scope = digests::outputs_scope(root);
     let rows = match cache {
         Some(c) => {
-            let files: Vec<String> = m
-                .entries
-                .iter()
-                .filter(|e| e.kind == EntryKind::File)
-                .map(|e| e.path.clone())
-                .collect();
+            let files = manifest_files(m);
             let scope = scope.clone();
             match c.call_blocking(move |s| s.memo_get(&scope, &files)) {
                 Ok(Ok(rows)) => rows,
@@ -423,6 +445,81 @@ fn compare_on_disk(
         }
         None => HashMap::new(),
     };
+    let (current, extras, updates) = compare_with_rows(root, m, outputs, &rows)?;
+    if let (Some(c), false) = (cache, updates.is_empty()) {
+        match c.call_blocking(move |s| s.memo_store(&scope, &updates)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "output memo not written"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((current, extras))
+}
+
+/// [`LocalLayer::resolve_current`] on the cache thread, over its store.
+fn resolve_current_on(
+    s: &mut crate::cache::Store,
+    root: &Path,
+    hits: Vec<super::HitQuery>,
+) -> Vec<(Entry, Option<Restored>)> {
+    let decoded: Vec<Option<OutputManifest>> = hits
+        .iter()
+        .map(|h| {
+            let m: OutputManifest = rmp_serde::from_slice(&h.entry.manifest).ok()?;
+            // A manifest outside the task's outputs is for `restore` to refuse, loudly.
+            check_manifest_confined(&m, &h.outputs, &h.project_dir).ok()?;
+            Some(m)
+        })
+        .collect();
+    let scope = digests::outputs_scope(root);
+    let files: Vec<String> = decoded.iter().flatten().flat_map(manifest_files).collect();
+    let rows = s.memo_get(&scope, &files).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "output memo unreadable");
+        HashMap::new()
+    });
+    let mut updates = Vec::new();
+    let mut out = Vec::with_capacity(hits.len());
+    for (h, m) in hits.into_iter().zip(decoded) {
+        let restored = m.and_then(|m| {
+            let (current, extras, mut found) =
+                compare_with_rows(root, &m, &h.outputs, &rows).ok()?;
+            updates.append(&mut found);
+            if !current || !extras.is_empty() {
+                return None;
+            }
+            let log = match h.entry.log {
+                Some(d) => {
+                    let compressed = s.read_blob_verified(&d, MAX_LOG_BYTES).ok()??;
+                    decompress_bounded(&compressed, MAX_LOG_BYTES).ok()?
+                }
+                None => Vec::new(),
+            };
+            Some(Restored { placed: 0, current: m.entries.len() as u64, log })
+        });
+        out.push((h.entry, restored));
+    }
+    if let Err(e) = s.memo_store(&scope, &updates) {
+        tracing::debug!(error = %e, "output memo not written");
+    }
+    out
+}
+
+/// The regular files of a manifest (what the output memo is asked about).
+fn manifest_files(m: &OutputManifest) -> Vec<String> {
+    m.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.path.clone()).collect()
+}
+
+/// What [`compare_with_rows`] found: current or not, the extras, the memo rows to record.
+type OnDisk = (bool, Vec<String>, Vec<(String, MemoRow)>);
+
+/// [`compare_on_disk`] given the output memo's `rows` for the manifest's files; also returns
+/// the memo rows to record (files it had to hash).
+fn compare_with_rows(
+    root: &Path,
+    m: &OutputManifest,
+    outputs: &PathGlobs,
+    rows: &HashMap<String, MemoRow>,
+) -> Result<OnDisk, LayerError> {
     let io_err = |rel: &str| {
         let path = root.join(rel);
         move |source| LayerError::Io { path, source }
@@ -454,14 +551,6 @@ fn compare_on_disk(
             break;
         }
     }
-    if let (Some(c), false) = (cache, updates.is_empty()) {
-        let updates: Vec<(String, MemoRow)> = updates;
-        match c.call_blocking(move |s| s.memo_store(&scope, &updates)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(error = %e, "output memo not written"),
-            Err(e) => return Err(e.into()),
-        }
-    }
     let mut extras = Vec::new();
     let known: HashSet<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
     for r in outputs.roots() {
@@ -474,7 +563,7 @@ fn compare_on_disk(
                 .map_err(io_err(r))?;
         }
     }
-    Ok((current, extras))
+    Ok((current, extras, updates))
 }
 
 /// Whether the regular file `name` of `dir` is what entry `e` would restore: stamps, then

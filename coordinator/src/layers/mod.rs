@@ -38,6 +38,18 @@ pub trait CacheLayer: Send + Sync + 'static {
         outputs: PathGlobs,
         project_dir: String,
     ) -> LayerFuture<'_, Option<Restored>>;
+    /// Which of `hits` (an entry, the task's declared outputs, its project directory) are
+    /// already current in the workspace, decided for a whole batch at once: each entry comes
+    /// back with `Some` (its outputs are on disk as [`restore`](Self::restore) would leave
+    /// them; nothing was written; the log is read) or `None` (it needs `restore`, which then
+    /// decides — errors, refusals and misses included). Spares a run of hits a round trip
+    /// per hit; the default pre-resolves nothing.
+    fn resolve_current(
+        &self,
+        hits: Vec<HitQuery>,
+    ) -> LayerFuture<'_, Vec<(Entry, Option<Restored>)>> {
+        Box::pin(async move { Ok(hits.into_iter().map(|h| (h.entry, None)).collect()) })
+    }
     /// Files an execution (or withholds it, with the reason).
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome>;
     /// Marks entries used now (LRU order).
@@ -59,6 +71,17 @@ pub trait CacheLayer: Send + Sync + 'static {
         rerun: Digest,
         changed: Vec<String>,
     ) -> LayerFuture<'_, Vec<FileDivergence>>;
+}
+
+/// One hit asked about by [`CacheLayer::resolve_current`].
+#[derive(Debug)]
+pub struct HitQuery {
+    /// The entry found for the task's key.
+    pub entry: Entry,
+    /// The task's declared outputs.
+    pub outputs: PathGlobs,
+    /// The task's project directory.
+    pub project_dir: String,
 }
 
 /// A layer operation failed (distinct from a miss, which is `Ok(None)`).

@@ -4,7 +4,7 @@
 //! ignored), and reports events and the summary. Cache restores and saves live in
 //! [`super::cached`]; proofs (`--verify`) in [`super::verify`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +55,12 @@ pub struct RunActor {
     pub(super) side: HashMap<usize, OwnedTask<()>>,
     /// Keys of hits, touched in one batch at the end.
     pub(super) hit_keys: Vec<Digest>,
+    /// Hits whose outputs were found current, all in one batch before the first dispatch
+    /// (`cached::resolve_hits`): dispatched, such a hit finishes on the spot, with no restore.
+    pub(super) current: HashMap<usize, crate::layers::Restored>,
+    /// Project directories something of this run may have written to since (a task ran in
+    /// place there, or a restore started): a pre-resolved hit there is checked again.
+    pub(super) touched: HashSet<String>,
     pub(super) exec: ExecMode,
     /// Proof state (`--verify`).
     pub(super) proofs: Proofs,
@@ -100,6 +106,8 @@ impl Actor for RunActor {
             options: args.options,
             side: HashMap::new(),
             hit_keys: Vec::new(),
+            current: HashMap::new(),
+            touched: HashSet::new(),
             exec: args.exec,
             proofs: Proofs::new(max_reruns),
             deferred_done: None,
@@ -219,6 +227,9 @@ impl RunActor {
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
+        if let Some(done) = self.finish_current_hit(node).await {
+            return Some(done);
+        }
         if self.start_restore(node, ctx) {
             return None;
         }
@@ -277,6 +288,10 @@ impl RunActor {
         if in_place {
             let dir = self.plan.tasks[node].spec.project_dir.clone();
             self.written.before_run(node, &dir, cached);
+        }
+        if purpose == Purpose::Primary {
+            // It writes there in place, or its outputs are restored there after (a proof).
+            self.touched.insert(self.plan.tasks[node].spec.project_dir.clone());
         }
         let assignment = Assignment {
             attempt,
@@ -499,6 +514,7 @@ impl Message<Begin> for RunActor {
 
     async fn handle(&mut self, _: Begin, ctx: &mut Context<Self, Self::Reply>) {
         self.started = Instant::now();
+        self.resolve_hits().await;
         self.feed(Event::Start, ctx).await;
     }
 }

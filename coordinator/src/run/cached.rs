@@ -11,7 +11,7 @@ use prova_protocol::work::Finished;
 
 use super::actor::RunActor;
 use super::core::{self as decide, AfterSave, Purpose};
-use crate::layers::{LayerError, Restored, SaveOutcome, SaveRequest};
+use crate::layers::{HitQuery, LayerError, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::Event;
 
 /// Restoring a saved entry into the workspace after an exec-root execution failed.
@@ -94,6 +94,91 @@ impl RunActor {
         Some(Event::Finished { node, ok: false })
     }
 
+    /// Asks the layer, in one batch before the first dispatch, which hits are current in the
+    /// workspace already ([`crate::layers::CacheLayer::resolve_current`]); those finish when
+    /// dispatched without a restore ([`finish_current_hit`](Self::finish_current_hit)), the
+    /// rest restore one by one as before. A warm no-op run's hits thus cost one trip to the
+    /// cache thread in all, not a task and several thread hops each.
+    pub(super) async fn resolve_hits(&mut self) {
+        let nodes: Vec<usize> = match &self.cache {
+            Some(c) => {
+                let mut n: Vec<usize> =
+                    c.hits.keys().copied().filter(|&n| self.cache_use(n).reads).collect();
+                n.sort_unstable();
+                n
+            }
+            None => return,
+        };
+        if nodes.is_empty() {
+            return;
+        }
+        let queries: Vec<(usize, HitQuery)> = nodes
+            .into_iter()
+            .filter_map(|n| {
+                let outputs = self.output_globs(n);
+                let project_dir = self.plan.tasks[n].spec.project_dir.clone();
+                let entry = self.cache.as_mut()?.hits.remove(&n)?;
+                Some((n, HitQuery { entry, outputs, project_dir }))
+            })
+            .collect();
+        let (nodes, queries): (Vec<usize>, Vec<HitQuery>) = queries.into_iter().unzip();
+        let Some(c) = &mut self.cache else { return };
+        match c.layer.resolve_current(queries).await {
+            Ok(back) => {
+                for (node, (entry, restored)) in nodes.into_iter().zip(back) {
+                    c.hits.insert(node, entry);
+                    if let Some(r) = restored {
+                        self.current.insert(node, r);
+                    }
+                }
+            }
+            // The layer failed as a whole (its cache thread is gone): the hits are lost, and
+            // the tasks run, as they would after a failed restore.
+            Err(e) => tracing::warn!("resolving the run's hits failed: {e}"),
+        }
+    }
+
+    /// Finishes `node` as a hit on the spot when the batch found its outputs current and
+    /// nothing of this run has touched its project since; `None` when it must restore (or
+    /// run).
+    pub(super) async fn finish_current_hit(&mut self, node: usize) -> Option<Event> {
+        let restored = self.current.remove(&node)?;
+        if !self.cache_use(node).reads
+            || self.touched.contains(&self.plan.tasks[node].spec.project_dir)
+        {
+            return None;
+        }
+        let entry = self.cache.as_mut()?.hits.remove(&node)?;
+        self.hit_done(node, entry.artifact, entry.duration_ms, restored).await;
+        Some(Event::Finished { node, ok: true })
+    }
+
+    /// Reports `node` a hit of the run's layer (its stored log replayed).
+    async fn hit_done(
+        &mut self,
+        node: usize,
+        artifact: Option<(Digest, u64)>,
+        saved_ms: u64,
+        restored: Restored,
+    ) {
+        self.state[node].artifact = artifact;
+        let task = self.plan.tasks[node].id.clone();
+        if !restored.log.is_empty() {
+            let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
+        }
+        if let Some(k) = self.key_of(node) {
+            self.hit_keys.push(k);
+        }
+        let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
+        let cache = CacheStatus::Hit { layer, saved_ms };
+        let mut r =
+            self.report(node, TaskStatus::Succeeded, cache, None, 0, ExecStats::default(), None);
+        if self.options.verify.any() {
+            r.verdicts.push(decide::not_run_verdict(false));
+        }
+        self.finish(node, r).await;
+    }
+
     /// Starts restoring `node` from its hit, if it has one; `false` when it must run.
     pub(super) fn start_restore(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> bool {
         if !self.cache_use(node).reads {
@@ -103,6 +188,8 @@ impl RunActor {
         let project = self.plan.tasks[node].spec.project_dir.clone();
         let Some(c) = &mut self.cache else { return false };
         let Some(entry) = c.hits.remove(&node) else { return false };
+        // A restore writes into the project: later pre-resolved hits there look again.
+        self.touched.insert(project.clone());
         let layer = c.layer.clone();
         let (saved_ms, artifact) = (entry.duration_ms, entry.artifact);
         let me = ctx.actor_ref().clone();
@@ -223,29 +310,7 @@ impl Message<RestoreDone> for RunActor {
         }
         match msg.result {
             Ok(Some(restored)) => {
-                self.state[node].artifact = msg.artifact;
-                let task = self.plan.tasks[node].id.clone();
-                if !restored.log.is_empty() {
-                    let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
-                }
-                if let Some(k) = self.key_of(node) {
-                    self.hit_keys.push(k);
-                }
-                let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
-                let cache = CacheStatus::Hit { layer, saved_ms: msg.saved_ms };
-                let mut r = self.report(
-                    node,
-                    TaskStatus::Succeeded,
-                    cache,
-                    None,
-                    0,
-                    ExecStats::default(),
-                    None,
-                );
-                if self.options.verify.any() {
-                    r.verdicts.push(decide::not_run_verdict(false));
-                }
-                self.finish(node, r).await;
+                self.hit_done(node, msg.artifact, msg.saved_ms, restored).await;
                 self.feed(Event::Finished { node, ok: true }, ctx).await;
             }
             other => {
