@@ -89,3 +89,28 @@ fn a_refused_certificate_is_not_a_reason_to_fall_back() {
     assert!(!out.stderr.contains("running locally"), "{out}");
     assert!(!ws.path("app/dist/out.txt").exists(), "{out}");
 }
+
+#[test]
+fn a_remote_run_that_hits_the_local_cache_everywhere_asks_the_farm_nothing() {
+    // The local layer comes first: once a farm run brought its outputs home (filed as trusted
+    // local entries, the ci bundle writes the trusted tier), the same run again is served
+    // from here, and the farm sees no run.
+    let farm = Cluster::start(1);
+    let ws = workspace();
+    let first = farm.run(&ws, ["build", "--all", "--json"]);
+    assert_eq!(first.code(), Some(0), "{first}\n{}", farm.logs());
+    assert!(first.stdout.contains("input blobs to the farm"), "{first}");
+    let again = farm.run(&ws, ["build", "--all", "--json"]);
+    assert_eq!(again.code(), Some(0), "{again}");
+    for t in ["lib#build", "app#build"] {
+        assert_eq!(again.cache_of(t), "hit", "{t}\n{again}");
+    }
+    assert!(again.stdout.contains("nothing was sent to the farm"), "{again}");
+    assert!(!again.stdout.contains("input blobs to the farm"), "nothing uploaded: {again}");
+    // A changed input misses locally: that run goes to the farm.
+    ws.write("app/src/a.txt", "changed\n");
+    let changed = farm.run(&ws, ["build", "--all", "--json"]);
+    assert_eq!(changed.code(), Some(0), "{changed}");
+    assert!(!changed.stdout.contains("nothing was sent to the farm"), "{changed}");
+    assert!(changed.stdout.contains("input blobs to the farm"), "{changed}");
+}

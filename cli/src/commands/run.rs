@@ -202,6 +202,18 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             let _ = stdout.flush();
         });
         let key_stats = prepared.stats;
+        // A remote run whose every task hits the local cache needs nothing of the farm: the
+        // outputs come from here, as a local run's would (the local layer is probed first).
+        let session = match session {
+            Some(s) if !options.verify.any() && all_hit_locally(&prepared, &hits) => {
+                s.conn.close(0u32.into(), b"all local hits");
+                let message =
+                    "every task hit the local cache: nothing was sent to the farm".to_owned();
+                let _ = tx.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
+                None
+            }
+            other => other,
+        };
         let summary = if let Some(session) = session {
             let wire = wire_options(&args, policy, &options);
             remote_run(session, &args, &ws.root, &prepared, &cache, &layer, wire, tx).await
@@ -287,6 +299,19 @@ async fn probe(
     let keys = wanted.iter().map(|&i| prepared.key(i)).collect();
     let mut found = layer.probe(keys).await?;
     Ok(wanted.into_iter().filter_map(|i| found.remove(&prepared.key(i)).map(|e| (i, e))).collect())
+}
+
+/// Whether every task that runs a command has a local hit (groups run nothing).
+fn all_hit_locally(
+    prepared: &Prepared,
+    hits: &HashMap<usize, prova_coordinator::cache::Entry>,
+) -> bool {
+    prepared
+        .plan
+        .tasks
+        .iter()
+        .enumerate()
+        .all(|(i, t)| t.kind == TaskKind::Group || (t.cacheable && hits.contains_key(&i)))
 }
 
 fn dry_run(
