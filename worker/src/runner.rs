@@ -280,13 +280,14 @@ async fn collect(
     report.missing_literals = missing;
 }
 
-/// The task's environment: the baseline, overridden by the task's own values, then by the
+/// The task's environment: the baseline less the declared names the client left unset (see
+/// [`exec::env::compose_env`]), overridden by the task's own values, then by the
 /// perturbations of a determinism re-run (only for names the task did not declare).
 fn task_env(cfg: &RunnerConfig, a: &Assignment) -> Vec<(String, String)> {
-    let mut env = exec::env::compose_env(&cfg.baseline_env, &a.spec.env);
+    let mut env = exec::env::compose_env(&cfg.baseline_env, &a.spec.env, &a.spec.unset_env);
     if let Some(p) = &a.perturb {
         for (k, v) in &p.env {
-            if a.spec.env.iter().any(|(name, _)| name == k) {
+            if a.spec.env.iter().any(|(name, _)| name == k) || a.spec.unset_env.contains(k) {
                 continue;
             }
             match env.iter_mut().find(|(name, _)| name == k) {
