@@ -633,6 +633,7 @@ fn finished() -> Finished {
         }),
         isolation: "bwrap".into(),
         perturbed: Some(perturbations()),
+        handback: None,
     }
 }
 
