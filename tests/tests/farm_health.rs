@@ -85,3 +85,99 @@ fn a_declared_variable_the_client_leaves_unset_is_unset_on_a_sandboxed_worker() 
 fn a_declared_variable_the_client_leaves_unset_is_unset_on_an_unsandboxed_worker() {
     declared_env_is_the_clients(Sandbox::None);
 }
+
+/// A tmpfs of `size` mounted on `dir` for the test's lifetime (lazily unmounted on drop).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// `None` (with the reason printed) where this process may not mount one.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).expect("the mount point");
+        let opts = format!("size={size}");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Self(dir.to_owned())),
+            Ok(o) => {
+                eprintln!("skipped: cannot mount a tmpfs: {}", String::from_utf8_lossy(&o.stderr));
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Bytes of incompressible output each `gen` task writes: fits the small work dir once,
+/// not twice, so the task runs there and its packing runs out of space.
+const BIG: usize = 1_500_000;
+
+/// Three projects whose `gen` writes `BIG` random bytes to `dist/blob.bin`.
+fn big_outputs_workspace() -> TempWorkspace {
+    let mut ws = TempWorkspace::new().file(
+        "prova.toml",
+        &format!(
+            "[workspace]\nprojects = [\"a\", \"b\", \"c\"]\n\n[tasks.gen]\n\
+             command = \"mkdir -p dist && head -c {BIG} /dev/urandom > dist/blob.bin\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n"
+        ),
+    );
+    for p in ["a", "b", "c"] {
+        ws = ws.file(&format!("{p}/src/in.txt"), p);
+    }
+    ws
+}
+
+/// Staging files (packed artifacts) left anywhere under `dir`.
+fn staging_files(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            } else if name.starts_with("artifact-") {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn outputs_a_full_worker_cannot_pack_are_run_again_elsewhere_and_reach_the_client() {
+    let mut farm = Cluster::builder().workers(2).slots(1).sandbox(Sandbox::None).started(0).start();
+    let Some(_small) = Tmpfs::mount(&farm.work_dir(0), "2m") else { return };
+    // w1 (on the small work dir) is preferred on ties, so it gets work first.
+    farm.start_worker(0);
+    farm.start_worker(1);
+    let ws = big_outputs_workspace();
+    let out = farm.run(&ws, ["gen", "--all", "--json"]);
+    out.assert_code(0);
+    for p in ["a", "b", "c"] {
+        let task = format!("{p}#gen");
+        assert_eq!(out.status_of(&task), "succeeded", "{out}");
+        assert_eq!(out.cache_of(&task), "saved", "{task} was not saved\n{out}");
+        let got = std::fs::metadata(ws.path(&format!("{p}/dist/blob.bin")))
+            .unwrap_or_else(|e| panic!("{task}'s output never reached the client: {e}\n{out}"));
+        assert_eq!(got.len(), BIG as u64, "{task}");
+        assert_eq!(out.report(&task)["worker"], "w2", "only w2 can store outputs\n{out}");
+    }
+    let log = farm.worker_log(0);
+    assert!(log.contains("handing the assignment back"), "w1 never had to hand back:\n{log}");
+    let left = staging_files(&farm.work_dir(0));
+    assert!(left.is_empty(), "staging files left on the full worker: {left:?}");
+}

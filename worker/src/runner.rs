@@ -12,7 +12,7 @@ use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{
-    Assignment, Finished, FromWorker, Placement, ReadsReport, TRACE_READ_FAILED,
+    Assignment, Finished, FromWorker, HandBack, Placement, ReadsReport, TRACE_READ_FAILED,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -244,6 +244,13 @@ async fn collect(
     .await;
     let (outs, missing) = match collected {
         Ok(Ok(x)) => x,
+        // Where the outputs live only here, a failure to store them is this worker's: give
+        // the assignment back so it runs where they can be stored (never a success without
+        // them). In place, the outputs are in the workspace; only the cache misses them.
+        Ok(Err(e @ outputs::OutputError::Pack(_))) if farm => {
+            hand_back(report, HandBack::Outputs(e.to_string()));
+            return;
+        }
         Ok(Err(e)) => {
             report.output_error = Some(e.to_string());
             return;
@@ -258,8 +265,8 @@ async fn collect(
             (&pack_to, outs.artifact, &ctx.remote)
     {
         if let Err(e) = remote.upload(path, digest, size).await {
-            report.output_error = Some(format!("uploading the artifact failed: {e}"));
             let _ = std::fs::remove_file(path);
+            hand_back(report, HandBack::Outputs(format!("uploading the artifact failed: {e}")));
             return;
         }
         match &ctx.blobs {
@@ -278,6 +285,15 @@ async fn collect(
     }
     report.outputs = Some(outs);
     report.missing_literals = missing;
+}
+
+/// Turns `report` into a hand-back: the task ran, but nothing of it is a result here.
+fn hand_back(report: &mut Finished, why: HandBack) {
+    tracing::warn!(attempt = %report.attempt, "handing the assignment back: {}", why.describe());
+    let mut back = Finished::handed_back(report.attempt, why);
+    back.tries = report.tries;
+    back.isolation = std::mem::take(&mut report.isolation);
+    *report = back;
 }
 
 /// The task's environment: the baseline less the declared names the client left unset (see
