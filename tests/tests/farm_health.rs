@@ -181,3 +181,25 @@ fn outputs_a_full_worker_cannot_pack_are_run_again_elsewhere_and_reach_the_clien
     let left = staging_files(&farm.work_dir(0));
     assert!(left.is_empty(), "staging files left on the full worker: {left:?}");
 }
+
+#[test]
+fn a_task_that_exits_0_on_the_farm_without_outputs_for_the_client_is_not_succeeded() {
+    // The worker cannot store these outputs (a symlink out of the project is refused by
+    // every restore), so nothing reaches the client: locally the files are in the
+    // workspace, remotely they are not, and the run must say so.
+    let farm = Cluster::builder().workers(1).sandbox(Sandbox::None).start();
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"app\"]\n\n[tasks.gen]\n\
+             command = \"mkdir -p dist && echo x > dist/a.txt && ln -sf /etc/hostname dist/link\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("app/src/in.txt", "x\n");
+    let out = farm.run(&ws, ["gen", "--all", "--json"]);
+    out.assert_code(1);
+    assert_eq!(out.status_of("app#gen"), "failed", "{out}");
+    let note = out.report("app#gen")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("outputs were not brought home"), "{note}\n{out}");
+    assert!(!ws.exists("app/dist/a.txt"), "nothing was brought home\n{out}");
+}
