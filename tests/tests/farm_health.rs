@@ -203,3 +203,20 @@ fn a_task_that_exits_0_on_the_farm_without_outputs_for_the_client_is_not_succeed
     assert!(note.contains("outputs were not brought home"), "{note}\n{out}");
     assert!(!ws.exists("app/dist/a.txt"), "nothing was brought home\n{out}");
 }
+
+#[test]
+fn staging_files_a_worker_left_behind_are_cleaned_when_it_starts() {
+    let mut farm = Cluster::builder().workers(1).sandbox(Sandbox::None).started(0).start();
+    let dir = farm.work_dir(0);
+    std::fs::create_dir_all(&dir).expect("the work dir");
+    // What a worker killed mid-pack leaves: partial archives of leases of a past run.
+    let stale = ["artifact-1764600000000001.tar.zst", "artifact-1764600000000002.tar.zst"];
+    for name in stale {
+        std::fs::write(dir.join(name), vec![0u8; 4096]).expect("a stale staging file");
+    }
+    std::fs::write(dir.join("keep.txt"), "not prova's").expect("another file");
+    farm.start_worker(0);
+    let left = staging_files(&dir);
+    assert!(left.is_empty(), "stale staging files survived the start-up: {left:?}");
+    assert!(dir.join("keep.txt").exists(), "only staging files are removed");
+}

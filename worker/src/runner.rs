@@ -231,7 +231,7 @@ async fn collect(
     let farm = ctx.remote.is_some() && matches!(a.placement, Placement::ExecRoot { .. });
     let pack_to = match (&a.pack_to, farm) {
         (Some(p), _) => Some(p.clone()),
-        (None, true) => Some(ctx.work_dir.join(format!("artifact-{}.tar.zst", a.attempt))),
+        (None, true) => Some(ctx.work_dir.join(crate::health::staging_name(a.attempt))),
         (None, false) => None,
     };
     let root2 = root.to_owned();
@@ -272,11 +272,15 @@ async fn collect(
         match &ctx.blobs {
             Some(b) => {
                 let (b, p) = (b.clone(), path.clone());
-                let _ = OwnedTask::spawn_blocking("worker.blob-insert", move || {
+                let filed = OwnedTask::spawn_blocking("worker.blob-insert", move || {
                     b.insert_file(&p, &digest)
                 })
                 .join()
                 .await;
+                if !matches!(filed, Ok(Ok(_))) {
+                    // Uploaded, just not kept here: no staging file outlives it.
+                    let _ = std::fs::remove_file(path);
+                }
             }
             None => {
                 let _ = std::fs::remove_file(path);
