@@ -124,14 +124,16 @@ fn spec_for(
         .and_then(|d| d.command.clone())
         .unwrap_or(prova_protocol::spec::CommandLine::Argv(Vec::new()));
     let mut vars = Vec::new();
+    let mut unset = Vec::new();
     if let Some(d) = def {
         // Declared env first (keyed), then pass-through (not keyed); a name in both is set once.
         for name in d.env.iter().chain(&d.pass_env) {
-            if vars.iter().any(|(k, _): &(String, String)| k == name) {
+            if vars.iter().any(|(k, _): &(String, String)| k == name) || unset.contains(name) {
                 continue;
             }
-            if let Some(v) = env(name) {
-                vars.push((name.clone(), v));
+            match env(name) {
+                Some(v) => vars.push((name.clone(), v)),
+                None => unset.push(name.clone()),
             }
         }
     }
@@ -141,6 +143,7 @@ fn spec_for(
         command,
         args: args.to_vec(),
         env: vars,
+        unset_env: unset,
         timeout_ms: def
             .and_then(|d| d.timeout)
             .map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),

@@ -44,6 +44,11 @@ pub struct TaskSpec {
     /// `env` assignments.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// Names the task declares (`env`, `pass_env`) that the client left unset: unset for the
+    /// task too, whatever the executor's baseline holds (a worker's own `TZ` never stands in
+    /// for the client's unset one). Omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unset_env: Vec<String>,
     /// Wall-clock limit in milliseconds; `None` is no limit.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
@@ -78,6 +83,7 @@ impl TaskSpec {
             command,
             args: vec![],
             env: vec![],
+            unset_env: vec![],
             timeout_ms: None,
             retries: 0,
             outputs: vec![],

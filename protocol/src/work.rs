@@ -160,6 +160,38 @@ pub struct Finished {
     /// For a perturbed re-run: what the worker changed, and what it could not.
     #[serde(default)]
     pub perturbed: Option<crate::events::Perturbations>,
+    /// The worker gives the assignment back for a reason of its own (no slot, no disk,
+    /// shutting down, its outputs could not be packed or uploaded): nothing in this report
+    /// is a result. The farm runs the task elsewhere without charging its retry budget.
+    /// Omitted when `None`, so reports of ordinary work are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handback: Option<HandBack>,
+}
+
+/// Why a worker hands an assignment back: an infrastructure failure of that worker, never
+/// the task's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandBack {
+    /// Every slot is taken (the coordinator's view of the worker was behind).
+    NoSlot,
+    /// The work dir is short of free space or inodes (what the worker measured).
+    NoDisk(String),
+    /// The worker is shutting down.
+    ShuttingDown,
+    /// The task ran, but its outputs could not be packed, stored or uploaded here.
+    Outputs(String),
+}
+
+impl HandBack {
+    /// A short description for logs and notes.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::NoSlot => "no free slot".to_owned(),
+            Self::NoDisk(why) => format!("short of disk: {why}"),
+            Self::ShuttingDown => "shutting down".to_owned(),
+            Self::Outputs(why) => format!("its outputs could not be stored: {why}"),
+        }
+    }
 }
 
 impl Finished {
@@ -178,7 +210,15 @@ impl Finished {
             reads: None,
             isolation: String::new(),
             perturbed: None,
+            handback: None,
         }
+    }
+
+    /// A report for `attempt` that hands it back (see [`HandBack`]).
+    pub fn handed_back(attempt: AttemptId, why: HandBack) -> Self {
+        let mut f = Self::never_ran(attempt, ExitKind::SpawnFailed(why.describe()));
+        f.handback = Some(why);
+        f
     }
 }
 

@@ -134,6 +134,9 @@ struct ClusterOptions {
     /// Pass each worker's `--work-dir` relative to the daemons' working directory (the
     /// cluster root): `workers/<name>`.
     relative_work_dirs: bool,
+    /// Variables set in every worker's own environment (what the worker process has, not
+    /// what a client asks for).
+    worker_env: Vec<(String, String)>,
 }
 
 impl ClusterBuilder {
@@ -180,6 +183,12 @@ impl ClusterBuilder {
         self
     }
 
+    /// Sets `name=value` in every worker's own process environment, on every start of it.
+    pub fn worker_env(mut self, name: &str, value: &str) -> Self {
+        self.options.worker_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Creates the certificates, starts the coordinator and the workers, and waits until
     /// `farm status` lists every started worker.
     pub fn start(self) -> Cluster {
@@ -212,6 +221,7 @@ impl Daemon {
         what: &str,
         dir: &Path,
         args: &[String],
+        env: &[(String, String)],
         log: &Path,
     ) -> Result<(Self, String), String> {
         let err = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
@@ -220,6 +230,7 @@ impl Daemon {
             .current_dir(dir)
             .env("PROVA_LOG", "info")
             .env_remove("RUST_LOG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))
@@ -749,7 +760,7 @@ impl Cluster {
             self.cache_dir().to_string_lossy().into_owned(),
         ];
         args.extend(self.options.coordinator_args.iter().cloned());
-        let (daemon, first) = Daemon::spawn("the coordinator", &self.root, &args, &log)?;
+        let (daemon, first) = Daemon::spawn("the coordinator", &self.root, &args, &[], &log)?;
         // `prova coordinator listening on 127.0.0.1:PORT (cache …)`
         let addr = first
             .strip_prefix("prova coordinator listening on ")
@@ -789,8 +800,14 @@ impl Cluster {
         for (k, v) in &w.spec.labels {
             args.extend(["--label".to_owned(), format!("{k}={v}")]);
         }
-        let (daemon, first) = Daemon::spawn(&format!("worker {name}"), &self.root, &args, &log)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (daemon, first) = Daemon::spawn(
+            &format!("worker {name}"),
+            &self.root,
+            &args,
+            &self.options.worker_env,
+            &log,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             first.starts_with(&format!("prova worker {name} joining ")),
             "unexpected first line of worker {name}: {first:?}"

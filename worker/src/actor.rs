@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use kameo::prelude::*;
 use prova_protocol::AttemptId;
-use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
-use prova_protocol::work::{Finished, FromWorker, ToWorker};
+use prova_protocol::work::{Finished, FromWorker, HandBack, ToWorker};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -91,9 +90,9 @@ impl Message<ToWorker> for WorkerActor {
                 if self.live.len() >= self.slots {
                     let _ = self
                         .link
-                        .send(FromWorker::Finished(Box::new(refused(
+                        .send(FromWorker::Finished(Box::new(Finished::handed_back(
                             attempt,
-                            "worker has no free slot",
+                            HandBack::NoSlot,
                         ))))
                         .await;
                     return;
@@ -133,18 +132,12 @@ impl Message<Done> for WorkerActor {
     }
 }
 
-fn refused(attempt: AttemptId, why: &str) -> Finished {
-    let mut f = crate::runner::refused(attempt);
-    f.exit = ExitKind::SpawnFailed(why.to_owned());
-    f
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use prova_protocol::TaskId;
-    use prova_protocol::spec::{CommandLine, TaskSpec};
+    use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
     use prova_protocol::work::{Assignment, Placement};
 
     use super::*;

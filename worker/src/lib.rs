@@ -14,6 +14,7 @@
 //! - [`remote`]: the `RemoteBlobs` seam to the coordinator (fetch inputs, upload artifacts).
 //! - [`outputs`]: cleaning declared outputs before a try; collecting, fingerprinting and
 //!   packing them after.
+//! - [`health`]: the work dir's staging files (packed artifacts), cleaned at start-up.
 //! - [`session`]: the farm worker's QUIC session: dial, `Hello`, register, relay, heartbeat,
 //!   redial with backoff; `QuicBlobs` fetches inputs and uploads artifacts.
 //! - [`start`]: a farm worker's start-up from resolved settings (work dir, blob cache, actor,
@@ -32,6 +33,7 @@ pub mod actor;
 pub mod blobcache;
 pub mod exec;
 pub mod execroot;
+pub mod health;
 pub mod mask;
 pub mod outputs;
 pub mod perturb;

@@ -38,6 +38,10 @@ pub enum OutputError {
     /// project): saving them would make an entry that is "corrupt" on every hit.
     #[error("{0}; not saved, a restore would refuse it")]
     Unconfined(#[from] artifact::confine::ConfineError),
+    /// Writing the archive failed (a full disk, an unwritable staging dir): a failure of
+    /// where it was packed, not of the task's outputs. The partial archive is removed.
+    #[error("packing the outputs failed: {0}")]
+    Pack(Box<OutputError>),
 }
 
 /// Removes every existing path that matches `globs` under `root` (files, symlinks, and
@@ -154,7 +158,14 @@ pub fn collect(
         .collect();
     let fingerprint = manifest.fingerprint();
     let artifact = match pack_to {
-        Some(path) if !manifest.entries.is_empty() => Some(pack_file(root, &manifest, path)?),
+        Some(path) if !manifest.entries.is_empty() => {
+            let packed = pack_file(root, &manifest, path);
+            if packed.is_err() {
+                // Nothing half-written is left behind to fill the disk further.
+                let _ = fs::remove_file(path);
+            }
+            Some(packed.map_err(|e| OutputError::Pack(Box::new(e)))?)
+        }
         _ => None,
     };
     Ok((Outputs { manifest, fingerprint, artifact }, missing))

@@ -12,7 +12,7 @@ use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{
-    Assignment, Finished, FromWorker, Placement, ReadsReport, TRACE_READ_FAILED,
+    Assignment, Finished, FromWorker, HandBack, Placement, ReadsReport, TRACE_READ_FAILED,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -231,7 +231,7 @@ async fn collect(
     let farm = ctx.remote.is_some() && matches!(a.placement, Placement::ExecRoot { .. });
     let pack_to = match (&a.pack_to, farm) {
         (Some(p), _) => Some(p.clone()),
-        (None, true) => Some(ctx.work_dir.join(format!("artifact-{}.tar.zst", a.attempt))),
+        (None, true) => Some(ctx.work_dir.join(crate::health::staging_name(a.attempt))),
         (None, false) => None,
     };
     let root2 = root.to_owned();
@@ -244,6 +244,13 @@ async fn collect(
     .await;
     let (outs, missing) = match collected {
         Ok(Ok(x)) => x,
+        // Where the outputs live only here, a failure to store them is this worker's: give
+        // the assignment back so it runs where they can be stored (never a success without
+        // them). In place, the outputs are in the workspace; only the cache misses them.
+        Ok(Err(e @ outputs::OutputError::Pack(_))) if farm => {
+            hand_back(report, HandBack::Outputs(e.to_string()));
+            return;
+        }
         Ok(Err(e)) => {
             report.output_error = Some(e.to_string());
             return;
@@ -258,18 +265,22 @@ async fn collect(
             (&pack_to, outs.artifact, &ctx.remote)
     {
         if let Err(e) = remote.upload(path, digest, size).await {
-            report.output_error = Some(format!("uploading the artifact failed: {e}"));
             let _ = std::fs::remove_file(path);
+            hand_back(report, HandBack::Outputs(format!("uploading the artifact failed: {e}")));
             return;
         }
         match &ctx.blobs {
             Some(b) => {
                 let (b, p) = (b.clone(), path.clone());
-                let _ = OwnedTask::spawn_blocking("worker.blob-insert", move || {
+                let filed = OwnedTask::spawn_blocking("worker.blob-insert", move || {
                     b.insert_file(&p, &digest)
                 })
                 .join()
                 .await;
+                if !matches!(filed, Ok(Ok(_))) {
+                    // Uploaded, just not kept here: no staging file outlives it.
+                    let _ = std::fs::remove_file(path);
+                }
             }
             None => {
                 let _ = std::fs::remove_file(path);
@@ -280,13 +291,23 @@ async fn collect(
     report.missing_literals = missing;
 }
 
-/// The task's environment: the baseline, overridden by the task's own values, then by the
+/// Turns `report` into a hand-back: the task ran, but nothing of it is a result here.
+fn hand_back(report: &mut Finished, why: HandBack) {
+    tracing::warn!(attempt = %report.attempt, "handing the assignment back: {}", why.describe());
+    let mut back = Finished::handed_back(report.attempt, why);
+    back.tries = report.tries;
+    back.isolation = std::mem::take(&mut report.isolation);
+    *report = back;
+}
+
+/// The task's environment: the baseline less the declared names the client left unset (see
+/// [`exec::env::compose_env`]), overridden by the task's own values, then by the
 /// perturbations of a determinism re-run (only for names the task did not declare).
 fn task_env(cfg: &RunnerConfig, a: &Assignment) -> Vec<(String, String)> {
-    let mut env = exec::env::compose_env(&cfg.baseline_env, &a.spec.env);
+    let mut env = exec::env::compose_env(&cfg.baseline_env, &a.spec.env, &a.spec.unset_env);
     if let Some(p) = &a.perturb {
         for (k, v) in &p.env {
-            if a.spec.env.iter().any(|(name, _)| name == k) {
+            if a.spec.env.iter().any(|(name, _)| name == k) || a.spec.unset_env.contains(k) {
                 continue;
             }
             match env.iter_mut().find(|(name, _)| name == k) {

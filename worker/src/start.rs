@@ -141,6 +141,7 @@ pub async fn run_worker(
         dir: dir(),
         cause,
     })?;
+    crate::health::clean_staging(&work_dir);
     let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
         .map_err(|cause| StartError::BlobCache { dir: work_dir.display().to_string(), cause })?;
     let (remote, conn_tx) = session::blobs();

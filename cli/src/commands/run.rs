@@ -404,9 +404,16 @@ async fn remote_run(
         let mut outcome =
             rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
         rrun::filter_verdicts(&mut outcome.summary, &files);
-        let got =
+        let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
                 .await?;
+        // No success without outputs: exit 0 on the farm, yet nothing (or not all) came home.
+        got.refused.extend(download::outputs_missing(
+            &outcome.summary,
+            prepared,
+            &outcome.artifacts,
+            &wanted,
+        ));
         for (task, why) in &got.refused {
             let message = format!("its outputs were not brought home: {why}");
             let notice =

@@ -13,7 +13,7 @@ use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::layers::local::now_ms;
 use prova_coordinator::prepare::Prepared;
 use prova_protocol::artifact::confine::{ConfineError, check_manifest_confined};
-use prova_protocol::events::{RunSummary, TaskStatus};
+use prova_protocol::events::{CacheStatus, RunSummary, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::transport::{self, frame};
@@ -98,6 +98,65 @@ pub fn apply_refusals(summary: &mut RunSummary, refused: &[(TaskId, String)]) {
             summary.ok = false;
         }
     }
+}
+
+/// The `wanted` tasks that exited 0 on the farm with declared outputs the client cannot
+/// have: no artifact came for them (the farm did not store their outputs: the summary's
+/// not-saved reason says why), or their artifact lacks a declared literal output. Each with
+/// why; [`apply_refusals`] then fails them, since their outputs are not in the workspace.
+/// Uncached tasks are left alone (the farm keeps nothing of them by design).
+pub fn outputs_missing(
+    summary: &RunSummary,
+    prepared: &Prepared,
+    artifacts: &[TaskArtifact],
+    wanted: &BTreeSet<TaskId>,
+) -> Vec<(TaskId, String)> {
+    let mut out = Vec::new();
+    for r in &summary.tasks {
+        if r.status != TaskStatus::Succeeded
+            || !wanted.contains(&r.task)
+            || matches!(r.cache, CacheStatus::Uncached)
+            // A hit without a farm artifact was restored by the local cache.
+            || (matches!(r.cache, CacheStatus::Hit { .. })
+                && !artifacts.iter().any(|a| a.task == r.task))
+        {
+            continue;
+        }
+        let Some(spec) = prepared.plan.tasks.iter().find(|t| t.id == r.task).map(|t| &t.spec)
+        else {
+            continue;
+        };
+        if spec.outputs.is_empty() {
+            continue;
+        }
+        let Some(a) = artifacts.iter().find(|a| a.task == r.task) else {
+            let why = match &r.cache {
+                CacheStatus::NotSaved { reason } => format!(": {reason}"),
+                _ => String::new(),
+            };
+            out.push((r.task.clone(), format!("it exited 0 but the farm kept no outputs{why}")));
+            continue;
+        };
+        // A manifest that does not decode is refused by the download itself.
+        let (Ok(globs), Ok(manifest)) = (
+            PathGlobs::new(&spec.project_dir, &spec.outputs),
+            rmp_serde::from_slice::<OutputManifest>(&a.manifest),
+        ) else {
+            continue;
+        };
+        let absent = globs
+            .literals()
+            .iter()
+            .find(|l| !manifest.entries.iter().any(|e| &e.path == *l))
+            .cloned();
+        if let Some(l) = absent {
+            out.push((
+                r.task.clone(),
+                format!("it exited 0 but its declared output `{l}` is not in its artifact"),
+            ));
+        }
+    }
+    out
 }
 
 /// Fetches, files and restores the artifacts of `wanted` tasks.

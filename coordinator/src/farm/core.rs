@@ -24,6 +24,10 @@
 //!   every loss). The rest are requeued free, and two items of one loss are not placed on
 //!   one worker again until one of them is at another loss, so the next loss tells them
 //!   apart. Past [`PRESENCE_CAP`] losses an item is charged whatever the others did.
+//! - **Hand-backs**: a worker may give an assignment back for a reason of its own (no slot,
+//!   no disk, shutting down, outputs it could not store): the item is queued again without a
+//!   loss charged and the worker takes no work for [`HANDBACK_BACKOFF`]; the run sees nothing.
+//!   [`HANDBACK_LIMIT`] hand-backs of one item fail it, naming the last reason.
 //! - **Dedup**: an item whose key is already queued or leased for another run waits for
 //!   that execution and gets its result.
 //! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
@@ -43,6 +47,11 @@ pub const RETRY_BUDGET: u32 = 3;
 pub const PRESENCE_CAP: u32 = 2 * (RETRY_BUDGET + 1);
 /// How long an item waits for a worker that can run it before it fails.
 pub const NO_WORKER_WAIT: Duration = Duration::from_secs(60);
+/// How long a worker that handed an assignment back is given no new work.
+pub const HANDBACK_BACKOFF: Duration = Duration::from_secs(2);
+/// Hand-backs an item survives before it fails (they never count as losses, but a farm whose
+/// every worker keeps refusing must not loop forever).
+pub const HANDBACK_LIMIT: u32 = 20;
 
 /// What a worker offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,12 +222,19 @@ struct Worker {
     stale: HashSet<AttemptId>,
     /// A lease of it expired without a heartbeat; cleared by any sign of life.
     silent: bool,
+    /// It handed an assignment back: no new work before this time.
+    backoff_until: Duration,
 }
 
 impl Worker {
     /// Slots taken: live leases and stale attempts.
     fn taken(&self) -> u32 {
         self.busy + self.stale.len() as u32
+    }
+
+    /// Whether it may be given an assignment now: a free slot, no hand-back backoff.
+    fn open(&self, now: Duration) -> bool {
+        self.taken() < self.caps.slots && self.backoff_until <= now
     }
 }
 
@@ -227,6 +243,7 @@ struct Lease {
     item: Item,
     deadline: Duration,
     losses: u32,
+    handbacks: u32,
     cancelled: bool,
 }
 
@@ -242,6 +259,8 @@ struct Presence {
 struct Queued {
     item: Item,
     losses: u32,
+    /// Times a worker handed it back (never losses; bounded by [`HANDBACK_LIMIT`]).
+    handbacks: u32,
     since: Duration,
     last_error: Option<String>,
 }
@@ -328,7 +347,8 @@ impl FarmCore {
                     });
                 }
                 let busy = self.leases.values().filter(|l| l.worker == id).count() as u32;
-                self.workers.insert(id, Worker { caps, busy, holds, stale, silent: false });
+                let w = Worker { caps, busy, holds, stale, silent: false, backoff_until: now };
+                self.workers.insert(id, w);
             }
             FarmEvent::WorkerLeft { id } => {
                 self.workers.remove(&id);
@@ -366,7 +386,13 @@ impl FarmCore {
                     if let Some(key) = item.key {
                         self.by_key.insert(key, item.origin);
                     }
-                    self.queue.push(Queued { item, losses: 0, since: now, last_error: None });
+                    self.queue.push(Queued {
+                        item,
+                        losses: 0,
+                        handbacks: 0,
+                        since: now,
+                        last_error: None,
+                    });
                 }
             }
             FarmEvent::Cancel(origin) => self.cancel(origin, &mut out),
@@ -450,7 +476,7 @@ impl FarmCore {
         if !fs.is_empty() {
             self.followers.insert(next, fs);
         }
-        self.queue.push(Queued { item, losses: 0, since, last_error: None });
+        self.queue.push(Queued { item, losses: 0, handbacks: 0, since, last_error: None });
     }
 
     /// The item is done with (finished, failed, cancelled): its key and its loss evidence go.
@@ -490,6 +516,12 @@ impl FarmCore {
                 lease,
                 reason: format!("{lease} is not a live lease"),
             });
+            return;
+        }
+        if let FromWorker::Finished(f) = &msg
+            && let Some(why) = &f.handback
+        {
+            self.hand_back(now, lease, &worker, why, out);
             return;
         }
         let Some(l) = self.leases.get_mut(&lease) else { return };
@@ -553,6 +585,51 @@ impl FarmCore {
         }
     }
 
+    /// `worker` gave `lease` back for a reason of its own: it takes no work for
+    /// [`HANDBACK_BACKOFF`], and the item is queued again (placed elsewhere while another
+    /// worker fits) without a loss charged; only [`HANDBACK_LIMIT`] hand-backs in a row fail
+    /// it. Nothing reaches the run.
+    fn hand_back(
+        &mut self,
+        now: Duration,
+        lease: AttemptId,
+        worker: &WorkerId,
+        why: &prova_protocol::work::HandBack,
+        out: &mut Vec<FarmCommand>,
+    ) {
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.busy = w.busy.saturating_sub(1);
+            w.backoff_until = now + HANDBACK_BACKOFF;
+        }
+        let reason = format!("worker {worker} handed it back: {}", why.describe());
+        let Some(l) = self.leases.get(&lease) else { return };
+        if l.cancelled {
+            // `requeue_as` reports a cancelled item aborted to its run.
+            self.requeue_as(now, lease, reason, false, out);
+            return;
+        }
+        let Some(l) = self.leases.remove(&lease) else { return };
+        let handbacks = l.handbacks + 1;
+        if handbacks > HANDBACK_LIMIT {
+            self.forget_key(&l.item);
+            let reason = format!("{reason}; handed back {handbacks} times, giving up");
+            for t in std::iter::once(l.item.origin)
+                .chain(self.followers.remove(&l.item.origin).unwrap_or_default())
+            {
+                out.push(FarmCommand::Fail { origin: t, reason: reason.clone() });
+            }
+            return;
+        }
+        // The backoff sends it elsewhere when another worker has a slot now.
+        self.queue.push(Queued {
+            item: l.item,
+            losses: l.losses,
+            handbacks,
+            since: now,
+            last_error: Some(reason),
+        });
+    }
+
     /// Requeues `lease` (a cancelled one is reported aborted instead); `charge`: the loss
     /// counts against the item's retry budget.
     fn requeue_as(
@@ -596,7 +673,14 @@ impl FarmCore {
             }
             return;
         }
-        self.queue.push(Queued { item: l.item, losses, since: now, last_error: Some(reason) });
+        let handbacks = l.handbacks;
+        self.queue.push(Queued {
+            item: l.item,
+            losses,
+            handbacks,
+            since: now,
+            last_error: Some(reason),
+        });
     }
 
     fn expire_unplaceable(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
@@ -629,14 +713,14 @@ impl FarmCore {
     fn place(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
         // Nothing to place, or nowhere to place it: every event calls this, and scanning a
         // queue of thousands while all slots are taken made a large run quadratic.
-        if self.queue.is_empty() || !self.any_free_slot() {
+        if self.queue.is_empty() || !self.any_free_slot(now) {
             return;
         }
         // Highest priority first; ties by submission order (stable sort).
         self.queue.sort_by_key(|q| std::cmp::Reverse(q.item.priority));
         let mut i = 0;
-        while i < self.queue.len() && self.any_free_slot() {
-            let Some(worker) = self.choose(&self.queue[i].item) else {
+        while i < self.queue.len() && self.any_free_slot(now) {
+            let Some(worker) = self.choose(now, &self.queue[i].item) else {
                 i += 1;
                 continue;
             };
@@ -660,23 +744,24 @@ impl FarmCore {
                     item: q.item,
                     deadline: now + LEASE_TTL,
                     losses: q.losses,
+                    handbacks: q.handbacks,
                     cancelled: false,
                 },
             );
         }
     }
 
-    fn any_free_slot(&self) -> bool {
-        self.workers.values().any(|w| w.taken() < w.caps.slots)
+    fn any_free_slot(&self, now: Duration) -> bool {
+        self.workers.values().any(|w| w.open(now))
     }
 
-    fn choose(&self, item: &Item) -> Option<WorkerId> {
+    fn choose(&self, now: Duration, item: &Item) -> Option<WorkerId> {
         // The worker to avoid, and silent ones, only when no other could ever take the item.
         let shunned = |id: &WorkerId, w: &Worker| w.silent || item.avoid.as_ref() == Some(id);
         let fitting: Vec<(&WorkerId, &Worker)> = self
             .workers
             .iter()
-            .filter(|(_, w)| w.taken() < w.caps.slots && item.reqs.fits(&w.caps))
+            .filter(|(_, w)| w.open(now) && item.reqs.fits(&w.caps))
             .filter(|(id, _)| !self.runs_a_co_suspect(item, id))
             .collect();
         let preferred: Vec<&(&WorkerId, &Worker)> =

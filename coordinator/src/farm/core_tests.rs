@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use prova_protocol::TaskId;
 use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
-use prova_protocol::work::{Assignment, Finished, FromWorker, Placement, ToWorker};
+use prova_protocol::work::{Assignment, Finished, FromWorker, HandBack, Placement, ToWorker};
 
 use super::*;
 
@@ -415,6 +415,23 @@ fn failed_attempts(cmds: &[FarmCommand]) -> Vec<AttemptId> {
         .collect()
 }
 
+fn handed_back(lease: AttemptId, why: HandBack) -> FromWorker {
+    FromWorker::Finished(Box::new(Finished::handed_back(lease, why)))
+}
+
+fn delivered(cmds: &[FarmCommand]) -> usize {
+    cmds.iter().filter(|c| matches!(c, FarmCommand::Deliver { .. })).count()
+}
+
+fn failures(cmds: &[FarmCommand]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            FarmCommand::Fail { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Joins `id` (2 slots), and loses it at once if it was given the crash-looping task
 /// `killer` (attempt id of its run); returns what failed and the tasks it was given.
 fn join_and_crash_on(f: &mut FarmCore, id: &str, killer: &str) -> (Vec<AttemptId>, Vec<String>) {
@@ -565,4 +582,90 @@ fn a_worker_restarted_under_several_tasks_charges_none_of_them() {
     let cmds = f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: a, running: vec![] });
     assert!(failed_attempts(&cmds).is_empty(), "{cmds:?}");
     assert_eq!(solo_losses_until_failure(&mut f, T0), RETRY_BUDGET + 1);
+}
+
+#[test]
+fn a_handed_back_assignment_runs_on_another_worker_and_never_reaches_the_run() {
+    for why in [
+        HandBack::NoSlot,
+        HandBack::NoDisk("12 MiB free, floor 64 MiB".into()),
+        HandBack::ShuttingDown,
+        HandBack::Outputs("No space left on device".into()),
+    ] {
+        let mut f = FarmCore::new();
+        f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
+        f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
+        let first = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))));
+        let (on, lease, _) = first[0].clone();
+        let other = if on == w("a") { w("b") } else { w("a") };
+        let cmds = f.handle(T0, FarmEvent::Report { worker: on, msg: handed_back(lease, why) });
+        assert_eq!(delivered(&cmds), 0, "a hand-back is no result: {cmds:?}");
+        assert!(failures(&cmds).is_empty(), "{cmds:?}");
+        let again = assigned(&cmds);
+        assert_eq!(again.len(), 1, "requeued and placed at once: {cmds:?}");
+        assert_eq!(again[0].0, other, "on the other worker");
+        assert_ne!(again[0].1, lease, "under a fresh lease");
+    }
+}
+
+#[test]
+fn hand_backs_never_count_against_the_retry_budget() {
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
+    let mut cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
+    let mut now = T0;
+    for _ in 0..=RETRY_BUDGET + 1 {
+        let (on, lease, _) = assigned(&cmds)[0].clone();
+        now += HANDBACK_BACKOFF;
+        cmds = f.handle(
+            now,
+            FarmEvent::Report { worker: on, msg: handed_back(lease, HandBack::NoSlot) },
+        );
+        assert!(failures(&cmds).is_empty(), "{cmds:?}");
+        assert_eq!(assigned(&cmds).len(), 1, "{cmds:?}");
+    }
+    // A real loss after them is the first one charged.
+    let (on, _, _) = assigned(&cmds)[0].clone();
+    now += HANDBACK_BACKOFF;
+    let cmds = f.handle(now, FarmEvent::WorkerLeft { id: on });
+    assert!(failures(&cmds).is_empty(), "one loss is within the budget: {cmds:?}");
+    let (on, lease, _) = assigned(&cmds)[0].clone();
+    let cmds = f.handle(now, FarmEvent::Report { worker: on, msg: finished(lease, true) });
+    assert_eq!(delivered(&cmds), 1, "{cmds:?}");
+}
+
+#[test]
+fn a_worker_that_handed_work_back_takes_none_until_its_backoff_ends() {
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] });
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    let why = HandBack::NoDisk("full".into());
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: handed_back(lease, why) });
+    assert!(assigned(&cmds).is_empty(), "not straight back to the worker that refused: {cmds:?}");
+    let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 1))));
+    assert!(assigned(&cmds).is_empty(), "no new work either: {cmds:?}");
+    let cmds = f.handle(T0 + HANDBACK_BACKOFF, FarmEvent::Tick);
+    assert_eq!(assigned(&cmds).len(), 2, "both placed once the backoff is over: {cmds:?}");
+}
+
+#[test]
+fn an_item_every_worker_keeps_handing_back_fails_naming_why() {
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
+    let mut cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
+    let mut now = T0;
+    let mut failed = Vec::new();
+    for _ in 0..HANDBACK_LIMIT + 2 {
+        let Some((on, lease, _)) = assigned(&cmds).first().cloned() else { break };
+        let why = HandBack::NoDisk("3 MiB free, floor 64 MiB".into());
+        let report = FarmEvent::Report { worker: on, msg: handed_back(lease, why) };
+        failed.extend(failures(&f.handle(now, report)));
+        now += HANDBACK_BACKOFF;
+        cmds = f.handle(now, FarmEvent::Tick);
+        failed.extend(failures(&cmds));
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("short of disk: 3 MiB free"), "{}", failed[0]);
+    assert!(failed[0].contains("handed back"), "{}", failed[0]);
 }

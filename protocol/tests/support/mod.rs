@@ -278,6 +278,7 @@ fn spec_shell() -> TaskSpec {
         command: CommandLine::Shell("npm run build -- \"$@\"".into()),
         args: vec!["--mode".into(), "production".into()],
         env: vec![("NODE_ENV".into(), "production".into()), ("CI".into(), "1".into())],
+        unset_env: Vec::new(),
         timeout_ms: Some(600_000),
         retries: 2,
         outputs: vec!["dist/**".into(), "//build/web.txt".into()],
@@ -295,6 +296,7 @@ fn spec_argv() -> TaskSpec {
         command: CommandLine::Argv(vec!["cargo".into(), "test".into(), "--locked".into()]),
         args: Vec::new(),
         env: Vec::new(),
+        unset_env: Vec::new(),
         timeout_ms: None,
         retries: 0,
         outputs: Vec::new(),
@@ -312,6 +314,7 @@ fn spec_persistent() -> TaskSpec {
         command: CommandLine::Shell("./serve --port 8080".into()),
         args: Vec::new(),
         env: vec![("PORT".into(), "8080".into())],
+        unset_env: Vec::new(),
         timeout_ms: None,
         retries: 0,
         outputs: Vec::new(),
@@ -647,6 +650,7 @@ fn finished() -> Finished {
         }),
         isolation: "bwrap".into(),
         perturbed: Some(perturbations()),
+        handback: None,
     }
 }
 

@@ -58,14 +58,18 @@ pub fn baseline_env(host: impl Fn(&str) -> Option<String>) -> Vec<(String, Strin
 
 /// The baseline with a task's variables laid over it. A task value replaces the baseline's in
 /// place; names the baseline lacks follow in the task's order. A name the task gives twice
-/// keeps its first position and its last value. The result has each name once, so it is the
-/// same for the same inputs.
+/// keeps its first position and its last value. `unset` are names the task declares but its
+/// client left unset: the baseline's value of such a name is dropped (on a farm worker the
+/// baseline is the worker's own environment, and a declared variable is the client's). The
+/// result has each name once, so it is the same for the same inputs.
 pub fn compose_env(
     baseline: &[(String, String)],
     task_env: &[(String, String)],
+    unset: &[String],
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::with_capacity(baseline.len() + task_env.len());
-    for (name, value) in baseline.iter().chain(task_env) {
+    let kept = baseline.iter().filter(|(name, _)| !unset.contains(name));
+    for (name, value) in kept.chain(task_env) {
         match env.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1.clone_from(value),
             None => env.push((name.clone(), value.clone())),
@@ -115,7 +119,7 @@ mod tests {
         let base = pairs(&[("PATH", "/bin"), ("HOME", "/h"), ("TZ", "UTC")]);
         let task = pairs(&[("NODE_ENV", "production"), ("TZ", "Europe/Paris"), ("A", "1")]);
         assert_eq!(
-            compose_env(&base, &task),
+            compose_env(&base, &task, &[]),
             pairs(&[
                 ("PATH", "/bin"),
                 ("HOME", "/h"),
@@ -130,6 +134,20 @@ mod tests {
     fn repeated_task_name_keeps_first_position_last_value() {
         let base = pairs(&[("PATH", "/bin")]);
         let task = pairs(&[("A", "1"), ("B", "2"), ("A", "3"), ("PATH", "/x"), ("PATH", "/y")]);
-        assert_eq!(compose_env(&base, &task), pairs(&[("PATH", "/y"), ("A", "3"), ("B", "2")]));
+        assert_eq!(
+            compose_env(&base, &task, &[]),
+            pairs(&[("PATH", "/y"), ("A", "3"), ("B", "2")])
+        );
+    }
+
+    #[test]
+    fn a_declared_name_left_unset_drops_the_baseline_value() {
+        let base = pairs(&[("PATH", "/bin"), ("TZ", "Asia/Tokyo"), ("LANG", "ja_JP.UTF-8")]);
+        let task = pairs(&[("LANG", "C.UTF-8")]);
+        let unset = ["TZ".to_owned(), "HOME".to_owned()];
+        assert_eq!(
+            compose_env(&base, &task, &unset),
+            pairs(&[("PATH", "/bin"), ("LANG", "C.UTF-8")])
+        );
     }
 }

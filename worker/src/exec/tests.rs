@@ -132,6 +132,7 @@ async fn child_sees_only_the_given_environment() {
     req.env = env::compose_env(
         &env::baseline_env(|k| (k == "PATH").then(|| std::env::var("PATH").unwrap_or_default())),
         &[("PROVA_DECLARED".into(), "yes".into())],
+        &[],
     );
     let parent: BTreeSet<String> = std::env::vars().map(|(k, _)| k).collect();
     assert!(parent.iter().any(|k| k != "PATH"), "the test needs some other variable set");
