@@ -193,6 +193,7 @@ pub async fn prepare(
             })??
     };
     tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
+    let files = with_unlisted_inputs(ws, &plan, files);
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
@@ -251,6 +252,36 @@ pub async fn prepare(
         stats,
         files: std::sync::Arc::new(files),
     })
+}
+
+/// `files` with the declared inputs it leaves out (gitignored) added
+/// ([`inputs::unlisted`]).
+fn with_unlisted_inputs(ws: &Workspace, plan: &RunPlan, files: FileList) -> FileList {
+    let mut patterns: Vec<(String, Vec<String>)> = vec![
+        (String::new(), ws.settings.fingerprint.clone()),
+        (String::new(), ws.settings.inputs.clone()),
+    ];
+    for (i, t) in plan.tasks.iter().enumerate() {
+        if let Some(pats) = plan.def(ws, i).and_then(|d| d.inputs.clone()) {
+            patterns.push((t.spec.project_dir.clone(), pats));
+        }
+    }
+    patterns.sort();
+    patterns.dedup();
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let trees = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    let extra = inputs::unlisted::unlisted_inputs(&ws.root, &patterns, &files, &trees);
+    if extra.is_empty() {
+        return files;
+    }
+    tracing::info!(files = extra.len(), "declared inputs the file list leaves out, added");
+    let (source, nested) = (files.source, files.nested_repos.clone());
+    let mut all = files.all().to_vec();
+    all.extend(extra);
+    let mut list = FileList::from_paths(all);
+    list.source = source;
+    list.nested_repos = nested;
+    list
 }
 
 /// Scans the workspace's installed trees through their own memo scope, and records the rows

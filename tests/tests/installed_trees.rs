@@ -174,7 +174,12 @@ fn the_ts_monorepo_builds_proves_and_hits_on_a_bwrap_farm_as_locally() {
     let again = farm.run(&second, ["build", "test", "--all", "--json"]);
     again.assert_code(0);
     assert!(ran(&again).is_empty(), "{again}");
-    let uploaded = again.stderr.lines().chain(again.stdout.lines()).find_map(|l| {
+    let upload_line = |o: &Output| {
+        o.stdout.lines().find(|l| l.contains("input blobs to the farm")).map(str::to_owned)
+    };
+    // The figures for the record (`--nocapture`): what the first and the second client moved.
+    println!("first client: {:?}\nsecond client: {:?}", upload_line(&out), upload_line(&again));
+    let uploaded = upload_line(&again).and_then(|l| {
         l.split("uploaded ").nth(1).and_then(|r| r.split(' ').next()).map(str::to_owned)
     });
     assert_eq!(uploaded.as_deref(), Some("0"), "{again}");
@@ -183,5 +188,46 @@ fn the_ts_monorepo_builds_proves_and_hits_on_a_bwrap_farm_as_locally() {
     for i in 0..2 {
         let trees = std::fs::read_dir(farm.work_dir(i).join("trees")).map_or(0, |d| d.count());
         assert!(trees <= 1, "worker {i} holds {trees} tree digests");
+    }
+}
+
+#[test]
+fn a_gitignored_declared_input_is_keyed_like_any_other() {
+    // Before: git does not list it, so it was neither keyed nor in exec roots — a change to
+    // it served the old entry (a stale hit).
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file(".gitignore", "local.json\ngenerated/\nout/\n")
+        .file("p/config/local.json", "{\"mode\": 1}\n")
+        .file("p/generated/a.txt", "gen 1\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.t]\ncommand = \"mkdir -p out && cat config/local.json generated/*.txt src/a.txt > out/t.txt\"\n\
+             inputs = [\"src/a.txt\", \"config/local.json\", \"generated/**\"]\noutputs = [\"out/t.txt\"]\n",
+        );
+    let git =
+        std::process::Command::new("git").args(["init", "-q"]).current_dir(ws.root()).status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    ws.prova(["run", "t", "--all"]).run().assert_code(0);
+    let warm = ws.prova(["run", "t", "--all", "--json"]).run();
+    assert_eq!(warm.cache_of("p#t"), "hit", "{warm}");
+    ws.write("p/config/local.json", "{\"mode\": 2}\n");
+    let changed = ws.prova(["run", "t", "--all", "--json"]).run();
+    assert_eq!(
+        changed.cache_of("p#t"),
+        "saved",
+        "an ignored declared file moved the key\n{changed}"
+    );
+    assert!(ws.read("p/out/t.txt").contains("\"mode\": 2"));
+    ws.write("p/generated/a.txt", "gen 2\n");
+    let regenerated = ws.prova(["run", "t", "--all", "--json"]).run();
+    assert_eq!(regenerated.cache_of("p#t"), "saved", "{regenerated}");
+    assert!(ws.read("p/out/t.txt").contains("gen 2"));
+    if sandbox_or_skip() {
+        // And it is in the exec root: the inputs proof passes with only what is declared.
+        let proof = ws.prova(["run", "t", "--all", "--force", "--verify=inputs", "--json"]).run();
+        proof.assert_code(0);
+        assert_eq!(name(&only_verdict(&proof, "p#t")), "proven-complete", "{proof}");
     }
 }
