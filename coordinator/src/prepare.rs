@@ -89,9 +89,8 @@ impl Prepared {
             .iter()
             .map(|c| {
                 let trees = self.trees.iter().filter(|t| {
-                    c.config.iter().any(|(k, v)| {
-                        k.strip_prefix("tree:") == Some(t.path.as_str()) && *v == t.digest.to_hex()
-                    })
+                    let pair = crate::trees::key_pair(&t.path, &t.digest);
+                    c.config.contains(&pair)
                 });
                 let mut v: Vec<prova_protocol::wire::InputRef> = c
                     .inputs
@@ -133,7 +132,9 @@ impl Prepared {
                 let trees = c
                     .config
                     .iter()
-                    .filter_map(|(k, _)| k.strip_prefix("tree:").map(str::to_owned))
+                    .filter_map(|(k, _)| {
+                        k.strip_prefix(crate::trees::KEY_PREFIX).map(str::to_owned)
+                    })
                     .collect();
                 (t.id.to_string(), trees)
             })
@@ -193,7 +194,9 @@ pub async fn prepare(
             })??
     };
     tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
-    let files = with_unlisted_inputs(ws, &plan, files);
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    let files = with_unlisted_inputs(ws, &plan, files, &tree_dirs);
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
@@ -217,7 +220,7 @@ pub async fn prepare(
         })?
     };
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
-    let tree_pass = scan_trees(ws, cache, now_ns).await?;
+    let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs).await?;
     tracing::info!(
         elapsed = ?started.elapsed(),
         trees = tree_pass.trees.len(),
@@ -256,7 +259,12 @@ pub async fn prepare(
 
 /// `files` with the declared inputs it leaves out (gitignored) added
 /// ([`inputs::unlisted`]).
-fn with_unlisted_inputs(ws: &Workspace, plan: &RunPlan, files: FileList) -> FileList {
+fn with_unlisted_inputs(
+    ws: &Workspace,
+    plan: &RunPlan,
+    files: FileList,
+    trees: &[String],
+) -> FileList {
     let mut patterns: Vec<(String, Vec<String>)> = vec![
         (String::new(), ws.settings.fingerprint.clone()),
         (String::new(), ws.settings.inputs.clone()),
@@ -268,9 +276,7 @@ fn with_unlisted_inputs(ws: &Workspace, plan: &RunPlan, files: FileList) -> File
     }
     patterns.sort();
     patterns.dedup();
-    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
-    let trees = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
-    let extra = inputs::unlisted::unlisted_inputs(&ws.root, &patterns, &files, &trees);
+    let extra = inputs::unlisted::unlisted_inputs(&ws.root, &patterns, &files, trees);
     if extra.is_empty() {
         return files;
     }
@@ -284,15 +290,14 @@ fn with_unlisted_inputs(ws: &Workspace, plan: &RunPlan, files: FileList) -> File
     list
 }
 
-/// Scans the workspace's installed trees through their own memo scope, and records the rows
-/// of the files it hashed.
+/// Scans the workspace's installed trees (`tree_dirs`) through their own memo scope, and
+/// records the rows of the files it hashed.
 async fn scan_trees(
     ws: &Workspace,
     cache: &CacheThread,
     now_ns: i64,
+    tree_dirs: Vec<String>,
 ) -> Result<crate::trees::TreePass, PrepareError> {
-    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
-    let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
     if tree_dirs.is_empty() {
         return Ok(crate::trees::TreePass::default());
     }

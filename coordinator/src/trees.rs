@@ -164,6 +164,14 @@ fn expand(root: &Path, pattern: &str) -> Vec<String> {
     found
 }
 
+/// The key's config pair of tree `path` with manifest `digest`: `tree:<path>` → hex.
+pub fn key_pair(path: &str, digest: &Digest) -> (String, String) {
+    (format!("{KEY_PREFIX}{path}"), digest.to_hex())
+}
+
+/// The prefix of a tree's config pair name ([`key_pair`]).
+pub const KEY_PREFIX: &str = "tree:";
+
 /// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
 pub fn visible_to(tree: &str, project_dir: &str) -> bool {
     let holder = tree.rsplit_once('/').map_or("", |(d, _)| d);

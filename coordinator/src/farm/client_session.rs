@@ -506,10 +506,15 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
             .inputs
             .iter()
             .filter(|i| i.tree)
-            .map(|i| (format!("tree:{}", i.path), i.digest.to_hex()))
+            .map(|i| crate::trees::key_pair(&i.path, &i.digest))
             .collect();
-        let mut keyed: Vec<(String, String)> =
-            t.components.config.iter().filter(|(k, _)| k.starts_with("tree:")).cloned().collect();
+        let mut keyed: Vec<(String, String)> = t
+            .components
+            .config
+            .iter()
+            .filter(|(k, _)| k.starts_with(crate::trees::KEY_PREFIX))
+            .cloned()
+            .collect();
         mounted.sort();
         keyed.sort();
         if mounted != keyed {

@@ -132,7 +132,7 @@ pub fn compute(
                         trees
                             .iter()
                             .filter(|tr| crate::trees::visible_to(&tr.path, &p.dir))
-                            .map(|tr| (format!("tree:{}", tr.path), tr.digest.to_hex())),
+                            .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
                     );
                     c.sort();
                 }

@@ -130,6 +130,20 @@ impl RunActor {
         }
     }
 
+    /// Reports `node` skipped, with `note` saying why.
+    async fn finish_skipped(&mut self, node: usize, note: String) {
+        let r = self.report(
+            node,
+            TaskStatus::Skipped,
+            CacheStatus::Uncached,
+            None,
+            0,
+            ExecStats::default(),
+            Some(note),
+        );
+        self.finish(node, r).await;
+    }
+
     /// Carries out one command; returns an event to feed back when the command completes
     /// synchronously (a group task, a failed send).
     async fn apply(&mut self, cmd: Command, ctx: &mut Context<Self, ()>) -> Option<Event> {
@@ -145,16 +159,7 @@ impl RunActor {
                     }
                     SkipReason::Interrupted => "the run was interrupted".to_owned(),
                 };
-                let r = self.report(
-                    node,
-                    TaskStatus::Skipped,
-                    CacheStatus::Uncached,
-                    None,
-                    0,
-                    ExecStats::default(),
-                    Some(note),
-                );
-                self.finish(node, r).await;
+                self.finish_skipped(node, note).await;
                 None
             }
             Command::Abort(node) | Command::StopPersistent(node) => {
@@ -415,17 +420,7 @@ impl RunActor {
         if self.interrupted && f.tries == 0 && f.exit == ExitKind::Aborted {
             // Cancelled by the interrupt before it started (queued on the farm or a worker):
             // skipped, as the tasks the scheduler had not dispatched yet.
-            let note = Some("the run was interrupted before it started".to_owned());
-            let r = self.report(
-                node,
-                TaskStatus::Skipped,
-                CacheStatus::Uncached,
-                None,
-                0,
-                ExecStats::default(),
-                note,
-            );
-            self.finish(node, r).await;
+            self.finish_skipped(node, "the run was interrupted before it started".to_owned()).await;
             return Some(Event::Finished { node, ok: false });
         }
         if let Some(refused) = self.refuse_unconfined(node, &f).await {
