@@ -231,3 +231,27 @@ fn a_gitignored_declared_input_is_keyed_like_any_other() {
         assert_eq!(name(&only_verdict(&proof, "p#t")), "proven-complete", "{proof}");
     }
 }
+
+#[test]
+fn a_gitignored_workspace_input_moves_every_key_that_folds_it() {
+    // The same hole by the workspace-wide route: `[workspace] inputs` naming an ignored file.
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\ninputs = [\"//.env.shared\"]\n")
+        .file(".gitignore", ".env.shared\nout/\n")
+        .file(".env.shared", "A=1\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.t]\ncommand = \"mkdir -p out && cat ../.env.shared src/a.txt > out/t.txt\"\n\
+             inputs = [\"src/a.txt\"]\noutputs = [\"out/t.txt\"]\n",
+        );
+    let git =
+        std::process::Command::new("git").args(["init", "-q"]).current_dir(ws.root()).status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    ws.prova(["run", "t", "--all"]).run().assert_code(0);
+    assert_eq!(ws.prova(["run", "t", "--all", "--json"]).run().cache_of("p#t"), "hit");
+    ws.write(".env.shared", "A=2\n");
+    let changed = ws.prova(["run", "t", "--all", "--json"]).run();
+    assert_eq!(changed.cache_of("p#t"), "saved", "{changed}");
+    assert!(ws.read("p/out/t.txt").contains("A=2"));
+}
