@@ -73,9 +73,10 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The key of task `i`.
-    pub fn key(&self, i: usize) -> Digest {
-        self.keys.keys[i]
+    /// The key of task `i`; `None` while an upstream it folds by outputs is unresolved
+    /// ([`crate::keys::progressive`]).
+    pub fn key(&self, i: usize) -> Option<Digest> {
+        self.keys.key(i)
     }
 
     /// Each task's input files as an exec root needs them (path, digest, exec bit, and a

@@ -90,6 +90,10 @@ pub enum CacheStatus {
         layer: String,
         /// Milliseconds of execution the hit saved.
         saved_ms: u64,
+        /// An upstream it folds by outputs re-ran in this run and produced the bytes this
+        /// entry was keyed with (early cutoff): without that, this task would have run.
+        #[serde(default)]
+        cutoff: bool,
     },
     /// Executed; the entry was saved.
     Saved,
@@ -415,7 +419,7 @@ mod tests {
             RunEvent::TaskFinished(TaskReport {
                 task: task.clone(),
                 status: TaskStatus::Succeeded,
-                cache: CacheStatus::Hit { layer: "farm".into(), saved_ms: 3 },
+                cache: CacheStatus::Hit { layer: "farm".into(), saved_ms: 3, cutoff: true },
                 exit: Some(ExitKind::Code(0)),
                 attempts: 1,
                 stats: ExecStats::default(),

@@ -11,7 +11,10 @@ use crate::digest::{Digest, Fold};
 /// entry then misses instead of being misread.
 /// v2: declared env values are folded as a keyed digest under the cache's salt
 /// ([`env_value`]), not a plain BLAKE3 of the value.
-pub const KEY_VERSION: u32 = 2;
+/// v3: a dependency that is cached and declares outputs is folded by the fingerprint of its
+/// outputs ([`KeyComponents::upstream_outputs`]), not its key: a dependent whose upstream
+/// re-ran with byte-identical outputs keeps its key (early cutoff).
+pub const KEY_VERSION: u32 = 3;
 
 /// The key salt of a cache: 32 random bytes each cache index holds (`meta.key_salt`); a farm
 /// hands its salt to its clients in `Welcome`, so every client's keys agree.
@@ -67,8 +70,15 @@ pub struct KeyComponents {
     pub inputs: Vec<InputFile>,
     /// Workspace-wide inputs: `[workspace] fingerprint` and `inputs` files.
     pub workspace: Vec<InputFile>,
-    /// Keys of the tasks this one depends on.
+    /// Keys of the tasks this one depends on that are folded by key: those whose outputs it
+    /// cannot observe as bytes (no declared outputs, or never cached).
     pub upstream: Vec<(String, Digest)>,
+    /// Output fingerprints (the content fingerprint of the output tree) of the tasks this one
+    /// depends on that are cached and declare outputs: what a dependent can read of them.
+    /// Known only once they are resolved (a hit's entry, or an execution), so such a key is
+    /// computed during the run.
+    #[serde(default)]
+    pub upstream_outputs: Vec<(String, Digest)>,
     /// Forwarded arguments.
     pub args: Vec<String>,
     /// `os/arch`, unless the task is `portable`.
@@ -104,6 +114,10 @@ impl KeyComponents {
         for (t, k) in &self.upstream {
             f.str(t).digest(k);
         }
+        f.tag(11).u64(self.upstream_outputs.len() as u64);
+        for (t, d) in &self.upstream_outputs {
+            f.str(t).digest(d);
+        }
         f.tag(8).u64(self.args.len() as u64);
         for a in &self.args {
             f.str(a);
@@ -130,6 +144,10 @@ impl KeyComponents {
         diff_files(&old.workspace, &self.workspace, &mut out, "workspace input");
         diff_pairs(&old.upstream, &self.upstream, &mut out, |k, what| match what {
             "changed" => format!("upstream `{k}` key changed"),
+            w => format!("upstream `{k}` {w}"),
+        });
+        diff_pairs(&old.upstream_outputs, &self.upstream_outputs, &mut out, |k, what| match what {
+            "changed" => format!("upstream `{k}` outputs changed"),
             w => format!("upstream `{k}` {w}"),
         });
         if self.args != old.args {

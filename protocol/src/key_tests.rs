@@ -22,6 +22,7 @@ fn base() -> KeyComponents {
             digest: Digest::of(b"l"),
         }],
         upstream: vec![("lib#build".into(), Digest::of(b"k"))],
+        upstream_outputs: vec![("gen#build".into(), Digest::of(b"f"))],
         args: vec![],
         platform: Some("linux/x86_64".into()),
     }
@@ -55,6 +56,14 @@ fn every_component_moves_the_key() {
         ),
         ("workspace input", Box::new(|c| c.workspace[0].digest = Digest::of(b"m"))),
         ("upstream key", Box::new(|c| c.upstream[0].1 = Digest::of(b"k2"))),
+        ("upstream outputs", Box::new(|c| c.upstream_outputs[0].1 = Digest::of(b"f2"))),
+        (
+            "upstream folded by outputs, not key",
+            Box::new(|c| {
+                let k = c.upstream.remove(0);
+                c.upstream_outputs.insert(0, k);
+            }),
+        ),
         ("forwarded args", Box::new(|c| c.args = vec!["--fix".into()])),
         ("platform", Box::new(|c| c.platform = Some("linux/aarch64".into()))),
         ("portable", Box::new(|c| c.platform = None)),
@@ -82,7 +91,9 @@ fn diff_names_what_moved() {
     new.inputs[0].digest = Digest::of(b"changed");
     new.env[1].1 = Some(Digest::of(b"production"));
     new.upstream[0].1 = Digest::of(b"other");
+    new.upstream_outputs[0].1 = Digest::of(b"other outputs");
     let d = new.diff(&old);
+    assert!(d.contains(&"upstream `gen#build` outputs changed".to_owned()), "{d:?}");
     assert!(d.contains(&"input `web/src/a.ts` changed".to_owned()), "{d:?}");
     assert!(d.contains(&"env `NODE_ENV` changed".to_owned()), "{d:?}");
     assert!(d.contains(&"upstream `lib#build` key changed".to_owned()), "{d:?}");

@@ -184,8 +184,9 @@ pub struct RemoteTask {
     pub kind: RemoteKind,
     /// Whether it may be cached.
     pub cacheable: bool,
-    /// Its key, as the client computed it.
-    pub key: Digest,
+    /// Its key, as the client computed it; `None` while an upstream it folds by outputs was
+    /// unresolved on the client (the farm keys it from its own entries and executions).
+    pub key: Option<Digest>,
     /// The key's components (stored with the entry; `why` reads them).
     pub components: KeyComponents,
     /// Indices of the tasks it waits for.

@@ -14,7 +14,7 @@ use crate::TempWorkspace;
 use crate::run::ProvaCmd;
 
 /// The component names of a key, as `prova show --json` prints them.
-pub const COMPONENTS: [&str; 10] = [
+pub const COMPONENTS: [&str; 11] = [
     "version",
     "task",
     "command",
@@ -23,6 +23,7 @@ pub const COMPONENTS: [&str; 10] = [
     "inputs",
     "workspace",
     "upstream",
+    "upstream_outputs",
     "args",
     "platform",
 ];

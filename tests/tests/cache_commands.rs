@@ -44,6 +44,13 @@ fn why(ws: &TempWorkspace, mode: &str) -> (String, Value) {
 #[test]
 fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
     let ws = ws();
+    // app folds lib's outputs: before lib has an entry, app's key waits on it.
+    let (text, _) = why(&ws, "one");
+    assert_eq!(
+        text,
+        "app#build: pending: its key folds the outputs of an upstream that is not in the cache (it runs first)\n  - waits on `lib#build`\n"
+    );
+    ws.prova(["run", "build", "-p", "lib"]).env("MODE", "one").run().assert_code(0);
     let (text, _) = why(&ws, "one");
     assert_eq!(text, "app#build: no cache entry yet: the next run executes it\n");
 
@@ -65,6 +72,10 @@ fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
     // Several things at once: each is named.
     ws.write("app/src/c.txt", "new\n");
     ws.write("lib/src/l.txt", "lib, edited\n");
+    let (text, _) = why(&ws, "other");
+    assert!(text.contains("pending") && text.contains("waits on `lib#build`"), "{text}");
+    // Once lib has run, the files of its outputs that moved are named.
+    ws.prova(["run", "build", "-p", "lib"]).env("MODE", "other").run().assert_code(0);
     let (_, json) = why(&ws, "other");
     let changes: Vec<&str> =
         json["changes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
@@ -72,7 +83,7 @@ fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
         "env `MODE` changed",
         "input `app/src/a.txt` changed",
         "input `app/src/c.txt` was added",
-        "upstream `lib#build` key changed",
+        "upstream `lib#build` outputs changed: `lib/dist/out.txt`",
     ] {
         assert!(changes.contains(&want), "{want:?} missing from {changes:?}");
     }
@@ -122,9 +133,17 @@ fn show_lists_the_key_components_and_inputs_with_digests() {
     chmod(&ws, "app/src/b.txt", 0o755);
     // Before any cache exists the key of an env-declaring task cannot be the run's: declared
     // env values fold keyed by the cache's salt, which the first run makes. Show says so.
-    let unsalted = ws.prova(["show", "app#build"]).env("MODE", "one").run();
+    let unsalted = ws.prova(["show", "lib#build"]).env("MODE", "one").run();
     unsalted.assert_code(0);
     assert!(unsalted.stdout.contains("(no cache yet: "), "{unsalted}");
+    // app folds lib's outputs, which nothing has produced yet.
+    let pending = ws.prova(["show", "app#build"]).env("MODE", "one").run();
+    pending.assert_code(0);
+    assert!(pending.stdout.contains("key       (pending)"), "{pending}");
+    assert!(
+        pending.stdout.contains("upstream  lib#build outputs (pending: not in the cache)"),
+        "{pending}"
+    );
     assert!(!ws.path(".prova").exists(), "show made a cache");
     let lib = ws.prova(["run", "build", "-p", "lib"]).env("MODE", "one").run();
     lib.assert_code(0);
@@ -137,7 +156,7 @@ fn show_lists_the_key_components_and_inputs_with_digests() {
     assert!(text.starts_with("task      app#build\n"), "{text}");
     assert!(text.contains(&format!("key       {key}  (not in the cache)\n")), "{text}");
     assert!(text.contains("inputs    2 files\n"), "{text}");
-    assert!(text.contains("upstream  lib#build "), "{text}");
+    assert!(text.contains("upstream  lib#build outputs "), "{text}");
     assert!(text.contains("env       MODE sha:"), "an env value is shown as a digest: {text}");
     for (path, mark) in [("app/src/a.txt", " "), ("app/src/b.txt", "x")] {
         let digest = Digest::of(ws.read(path).as_bytes());

@@ -28,6 +28,12 @@ struct Inspected {
     /// The current key's entry is not the task's newest (its inputs went back to an older
     /// state).
     older: bool,
+    /// Per upstream folded by outputs whose fingerprint moved since `entry`: the output
+    /// paths that differ (added, changed, removed), when both entries are still cached.
+    moved_outputs: Vec<(String, Vec<String>)>,
+    /// The upstreams folded by outputs that have no entry for their current key (what a
+    /// pending key waits on).
+    pending: Vec<String>,
 }
 
 fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
@@ -50,30 +56,106 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
     let rt = common::runtime()?;
     rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
-        let prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
+        let mut prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
+        // Keys that fold an upstream's outputs are known once the upstream's entry is.
+        let hits = prova_coordinator::keys::progressive::presolve(
+            &prepared.plan,
+            &mut prepared.keys,
+            |ks| {
+                let c = cache.clone();
+                async move { c.call(move |s| s.get_entries(TRUSTED, &ks)).await? }
+            },
+        )
+        .await?;
         let task = id.to_string();
         let key = prepared.key(node);
+        // The entries of the upstreams now (their manifests name what moved).
+        let ups = prova_coordinator::keys::progressive::output_upstreams(&prepared.plan, node);
+        let now_upstream: Vec<(String, prova_coordinator::cache::Entry)> = ups
+            .iter()
+            .filter_map(|d| Some((prepared.plan.tasks[*d].id.to_string(), hits.get(d)?.clone())))
+            .collect();
+        let pending: Vec<String> = ups
+            .iter()
+            .filter(|d| !hits.contains_key(d))
+            .map(|&d| prepared.plan.tasks[d].id.to_string())
+            .collect();
         let (entry, current, older) = cache
             .call(move |s| {
                 let newest = s.latest_for_task(TRUSTED, &task)?;
-                if let Some(e) = s.get_entries(TRUSTED, &[key])?.remove(&key) {
+                if let Some(key) = key
+                    && let Some(e) = s.get_entries(TRUSTED, &[key])?.remove(&key)
+                {
                     let older = newest.is_some_and(|n| n.key != key);
                     return Ok::<_, prova_coordinator::cache::CacheError>((Some(e), true, older));
                 }
                 Ok((newest, false, false))
             })
             .await??;
-        Ok((prepared, node, entry, current, older))
+        let moved_outputs = match (&entry, current) {
+            (Some(e), false) => moved_outputs(&cache, e, now_upstream).await?,
+            _ => Vec::new(),
+        };
+        Ok((prepared, node, entry, current, older, moved_outputs, pending))
     })
-    .map(|(prepared, node, entry, current, older)| Inspected {
+    .map(|(prepared, node, entry, current, older, moved_outputs, pending)| Inspected {
         ws,
         prepared,
         node,
         entry,
         current,
         older,
+        moved_outputs,
+        pending,
     })
+}
+
+/// For each upstream `old`'s key folded by outputs whose current entry (`now`) has other
+/// outputs: the paths that differ between the entry `old` folded and the current one.
+async fn moved_outputs(
+    cache: &prova_coordinator::cache::CacheThread,
+    old: &prova_coordinator::cache::Entry,
+    now: Vec<(String, prova_coordinator::cache::Entry)>,
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    use prova_coordinator::keys::progressive::entry_fingerprint;
+    use prova_protocol::manifest::OutputManifest;
+    let Some(old) = rmp_decode(&old.components) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (task, entry) in now {
+        let Some((_, was)) = old.upstream_outputs.iter().find(|(t, _)| *t == task) else {
+            continue;
+        };
+        if entry_fingerprint(&entry) == Some(*was) {
+            continue;
+        }
+        let (t, fp) = (task.clone(), *was);
+        let Some(before) =
+            cache.call(move |s| s.entry_with_fingerprint(TRUSTED, &t, &fp)).await??
+        else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (
+            rmp_serde::from_slice::<OutputManifest>(&before.manifest),
+            rmp_serde::from_slice::<OutputManifest>(&entry.manifest),
+        ) else {
+            continue;
+        };
+        let d = a.diff(&b);
+        let paths: Vec<String> = d.added.into_iter().chain(d.changed).chain(d.removed).collect();
+        out.push((task, paths));
+    }
+    Ok(out)
+}
+
+/// The line `why` prints for a moved upstream, naming up to a few of its changed outputs.
+fn outputs_line(task: &str, paths: &[String]) -> String {
+    const NAMED: usize = 5;
+    let mut named: Vec<String> = paths.iter().take(NAMED).map(|p| format!("`{p}`")).collect();
+    if paths.len() > NAMED {
+        named.push(format!("and {} more", paths.len() - NAMED));
+    }
+    format!("upstream `{task}` outputs changed: {}", named.join(", "))
 }
 
 /// Per lockfile keyed per project (an `external:<lockfile>` config pair of `c`): the
@@ -103,6 +185,10 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let now = &i.prepared.keys.components[i.node];
     let key = i.prepared.key(i.node);
     let (verdict, changes): (&str, Vec<String>) = match &i.entry {
+        _ if key.is_none() => (
+            "pending: its key folds the outputs of an upstream that is not in the cache (it runs first)",
+            i.pending.iter().map(|t| format!("waits on `{t}`")).collect(),
+        ),
         None => ("no cache entry yet: the next run executes it", Vec::new()),
         Some(_) if i.current && !i.older => {
             ("unchanged since its newest entry: the next run is a hit", Vec::new())
@@ -113,7 +199,18 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
             Vec::new(),
         ),
         Some(e) => match rmp_decode(&e.components) {
-            Some(old) => ("changed since its newest entry", now.diff(&old)),
+            Some(old) => {
+                let mut d = now.diff(&old);
+                for (task, paths) in &i.moved_outputs {
+                    let plain = format!("upstream `{task}` outputs changed");
+                    if let Some(line) = d.iter_mut().find(|l| **l == plain)
+                        && !paths.is_empty()
+                    {
+                        *line = outputs_line(task, paths);
+                    }
+                }
+                ("changed since its newest entry", d)
+            }
             None => {
                 ("changed since its newest entry (written by another prova version)", Vec::new())
             }
@@ -159,8 +256,10 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let _ = writeln!(s, "task      {}", c.task);
     let _ = writeln!(
         s,
-        "key       {key}{}",
+        "key       {}{}",
+        key.map_or_else(|| "(pending)".to_owned(), |k| k.to_string()),
         match (cached, !i.prepared.salted && !c.env.is_empty()) {
+            _ if key.is_none() => "  (its key folds the outputs of an upstream not in the cache)",
             (true, _) => "  (in the cache)",
             (false, false) => "  (not in the cache)",
             // Declared env values fold keyed by the cache's salt, which the first run makes.
@@ -181,7 +280,13 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
         );
     }
     for (t, k) in &c.upstream {
-        let _ = writeln!(s, "upstream  {t} {}", k.short());
+        let _ = writeln!(s, "upstream  {t} key {}", k.short());
+    }
+    for (t, k) in &c.upstream_outputs {
+        let _ = writeln!(s, "upstream  {t} outputs {}", k.short());
+    }
+    for t in &i.pending {
+        let _ = writeln!(s, "upstream  {t} outputs (pending: not in the cache)");
     }
     if !c.args.is_empty() {
         let _ = writeln!(s, "args      {:?}", c.args);

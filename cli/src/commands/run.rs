@@ -124,7 +124,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
             .with_input_scopes(prepared.input_scopes.clone());
-        let hits = if policy.read { probe(&layer, &prepared).await? } else { HashMap::new() };
+        let hits = if policy.read { probe(&layer, &mut prepared).await? } else { HashMap::new() };
         if args.dry_run {
             common::print(&dry_run(&graph, &prepared, &hits, args.json))?;
             return Ok::<_, anyhow::Error>(None);
@@ -289,16 +289,17 @@ fn lock_until(prepared: &Prepared) -> Option<std::collections::HashSet<TaskId>> 
     })
 }
 
-/// Cache entries present for the plan's cacheable tasks, by node.
+/// Cache entries present for the plan's cacheable tasks, by node; keys that fold an
+/// upstream's outputs are settled from the upstream's entry as the lookups go
+/// ([`prova_coordinator::keys::progressive::presolve`]: one batch per level of hits).
 async fn probe(
     layer: &LocalLayer,
-    prepared: &Prepared,
+    prepared: &mut Prepared,
 ) -> anyhow::Result<HashMap<usize, prova_coordinator::cache::Entry>> {
-    let wanted: Vec<usize> =
-        (0..prepared.plan.tasks.len()).filter(|&i| prepared.plan.tasks[i].cacheable).collect();
-    let keys = wanted.iter().map(|&i| prepared.key(i)).collect();
-    let mut found = layer.probe(keys).await?;
-    Ok(wanted.into_iter().filter_map(|i| found.remove(&prepared.key(i)).map(|e| (i, e))).collect())
+    Ok(prova_coordinator::keys::progressive::presolve(&prepared.plan, &mut prepared.keys, |ks| {
+        layer.probe(ks)
+    })
+    .await?)
 }
 
 /// Whether every task that runs a command has a local hit (groups run nothing).
@@ -325,7 +326,16 @@ fn dry_run(
     let cache_word = |i: usize| match (plan.tasks[i].cacheable, hits.contains_key(&i)) {
         (false, _) => "uncached",
         (true, true) => "hit",
+        (true, false) if prepared.key(i).is_none() => "pending",
         (true, false) => "miss",
+    };
+    // A pending key waits on the upstreams it folds by outputs that will run first.
+    let waits_on = |i: usize| -> Vec<&str> {
+        prova_coordinator::keys::progressive::output_upstreams(plan, i)
+            .into_iter()
+            .filter(|d| !hits.contains_key(d))
+            .map(|d| plan.tasks[d].id.as_str())
+            .collect()
     };
     if json {
         let tasks: Vec<_> = order
@@ -339,6 +349,7 @@ fn dry_run(
                     "dir": t.spec.project_dir,
                     "key": prepared.key(i),
                     "cache": cache_word(i),
+                    "waits_on": prepared.key(i).is_none().then(|| waits_on(i)),
                     "deps": t.deps.iter().map(|&d| plan.tasks[d].id.as_str()).collect::<Vec<_>>(),
                 })
             })
@@ -361,8 +372,19 @@ fn dry_run(
             t.id,
             dir,
             what,
-            prepared.key(i).short(),
-            cache_word(i)
+            prepared.key(i).map_or_else(|| "pending".to_owned(), |k| k.short()),
+            match prepared.key(i) {
+                None if plan.tasks[i].cacheable => {
+                    let w = waits_on(i);
+                    let mut named: Vec<String> =
+                        w.iter().take(3).map(|t| format!("`{t}`")).collect();
+                    if w.len() > 3 {
+                        named.push(format!("{} more", w.len() - 3));
+                    }
+                    format!("(waits on {})", named.join(", "))
+                }
+                _ => cache_word(i).to_owned(),
+            }
         );
     }
     out

@@ -171,8 +171,32 @@ pub async fn download(
     let mut out = Downloaded::default();
     let index: HashMap<&TaskId, usize> =
         prepared.plan.tasks.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
+    // Keys that folded an upstream's outputs are settled here from the artifacts' manifests,
+    // as the farm settled them: an artifact whose key is not the one this client computes
+    // is refused; one it cannot compute (an upstream had no artifact) is filed as named.
+    let fingerprints: HashMap<usize, Digest> = artifacts
+        .iter()
+        .filter_map(|a| {
+            let m: OutputManifest = rmp_serde::from_slice(&a.manifest).ok()?;
+            Some((*index.get(&a.task)?, m.fingerprint()))
+        })
+        .collect();
+    let mut keys = prepared.keys.clone();
+    keys.settle_all(&prepared.plan, &|d| fingerprints.get(&d).copied());
     for a in artifacts.iter().filter(|a| wanted.contains(&a.task)) {
         let Some(&i) = index.get(&a.task) else { continue };
+        if let Some(k) = keys.key(i)
+            && k != a.key
+        {
+            let why = format!(
+                "the farm filed it under key {}, this client computes {}",
+                a.key.short(),
+                k.short()
+            );
+            tracing::warn!(task = %a.task, "refusing a download: {why}");
+            out.refused.push((a.task.clone(), why));
+            continue;
+        }
         let spec = &prepared.plan.tasks[i].spec;
         let globs = PathGlobs::new(&spec.project_dir, &spec.outputs)?;
         // Checked before anything is fetched, filed or written.
@@ -189,7 +213,7 @@ pub async fn download(
                 out.fetched += 1;
             }
         }
-        let components = rmp_serde::to_vec_named(&prepared.keys.components[i])?;
+        let components = rmp_serde::to_vec_named(&keys.components[i])?;
         let ns = local_namespace(a.tier);
         let entry = NewEntry {
             namespace: ns.to_owned(),

@@ -23,6 +23,8 @@ pub struct Counts {
     pub misses: usize,
     /// Milliseconds of execution the hits saved.
     pub saved_ms: u64,
+    /// Hits after an upstream re-ran with identical output bytes (early cutoff).
+    pub cutoff: usize,
 }
 
 impl Counts {
@@ -40,9 +42,10 @@ impl Counts {
                 c.ran += 1;
             }
             match &t.cache {
-                CacheStatus::Hit { saved_ms, .. } => {
+                CacheStatus::Hit { saved_ms, cutoff, .. } => {
                     c.hits += 1;
                     c.saved_ms += saved_ms;
+                    c.cutoff += usize::from(*cutoff);
                 }
                 CacheStatus::Saved | CacheStatus::NotSaved { .. } => c.misses += 1,
                 CacheStatus::Uncached => {}
@@ -75,6 +78,13 @@ pub fn text(s: &RunSummary) -> String {
             c.misses,
             100 * c.hits / (c.hits + c.misses).max(1),
             fmt_ms(c.saved_ms)
+        );
+    }
+    if c.cutoff > 0 {
+        let _ = writeln!(
+            out,
+            "          {} of the hits after an upstream re-ran with identical bytes",
+            c.cutoff
         );
     }
     verify_section(s, &mut out);

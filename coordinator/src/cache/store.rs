@@ -300,6 +300,24 @@ impl Store {
             .map_err(sql("latest_for_task"))
     }
 
+    /// The newest entry of `task` in `namespace` whose outputs have `fingerprint` (what a
+    /// dependent's key folded: `prova why` names the files that moved since).
+    pub fn entry_with_fingerprint(
+        &self,
+        namespace: &str,
+        task: &str,
+        fingerprint: &Digest,
+    ) -> Result<Option<Entry>, CacheError> {
+        let q = format!(
+            "SELECT {ENTRY_COLUMNS} FROM entries WHERE namespace = ?1 AND task = ?2 \
+             AND fingerprint = ?3 ORDER BY created_ms DESC, id DESC LIMIT 1"
+        );
+        let mut stmt = self.conn.prepare_cached(&q).map_err(sql("entry_with_fingerprint"))?;
+        stmt.query_row(params![namespace, task, fingerprint.0], entry_from_row)
+            .optional()
+            .map_err(sql("entry_with_fingerprint"))
+    }
+
     /// Removes one entry (its blobs stay until a prune finds them unreferenced). Absent is ok.
     pub fn delete_entry(&mut self, namespace: &str, key: &Digest) -> Result<(), CacheError> {
         self.writable("delete_entry")?;

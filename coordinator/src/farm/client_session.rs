@@ -14,15 +14,16 @@ use prova_protocol::wire::{
     ClientMsg, CoordinatorReply, EntryTier, Proof, RemoteKind, RemoteTask, RunOptionsWire,
     TaskArtifact,
 };
-use prova_protocol::{Digest, TaskId, WorkerId};
+use prova_protocol::{Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
 use super::error::EdgeError;
 use super::forward::{Stream, forward};
 use super::server::Shared;
-use crate::cache::{Entry, PENDING, TRUSTED, Visibility, untrusted_of};
+use crate::cache::{PENDING, TRUSTED, Visibility, untrusted_of};
 use crate::keys::PlanKeys;
+use crate::layers::CacheLayer as _;
 use crate::layers::{FarmLayer, LocalLayer};
 use crate::run::VerifyOptions;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
@@ -203,23 +204,31 @@ async fn start(
     if let Some(d) = unseen {
         return Err(EdgeError::UnseenInput { blob: d.short(), name: identity.name.clone() });
     }
-    let keys = PlanKeys {
-        keys: tasks.iter().map(|t| t.key).collect(),
+    let mut keys = PlanKeys {
+        keys: vec![None; tasks.len()],
         components: tasks.iter().map(|t| t.components.clone()).collect(),
         stamps: vec![Vec::new(); tasks.len()],
         // Exec roots on the farm hold what each task's `inputs` list (the client's refs).
         unfolded: Vec::new(),
     };
-    let policy = CachePolicy { read: options.read, write: options.write };
-    let hits =
-        if policy.read { probe(shared, &namespace, &plan, &keys).await? } else { HashMap::new() };
+    // The farm keys the upstreams itself, from its own entries and executions: what the
+    // client predicted from its local cache is not taken on trust.
+    keys.settle_all(&plan, &|_| None);
     let tmp: PathBuf = shared.tmp.clone();
     let inner = LocalLayer::new(shared.store.clone(), &namespace, &tmp);
     // Under --trust=proven a trusted run's entries wait for a second worker's agreement.
     let layer = if shared.trust_proven && namespace == TRUSTED {
         FarmLayer::proven(inner, TRUSTED)
     } else {
-        FarmLayer::new(inner, &namespace)
+        FarmLayer::new(inner, &namespace).demoting(shared.trust_proven)
+    };
+    let policy = CachePolicy { read: options.read, write: options.write };
+    let hits = if policy.read {
+        crate::keys::progressive::presolve(&plan, &mut keys, |ks| layer.lookup(ks))
+            .await
+            .map_err(EdgeError::Layer)?
+    } else {
+        HashMap::new()
     };
     let own_logs = layer.clone();
     let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
@@ -247,13 +256,7 @@ async fn start(
         events: events_tx,
         done: done_tx,
         first_attempt: 1,
-        cache: Some(RunCache {
-            layer: Arc::new(layer),
-            policy,
-            keys: keys.clone(),
-            hits,
-            staging: tmp,
-        }),
+        cache: Some(RunCache { layer: Arc::new(layer), policy, keys, hits, staging: tmp }),
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
     });
@@ -264,8 +267,7 @@ async fn start(
         .map_err(EdgeError::actor)?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
     actor.tell(Begin).await.map_err(EdgeError::actor)?;
-    let (shared, ids): (Arc<Shared>, Vec<TaskId>) =
-        (shared.clone(), tasks.iter().map(|t| t.spec.id.clone()).collect());
+    let shared = shared.clone();
     // The `run->client` hop: the run's events, then its artifacts and summary, into the
     // client's queue (drained by the `farm->client` forwarder).
     let relay = OwnedTask::spawn("run->client", async move {
@@ -310,7 +312,7 @@ async fn start(
                 if proven {
                     s.demote_unproven(TRUSTED, PENDING, &wanted)?; // proofs only (ledger.rs)
                 }
-                let mut found = lookup(s, &namespace, &wanted)?;
+                let mut found = crate::layers::farm::lookup(s, &namespace, &wanted)?;
                 for (k, e) in s.get_entries(PENDING, &own)? {
                     found.entry(k).or_insert(e);
                 }
@@ -318,10 +320,11 @@ async fn start(
             })
             .await;
         if let Ok(Ok(entries)) = found {
-            for (i, id) in ids.iter().enumerate() {
-                if let Some(e) = entries.get(&keys.keys[i]) {
+            // By the key each task resolved to in the run (settled as its upstreams finished).
+            for r in &summary.tasks {
+                if let Some(e) = r.key.and_then(|k| entries.get(&k)) {
                     let msg = CoordinatorReply::Artifact(TaskArtifact {
-                        task: id.clone(),
+                        task: r.task.clone(),
                         key: e.key,
                         artifact: e.artifact,
                         manifest: e.manifest.clone(),
@@ -437,45 +440,6 @@ fn tier_of(ns: &str) -> EntryTier {
     }
 }
 
-/// Entries visible to a run writing `namespace`: an untrusted run also reads trusted entries;
-/// a trusted run never reads untrusted ones.
-fn lookup(
-    s: &crate::cache::Store,
-    namespace: &str,
-    keys: &[Digest],
-) -> Result<HashMap<Digest, Entry>, crate::cache::CacheError> {
-    let mut found = s.get_entries(TRUSTED, keys)?;
-    if namespace != TRUSTED {
-        for (k, e) in s.get_entries(namespace, keys)? {
-            found.entry(k).or_insert(e);
-        }
-    }
-    Ok(found)
-}
-
-async fn probe(
-    shared: &Shared,
-    namespace: &str,
-    plan: &RunPlan,
-    keys: &PlanKeys,
-) -> Result<HashMap<usize, Entry>, EdgeError> {
-    let wanted: Vec<usize> = (0..plan.tasks.len()).filter(|&i| plan.tasks[i].cacheable).collect();
-    let ks: Vec<Digest> = wanted.iter().map(|&i| keys.keys[i]).collect();
-    let namespace = namespace.to_owned();
-    let proven = shared.trust_proven;
-    let mut found = shared
-        .store
-        .call(move |s| {
-            // Under --trust proven the trusted tier serves proofs only (cache/ledger.rs).
-            if proven {
-                s.demote_unproven(TRUSTED, PENDING, &ks)?;
-            }
-            lookup(s, &namespace, &ks)
-        })
-        .await??;
-    Ok(wanted.into_iter().filter_map(|i| found.remove(&keys.keys[i]).map(|e| (i, e))).collect())
-}
-
 /// A plan from submitted tasks; refuses what the farm cannot run (bad indices, cycles,
 /// persistent tasks, unclean paths).
 fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
@@ -498,7 +462,7 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
                 prova_protocol::key::KEY_VERSION
             ));
         }
-        if t.components.key() != t.key {
+        if t.key.is_some_and(|k| t.components.key() != k) {
             return Err(format!("{}: its key is not the fold of its components", t.spec.id));
         }
         // The trees it mounts are the trees its key folds, digest for digest.

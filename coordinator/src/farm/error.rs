@@ -52,6 +52,9 @@ pub enum EdgeError {
     /// A local file (an upload being staged, a blob being sent).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The farm's cache layer (a run's lookups).
+    #[error(transparent)]
+    Layer(#[from] crate::layers::LayerError),
     /// A staged upload's path could not be kept for the store to take.
     #[error(transparent)]
     Keep(#[from] tempfile::PathPersistError),

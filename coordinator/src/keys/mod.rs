@@ -1,8 +1,11 @@
 //! Cache keys (brief §5): file digests with a stat memo ([`digests`]), the canonical key
-//! components and their fold (`prova_protocol::key`, shared with the farm), and [`compute`], which keys every task of a
-//! plan before anything runs (upstream outputs are represented by upstream keys).
+//! components and their fold (`prova_protocol::key`, shared with the farm), [`compute`],
+//! which folds everything of every task's key that is known before anything runs, and
+//! [`progressive`], which completes a key once its upstreams are resolved (a dependent folds
+//! a cached upstream's output fingerprint, not its key: early cutoff).
 
 pub mod digests;
+pub mod progressive;
 
 use prova_protocol::Digest;
 use prova_protocol::spec::CommandLine;
@@ -19,9 +22,10 @@ use crate::workspace::Workspace;
 /// The keys of a plan.
 #[derive(Clone, Debug, Default)]
 pub struct PlanKeys {
-    /// Per task: its key.
-    pub keys: Vec<Digest>,
-    /// Per task: what the key folds.
+    /// Per task: its key; `None` while an upstream it folds by outputs is unresolved
+    /// ([`progressive`]).
+    pub keys: Vec<Option<Digest>>,
+    /// Per task: what the key folds (upstreams filled in once keyed).
     pub components: Vec<KeyComponents>,
     /// Per task: its input files' stamps at key time (rechecked before a save).
     pub stamps: Vec<Vec<(String, Stamp)>>,
@@ -36,7 +40,9 @@ pub fn platform() -> String {
     format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH)
 }
 
-/// Keys every task of `plan`, in dependency order. `env` reads the invoking environment;
+/// Folds what every task of `plan` keys on before anything runs, and keys, in dependency
+/// order, the tasks whose upstreams are all folded by key (the others wait for
+/// [`progressive`]). `env` reads the invoking environment;
 /// declared env values are folded keyed by `salt`, the salt of the cache the keys are for
 /// ([`components::env_value`]).
 #[expect(
@@ -81,7 +87,6 @@ pub fn compute(
         workspace.into_iter().partition(|f| locks.is_keyed(&f.path));
 
     let n = plan.tasks.len();
-    let mut keys: Vec<Option<Digest>> = vec![None; n];
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
     for ti in topo(plan) {
@@ -107,9 +112,6 @@ pub fn compute(
             .unwrap_or_default();
         env_vals.sort();
         env_vals.dedup_by(|a, b| a.0 == b.0);
-        let mut upstream: Vec<(String, Digest)> =
-            t.deps.iter().filter_map(|&d| Some((plan.tasks[d].id.to_string(), keys[d]?))).collect();
-        upstream.sort();
         let portable = def.is_some_and(|d| d.portable);
         let c = KeyComponents {
             version: KEY_VERSION,
@@ -141,21 +143,25 @@ pub fn compute(
             env: env_vals,
             inputs: files_in,
             workspace: workspace.clone(),
-            upstream,
+            // Filled by `PlanKeys::settle`.
+            upstream: Vec::new(),
+            upstream_outputs: Vec::new(),
             args: t.spec.args.clone(),
             platform: (!portable).then(platform),
         };
-        keys[ti] = Some(c.key());
         components[ti] = Some(c);
     }
-    PlanKeys {
+    let mut keys = PlanKeys {
+        keys: vec![None; n],
         // The plan is acyclic (the graph module refuses cycles), so `topo` reached every
-        // task; the fallbacks are never used.
-        keys: keys.into_iter().map(|k| k.unwrap_or(Digest([0; 32]))).collect(),
+        // task; the fallback is never used.
         components: components.into_iter().map(|c| c.unwrap_or_else(empty_components)).collect(),
         stamps,
         unfolded: keyed_locks,
-    }
+    };
+    // Nothing is resolved yet: only keys whose upstreams are all folded by key.
+    keys.settle_all(plan, &|_| None);
+    keys
 }
 
 fn empty_components() -> KeyComponents {
@@ -168,6 +174,7 @@ fn empty_components() -> KeyComponents {
         inputs: Vec::new(),
         workspace: Vec::new(),
         upstream: Vec::new(),
+        upstream_outputs: Vec::new(),
         args: Vec::new(),
         platform: None,
     }

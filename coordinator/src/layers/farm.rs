@@ -22,7 +22,25 @@ use std::path::PathBuf;
 
 use prova_protocol::events::FileDivergence;
 
-use crate::cache::{Entry, Execution, PENDING};
+use std::collections::HashMap;
+
+use crate::cache::{Entry, Execution, PENDING, Store, TRUSTED};
+
+/// Entries visible to a run writing `namespace`: an untrusted run also reads trusted entries;
+/// a trusted run never reads untrusted ones.
+pub(crate) fn lookup(
+    s: &Store,
+    namespace: &str,
+    keys: &[Digest],
+) -> Result<HashMap<Digest, Entry>, crate::cache::CacheError> {
+    let mut found = s.get_entries(TRUSTED, keys)?;
+    if namespace != TRUSTED {
+        for (k, e) in s.get_entries(namespace, keys)? {
+            found.entry(k).or_insert(e);
+        }
+    }
+    Ok(found)
+}
 
 /// A cache layer over the coordinator's store, writing to one trust namespace.
 #[derive(Clone, Debug)]
@@ -34,12 +52,14 @@ pub struct FarmLayer {
     promote: Option<String>,
     /// The namespaces whose logs a hit replays: those the run itself writes.
     own: Vec<String>,
+    /// `--trust proven` is on for the farm ([`demoting`](Self::demoting)).
+    demote: bool,
 }
 
 impl FarmLayer {
     /// The layer writing to `inner`'s namespace (`namespace`) of the coordinator's store.
     pub fn new(inner: LocalLayer, namespace: &str) -> Self {
-        Self { inner, promote: None, own: vec![namespace.to_owned()] }
+        Self { inner, promote: None, own: vec![namespace.to_owned()], demote: false }
     }
 
     /// The layer for a trusted run under `--trust=proven`: entries go to [`PENDING`] and are
@@ -49,7 +69,15 @@ impl FarmLayer {
             inner,
             promote: Some(trusted.to_owned()),
             own: vec![trusted.to_owned(), PENDING.to_owned()],
+            demote: true,
         }
+    }
+
+    /// Under `--trust proven`: lookups first send unproven trusted entries back to
+    /// [`PENDING`] ([`crate::cache::Store::demote_unproven`]), for every run's reads.
+    pub fn demoting(mut self, on: bool) -> Self {
+        self.demote = on;
+        self
     }
 
     /// Whether a hit on an entry of namespace `ns` replays its log to this layer's run.
@@ -165,6 +193,22 @@ impl CacheLayer for FarmLayer {
 
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>> {
         self.inner.entry(key)
+    }
+
+    fn lookup(&self, keys: Vec<Digest>) -> LayerFuture<'_, HashMap<Digest, Entry>> {
+        let (ns, demote) = (self.inner.namespace().to_owned(), self.demote);
+        Box::pin(async move {
+            Ok(self
+                .inner
+                .cache()
+                .call(move |s| {
+                    if demote {
+                        s.demote_unproven(TRUSTED, PENDING, &keys)?; // proofs only (ledger.rs)
+                    }
+                    lookup(s, &ns, &keys)
+                })
+                .await??)
+        })
     }
 
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()> {

@@ -105,6 +105,11 @@ impl LocalLayer {
         self
     }
 
+    /// The namespace it reads and writes.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The cache thread.
     pub fn cache(&self) -> &CacheThread {
         &self.cache
@@ -335,6 +340,10 @@ impl super::CacheLayer for LocalLayer {
 
     fn touch(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, ()> {
         Box::pin(LocalLayer::touch(self, keys))
+    }
+
+    fn lookup(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, HashMap<Digest, Entry>> {
+        Box::pin(self.probe(keys))
     }
 
     fn entry(&self, key: Digest) -> super::LayerFuture<'_, Option<Entry>> {

@@ -56,6 +56,12 @@ pub trait CacheLayer: Send + Sync + 'static {
     fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()>;
     /// The entry filed under `key`, if any.
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>>;
+    /// The entries a run of this layer may hit for `keys`, in one batch (the farm: its
+    /// trust tiers' rules). What a key settled during the run is looked up with.
+    fn lookup(
+        &self,
+        keys: Vec<Digest>,
+    ) -> LayerFuture<'_, std::collections::HashMap<Digest, Entry>>;
     /// How many files (and links) the outputs of `task`'s newest entry hold, to warn when a
     /// fresh execution produced fewer (`None`: no entry, or the layer does not say).
     fn newest_output_count(&self, _task: String) -> LayerFuture<'_, Option<usize>> {

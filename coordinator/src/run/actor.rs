@@ -205,9 +205,11 @@ impl RunActor {
         ctx.stop();
     }
 
-    /// What the run's cache allows for `node`.
+    /// What the run's cache allows for `node`: nothing while it has no key (an upstream
+    /// it folds by outputs is unresolved, [`crate::keys::progressive`]).
     pub(super) fn cache_use(&self, node: usize) -> CacheUse {
-        CacheUse::of(&self.plan.tasks[node], self.cache.as_ref().map(|c| c.policy))
+        let policy = self.cache.as_ref().filter(|c| c.keys.key(node).is_some()).map(|c| c.policy);
+        CacheUse::of(&self.plan.tasks[node], policy)
     }
 
     pub(super) fn cacheable(&self, node: usize) -> bool {
@@ -215,6 +217,22 @@ impl RunActor {
     }
 
     async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
+        // Its upstreams are resolved now: its key folds what they actually produced.
+        match self.settle_key(node) {
+            decide::Settled::Same => {}
+            decide::Settled::Moved(key) => {
+                if self.start_probe(node, key, ctx) {
+                    return None;
+                }
+            }
+            decide::Settled::Unknown(upstream) => {
+                let msg = format!(
+                    "its key could not be computed (the outputs of `{}` are unknown): it runs uncached",
+                    self.plan.tasks[upstream].id
+                );
+                self.notice(node, NoticeLevel::Warn, msg).await;
+            }
+        }
         let task = &self.plan.tasks[node];
         if task.kind == TaskKind::Group {
             let mut r = self.report(
@@ -232,6 +250,15 @@ impl RunActor {
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
+        self.restore_or_run(node, ctx).await
+    }
+
+    /// A hit finishes on the spot when current, restores otherwise; a miss runs.
+    pub(super) async fn restore_or_run(
+        &mut self,
+        node: usize,
+        ctx: &mut Context<Self, ()>,
+    ) -> Option<Event> {
         if let Some(done) = self.finish_current_hit(node).await {
             return Some(done);
         }
@@ -239,6 +266,22 @@ impl RunActor {
             return None;
         }
         self.assign(node, Purpose::Primary).await
+    }
+
+    /// Keys `node` from what its upstreams resolved to in this run (their output
+    /// fingerprints, or their keys); a key that moved from the one predicted before the run
+    /// drops the hit found under the prediction.
+    fn settle_key(&mut self, node: usize) -> decide::Settled {
+        let Some(c) = &mut self.cache else { return decide::Settled::Same };
+        let before = c.keys.key(node);
+        let state = &self.state;
+        let after = c.keys.settle(&self.plan, node, &|d| state[d].fingerprint);
+        let settled = decide::settled(&self.plan, &self.state, node, before, after);
+        if !matches!(settled, decide::Settled::Same) {
+            c.hits.remove(&node);
+            self.current.remove(&node);
+        }
+        settled
     }
 
     /// A fresh attempt id mapped to `node`.
@@ -339,7 +382,7 @@ impl RunActor {
     }
 
     pub(super) fn key_of(&self, node: usize) -> Option<Digest> {
-        self.cache.as_ref().and_then(|c| c.keys.keys.get(node).copied())
+        self.cache.as_ref().and_then(|c| c.keys.key(node))
     }
 
     /// The link is gone: the node fails with a clear note.
@@ -426,8 +469,10 @@ impl RunActor {
         if let Some(refused) = self.refuse_unconfined(node, &f).await {
             return Some(refused);
         }
-        // Downstream exec roots unpack this artifact whether or not the entry is saved.
+        // Downstream exec roots unpack this artifact whether or not the entry is saved; its
+        // dependents' keys fold its fingerprint.
         self.state[node].artifact = f.outputs.as_ref().and_then(|o| o.artifact);
+        self.state[node].fingerprint = f.outputs.as_ref().map(|o| o.fingerprint);
         if f.log_omitted > 0 {
             let msg = format!("{} bytes of output were omitted from the stored log", f.log_omitted);
             self.notice(node, NoticeLevel::Info, msg).await;

@@ -36,11 +36,21 @@ pub(super) enum SaveError {
     IntoWorkspace(#[source] RestoreError),
 }
 
+/// The lookup of a key settled during the run finished.
+pub(super) struct Probed {
+    node: usize,
+    /// The key looked up.
+    key: Digest,
+    result: Result<Option<crate::cache::Entry>, LayerError>,
+}
+
 /// A restore finished.
 pub(super) struct RestoreDone {
     node: usize,
     /// The entry's artifact (downstream exec roots unpack it).
     artifact: Option<(Digest, u64)>,
+    /// The entry's output fingerprint (its dependents' keys fold it).
+    fingerprint: Option<Digest>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
     result: Result<Option<Restored>, LayerError>,
@@ -149,8 +159,33 @@ impl RunActor {
             return None;
         }
         let entry = self.cache.as_mut()?.hits.remove(&node)?;
-        self.hit_done(node, entry.artifact, entry.duration_ms, restored).await;
+        let fingerprint = crate::keys::progressive::entry_fingerprint(&entry);
+        self.hit_done(node, entry.artifact, fingerprint, entry.duration_ms, restored).await;
         Some(Event::Finished { node, ok: true })
+    }
+
+    /// Looks up `key`, settled at dispatch, when the task may read the cache: `true` when the
+    /// lookup started (the task restores or runs when it answers, [`Probed`]).
+    pub(super) fn start_probe(
+        &mut self,
+        node: usize,
+        key: Digest,
+        ctx: &mut Context<Self, ()>,
+    ) -> bool {
+        if !self.cache_use(node).reads {
+            return false;
+        }
+        let Some(c) = &self.cache else { return false };
+        let layer = c.layer.clone();
+        let me = ctx.actor_ref().clone();
+        self.side.insert(
+            node,
+            OwnedTask::spawn("run.probe", async move {
+                let result = layer.lookup(vec![key]).await.map(|mut found| found.remove(&key));
+                let _ = me.tell(Probed { node, key, result }).await;
+            }),
+        );
+        true
     }
 
     /// Reports `node` a hit of the run's layer (its stored log replayed).
@@ -158,10 +193,12 @@ impl RunActor {
         &mut self,
         node: usize,
         artifact: Option<(Digest, u64)>,
+        fingerprint: Option<Digest>,
         saved_ms: u64,
         restored: Restored,
     ) {
         self.state[node].artifact = artifact;
+        self.state[node].fingerprint = fingerprint;
         let task = self.plan.tasks[node].id.clone();
         if !restored.log.is_empty() {
             let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
@@ -170,7 +207,11 @@ impl RunActor {
             self.hit_keys.push(k);
         }
         let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
-        let cache = CacheStatus::Hit { layer, saved_ms };
+        // An upstream folded by outputs executed in this run, yet the key held: a cutoff.
+        let cutoff = crate::keys::progressive::output_upstreams(&self.plan, node)
+            .into_iter()
+            .any(|d| self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0));
+        let cache = CacheStatus::Hit { layer, saved_ms, cutoff };
         let mut r =
             self.report(node, TaskStatus::Succeeded, cache, None, 0, ExecStats::default(), None);
         if self.options.verify.any() {
@@ -192,12 +233,14 @@ impl RunActor {
         self.touched.insert(project.clone());
         let layer = c.layer.clone();
         let (saved_ms, artifact) = (entry.duration_ms, entry.artifact);
+        let fingerprint = crate::keys::progressive::entry_fingerprint(&entry);
         let me = ctx.actor_ref().clone();
         self.side.insert(
             node,
             OwnedTask::spawn("run.restore", async move {
                 let result = layer.restore(entry, globs, project).await;
-                let _ = me.tell(RestoreDone { node, artifact, saved_ms, result }).await;
+                let _ =
+                    me.tell(RestoreDone { node, artifact, fingerprint, saved_ms, result }).await;
             }),
         );
         true
@@ -236,11 +279,14 @@ impl RunActor {
         let globs = self.output_globs(node);
         let project = self.plan.tasks[node].spec.project_dir.clone();
         let staged_path = self.staged_path(f.attempt);
-        let (Some(c), Some(outputs)) = (&self.cache, &f.outputs) else { return None };
+        let (Some(c), Some(outputs), Some(key)) = (&self.cache, &f.outputs, self.key_of(node))
+        else {
+            return None;
+        };
         let staged = outputs.artifact.map(|(d, _)| d);
         let req = SaveRequest {
             task: self.plan.tasks[node].id.to_string(),
-            key: c.keys.keys[node],
+            key,
             components: c.keys.components[node].clone(),
             manifest: outputs.manifest.clone(),
             // A farm worker uploaded the artifact already; locally it is staged.
@@ -310,7 +356,7 @@ impl Message<RestoreDone> for RunActor {
         }
         match msg.result {
             Ok(Some(restored)) => {
-                self.hit_done(node, msg.artifact, msg.saved_ms, restored).await;
+                self.hit_done(node, msg.artifact, msg.fingerprint, msg.saved_ms, restored).await;
                 self.feed(Event::Finished { node, ok: true }, ctx).await;
             }
             other => {
@@ -323,6 +369,44 @@ impl Message<RestoreDone> for RunActor {
                     self.feed(ev, ctx).await;
                 }
             }
+        }
+    }
+}
+
+impl Message<Probed> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: Probed, ctx: &mut Context<Self, Self::Reply>) {
+        let node = msg.node;
+        self.side.remove(&node);
+        if self.interrupted {
+            let r = self.report(
+                node,
+                TaskStatus::Aborted,
+                CacheStatus::Uncached,
+                None,
+                0,
+                ExecStats::default(),
+                None,
+            );
+            self.finish(node, r).await;
+            self.feed(Event::Finished { node, ok: false }, ctx).await;
+            return;
+        }
+        match msg.result {
+            Ok(Some(entry)) if entry.key == msg.key => {
+                if let Some(c) = &mut self.cache {
+                    c.hits.insert(node, entry);
+                }
+            }
+            Ok(_) => {}
+            // A lookup that failed is a miss: the task runs, as after a failed restore.
+            Err(e) => {
+                tracing::warn!(task = %self.plan.tasks[node].id, "looking up its key failed: {e}")
+            }
+        }
+        if let Some(ev) = self.restore_or_run(node, ctx).await {
+            self.feed(ev, ctx).await;
         }
     }
 }

@@ -58,6 +58,9 @@ pub(crate) struct TaskState {
     pub ready: bool,
     /// Its artifact once known (a hit or an execution): what downstream exec roots unpack.
     pub artifact: Option<(Digest, u64)>,
+    /// The fingerprint of its outputs once known (a hit's entry, an execution's outputs):
+    /// what its dependents' keys fold ([`crate::keys::progressive`]).
+    pub fingerprint: Option<Digest>,
     /// Where its last primary attempt ran (farm reports say; local mode is one worker).
     pub ran_on: Option<WorkerId>,
     /// Its first execution's outputs, for the determinism proof.
@@ -327,11 +330,48 @@ pub(crate) fn attempt_shape(
         in_place,
         pack: has_cache && (cache.writes || !primary) && !farm,
         clean_outputs: cache.cacheable && in_place,
-        // A farm worker always returns its outputs: downstream exec roots need them.
-        collect_outputs: cache.writes || farm || !primary,
+        // A farm worker always returns its outputs: downstream exec roots need them. A run
+        // that only reads the cache still collects them: dependents' keys fold their
+        // fingerprint.
+        collect_outputs: cache.writes || cache.reads || farm || !primary,
         perturb: !primary,
         merge_by_key: primary,
         prioritised: primary,
+    }
+}
+
+/// What settling a task's key at dispatch found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The key is the one known before (or the task has no cache): what was found for it
+    /// holds.
+    Same,
+    /// A key not looked up yet (pending before the run, or an upstream resolved to other
+    /// bytes than predicted): look it up before restoring or running.
+    Moved(Digest),
+    /// An upstream folded by outputs has no known fingerprint (it ran without returning
+    /// outputs): the task runs uncached. The upstream's node.
+    Unknown(usize),
+}
+
+/// What settling `node`'s key from `before` (known before) to `after` means; `after` is
+/// `None` when an upstream it folds by outputs has no fingerprint in `state`.
+pub(crate) fn settled(
+    plan: &crate::plan::RunPlan,
+    state: &[TaskState],
+    node: usize,
+    before: Option<Digest>,
+    after: Option<Digest>,
+) -> Settled {
+    match after {
+        Some(k) if before == Some(k) => Settled::Same,
+        Some(k) => Settled::Moved(k),
+        None => {
+            let unknown = crate::keys::progressive::output_upstreams(plan, node)
+                .into_iter()
+                .find(|&d| state[d].fingerprint.is_none());
+            unknown.map_or(Settled::Same, Settled::Unknown)
+        }
     }
 }
 

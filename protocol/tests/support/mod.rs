@@ -390,6 +390,7 @@ fn components() -> KeyComponents {
             digest: d("lock"),
         }],
         upstream: vec![("lib#build".into(), d("lib key"))],
+        upstream_outputs: vec![("gen#build".into(), d("gen outputs"))],
         args: vec!["--mode".into(), "production".into()],
         platform: Some("linux/x86_64".into()),
     }
@@ -571,7 +572,7 @@ fn reports() -> Vec<TaskReport> {
             ..report(
                 task("@acme/web", "build"),
                 TaskStatus::Succeeded,
-                CacheStatus::Hit { layer: "farm".into(), saved_ms: 4200 },
+                CacheStatus::Hit { layer: "farm".into(), saved_ms: 4200, cutoff: true },
                 Some(ExitKind::Code(0)),
                 None,
             )
@@ -683,7 +684,7 @@ fn remote_tasks() -> Vec<RemoteTask> {
         spec: spec_shell(),
         kind: RemoteKind::Command,
         cacheable: true,
-        key: components().key(),
+        key: Some(components().key()),
         components: components(),
         deps: vec![1],
         inputs: input_refs(),
@@ -697,7 +698,7 @@ fn remote_tasks() -> Vec<RemoteTask> {
         spec: spec_argv(),
         kind: RemoteKind::Group,
         cacheable: false,
-        key: lib.key(),
+        key: Some(lib.key()),
         components: lib,
         deps: Vec::new(),
         inputs: Vec::new(),
@@ -710,7 +711,8 @@ fn remote_tasks() -> Vec<RemoteTask> {
         spec: spec_persistent(),
         kind: RemoteKind::Persistent,
         cacheable: false,
-        key: dev.key(),
+        // Pending: an upstream it folds by outputs was unresolved on the client.
+        key: None,
         components: dev,
         deps: vec![0, 1],
         inputs: Vec::new(),

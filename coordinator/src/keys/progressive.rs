@@ -1,0 +1,174 @@
+//! Keys known progressively (early cutoff). A dependent can only read its upstreams'
+//! outputs, so every task upstream of it — direct or transitive: an exec root holds every
+//! upstream artifact, and in place the whole workspace is there — that is cached and declares
+//! outputs is folded into the dependent's key by the **fingerprint of its outputs**
+//! ([`folds_outputs`]); a direct dependency without declared outputs (a test, a group, an
+//! uncached task) by its key, which folds its own upstreams in turn. A key that folds an
+//! output fingerprint is therefore known only once that upstream is resolved: a hit names its
+//! entry's fingerprint, an execution the fingerprint of what it produced.
+//!
+//! - [`PlanKeys::settle`]: keys one task from what its upstreams resolved to (sans-IO; the
+//!   run actor calls it when it dispatches the task, with this run's fingerprints, so a key
+//!   predicted from an entry is recomputed from the bytes the upstream actually has).
+//! - [`presolve`]: before a run, keys everything it can by asking the cache level by level
+//!   (a hit's fingerprint keys its dependents, which are then looked up in turn): a warm run
+//!   learns every key and every hit in as many batches as the graph has levels.
+//!
+//! A dependent whose upstream re-ran with byte-identical outputs keeps its key and hits; one
+//! byte of difference moves it.
+
+use std::collections::HashMap;
+
+use prova_protocol::Digest;
+use prova_protocol::manifest::OutputManifest;
+
+use super::PlanKeys;
+use crate::cache::Entry;
+use crate::plan::{PlannedTask, RunPlan, TaskKind};
+
+/// Whether a dependent folds `t` by its outputs' fingerprint: `t` is cached and declares
+/// outputs (what it produced is all a dependent can read of it). Otherwise by its key.
+pub fn folds_outputs(t: &PlannedTask) -> bool {
+    t.cacheable && t.kind == TaskKind::Command && !t.spec.outputs.is_empty()
+}
+
+/// The fingerprint of an entry's outputs: the one it was filed with, or its manifest's.
+pub fn entry_fingerprint(e: &Entry) -> Option<Digest> {
+    e.fingerprint.or_else(|| {
+        rmp_serde::from_slice::<OutputManifest>(&e.manifest).ok().map(|m| m.fingerprint())
+    })
+}
+
+/// Per upstream kind, what `node`'s key folds: `(by key, by outputs)`, each sorted; `None`
+/// while an upstream is unresolved.
+type Upstreams = (Vec<(String, Digest)>, Vec<(String, Digest)>);
+
+/// Every task upstream of `node` (direct or transitive) that a dependent folds by outputs:
+/// all of their artifacts are readable by it.
+pub fn output_upstreams(plan: &RunPlan, node: usize) -> Vec<usize> {
+    let mut seen = vec![false; plan.tasks.len()];
+    let mut stack = plan.tasks[node].deps.clone();
+    let mut out = Vec::new();
+    while let Some(d) = stack.pop() {
+        if std::mem::replace(&mut seen[d], true) {
+            continue;
+        }
+        if folds_outputs(&plan.tasks[d]) {
+            out.push(d);
+        }
+        stack.extend(plan.tasks[d].deps.iter().copied());
+    }
+    out.sort_unstable();
+    out
+}
+
+fn upstreams(
+    plan: &RunPlan,
+    keys: &PlanKeys,
+    node: usize,
+    outputs: &dyn Fn(usize) -> Option<Digest>,
+) -> Option<Upstreams> {
+    let mut by_key = Vec::new();
+    for &d in &plan.tasks[node].deps {
+        if !folds_outputs(&plan.tasks[d]) {
+            by_key.push((plan.tasks[d].id.to_string(), (*keys.keys.get(d)?)?));
+        }
+    }
+    let mut by_outputs = Vec::new();
+    for d in output_upstreams(plan, node) {
+        by_outputs.push((plan.tasks[d].id.to_string(), outputs(d)?));
+    }
+    by_key.sort();
+    by_outputs.sort();
+    Some((by_key, by_outputs))
+}
+
+impl PlanKeys {
+    /// The key of `node`, if known.
+    pub fn key(&self, node: usize) -> Option<Digest> {
+        self.keys.get(node).copied().flatten()
+    }
+
+    /// Keys `node` from its upstreams: those folded by key from `self`, those folded by
+    /// outputs from `outputs` (the fingerprint each resolved to). Its components are
+    /// completed to match. `None` (and the key cleared) while an upstream is unresolved.
+    pub fn settle(
+        &mut self,
+        plan: &RunPlan,
+        node: usize,
+        outputs: &dyn Fn(usize) -> Option<Digest>,
+    ) -> Option<Digest> {
+        let Some((by_key, by_outputs)) = upstreams(plan, self, node, outputs) else {
+            if let Some(k) = self.keys.get_mut(node) {
+                *k = None;
+            }
+            return None;
+        };
+        let c = self.components.get_mut(node)?;
+        let known = self.keys.get(node).copied().flatten();
+        if known.is_some() && c.upstream == by_key && c.upstream_outputs == by_outputs {
+            return known;
+        }
+        c.upstream = by_key;
+        c.upstream_outputs = by_outputs;
+        let k = c.key();
+        self.keys[node] = Some(k);
+        Some(k)
+    }
+
+    /// Keys, in dependency order, every task whose upstreams are resolved (`outputs` as in
+    /// [`settle`](Self::settle)); the others stay pending.
+    pub fn settle_all(&mut self, plan: &RunPlan, outputs: &dyn Fn(usize) -> Option<Digest>) {
+        for i in super::topo(plan) {
+            self.settle(plan, i, outputs);
+        }
+    }
+}
+
+/// Keys every task it can before a run and finds their entries: looks up the keyed
+/// cacheable tasks in one batch (`lookup`), keys the dependents the hits' fingerprints
+/// resolve, looks those up, and so on until nothing new is keyed. Returns the hits by node;
+/// tasks downstream of a miss stay pending (keyed when the run resolves their upstreams).
+pub async fn presolve<E, F, Fut>(
+    plan: &RunPlan,
+    keys: &mut PlanKeys,
+    mut lookup: F,
+) -> Result<HashMap<usize, Entry>, E>
+where
+    F: FnMut(Vec<Digest>) -> Fut,
+    Fut: Future<Output = Result<HashMap<Digest, Entry>, E>>,
+{
+    let order = super::topo(plan);
+    let mut fingerprints: HashMap<usize, Digest> = HashMap::new();
+    let mut probed = vec![false; plan.tasks.len()];
+    let mut hits = HashMap::new();
+    loop {
+        for &i in &order {
+            if keys.key(i).is_none() {
+                keys.settle(plan, i, &|d| fingerprints.get(&d).copied());
+            }
+        }
+        let batch: Vec<(usize, Digest)> = order
+            .iter()
+            .filter(|&&i| !probed[i] && plan.tasks[i].cacheable)
+            .filter_map(|&i| Some((i, keys.key(i)?)))
+            .collect();
+        if batch.is_empty() {
+            return Ok(hits);
+        }
+        let mut found = lookup(batch.iter().map(|&(_, k)| k).collect()).await?;
+        for (i, k) in batch {
+            probed[i] = true;
+            if let Some(e) = found.remove(&k) {
+                if let Some(fp) = entry_fingerprint(&e) {
+                    fingerprints.insert(i, fp);
+                }
+                hits.insert(i, e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "progressive_tests.rs"]
+mod tests;

@@ -1,0 +1,204 @@
+//! Progressive keys with plain values: which upstream is folded how, when a key is known,
+//! and how a pre-run lookup walks the graph level by level.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use prova_protocol::spec::{CommandLine, TaskSpec};
+use prova_protocol::{Digest, TaskId};
+
+use super::*;
+use crate::cache::Entry;
+use crate::keys::{KEY_VERSION, KeyComponents, PlanKeys};
+use crate::plan::{PlannedTask, RunPlan, TaskKind};
+
+fn task(name: &str, outputs: &[&str], cacheable: bool, deps: Vec<usize>) -> PlannedTask {
+    let id = TaskId::new("p", name);
+    let mut spec = TaskSpec::new(id.clone(), "p".to_owned(), CommandLine::Shell("true".into()));
+    spec.outputs = outputs.iter().map(|s| (*s).to_owned()).collect();
+    PlannedTask {
+        id,
+        project: usize::MAX,
+        kind: TaskKind::Command,
+        spec,
+        cacheable,
+        deps,
+        requested: true,
+        inputs: vec![],
+    }
+}
+
+fn components(task: &str) -> KeyComponents {
+    KeyComponents {
+        version: KEY_VERSION,
+        task: task.to_owned(),
+        command: "sh:true".into(),
+        config: vec![],
+        env: vec![],
+        inputs: vec![],
+        workspace: vec![],
+        upstream: vec![],
+        upstream_outputs: vec![],
+        args: vec![],
+        platform: None,
+    }
+}
+
+/// `gen#build` (outputs) → `lib#build` (outputs) → `app#test` (no outputs) → `app#report`.
+fn chain() -> (RunPlan, PlanKeys) {
+    let tasks = vec![
+        task("gen", &["dist/**"], true, vec![]),
+        task("lib", &["lib/**"], true, vec![0]),
+        task("test", &[], true, vec![1]),
+        task("report", &["out/**"], true, vec![2]),
+    ];
+    let keys = PlanKeys {
+        keys: vec![None; tasks.len()],
+        components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
+        stamps: vec![Vec::new(); tasks.len()],
+        unfolded: vec![],
+    };
+    (RunPlan { root: PathBuf::from("/ws"), tasks }, keys)
+}
+
+fn entry(key: Digest, fingerprint: Digest) -> Entry {
+    Entry {
+        namespace: "trusted".into(),
+        key,
+        task: String::new(),
+        artifact: None,
+        log: None,
+        manifest: Vec::new(),
+        components: Vec::new(),
+        fingerprint: Some(fingerprint),
+        duration_ms: 1,
+        created_ms: 1,
+        last_used_ms: 1,
+    }
+}
+
+#[test]
+fn a_cached_upstream_with_outputs_is_folded_by_its_outputs() {
+    let (plan, _) = chain();
+    assert!(folds_outputs(&plan.tasks[0]));
+    assert!(!folds_outputs(&plan.tasks[2]), "no declared outputs: folded by key");
+    let mut uncached = plan.tasks[0].clone();
+    uncached.cacheable = false;
+    assert!(!folds_outputs(&uncached), "never cached: folded by key");
+}
+
+#[test]
+fn before_anything_resolves_only_the_root_is_keyed() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    assert!(keys.key(0).is_some());
+    assert!(keys.key(1).is_none(), "folds gen's outputs: pending");
+    assert!(keys.key(2).is_none(), "folds lib's outputs: pending");
+    assert!(keys.key(3).is_none(), "folds test's key, itself pending");
+}
+
+#[test]
+fn identical_upstream_outputs_keep_the_key_and_one_byte_moves_it() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    let fp = Digest::of(b"gen outputs");
+    let k1 = keys.settle(&plan, 1, &|_| Some(fp)).expect("keyed");
+    assert_eq!(keys.components[1].upstream_outputs, vec![("p#gen".to_owned(), fp)]);
+    assert!(keys.components[1].upstream.is_empty());
+    // gen re-ran with another key but the same bytes: lib's key is the same.
+    let (plan2, mut keys2) = chain();
+    keys2.components[0].inputs.push(crate::keys::InputFile {
+        path: "gen/src.txt".into(),
+        kind: crate::keys::InputKind::File,
+        exec: false,
+        digest: Digest::of(b"edited"),
+    });
+    keys2.settle_all(&plan2, &|_| None);
+    assert_ne!(keys2.key(0), keys.key(0), "gen's own key moved");
+    assert_eq!(keys2.settle(&plan2, 1, &|_| Some(fp)), Some(k1), "early cutoff");
+    let other = Digest::of(b"gen outputs, one byte more");
+    assert_ne!(keys2.settle(&plan2, 1, &|_| Some(other)), Some(k1));
+}
+
+#[test]
+fn an_upstream_without_outputs_is_folded_by_its_key() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    let fps = |d: usize| Some(Digest::of(format!("outputs of {d}").as_bytes()));
+    keys.settle(&plan, 1, &fps);
+    let test = keys.settle(&plan, 2, &fps).expect("test keyed");
+    let report = keys.settle(&plan, 3, &fps).expect("report keyed");
+    assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), test)]);
+    // What test could read, report can: gen's and lib's outputs are folded too.
+    let names: Vec<&str> =
+        keys.components[3].upstream_outputs.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["p#gen", "p#lib"]);
+    assert_ne!(report, test);
+}
+
+#[test]
+fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
+    // gen → lib → app, all with outputs: app's exec root holds gen's artifact too, so gen's
+    // bytes are part of what app can read.
+    let tasks = vec![
+        task("gen", &["dist/**"], true, vec![]),
+        task("lib", &["lib/**"], true, vec![0]),
+        task("app", &["app/**"], true, vec![1]),
+    ];
+    let mut keys = PlanKeys {
+        keys: vec![None; 3],
+        components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
+        stamps: vec![Vec::new(); 3],
+        unfolded: vec![],
+    };
+    let plan = RunPlan { root: PathBuf::from("/ws"), tasks };
+    keys.settle_all(&plan, &|_| None);
+    let lib_fp = Digest::of(b"lib");
+    let a = keys.settle(&plan, 2, &|d| Some(if d == 1 { lib_fp } else { Digest::of(b"gen 1") }));
+    let b = keys.settle(&plan, 2, &|d| Some(if d == 1 { lib_fp } else { Digest::of(b"gen 2") }));
+    assert!(a.is_some() && b.is_some());
+    assert_ne!(a, b, "gen's bytes moved: app's key moves though lib's did not");
+    assert_eq!(keys.settle(&plan, 2, &|d| if d == 1 { Some(lib_fp) } else { None }), None);
+}
+
+#[test]
+fn an_unresolved_upstream_clears_a_predicted_key() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    assert!(keys.settle(&plan, 1, &|_| Some(Digest::of(b"x"))).is_some());
+    assert_eq!(keys.settle(&plan, 1, &|_| None), None);
+    assert_eq!(keys.key(1), None);
+}
+
+#[test]
+fn presolve_walks_hits_level_by_level_and_stops_at_a_miss() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    // The cache holds gen's entry, and lib's under the key gen's fingerprint gives it.
+    let gen_fp = Digest::of(b"gen outputs");
+    let mut probe = keys.clone();
+    let lib_key = probe.settle(&plan, 1, &|_| Some(gen_fp)).expect("keyed");
+    let store: HashMap<Digest, Entry> = [
+        (keys.key(0).expect("root keyed"), entry(keys.key(0).expect("k"), gen_fp)),
+        (lib_key, entry(lib_key, Digest::of(b"lib outputs"))),
+    ]
+    .into_iter()
+    .collect();
+    let batches = RefCell::new(Vec::new());
+    let lookup = |ks: Vec<Digest>| {
+        batches.borrow_mut().push(ks.len());
+        let found: HashMap<Digest, Entry> =
+            ks.iter().filter_map(|k| Some((*k, store.get(k)?.clone()))).collect();
+        std::future::ready(Ok::<_, std::convert::Infallible>(found))
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let hits = rt.block_on(presolve(&plan, &mut keys, lookup)).expect("infallible");
+    assert_eq!(keys.key(1), Some(lib_key), "keyed from gen's entry");
+    assert!(hits.contains_key(&0) && hits.contains_key(&1));
+    // test is keyed from lib's entry and looked up (a miss): report waits on its key.
+    assert!(keys.key(2).is_some());
+    assert!(!hits.contains_key(&2));
+    assert!(keys.key(3).is_some(), "report folds test's key, known now");
+    assert_eq!(*batches.borrow(), vec![1, 1, 2], "one batch per level of hits");
+}
