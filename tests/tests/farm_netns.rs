@@ -232,15 +232,65 @@ fn a_worker_on_a_small_tmpfs_hands_its_tasks_back_and_they_run_elsewhere() {
     if !lab_or_skip() {
         return;
     }
-    // w1's work dir is an 8 MiB tmpfs; one slot, so its tasks' outputs fit there one at a
-    // time, and their archives never do.
+    // w1's work dir is an 8 MiB tmpfs above its floor (1 MiB); one slot, so its tasks'
+    // outputs fit there one at a time, and their archives never do.
+    let farm = NetFarm::builder()
+        .slots(1)
+        .tmpfs(0, "8m")
+        .worker_args(0, ["--min-free-disk", "1M"])
+        .start();
+    let (ws, projects) = gen_workspace(BIG);
+    let out = farm.run_cmd(&ws, ["gen", "--all", "--json"]).timeout(RUN_TIMEOUT).run();
+    assert_ran_elsewhere(&out, &ws, &projects, BIG, &farm);
+    let log = farm.worker_log(0);
+    assert!(log.contains("handing the assignment back"), "w1 never had to hand back:\n{log}");
+}
+
+#[test]
+fn a_task_whose_writes_fill_the_work_dir_is_handed_back_not_failed() {
+    if !lab_or_skip() {
+        return;
+    }
+    // Each task writes more than w1's whole 8 MiB work dir: its own write meets ENOSPC and
+    // it exits non-zero — the disk's failure, not the task's.
+    let farm = NetFarm::builder()
+        .slots(1)
+        .tmpfs(0, "8m")
+        .worker_args(0, ["--min-free-disk", "1M"])
+        .start();
+    let (ws, projects) = gen_workspace(HUGE);
+    let out = farm.run_cmd(&ws, ["gen", "--all", "--json"]).timeout(RUN_TIMEOUT).run();
+    assert_ran_elsewhere(&out, &ws, &projects, HUGE, &farm);
+    let log = farm.worker_log(0);
+    assert!(log.contains("handing the assignment back: short of disk"), "w1:\n{log}");
+}
+
+#[test]
+fn a_worker_below_its_disk_floor_takes_no_work_until_space_returns() {
+    if !lab_or_skip() {
+        return;
+    }
+    // w1's 8 MiB work dir is below the default floor (256 MiB) from the start: it says so,
+    // joins, and hands back every assignment; nothing of the run is lost or failed.
     let farm = NetFarm::builder().slots(1).tmpfs(0, "8m").start();
-    let projects: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
+    let log = farm.worker_log(0);
+    assert!(log.contains("starting short of disk"), "no word at start-up:\n{log}");
+    let (ws, projects) = gen_workspace(1000);
+    let out = farm.run_cmd(&ws, ["gen", "--all", "--json"]).timeout(RUN_TIMEOUT).run();
+    assert_ran_elsewhere(&out, &ws, &projects, 1000, &farm);
+}
+
+/// Bytes a task writes that no 8 MiB work dir holds.
+const HUGE: usize = 10_000_000;
+
+/// Projects `g0`…`g3` whose `gen` writes `size` random bytes to `dist/blob.bin`.
+fn gen_workspace(size: usize) -> (TempWorkspace, Vec<String>) {
+    let projects: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
     let mut ws = TempWorkspace::new().file(
         "prova.toml",
         &format!(
             "[workspace]\nprojects = [{}]\n\n[tasks.gen]\n\
-             command = \"mkdir -p dist && head -c {BIG} /dev/urandom > dist/blob.bin\"\n\
+             command = \"mkdir -p dist && head -c {size} /dev/urandom > dist/blob.bin\"\n\
              inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
             projects.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
         ),
@@ -248,18 +298,28 @@ fn a_worker_on_a_small_tmpfs_hands_its_tasks_back_and_they_run_elsewhere() {
     for p in &projects {
         ws = ws.file(&format!("{p}/src/in.txt"), p);
     }
-    let out = farm.run_cmd(&ws, ["gen", "--all", "--json"]).timeout(RUN_TIMEOUT).run();
+    (ws, projects)
+}
+
+/// Every `gen` succeeded on a worker other than w1, its `size` bytes reached the client, and
+/// w1's work dir holds no staging file.
+#[track_caller]
+fn assert_ran_elsewhere(
+    out: &Output,
+    ws: &TempWorkspace,
+    projects: &[String],
+    size: usize,
+    farm: &NetFarm,
+) {
     assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
-    for p in &projects {
+    for p in projects {
         let task = format!("{p}#gen");
         assert_eq!(out.status_of(&task), "succeeded", "{out}");
-        assert_ne!(out.report(&task)["worker"], "w1", "w1 cannot store outputs\n{out}");
+        assert_ne!(out.report(&task)["worker"], "w1", "w1 has no room for it\n{out}");
         let got = std::fs::metadata(ws.path(&format!("{p}/dist/blob.bin")))
             .unwrap_or_else(|e| panic!("{task}'s output never reached the client: {e}\n{out}"));
-        assert_eq!(got.len(), BIG as u64, "{task}");
+        assert_eq!(got.len(), size as u64, "{task}");
     }
-    let log = farm.worker_log(0);
-    assert!(log.contains("handing the assignment back"), "w1 never had to hand back:\n{log}");
     let left = staging_files(farm.work_dir(0));
     assert!(left.is_empty(), "staging files left on the full worker: {left:?}");
 }
