@@ -171,6 +171,15 @@ pub enum FarmCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Take a worker out (an admin certificate): it gets no new work, its running tasks
+    /// finish, then it leaves the farm and exits. Nothing it ran counts as a loss.
+    Drain {
+        /// The worker's name (its certificate's, as `farm status` lists it).
+        worker: String,
+        /// The farm.
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 /// Which task outputs a remote run brings back into the workspace.

@@ -531,6 +531,23 @@ impl NetFarm {
         self.workers[i].daemon.as_ref().expect("worker running").signal(Signal::SIGCONT);
     }
 
+    /// Waits (bounded) for worker `i` to exit on its own; its exit code (`None`: still
+    /// running at `timeout`, or killed by a signal).
+    pub fn wait_worker_exit(&mut self, i: usize, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        let d = self.workers[i].daemon.as_mut()?;
+        loop {
+            match d.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.workers[i].daemon = None;
+                    return status.code();
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+                _ => return None,
+            }
+        }
+    }
+
     /// Worker `i`'s link down.
     pub fn cut(&self, i: usize) {
         self.lab.cut(i + 1);

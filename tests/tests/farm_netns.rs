@@ -206,6 +206,54 @@ fn a_worker_cut_off_for_good_loses_nothing() {
     assert!(!late_on.contains(&name), "{name} is cut off, yet ran: {late_on:?}");
 }
 
+#[test]
+fn a_drained_worker_finishes_its_tasks_takes_no_more_and_leaves() {
+    if !lab_or_skip() {
+        return;
+    }
+    let mut farm = NetFarm::builder().start();
+    let ws = workspace();
+    let (mut run, victim) = start_and_pick_victim(&farm, &ws);
+    let name = farm.worker_name(victim).to_owned();
+    // Only an admin may drain, and only a worker the farm has.
+    let refused = farm.farm_cmd("ci", &["drain", &name]);
+    assert_ne!(refused.code(), Some(0), "{refused}");
+    assert!(refused.stderr.contains("cannot drain workers"), "{refused}");
+    let unknown = farm.farm_cmd("admin", &["drain", "nobody"]);
+    assert!(unknown.stderr.contains("no worker nobody on the farm"), "{unknown}");
+    let before = farm.status();
+    let held: Vec<String> = workers_of(&before)
+        .iter()
+        .find(|w| w["id"] == name.as_str())
+        .and_then(|w| w["running"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    let drained = farm.farm_cmd("admin", &["drain", &name]);
+    assert_eq!(drained.code(), Some(0), "{drained}\n{}", farm.logs());
+    assert!(drained.stdout.contains(&format!("draining {name}")), "{drained}");
+    // It finishes what it runs, is told to leave, leaves the farm and exits cleanly.
+    farm.wait_for_status("the drained worker to leave the farm", WAIT, |s| {
+        workers_of(s).iter().all(|w| w["id"] != name.as_str())
+    });
+    assert_eq!(farm.wait_worker_exit(victim, WAIT), Some(0), "{}", farm.logs());
+    run.wait_for_lines("the early tasks", PROJECTS + 1, |l| {
+        l.contains("\"task_finished\"") && l.contains("#early")
+    });
+    open_gate(&run);
+    let out = run.wait();
+    let late_on = assert_all_succeeded(&out, &ws, &farm);
+    assert!(!late_on.contains(&name), "{name} was drained, yet took new work: {late_on:?}");
+    // What it ran when the drain came finished there: nothing was taken away or requeued.
+    assert!(!held.is_empty(), "{before:#}");
+    for task in &held {
+        assert_eq!(out.report(task)["worker"], name.as_str(), "{task} was moved\n{out}");
+    }
+    let log = farm.coordinator_log();
+    assert!(!log.contains(&format!("worker {name} was lost")), "{log}");
+}
+
 /// Staging files (packed artifacts) anywhere under `dir`.
 fn staging_files(dir: &std::path::Path) -> Vec<String> {
     let mut found = Vec::new();
