@@ -150,6 +150,10 @@ pub struct WorkerArgs {
     /// Blob cache size bound, e.g. 20G.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub blob_cache_size: Option<u64>,
+    /// Free space the work dir must keep, e.g. 1G (default 256M): below it the worker hands
+    /// work back and evicts its blob cache until space returns.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_free_disk: Option<u64>,
     /// The name the coordinator's certificate must carry (default: the host of --join).
     #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,
@@ -166,6 +170,15 @@ pub enum FarmCommand {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Take a worker out (an admin certificate): it gets no new work, its running tasks
+    /// finish, then it leaves the farm and exits. Nothing it ran counts as a loss.
+    Drain {
+        /// The worker's name (its certificate's, as `farm status` lists it).
+        worker: String,
+        /// The farm.
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
 }
 

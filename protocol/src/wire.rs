@@ -116,6 +116,8 @@ pub enum CoordinatorMsg {
         /// Why.
         reason: String,
     },
+    /// Drained (`prova farm drain`) and idle: leave the farm as on SIGTERM, and exit.
+    Leave,
 }
 
 /// First frame of a blob stream.
@@ -269,6 +271,11 @@ pub enum ClientMsg {
     Status,
     /// Keys whose executions disagree.
     Hermeticity,
+    /// Take a worker out (admin): no new work, running tasks finish, then it leaves.
+    Drain {
+        /// Which.
+        worker: WorkerId,
+    },
 }
 
 /// What a task produced, for the client to download.
@@ -334,6 +341,11 @@ pub enum CoordinatorReply {
     Error {
         /// Why.
         message: String,
+    },
+    /// A drain was taken: the worker gets no new work and leaves once these finish.
+    Draining {
+        /// Tasks it still runs.
+        running: u32,
     },
 }
 

@@ -163,9 +163,10 @@ fn committed_fixtures_decode_to_the_values_built_here() {
 }
 
 /// The fixtures that carry no struct at all (unit variants, a variant holding a string).
-const WITHOUT_STRUCTS: [&str; 7] = [
+const WITHOUT_STRUCTS: [&str; 8] = [
     "blob_ack.stored",
     "worker_msg.leaving",
+    "coordinator_msg.leave",
     "client_msg.go",
     "client_msg.interrupt",
     "client_msg.status",

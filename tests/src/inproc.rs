@@ -166,6 +166,7 @@ impl InProcessFarm {
             blob_cache_size: 1 << 30,
             sandbox: false,
             sandbox_desc: "none".to_owned(),
+            min_free_disk: 0,
         };
         let stop = self.stop.child_token();
         let task = self.rt.spawn(daemons::run_worker(settings, stop.clone(), |_| Ok(())));

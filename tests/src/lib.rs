@@ -14,6 +14,8 @@
 //!   workers as subprocesses (kill, restart), `prova run --remote` against it, `farm status`.
 //! - [`verify`]: for the proof suites: one-project workspaces of pure and impure tasks, and
 //!   readers for verdicts (`--json`, the `Verify:` line) and the ledger (`prova hermeticity`).
+//! - [`netns`]: [`netns::NetFarm`], a farm on separate hosts (network namespaces on a bridge):
+//!   stall or cut one host's link, tmpfs work dirs.
 //! - [`inproc`]: [`inproc::InProcessFarm`], the same farm inside the test process: a
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
@@ -57,6 +59,7 @@ pub mod cluster;
 pub mod inproc;
 pub mod liar;
 pub mod locate;
+pub mod netns;
 pub mod procs;
 pub mod run;
 pub mod tsmono;

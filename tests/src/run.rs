@@ -26,6 +26,7 @@ pub struct ProvaCmd {
     env: Vec<(String, Option<String>)>,
     timeout: Duration,
     stdout_closed: bool,
+    launcher: Vec<String>,
 }
 
 impl ProvaCmd {
@@ -41,6 +42,7 @@ impl ProvaCmd {
             env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             stdout_closed: false,
+            launcher: Vec::new(),
         }
     }
 
@@ -75,6 +77,17 @@ impl ProvaCmd {
         self
     }
 
+    /// Starts prova through `launcher…` (which must exec it in place, keeping the pid), e.g.
+    /// `["ip", "netns", "exec", NS]` to run it on a namespaced host ([`crate::netns`]).
+    pub fn launcher<I, S>(mut self, launcher: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.launcher = launcher.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Runs to completion; panics (after killing it) if it outlives the deadline.
     pub fn run(self) -> Output {
         self.spawn().wait()
@@ -82,7 +95,14 @@ impl ProvaCmd {
 
     /// Starts prova in its own process group, stdin closed, stdout and stderr captured.
     pub fn spawn(self) -> Running {
-        let mut cmd = Command::new(prova_bin());
+        let mut cmd = match self.launcher.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(prova_bin());
+                c
+            }
+            None => Command::new(prova_bin()),
+        };
         cmd.arg("-C")
             .arg(&self.dir)
             .args(&self.args)

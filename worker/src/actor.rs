@@ -97,6 +97,20 @@ impl Message<ToWorker> for WorkerActor {
                         .await;
                     return;
                 }
+                if let Some(why) = self.context.disk.as_ref().and_then(|d| d.check()) {
+                    // Short of disk: give back what the blob cache holds, and the task.
+                    if let Some(blobs) = &self.context.blobs {
+                        let (n, bytes) = blobs.evict_unpinned();
+                        if n > 0 {
+                            tracing::info!(blobs = n, bytes, "evicted the blob cache");
+                        }
+                    }
+                    let why = HandBack::NoDisk(why);
+                    tracing::warn!(%attempt, "handing the assignment back: {}", why.describe());
+                    let back = Finished::handed_back(attempt, why);
+                    let _ = self.link.send(FromWorker::Finished(Box::new(back))).await;
+                    return;
+                }
                 let token = CancellationToken::new();
                 let (context, link, cancel) =
                     (self.context.clone(), self.link.clone(), token.clone());

@@ -266,6 +266,12 @@ impl BlobCache {
         PinGuard { inner: Arc::clone(&self.inner), digests: digests.to_vec() }
     }
 
+    /// Removes every blob no live exec root pins — a worker short of disk gives back what it
+    /// can; returns how many blobs and bytes went.
+    pub fn evict_unpinned(&self) -> (usize, u64) {
+        self.inner.evict_unpinned()
+    }
+
     /// A fresh, empty file in the cache's `tmp/` (same file system as the blobs, so
     /// [`insert_file`](Self::insert_file) can rename it) to write a download into. The
     /// caller removes it if it does not insert it.
@@ -514,6 +520,38 @@ impl Inner {
         Ok(dest)
     }
 
+    fn evict_unpinned(&self) -> (usize, u64) {
+        let mut st = self.lock();
+        let before = (st.blobs.len(), st.total);
+        let victims: Vec<(u64, Digest)> = st
+            .lru
+            .iter()
+            .filter(|(_, d)| !st.pins.contains_key(*d))
+            .map(|(&tick, d)| (tick, *d))
+            .collect();
+        self.remove_victims(&mut st, victims);
+        (before.0 - st.blobs.len(), before.1.saturating_sub(st.total))
+    }
+
+    /// Unlinks `victims` (and their executable twins) and drops them from the index.
+    fn remove_victims(&self, st: &mut State, victims: Vec<(u64, Digest)>) {
+        for (tick, d) in victims {
+            st.lru.remove(&tick);
+            let Some(b) = st.blobs.remove(&d) else { continue };
+            st.total = st.total.saturating_sub(b.bytes());
+            let base = self.blob_path(&d);
+            for path in [exec_path(&base), base] {
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "could not evict a blob")
+                    }
+                }
+            }
+        }
+    }
+
     /// Removes least recently used, unpinned blobs (never `keep`) until the total is within
     /// the bound. Runs under the lock so the index and the directory agree; unlinks are quick.
     fn evict(&self, st: &mut State, keep: Option<&Digest>) {
@@ -534,21 +572,7 @@ impl Inner {
                 victims.push((tick, *d));
             }
         }
-        for (tick, d) in victims {
-            st.lru.remove(&tick);
-            let Some(b) = st.blobs.remove(&d) else { continue };
-            st.total = st.total.saturating_sub(b.bytes());
-            let base = self.blob_path(&d);
-            for path in [exec_path(&base), base] {
-                match fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "could not evict a blob")
-                    }
-                }
-            }
-        }
+        self.remove_victims(st, victims);
         if st.total > self.max_bytes {
             tracing::debug!(
                 total = st.total,

@@ -62,6 +62,8 @@ pub struct WorkerContext {
     pub sandbox: bool,
     /// strace is available for `trace_reads`.
     pub strace: bool,
+    /// A farm worker's work dir against its disk floor (`crate::health`).
+    pub disk: Option<Arc<crate::health::DiskHealth>>,
 }
 
 impl WorkerContext {
@@ -73,6 +75,7 @@ impl WorkerContext {
             work_dir: PathBuf::new(),
             blobs: None,
             remote: None,
+            disk: None,
             sandbox: false,
             strace: false,
         }
@@ -177,6 +180,18 @@ pub async fn run_assignment(
         {
             break;
         }
+    }
+    // A task that failed while the work dir is below its floor (its writes met ENOSPC, most
+    // likely) failed for want of disk here, not of its own: it runs again elsewhere.
+    if !report.exit.success()
+        && !matches!(report.exit, ExitKind::Aborted)
+        && !cancel.is_cancelled()
+        && ctx.remote.is_some()
+        && let Some(why) = ctx.disk.as_ref().and_then(|d| d.check())
+    {
+        hand_back(&mut report, HandBack::NoDisk(why));
+        drop(exec_root);
+        return report;
     }
     if a.trace_reads {
         report.reads = Some(match (&trace_file, &exec_root) {

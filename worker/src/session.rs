@@ -191,7 +191,8 @@ pub enum SessionError {
     Rejected(String),
 }
 
-/// Runs the worker's session until `shutdown`: reports from `reports` go up, work comes down
+/// Runs the worker's session until `shutdown` (or until the coordinator dismisses a drained
+/// worker: `CoordinatorMsg::Leave` cancels `shutdown`): reports from `reports` go up, work comes down
 /// to `worker`. Returns an error only when the coordinator rejects the worker outright.
 pub async fn run(
     cfg: SessionConfig,
@@ -302,6 +303,7 @@ async fn serve(
     let w = worker.clone();
     let reader_done = CancellationToken::new();
     let done = reader_done.clone();
+    let stop = shutdown.clone();
     let _reader = OwnedTask::spawn("worker.session.reader", async move {
         let _done = done.drop_guard();
         loop {
@@ -319,6 +321,11 @@ async fn serve(
                 Ok(Some(CoordinatorMsg::Refused { attempt, reason })) => {
                     tracing::info!(%attempt, "report refused: {reason}; cancelling it here");
                     let _ = w.tell(ToWorker::Cancel { attempt }).await;
+                }
+                Ok(Some(CoordinatorMsg::Leave)) => {
+                    // Drained and idle: leave as on SIGTERM (say so, close, exit).
+                    tracing::info!("drained by the coordinator; leaving the farm");
+                    stop.cancel();
                 }
                 Ok(None) | Err(_) => break,
             }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::actor::{WorkerActor, WorkerActorArgs};
 use crate::blobcache::{BlobCache, BlobCacheError};
 use crate::exec::LocalExecutor;
+use crate::health::{DiskFloor, DiskHealth};
 use crate::runner::{RunnerConfig, WorkerContext};
 use crate::sandbox;
 use crate::session::{self, SessionError};
@@ -118,6 +119,8 @@ pub struct WorkerSettings {
     pub sandbox: bool,
     /// How `farm status` describes its sandbox.
     pub sandbox_desc: String,
+    /// Free bytes the work dir must keep (`--min-free-disk`): below, the worker takes no work.
+    pub min_free_disk: u64,
 }
 
 /// Runs a worker until `shutdown` (or until the coordinator refuses it): its actor and its
@@ -144,6 +147,12 @@ pub async fn run_worker(
     crate::health::clean_staging(&work_dir);
     let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
         .map_err(|cause| StartError::BlobCache { dir: work_dir.display().to_string(), cause })?;
+    let disk = Arc::new(DiskHealth::new(&work_dir, DiskFloor::bytes(s.min_free_disk)));
+    if let Some(why) = disk.check() {
+        // It joins all the same (and says so, above): work resumes once space returns.
+        let (n, bytes) = blobs.evict_unpinned();
+        tracing::warn!(blobs = n, bytes, "starting short of disk ({why}); evicted the blob cache");
+    }
     let (remote, conn_tx) = session::blobs();
     let (link, reports) = mpsc::channel(REPORT_QUEUE);
     let context = WorkerContext {
@@ -154,6 +163,7 @@ pub async fn run_worker(
         remote: Some(Arc::new(remote)),
         sandbox: s.sandbox,
         strace: sandbox::strace_available(),
+        disk: Some(disk),
     };
     let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
     let info = WorkerInfo {

@@ -149,6 +149,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         (None, Some(s)) => parse_size(&s).map_err(|e| anyhow::anyhow!("blob_cache_size: {e}"))?,
         (None, None) => DEFAULT_BLOB_CACHE,
     };
+    let min_free_disk = args.min_free_disk.unwrap_or(prova_worker::health::DEFAULT_MIN_FREE_DISK);
     let mode = args.sandbox.or(file.sandbox).unwrap_or_else(|| "bwrap".to_owned());
     let (use_sandbox, sandbox_desc) = start::sandbox_mode(&mode)?;
     let bundle = Bundle::load(&certs)?;
@@ -166,6 +167,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
             blob_cache_size,
             sandbox: use_sandbox,
             sandbox_desc,
+            min_free_disk,
         };
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();

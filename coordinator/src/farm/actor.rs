@@ -135,6 +135,12 @@ impl FarmActor {
                     let _ = send_within_bound(&l.tx, msg, "worker").await;
                 }
             }
+            FarmCommand::Dismiss { worker } => {
+                tracing::info!(%worker, "worker drained: telling it to leave");
+                if let Some(l) = self.links.get(&worker) {
+                    let _ = send_within_bound(&l.tx, CoordinatorMsg::Leave, "worker").await;
+                }
+            }
         }
     }
 
@@ -392,6 +398,27 @@ fn requirements(hints: &AssignHints) -> Requirements {
     }
     r.labels = hints.labels.clone();
     r
+}
+
+/// `prova farm drain`: take a worker out; the reply is how many tasks it still runs, or why
+/// not (no such worker).
+pub struct DrainWorker(pub WorkerId);
+
+impl Message<DrainWorker> for FarmActor {
+    type Reply = Result<u32, String>;
+    async fn handle(
+        &mut self,
+        DrainWorker(id): DrainWorker,
+        _ctx: &mut Context<Self, Self::Reply>,
+    ) -> Self::Reply {
+        let running = self.core.running().filter(|(w, _)| **w == id).count() as u32;
+        if !self.core.workers().any(|(w, _, _)| *w == id) {
+            return Err(format!("no worker {id} on the farm"));
+        }
+        tracing::info!(worker = %id, running, "draining worker");
+        self.feed(FarmEvent::Drain { id }).await;
+        Ok(running)
+    }
 }
 
 /// The farm's state.

@@ -17,7 +17,9 @@ use prova_protocol::wire::{
 use prova_protocol::{Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{AttachRun, DetachRun, FarmSink, GetStatus, NewRunId, report_reserve};
+use super::actor::{
+    AttachRun, DetachRun, DrainWorker, FarmSink, GetStatus, NewRunId, report_reserve,
+};
 use super::error::EdgeError;
 use super::forward::{Stream, forward};
 use super::server::Shared;
@@ -122,6 +124,18 @@ pub async fn run(
                 Ok(s) => CoordinatorReply::Status(s),
                 Err(e) => CoordinatorReply::Error { message: e.to_string() },
             },
+            ClientMsg::Drain { worker } => {
+                if identity.role != Role::Admin {
+                    CoordinatorReply::Error {
+                        message: format!("a `{}` certificate cannot drain workers", identity.role),
+                    }
+                } else {
+                    match shared.farm.ask(DrainWorker(worker)).await {
+                        Ok(running) => CoordinatorReply::Draining { running },
+                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+                    }
+                }
+            }
             ClientMsg::Hermeticity => {
                 match shared.store.call(|s| crate::hermeticity::report(s, HERMETICITY_LIMIT)).await
                 {
@@ -159,6 +173,7 @@ fn client_msg_kind(msg: &ClientMsg) -> &'static str {
         ClientMsg::Interrupt => "Interrupt",
         ClientMsg::Status => "Status",
         ClientMsg::Hermeticity => "Hermeticity",
+        ClientMsg::Drain { .. } => "Drain",
     }
 }
 

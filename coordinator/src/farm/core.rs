@@ -31,6 +31,8 @@
 //! - **Dedup**: an item whose key is already queued or leased for another run waits for
 //!   that execution and gets its result.
 //! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
+//! - **Drain** (`prova farm drain`): a draining worker gets no new work; once it holds no
+//!   lease it is told to leave ([`FarmCommand::Dismiss`]). Nothing it ran is lost or charged.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -174,6 +176,12 @@ pub enum FarmEvent {
     },
     /// Time passed: expire leases, give up on unplaceable items.
     Tick,
+    /// `prova farm drain`: no new work for this worker; it is dismissed once it holds no
+    /// lease.
+    Drain {
+        /// Which.
+        id: WorkerId,
+    },
 }
 
 /// What the shell must do.
@@ -211,6 +219,11 @@ pub enum FarmCommand {
         /// Why.
         reason: String,
     },
+    /// Tell a drained worker to leave the farm (it holds no lease any more).
+    Dismiss {
+        /// Which.
+        worker: WorkerId,
+    },
 }
 
 struct Worker {
@@ -224,6 +237,8 @@ struct Worker {
     silent: bool,
     /// It handed an assignment back: no new work before this time.
     backoff_until: Duration,
+    /// Drained: no new work; `Some(true)` once told to leave.
+    draining: Option<bool>,
 }
 
 impl Worker {
@@ -234,7 +249,7 @@ impl Worker {
 
     /// Whether it may be given an assignment now: a free slot, no hand-back backoff.
     fn open(&self, now: Duration) -> bool {
-        self.taken() < self.caps.slots && self.backoff_until <= now
+        self.taken() < self.caps.slots && self.backoff_until <= now && self.draining.is_none()
     }
 }
 
@@ -347,7 +362,15 @@ impl FarmCore {
                     });
                 }
                 let busy = self.leases.values().filter(|l| l.worker == id).count() as u32;
-                let w = Worker { caps, busy, holds, stale, silent: false, backoff_until: now };
+                let w = Worker {
+                    caps,
+                    busy,
+                    holds,
+                    stale,
+                    silent: false,
+                    backoff_until: now,
+                    draining: None,
+                };
                 self.workers.insert(id, w);
             }
             FarmEvent::WorkerLeft { id } => {
@@ -426,8 +449,14 @@ impl FarmCore {
                 }
                 self.expire_unplaceable(now, &mut out);
             }
+            FarmEvent::Drain { id } => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.draining.get_or_insert(false);
+                }
+            }
         }
         self.place(now, &mut out);
+        self.dismiss_drained(&mut out);
         out
     }
 
@@ -769,8 +798,10 @@ impl FarmCore {
         let pool: Vec<&(&WorkerId, &Worker)> = if preferred.is_empty() {
             // Only shunned workers fit now: take one only if no other worker could ever run
             // the item (a single-machine farm); otherwise wait for another.
-            let others_exist =
-                self.workers.iter().any(|(id, w)| !shunned(id, w) && item.reqs.fits(&w.caps));
+            let others_exist = self
+                .workers
+                .iter()
+                .any(|(id, w)| !shunned(id, w) && w.draining.is_none() && item.reqs.fits(&w.caps));
             if others_exist {
                 return None;
             }
@@ -788,6 +819,16 @@ impl FarmCore {
 }
 
 impl FarmCore {
+    /// Draining workers that hold no lease any more are told to leave, once.
+    fn dismiss_drained(&mut self, out: &mut Vec<FarmCommand>) {
+        for (id, w) in &mut self.workers {
+            if w.draining == Some(false) && !self.leases.values().any(|l| l.worker == *id) {
+                w.draining = Some(true);
+                out.push(FarmCommand::Dismiss { worker: id.clone() });
+            }
+        }
+    }
+
     /// A worker is leaving (SIGTERM): it is out of placement and of [`FarmCore::workers`] at
     /// once, and what it held is requeued free — it handed the work back, the tasks did
     /// nothing wrong. Its late reports are refused (no live lease).

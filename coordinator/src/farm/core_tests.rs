@@ -669,3 +669,49 @@ fn an_item_every_worker_keeps_handing_back_fails_naming_why() {
     assert!(failed[0].contains("short of disk: 3 MiB free"), "{}", failed[0]);
     assert!(failed[0].contains("handed back"), "{}", failed[0]);
 }
+
+fn dismissed(cmds: &[FarmCommand]) -> Vec<WorkerId> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            FarmCommand::Dismiss { worker } => Some(worker.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_drained_worker_finishes_what_it_runs_takes_nothing_new_then_is_dismissed_once() {
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 2, vec![]);
+    let first = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1)))));
+    let (_, lease, _) = first[0].clone();
+    let cmds = f.handle(T0, FarmEvent::Drain { id: w("a") });
+    assert!(dismissed(&cmds).is_empty(), "it still runs a task: {cmds:?}");
+    // A free slot, yet no new work for it; another worker takes it.
+    let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 2, 1))));
+    assert!(assigned(&cmds).is_empty(), "{cmds:?}");
+    let cmds = rejoin(&mut f, "b", 1, vec![]);
+    assert_eq!(assigned(&cmds).iter().map(|a| a.0.clone()).collect::<Vec<_>>(), [w("b")]);
+    // Its running task ends normally: delivered (a result, not a loss), and then it is told
+    // to leave — once.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert!(cmds.iter().any(|c| matches!(c, FarmCommand::Deliver { run: RunId(1), .. })));
+    assert_eq!(dismissed(&cmds), [w("a")], "{cmds:?}");
+    assert!(dismissed(&f.handle(T0, FarmEvent::Tick)).is_empty(), "dismissed once");
+    // Its leaving then hands back nothing (it held nothing) and it is gone.
+    let cmds = f.handle(T0, FarmEvent::WorkerLeaving { id: w("a") });
+    assert!(assigned(&cmds).is_empty() && f.queued() == 0, "{cmds:?}");
+    assert_eq!(f.workers().map(|(id, _, _)| id.clone()).collect::<Vec<_>>(), [w("b")]);
+}
+
+#[test]
+fn an_idle_worker_drained_is_dismissed_at_once_and_an_unknown_one_is_ignored() {
+    let mut f = FarmCore::new();
+    rejoin(&mut f, "a", 1, vec![]);
+    assert_eq!(dismissed(&f.handle(T0, FarmEvent::Drain { id: w("a") })), [w("a")]);
+    assert!(f.handle(T0, FarmEvent::Drain { id: w("nobody") }).is_empty());
+    // Work for a farm whose only worker drains waits (and fails only after the no-worker
+    // wait), never lands on it.
+    let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
+    assert!(assigned(&cmds).is_empty(), "{cmds:?}");
+}

@@ -95,12 +95,14 @@ impl Traced for CoordinatorMsg {
             Self::Work(ToWorker::Assign(_)) => "Assign",
             Self::Work(ToWorker::Cancel { .. }) => "Cancel",
             Self::Refused { .. } => "Refused",
+            Self::Leave => "Leave",
         }
     }
     fn attempt(&self) -> Option<AttemptId> {
         Some(match self {
             Self::Work(ToWorker::Assign(a)) => a.attempt,
             Self::Work(ToWorker::Cancel { attempt }) | Self::Refused { attempt, .. } => *attempt,
+            Self::Leave => return None,
         })
     }
     fn task(&self) -> Option<&TaskId> {
@@ -122,6 +124,7 @@ impl Traced for CoordinatorReply {
             Self::Status(_) => "Status",
             Self::Hermeticity(_) => "Hermeticity",
             Self::Error { .. } => "Error",
+            Self::Draining { .. } => "Draining",
         }
     }
 }

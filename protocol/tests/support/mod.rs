@@ -152,6 +152,7 @@ impl Message {
                     ToWorker::Cancel { .. } => "CoordinatorMsg::Work::Cancel".into(),
                 },
                 CoordinatorMsg::Refused { .. } => "CoordinatorMsg::Refused".into(),
+                CoordinatorMsg::Leave => "CoordinatorMsg::Leave".into(),
             },
             Message::BlobRequest(r) => match r {
                 BlobRequest::Get { .. } => "BlobRequest::Get".into(),
@@ -170,6 +171,7 @@ impl Message {
                 ClientMsg::Interrupt => "ClientMsg::Interrupt".into(),
                 ClientMsg::Status => "ClientMsg::Status".into(),
                 ClientMsg::Hermeticity => "ClientMsg::Hermeticity".into(),
+                ClientMsg::Drain { .. } => "ClientMsg::Drain".into(),
             },
             Message::CoordinatorReply(r) => match r {
                 CoordinatorReply::Missing { .. } => "CoordinatorReply::Missing".into(),
@@ -187,6 +189,7 @@ impl Message {
                 CoordinatorReply::Status(_) => "CoordinatorReply::Status".into(),
                 CoordinatorReply::Hermeticity(_) => "CoordinatorReply::Hermeticity".into(),
                 CoordinatorReply::Error { .. } => "CoordinatorReply::Error".into(),
+                CoordinatorReply::Draining { .. } => "CoordinatorReply::Draining".into(),
             },
         }
     }
@@ -208,6 +211,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "CoordinatorMsg::Work::Assign::ExecRoot",
     "CoordinatorMsg::Work::Cancel",
     "CoordinatorMsg::Refused",
+    "CoordinatorMsg::Leave",
     "BlobRequest::Get",
     "BlobRequest::Put",
     "BlobAck::Stored",
@@ -220,6 +224,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "ClientMsg::Interrupt",
     "ClientMsg::Status",
     "ClientMsg::Hermeticity",
+    "ClientMsg::Drain",
     "CoordinatorReply::Missing",
     "CoordinatorReply::Accepted",
     "CoordinatorReply::Event::TaskStarted",
@@ -233,6 +238,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "CoordinatorReply::Status",
     "CoordinatorReply::Hermeticity",
     "CoordinatorReply::Error",
+    "CoordinatorReply::Draining",
 ];
 
 /// Decodes `payload` as every message type (for robustness tests: results are ignored, only
@@ -894,6 +900,15 @@ pub fn goldens() -> Vec<Golden> {
         Golden { name: "client_msg.interrupt", msg: M::ClientMsg(ClientMsg::Interrupt) },
         Golden { name: "client_msg.status", msg: M::ClientMsg(ClientMsg::Status) },
         Golden { name: "client_msg.hermeticity", msg: M::ClientMsg(ClientMsg::Hermeticity) },
+        Golden {
+            name: "client_msg.drain",
+            msg: M::ClientMsg(ClientMsg::Drain { worker: WorkerId("w2".into()) }),
+        },
+        Golden {
+            name: "coordinator_reply.draining",
+            msg: reply(CoordinatorReply::Draining { running: 3 }),
+        },
+        Golden { name: "coordinator_msg.leave", msg: M::CoordinatorMsg(CoordinatorMsg::Leave) },
         Golden {
             name: "coordinator_reply.missing",
             msg: reply(CoordinatorReply::Missing { digests: vec![d("b")] }),

@@ -234,3 +234,25 @@ fn concurrent_inserts_and_twins_keep_the_index_consistent() {
     }
     assert_eq!(c.total_bytes(), on_disk);
 }
+
+#[test]
+fn a_worker_short_of_disk_evicts_every_unpinned_blob_and_its_twin() {
+    let t = tempfile::tempdir().unwrap();
+    let c = cache(&t.path().join("blobs"), 1 << 20);
+    let a = blob_of(&c, b'a', 100);
+    let b = blob_of(&c, b'b', 100);
+    let x = blob_of(&c, b'x', 50);
+    let a_twin = c.path(&a, true).unwrap();
+    let x_path = c.path(&x, false).unwrap();
+    let pin = c.pin(&[b]);
+    assert_eq!(c.evict_unpinned(), (2, 250), "a and its twin (200), x (50); b is pinned");
+    assert!(!c.has(&a) && !c.has(&x) && c.has(&b));
+    assert!(!a_twin.exists() && !x_path.exists(), "the files are gone too");
+    assert_eq!(c.total_bytes(), 100);
+    assert_eq!(c.evict_unpinned(), (0, 0), "nothing more to give");
+    // Reopened, the cache agrees with its directory.
+    drop(pin);
+    drop(c);
+    let c = reopen(&t.path().join("blobs"), 1 << 20);
+    assert!(c.has(&b) && !c.has(&a) && c.len() == 1);
+}
