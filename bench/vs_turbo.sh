@@ -70,3 +70,19 @@ ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-
 echo "   tasks executed after one edit: prova $ran_p, turbo ${ran_t:-?}"
 git checkout -q -- "$PKG/src/mod1.js"
 git -C "$PW" checkout -q -- "$PKG/src/mod1.js"
+# Early cutoff: an edit to an input of the package that its build does not copy into dist
+# (a note beside the sources): the package re-runs with byte-identical outputs, so prova
+# keys its dependents by the same bytes and they hit; turbo folds the package's hash into
+# theirs and re-runs them all.
+echo "== one non-output input edited in $PKG (early cutoff)"
+load
+QUIET="echo \"note \$(date +%s%N)\" | tee $PKG/src/notes.txt > $PW/$PKG/src/notes.txt"
+python3 "$C" -n "$N" --prep "$QUIET" --a "$P run build --all" --b "$T run build"
+sh -c "$QUIET"
+ran_p=$($P run build --all --json 2>/dev/null | python3 -c '
+import json, sys
+s = [json.loads(l) for l in sys.stdin if l.startswith("{")][-1]["summary"]
+print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
+ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
+echo "   tasks executed after the non-output edit: prova $ran_p, turbo ${ran_t:-?}"
+rm -f "$PKG/src/notes.txt" "$PW/$PKG/src/notes.txt"

@@ -71,7 +71,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         let task = id.to_string();
         let key = prepared.key(node);
         // The entries of the upstreams now (their manifests name what moved).
-        let ups = prova_coordinator::keys::progressive::output_upstreams(&prepared.plan, node);
+        let ups = prepared.keys.output_upstreams(&prepared.plan, node);
         let now_upstream: Vec<(String, prova_coordinator::cache::Entry)> = ups
             .iter()
             .filter_map(|d| Some((prepared.plan.tasks[*d].id.to_string(), hits.get(d)?.clone())))

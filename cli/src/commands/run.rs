@@ -331,7 +331,9 @@ fn dry_run(
     };
     // A pending key waits on the upstreams it folds by outputs that will run first.
     let waits_on = |i: usize| -> Vec<&str> {
-        prova_coordinator::keys::progressive::output_upstreams(plan, i)
+        prepared
+            .keys
+            .output_upstreams(plan, i)
             .into_iter()
             .filter(|d| !hits.contains_key(d))
             .map(|d| plan.tasks[d].id.as_str())

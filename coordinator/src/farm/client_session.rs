@@ -225,6 +225,7 @@ async fn start(
         stamps: vec![Vec::new(); tasks.len()],
         // Exec roots on the farm hold what each task's `inputs` list (the client's refs).
         unfolded: Vec::new(),
+        closures: Default::default(),
     };
     // The farm keys the upstreams itself, from its own entries and executions: what the
     // client predicted from its local cache is not taken on trust.

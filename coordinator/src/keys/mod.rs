@@ -33,6 +33,8 @@ pub struct PlanKeys {
     /// its resolved externals): not in any key's `workspace` list, but every exec root
     /// holds them, as it holds the workspace inputs.
     pub unfolded: Vec<InputFile>,
+    /// Per task, the upstreams it folds by outputs ([`progressive`]), computed once.
+    pub closures: std::sync::OnceLock<std::sync::Arc<Vec<Vec<u32>>>>,
 }
 
 /// The platform string folded into non-portable keys.
@@ -158,6 +160,7 @@ pub fn compute(
         components: components.into_iter().map(|c| c.unwrap_or_else(empty_components)).collect(),
         stamps,
         unfolded: keyed_locks,
+        closures: Default::default(),
     };
     // Nothing is resolved yet: only keys whose upstreams are all folded by key.
     keys.settle_all(plan, &|_| None);

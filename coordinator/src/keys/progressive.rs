@@ -39,51 +39,109 @@ pub fn entry_fingerprint(e: &Entry) -> Option<Digest> {
     })
 }
 
-/// Per upstream kind, what `node`'s key folds: `(by key, by outputs)`, each sorted; `None`
-/// while an upstream is unresolved.
-type Upstreams = (Vec<(String, Digest)>, Vec<(String, Digest)>);
-
-/// Every task upstream of `node` (direct or transitive) that a dependent folds by outputs:
-/// all of their artifacts are readable by it.
-pub fn output_upstreams(plan: &RunPlan, node: usize) -> Vec<usize> {
-    let mut seen = vec![false; plan.tasks.len()];
-    let mut stack = plan.tasks[node].deps.clone();
-    let mut out = Vec::new();
-    while let Some(d) = stack.pop() {
-        if std::mem::replace(&mut seen[d], true) {
-            continue;
+/// Per task, every task upstream of it (direct or transitive) that a dependent folds by
+/// outputs — all of their artifacts are readable by it — ordered by task id (the order the
+/// key folds them in). Computed once per plan, in dependency order, by merging the deps'.
+fn closures(plan: &RunPlan) -> Vec<Vec<u32>> {
+    let n = plan.tasks.len();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for i in super::topo(plan) {
+        let mut c: Vec<u32> = Vec::new();
+        for &d in &plan.tasks[i].deps {
+            if folds_outputs(&plan.tasks[d]) {
+                c.push(d as u32);
+            }
+            c.extend_from_slice(&out[d]);
         }
-        if folds_outputs(&plan.tasks[d]) {
-            out.push(d);
-        }
-        stack.extend(plan.tasks[d].deps.iter().copied());
+        c.sort_unstable();
+        c.dedup();
+        out[i] = c;
     }
-    out.sort_unstable();
+    for c in &mut out {
+        c.sort_by(|&a, &b| {
+            plan.tasks[a as usize].id.as_str().cmp(plan.tasks[b as usize].id.as_str())
+        });
+    }
     out
+}
+
+/// What `node`'s upstreams resolved to, or `None` while one is unresolved; the current
+/// components' lists are reused when nothing moved (the warm path allocates nothing).
+enum Upstreams {
+    /// As the components hold them already.
+    Same,
+    /// `(by key, by outputs)`, each sorted by task id.
+    New(Vec<(String, Digest)>, Vec<(String, Digest)>),
 }
 
 fn upstreams(
     plan: &RunPlan,
     keys: &PlanKeys,
+    closure: &[u32],
     node: usize,
     outputs: &dyn Fn(usize) -> Option<Digest>,
 ) -> Option<Upstreams> {
-    let mut by_key = Vec::new();
-    for &d in &plan.tasks[node].deps {
-        if !folds_outputs(&plan.tasks[d]) {
-            by_key.push((plan.tasks[d].id.to_string(), (*keys.keys.get(d)?)?));
+    let deps = &plan.tasks[node].deps;
+    // Resolved? (no allocation: most calls before a run answer no, or "as before")
+    // Direct deps first: the ones resolved last, so an unresolved key is found at once.
+    let mut by_key_n = 0;
+    for &d in deps {
+        if folds_outputs(&plan.tasks[d]) {
+            outputs(d)?;
+        } else {
+            keys.key(d)?;
+            by_key_n += 1;
         }
     }
-    let mut by_outputs = Vec::new();
-    for d in output_upstreams(plan, node) {
-        by_outputs.push((plan.tasks[d].id.to_string(), outputs(d)?));
+    let c = keys.components.get(node)?;
+    let mut same = c.upstream.len() == by_key_n && c.upstream_outputs.len() == closure.len();
+    for (j, &d) in closure.iter().enumerate() {
+        let fp = outputs(d as usize)?;
+        same = same
+            && c.upstream_outputs[j].1 == fp
+            && c.upstream_outputs[j].0 == plan.tasks[d as usize].id.as_str();
     }
+    if same {
+        let mut by_key: Vec<(&str, Digest)> = deps
+            .iter()
+            .filter(|&&d| !folds_outputs(&plan.tasks[d]))
+            .filter_map(|&d| Some((plan.tasks[d].id.as_str(), keys.key(d)?)))
+            .collect();
+        by_key.sort();
+        if by_key.iter().zip(&c.upstream).all(|(a, b)| a.0 == b.0 && a.1 == b.1) {
+            return Some(Upstreams::Same);
+        }
+    }
+    let mut by_key: Vec<(String, Digest)> = deps
+        .iter()
+        .filter(|&&d| !folds_outputs(&plan.tasks[d]))
+        .filter_map(|&d| Some((plan.tasks[d].id.to_string(), keys.key(d)?)))
+        .collect();
     by_key.sort();
-    by_outputs.sort();
-    Some((by_key, by_outputs))
+    let by_outputs = closure
+        .iter()
+        .filter_map(|&d| Some((plan.tasks[d as usize].id.to_string(), outputs(d as usize)?)))
+        .collect();
+    Some(Upstreams::New(by_key, by_outputs))
 }
 
 impl PlanKeys {
+    fn closures(&self, plan: &RunPlan) -> std::sync::Arc<Vec<Vec<u32>>> {
+        std::sync::Arc::clone(self.closures.get_or_init(|| closures(plan).into()))
+    }
+
+    /// Every task upstream of `node` (direct or transitive) that a dependent folds by
+    /// outputs, by node index (`plan` is the plan these keys are of).
+    pub fn output_upstreams(&self, plan: &RunPlan, node: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .closures(plan)
+            .get(node)
+            .map(|c| c.iter().map(|&d| d as usize).collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
     /// The key of `node`, if known.
     pub fn key(&self, node: usize) -> Option<Digest> {
         self.keys.get(node).copied().flatten()
@@ -98,22 +156,28 @@ impl PlanKeys {
         node: usize,
         outputs: &dyn Fn(usize) -> Option<Digest>,
     ) -> Option<Digest> {
-        let Some((by_key, by_outputs)) = upstreams(plan, self, node, outputs) else {
-            if let Some(k) = self.keys.get_mut(node) {
-                *k = None;
+        let closures = self.closures(plan);
+        let closure = closures.get(node).map_or(&[][..], Vec::as_slice);
+        let known = self.key(node);
+        match upstreams(plan, self, closure, node, outputs) {
+            None => {
+                if let Some(k) = self.keys.get_mut(node) {
+                    *k = None;
+                }
+                None
             }
-            return None;
-        };
-        let c = self.components.get_mut(node)?;
-        let known = self.keys.get(node).copied().flatten();
-        if known.is_some() && c.upstream == by_key && c.upstream_outputs == by_outputs {
-            return known;
+            Some(Upstreams::Same) if known.is_some() => known,
+            Some(up) => {
+                let c = self.components.get_mut(node)?;
+                if let Upstreams::New(by_key, by_outputs) = up {
+                    c.upstream = by_key;
+                    c.upstream_outputs = by_outputs;
+                }
+                let k = c.key();
+                self.keys[node] = Some(k);
+                Some(k)
+            }
         }
-        c.upstream = by_key;
-        c.upstream_outputs = by_outputs;
-        let k = c.key();
-        self.keys[node] = Some(k);
-        Some(k)
     }
 
     /// Keys, in dependency order, every task whose upstreams are resolved (`outputs` as in

@@ -58,6 +58,7 @@ fn chain() -> (RunPlan, PlanKeys) {
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); tasks.len()],
         unfolded: vec![],
+        closures: Default::default(),
     };
     (RunPlan { root: PathBuf::from("/ws"), tasks }, keys)
 }
@@ -151,6 +152,7 @@ fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); 3],
         unfolded: vec![],
+        closures: Default::default(),
     };
     let plan = RunPlan { root: PathBuf::from("/ws"), tasks };
     keys.settle_all(&plan, &|_| None);

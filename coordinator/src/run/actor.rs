@@ -276,7 +276,15 @@ impl RunActor {
         let before = c.keys.key(node);
         let state = &self.state;
         let after = c.keys.settle(&self.plan, node, &|d| state[d].fingerprint);
-        let settled = decide::settled(&self.plan, &self.state, node, before, after);
+        let settled = match after {
+            None => decide::settled(
+                &c.keys.output_upstreams(&self.plan, node),
+                &self.state,
+                before,
+                after,
+            ),
+            Some(_) => decide::settled(&[], &self.state, before, after),
+        };
         if !matches!(settled, decide::Settled::Same) {
             c.hits.remove(&node);
             self.current.remove(&node);

@@ -208,9 +208,12 @@ impl RunActor {
         }
         let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
         // An upstream folded by outputs executed in this run, yet the key held: a cutoff.
-        let cutoff = crate::keys::progressive::output_upstreams(&self.plan, node)
-            .into_iter()
-            .any(|d| self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0));
+        let cutoff = self.cache.as_ref().is_some_and(|c| {
+            c.keys
+                .output_upstreams(&self.plan, node)
+                .into_iter()
+                .any(|d| self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0))
+        });
         let cache = CacheStatus::Hit { layer, saved_ms, cutoff };
         let mut r =
             self.report(node, TaskStatus::Succeeded, cache, None, 0, ExecStats::default(), None);

@@ -357,9 +357,8 @@ pub(crate) enum Settled {
 /// What settling `node`'s key from `before` (known before) to `after` means; `after` is
 /// `None` when an upstream it folds by outputs has no fingerprint in `state`.
 pub(crate) fn settled(
-    plan: &crate::plan::RunPlan,
+    output_upstreams: &[usize],
     state: &[TaskState],
-    node: usize,
     before: Option<Digest>,
     after: Option<Digest>,
 ) -> Settled {
@@ -367,9 +366,8 @@ pub(crate) fn settled(
         Some(k) if before == Some(k) => Settled::Same,
         Some(k) => Settled::Moved(k),
         None => {
-            let unknown = crate::keys::progressive::output_upstreams(plan, node)
-                .into_iter()
-                .find(|&d| state[d].fingerprint.is_none());
+            let unknown =
+                output_upstreams.iter().copied().find(|&d| state[d].fingerprint.is_none());
             unknown.map_or(Settled::Same, Settled::Unknown)
         }
     }
