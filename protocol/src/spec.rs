@@ -71,6 +71,49 @@ pub struct TaskSpec {
     /// frames of tasks without labels are unchanged).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// How proofs treat the task (`verify`, `verify_ignore`, `side_effects`); never keyed.
+    /// Omitted when default, so frames of tasks without a policy are unchanged.
+    #[serde(default, skip_serializing_if = "ProofPolicy::is_default")]
+    pub proof: ProofPolicy,
+    /// Runtime inputs a farm worker must reproduce before it runs the task: each command with
+    /// the digest of its stdout on the client (`runtime = ["node --version"]`). Empty in
+    /// local mode (the client ran them itself). Omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime: Vec<RuntimeCheck>,
+}
+
+/// How `--verify` treats one task. Never part of a key: exempting a task or ignoring an
+/// output changes what is proven, not what the task produces.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProofPolicy {
+    /// Why the task is never re-run or traced by `--verify` (`verify = false`,
+    /// `side_effects = true`); `None`: it is proven like any other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exempt: Option<String>,
+    /// Output globs (as written, project-relative or `//`) the determinism comparison leaves
+    /// out (`verify_ignore`): a legitimately varying file such as a build-info timestamp.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<String>,
+}
+
+impl ProofPolicy {
+    /// No exemption and nothing ignored.
+    pub fn is_default(&self) -> bool {
+        self.exempt.is_none() && self.ignore.is_empty()
+    }
+}
+
+/// A runtime input the client folded into the key: a farm worker runs `command` the same
+/// way and refuses the task when its stdout's digest differs (another toolchain there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeCheck {
+    /// The command as written (run by `sh -c`).
+    pub command: String,
+    /// The digest of its stdout on the client.
+    pub digest: crate::Digest,
+    /// Its stdout on the client when short and not secret-looking (for the error message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<String>,
 }
 
 impl TaskSpec {
@@ -91,6 +134,8 @@ impl TaskSpec {
             ready_when: None,
             network: false,
             labels: Default::default(),
+            proof: ProofPolicy::default(),
+            runtime: Vec::new(),
         }
     }
 }

@@ -276,7 +276,7 @@ impl RunActor {
             self.cache.is_some(),
             self.farm_worker(),
             &self.exec,
-            self.options.verify.inputs,
+            self.traces_inputs(node),
         );
         let in_place = shape.in_place;
         let placement = if in_place {
@@ -442,7 +442,11 @@ impl RunActor {
             self.notice(node, NoticeLevel::Warn, msg).await;
         }
         self.record_primary(node, &f);
-        if self.options.verify.inputs && self.cacheable(node) {
+        if let Some(skipped) = self.skipped_proof(node).filter(|_| self.options.verify.inputs)
+            && self.cacheable(node)
+        {
+            self.state[node].pending.push(skipped);
+        } else if self.options.verify.inputs && self.cacheable(node) {
             let t = &self.plan.tasks[node];
             let trees: Vec<&str> =
                 t.inputs.iter().filter(|i| i.tree).map(|i| i.path.as_str()).collect();
