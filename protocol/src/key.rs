@@ -160,6 +160,24 @@ pub fn runtime_pair(command: &str, digest: &Digest, shown: Option<&str>) -> (Str
     (format!("{RUNTIME_PREFIX}{command}"), value)
 }
 
+/// The `sh -c` script a runtime command runs as, on a client and on a worker alike: its
+/// stderr dropped (only stdout is folded), whatever the command's own shape.
+pub fn runtime_script(command: &str) -> String {
+    format!("{{ {command}\n}} 2>/dev/null")
+}
+
+/// The digest of a runtime command's result: its stdout and how it exited (`None`: killed
+/// or not started), the same on a client and on a farm worker.
+pub fn runtime_digest(stdout: &[u8], code: Option<i32>) -> Digest {
+    let mut f = Fold::new("prova-runtime");
+    f.bytes(stdout);
+    match code {
+        Some(c) => f.tag(1).u64(u64::from(c as u32)),
+        None => f.tag(0),
+    };
+    f.finish()
+}
+
 /// A runtime pair's value split into its digest text and the stdout shown beside it.
 pub fn runtime_value(value: &str) -> (&str, Option<&str>) {
     match value.split_once(' ') {

@@ -102,6 +102,15 @@ pub async fn run_assignment(
     };
     let mut argv = exec::command_argv(&a.spec.command, &a.spec.args);
     let mut env = task_env(&ctx.config, &a);
+    // A farm task's runtime inputs must give here what they gave on the client.
+    if !a.spec.runtime.is_empty() {
+        let cwd = if ctx.work_dir.as_os_str().is_empty() { Path::new("/") } else { &ctx.work_dir };
+        if let Some(why) =
+            exec::runtime::mismatch(&ctx.executor, &a.spec.runtime, &env, cwd, &cancel).await
+        {
+            return fail(why);
+        }
+    }
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
     let task_argv_len = argv.len();

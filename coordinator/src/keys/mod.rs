@@ -3,6 +3,7 @@
 //! plan before anything runs (upstream outputs are represented by upstream keys).
 
 pub mod digests;
+pub mod runtime;
 
 use prova_protocol::Digest;
 use prova_protocol::spec::CommandLine;
@@ -125,6 +126,7 @@ pub fn compute(
             },
             config: {
                 let mut c = config_pairs(def);
+                c.extend(runtime::config_pairs(ws, def, salt));
                 if let Some(p) = ws.projects.get(t.project) {
                     c.extend(locks.config_pairs(&p.dir));
                     // Each installed tree the task can resolve into, by its manifest digest.
