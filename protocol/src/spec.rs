@@ -161,15 +161,65 @@ impl ExitKind {
         matches!(self, Self::Code(0))
     }
 
-    /// A short description for summaries.
+    /// A short description for summaries: the shell's conventional codes (127 not found,
+    /// 126 not executable, 128 + N a child killed by signal N) and signals by name.
     pub fn describe(&self) -> String {
         match self {
+            Self::Code(127) => "exit code 127: command not found".to_owned(),
+            Self::Code(126) => {
+                "exit code 126: not executable (permission denied, or not a program)".to_owned()
+            }
+            Self::Code(c @ 129..=192) if signal_name(c - 128).is_some() => {
+                let n = c - 128;
+                let name = signal_name(n).unwrap_or("?");
+                format!("exit code {c}: a process it ran was killed by {name}{}", signal_hint(n))
+            }
             Self::Code(c) => format!("exit code {c}"),
-            Self::Signal(s) => format!("killed by signal {s}"),
+            Self::Signal(s) => match signal_name(*s) {
+                Some(name) => format!("killed by {name} (signal {s}){}", signal_hint(*s)),
+                None => format!("killed by signal {s}"),
+            },
             Self::TimedOut => "timed out".to_owned(),
             Self::Aborted => "aborted".to_owned(),
             Self::SpawnFailed(e) => format!("could not start: {e}"),
         }
+    }
+}
+
+/// The name of Linux signal `n` (`SIGKILL`), for the common ones.
+pub fn signal_name(n: i32) -> Option<&'static str> {
+    Some(match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return None,
+    })
+}
+
+/// What a death by signal `n` usually means, as a suffix.
+fn signal_hint(n: i32) -> &'static str {
+    match n {
+        9 => " — out of memory?",
+        11 | 7 => " — a crash (bad memory access)",
+        6 => " — it aborted (a failed assertion?)",
+        24 => " — over its CPU time limit",
+        25 => " — over its file size limit",
+        _ => "",
     }
 }
 

@@ -118,6 +118,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         let mut prepared = prepare(&ws, &graph, &args.forward, &env, &cache, salt).await?;
         let defaults = RunDefaults { retry: args.retry, timeout: args.timeout };
         prova_coordinator::scheduler::defaults::apply(&mut prepared.plan, &ws, &defaults);
+        let run_id = prova_coordinator::scheduler::defaults::new_run_id();
+        prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
         if options.verify.any() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));

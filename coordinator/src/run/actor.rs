@@ -466,7 +466,10 @@ impl RunActor {
             AfterExecution::Report { cache, unprovable } => (cache, unprovable),
         };
         self.discard_staged(f.attempt);
-        let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
+        let note = (status == TaskStatus::Failed).then(|| {
+            let note = self.failure_note(node, &f.exit);
+            f.exit_detail.as_ref().map_or_else(|| note.clone(), |d| format!("{note} ({d})"))
+        });
         let ok = status == TaskStatus::Succeeded;
         let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
         if unprovable {

@@ -1,4 +1,4 @@
-//! Run-level retries and timeouts: `--retry N` / `--timeout DUR`, else `[workspace] retry` /
+//! Run-level retries, timeouts and the run id (`PROVA_RUN_ID`, [`mark_run`]): `--retry N` / `--timeout DUR`, else `[workspace] retry` /
 //! `timeout`, for every task that sets no `retries` / `timeout` of its own (a task's own
 //! value wins). Applied to the plan's specs after it is keyed: none of these is keyed (a
 //! task's own `timeout` stays what its key folds), so a run with `--retry 3` hits the
@@ -37,6 +37,27 @@ pub fn apply(plan: &mut RunPlan, ws: &Workspace, run: &RunDefaults) {
             t.spec.timeout_ms = Some(d.as_millis().min(u128::from(u64::MAX)) as u64);
         }
     }
+}
+
+/// The run's id, as every task's `PROVA_RUN_ID` (the worker adds `PROVA_TASK`,
+/// `PROVA_PROJECT` and `PROVA_WORKSPACE`). In the spec's env, which no key folds.
+pub fn mark_run(plan: &mut RunPlan, run_id: &str) {
+    for t in &mut plan.tasks {
+        if !t.spec.env.iter().any(|(k, _)| k == RUN_ID) {
+            t.spec.env.push((RUN_ID.to_owned(), run_id.to_owned()));
+        }
+    }
+}
+
+/// The variable naming the run a task is part of.
+pub const RUN_ID: &str = "PROVA_RUN_ID";
+
+/// A fresh run id: this process and the wall clock, in hex.
+pub fn new_run_id() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    format!("{:x}-{:x}", micros, std::process::id())
 }
 
 #[cfg(test)]

@@ -675,6 +675,7 @@ fn finished() -> Finished {
         isolation: "bwrap".into(),
         perturbed: Some(perturbations()),
         handback: None,
+        exit_detail: Some("PATH was /usr/local/bin:/usr/bin:/bin".into()),
     }
 }
 
