@@ -235,3 +235,26 @@ pub struct ExecStats {
     /// Peak resident set size of the largest process, in KiB.
     pub max_rss_kb: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_explained_by_their_conventions() {
+        let d = |e: ExitKind| e.describe();
+        assert_eq!(d(ExitKind::Code(1)), "exit code 1");
+        assert_eq!(d(ExitKind::Code(127)), "exit code 127: command not found");
+        assert!(d(ExitKind::Code(126)).starts_with("exit code 126: not executable"));
+        assert_eq!(d(ExitKind::Signal(9)), "killed by SIGKILL (signal 9) — out of memory?");
+        assert_eq!(d(ExitKind::Signal(15)), "killed by SIGTERM (signal 15)");
+        assert_eq!(d(ExitKind::Signal(64)), "killed by signal 64", "an unnamed signal");
+        assert_eq!(
+            d(ExitKind::Code(137)),
+            "exit code 137: a process it ran was killed by SIGKILL — out of memory?"
+        );
+        // 128 + an unnamed signal, and codes above the signal range, are plain codes.
+        assert_eq!(d(ExitKind::Code(128 + 64)), "exit code 192");
+        assert_eq!(d(ExitKind::Code(200)), "exit code 200");
+    }
+}
