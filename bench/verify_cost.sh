@@ -1,5 +1,6 @@
 #!/bin/sh
-# What --verify costs on a cold build: `run build --all --force` with and without --verify,
+# What --verify costs on a cold build: `run build --all --force` with and without --verify
+# (and, locally, with --verify-sample=0.1),
 # locally and on a loopback farm of WORKERS workers, each pair interleaved
 # (../shared/bench/compare.py), reported as ratios.
 #
@@ -24,6 +25,8 @@ farm_scratch prova-verify-bench
 start_farm "$W" "$S" "$SB"
 echo "== local: --verify vs plain ($WS)"
 python3 "$C" --cwd "$WS" -n "$N" --a "$P run build --all --force --verify" --b "$P run build --all --force"
+echo "== local: --verify --verify-sample=0.1 vs plain ($WS)"
+python3 "$C" --cwd "$WS" -n "$N" --a "$P run build --all --force --verify --verify-sample=0.1" --b "$P run build --all --force"
 echo "== farm, $W workers x $S slots, sandbox $SB: --verify vs plain"
 R="--remote $ADDR --certs $CI --download none"
 python3 "$C" --cwd "$WS" -n "$N" --a "$P run build --all --force --verify $R" --b "$P run build --all --force $R"

@@ -407,6 +407,20 @@ pub enum OutputMode {
     Grouped,
 }
 
+/// `--verify-sample`: a fraction in [0, 1], in parts per million.
+fn parse_fraction(s: &str) -> Result<u32, String> {
+    let f: f64 = s.parse().map_err(|_| format!("`{s}` is not a number; write e.g. 0.1"))?;
+    if !(0.0..=1.0).contains(&f) {
+        return Err(format!("{s} is not between 0 and 1"));
+    }
+    Ok((f * 1_000_000.0).round() as u32)
+}
+
+/// `--timeout`: a humantime duration longer than zero.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    prova_coordinator::config::policy::parse_timeout(s)
+}
+
 /// `prova run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -460,6 +474,25 @@ pub struct RunArgs {
     /// comma-separated (`web#bundle,api#build`).
     #[arg(long, value_name = "TASK", value_delimiter = ',')]
     pub verify_allow: Vec<String>,
+
+    /// With --verify: prove only this fraction of the executed tasks (`0.1`), chosen by key
+    /// and --verify-seed, so the same key is in or out of every run with that seed.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_fraction, requires = "verify")]
+    pub verify_sample: Option<u32>,
+
+    /// With --verify-sample: which sample (another seed rotates to another subset).
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "verify_sample")]
+    pub verify_seed: u64,
+
+    /// Extra attempts after a failure for every task that sets no `retries` (overrides
+    /// `[workspace] retry`). Never keyed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retry: Option<u32>,
+
+    /// Wall-clock limit for every task that sets no `timeout` (overrides `[workspace]
+    /// timeout`), e.g. `90s`, `10m`. Never keyed.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
 
     /// Run on a farm instead of locally.
     #[command(flatten)]

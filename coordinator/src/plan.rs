@@ -153,5 +153,7 @@ fn spec_for(
         ready_when: def.and_then(|d| d.ready_when.clone()),
         network: def.is_some_and(|d| d.network),
         labels: def.map(|d| d.labels.clone()).unwrap_or_default(),
+        proof: def.map(|d| d.policy.proof()).unwrap_or_default(),
+        runtime: Vec::new(),
     }
 }

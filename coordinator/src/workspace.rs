@@ -60,6 +60,12 @@ pub struct WorkspaceSettings {
     pub inputs: Vec<String>,
     /// Installed-tree directory globs as written (`None`: the default, see `crate::trees`).
     pub trees: Option<Vec<String>>,
+    /// Runtime commands every task's key folds the output of (`crate::keys::runtime`).
+    pub runtime: Vec<String>,
+    /// Retries of a task that sets none (never keyed).
+    pub retry: Option<u32>,
+    /// Timeout of a task that sets none (never keyed).
+    pub timeout: Option<Duration>,
 }
 
 /// A project: a directory with its own tasks.
@@ -124,6 +130,8 @@ pub struct TaskDef {
     pub network: bool,
     /// Farm placement: labels a worker must carry to run it.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// What prova does around it that never changes its outputs (`crate::config::policy`).
+    pub policy: crate::config::policy::TaskPolicy,
     /// The `[tasks.X]` header that defines it last: the project's override if any, else the
     /// workspace default.
     pub defined_at: Location,
@@ -151,6 +159,7 @@ impl TaskDef {
             portable: false,
             network: false,
             labels: std::collections::BTreeMap::new(),
+            policy: crate::config::policy::TaskPolicy { verify: true, ..Default::default() },
             defined_at,
         }
     }

@@ -151,6 +151,10 @@ pub enum Verdict {
         /// What the re-run changed (and what it could not), so the proof says what it covers.
         #[serde(default)]
         perturbations: Perturbations,
+        /// Output paths left out of the comparison by the task's `verify_ignore` (in either
+        /// execution), sorted; the proof covers every other output.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ignored: Vec<String>,
     },
     /// Re-ran; the outputs differ: the cache would replay one arbitrary output forever.
     Nondeterministic(Divergence),
@@ -224,6 +228,20 @@ pub enum Verdict {
         /// Why.
         reason: String,
     },
+    /// The task opts out of proofs (`verify = false`, `side_effects = true`): never re-run
+    /// or traced by `--verify`, and why.
+    Exempt {
+        /// Why, naming the setting.
+        reason: String,
+    },
+    /// Left out of a sampled proof run (`--verify-sample`): the choice is a function of the
+    /// key and the seed, so the same key is in or out of every run with that seed.
+    NotSampled {
+        /// The fraction asked for, in parts per million.
+        fraction_ppm: u32,
+        /// `--verify-seed`.
+        seed: u64,
+    },
 }
 
 impl Verdict {
@@ -252,6 +270,8 @@ impl Verdict {
             Self::ProvenComplete => "proven-complete",
             Self::NoOutputs => "no-outputs",
             Self::NotVerified { .. } => "not-verified",
+            Self::Exempt { .. } => "exempt",
+            Self::NotSampled { .. } => "not-sampled",
         }
     }
 }
@@ -280,6 +300,9 @@ pub struct Divergence {
     /// What the re-run changed (and what it could not).
     #[serde(default)]
     pub perturbations: Perturbations,
+    /// Output paths left out of the comparison by the task's `verify_ignore`, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
 }
 
 /// A file whose mode differs between two executions.

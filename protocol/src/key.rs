@@ -138,7 +138,12 @@ impl KeyComponents {
         if self.command != old.command {
             out.push("the command changed".to_owned());
         }
-        diff_pairs(&old.config, &self.config, &mut out, |k, what| format!("config `{k}` {what}"));
+        let (old_rt, old_cfg): (Vec<_>, Vec<_>) =
+            old.config.iter().cloned().partition(|(k, _)| k.starts_with(RUNTIME_PREFIX));
+        let (new_rt, new_cfg): (Vec<_>, Vec<_>) =
+            self.config.iter().cloned().partition(|(k, _)| k.starts_with(RUNTIME_PREFIX));
+        diff_pairs(&old_cfg, &new_cfg, &mut out, |k, what| format!("config `{k}` {what}"));
+        diff_runtime(&old_rt, &new_rt, &mut out);
         diff_pairs(&old.env, &self.env, &mut out, |k, what| format!("env `{k}` {what}"));
         diff_files(&old.inputs, &self.inputs, &mut out, "input");
         diff_files(&old.workspace, &self.workspace, &mut out, "workspace input");
@@ -157,6 +162,72 @@ impl KeyComponents {
             out.push(format!("platform changed ({:?} → {:?})", old.platform, self.platform));
         }
         out
+    }
+}
+
+/// The config pair name prefix of a runtime input (`runtime:node --version`).
+pub const RUNTIME_PREFIX: &str = "runtime:";
+
+/// The config pair of runtime input `command`: its stdout's digest, then the stdout itself
+/// when `shown` (short and not secret-looking), so `why` can say `v20 → v22`.
+pub fn runtime_pair(command: &str, digest: &Digest, shown: Option<&str>) -> (String, String) {
+    let value = match shown {
+        Some(s) => format!("{digest} {s}"),
+        None => digest.to_string(),
+    };
+    (format!("{RUNTIME_PREFIX}{command}"), value)
+}
+
+/// The `sh -c` script a runtime command runs as, on a client and on a worker alike: its
+/// stderr dropped (only stdout is folded), whatever the command's own shape.
+pub fn runtime_script(command: &str) -> String {
+    format!("{{ {command}\n}} 2>/dev/null")
+}
+
+/// The digest of a runtime command's result: its stdout and how it exited (`None`: killed
+/// or not started), the same on a client and on a farm worker.
+pub fn runtime_digest(stdout: &[u8], code: Option<i32>) -> Digest {
+    let mut f = Fold::new("prova-runtime");
+    f.bytes(stdout);
+    match code {
+        Some(c) => f.tag(1).u64(u64::from(c as u32)),
+        None => f.tag(0),
+    };
+    f.finish()
+}
+
+/// A runtime pair's value split into its digest text and the stdout shown beside it.
+pub fn runtime_value(value: &str) -> (&str, Option<&str>) {
+    match value.split_once(' ') {
+        Some((d, s)) => (d, Some(s)),
+        None => (value, None),
+    }
+}
+
+/// `runtime `node --version` changed: v20.11.0 → v22.1.0` (values when both were kept).
+fn diff_runtime(old: &[(String, String)], new: &[(String, String)], out: &mut Vec<String>) {
+    let name = |k: &str| k.strip_prefix(RUNTIME_PREFIX).unwrap_or(k).to_owned();
+    for (k, v) in new {
+        match old.iter().find(|(ok, _)| ok == k) {
+            None => out.push(format!("runtime `{}` was added", name(k))),
+            Some((_, ov)) if ov != v => {
+                let (od, os) = runtime_value(ov);
+                let (nd, ns) = runtime_value(v);
+                out.push(match (os, ns) {
+                    (Some(a), Some(b)) if a != b => {
+                        format!("runtime `{}` changed: {a} → {b}", name(k))
+                    }
+                    _ if od != nd => format!("runtime `{}` changed (its output differs)", name(k)),
+                    _ => format!("runtime `{}` changed", name(k)),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    for (k, _) in old {
+        if !new.iter().any(|(nk, _)| nk == k) {
+            out.push(format!("runtime `{}` was removed", name(k)));
+        }
     }
 }
 

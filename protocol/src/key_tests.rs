@@ -110,3 +110,24 @@ fn env_values_fold_keyed_by_the_cache_salt() {
     assert_eq!(env_value(Some(&a), "1234"), env_value(Some(&a), "1234"), "stable");
     assert_ne!(env_value(Some(&a), "1234"), env_value(Some(&a), "1235"), "per value");
 }
+
+#[test]
+fn diff_names_a_runtime_input_with_its_old_and_new_output() {
+    let pair = |out: &str, shown: bool| {
+        runtime_pair("node --version", &Digest::of(out.as_bytes()), shown.then_some(out))
+    };
+    let with = |p: (String, String)| {
+        let mut c = base();
+        c.config.push(p);
+        c.config.sort();
+        c
+    };
+    let (old, new) = (with(pair("v20.11.0", true)), with(pair("v22.1.0", true)));
+    assert_ne!(old.key(), new.key(), "a runtime input's output is keyed");
+    assert_eq!(new.diff(&old), vec!["runtime `node --version` changed: v20.11.0 → v22.1.0"]);
+    // Without the values kept (secret-looking or long), the change is still named.
+    let (old, new) = (with(pair("a", false)), with(pair("b", false)));
+    assert_eq!(new.diff(&old), vec!["runtime `node --version` changed (its output differs)"]);
+    assert_eq!(new.diff(&base()), vec!["runtime `node --version` was added"]);
+    assert_eq!(base().diff(&new), vec!["runtime `node --version` was removed"]);
+}

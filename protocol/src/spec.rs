@@ -71,6 +71,49 @@ pub struct TaskSpec {
     /// frames of tasks without labels are unchanged).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// How proofs treat the task (`verify`, `verify_ignore`, `side_effects`); never keyed.
+    /// Omitted when default, so frames of tasks without a policy are unchanged.
+    #[serde(default, skip_serializing_if = "ProofPolicy::is_default")]
+    pub proof: ProofPolicy,
+    /// Runtime inputs a farm worker must reproduce before it runs the task: each command with
+    /// the digest of its stdout on the client (`runtime = ["node --version"]`). Empty in
+    /// local mode (the client ran them itself). Omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime: Vec<RuntimeCheck>,
+}
+
+/// How `--verify` treats one task. Never part of a key: exempting a task or ignoring an
+/// output changes what is proven, not what the task produces.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProofPolicy {
+    /// Why the task is never re-run or traced by `--verify` (`verify = false`,
+    /// `side_effects = true`); `None`: it is proven like any other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exempt: Option<String>,
+    /// Output globs (as written, project-relative or `//`) the determinism comparison leaves
+    /// out (`verify_ignore`): a legitimately varying file such as a build-info timestamp.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<String>,
+}
+
+impl ProofPolicy {
+    /// No exemption and nothing ignored.
+    pub fn is_default(&self) -> bool {
+        self.exempt.is_none() && self.ignore.is_empty()
+    }
+}
+
+/// A runtime input the client folded into the key: a farm worker runs `command` the same
+/// way and refuses the task when its stdout's digest differs (another toolchain there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeCheck {
+    /// The command as written (run by `sh -c`).
+    pub command: String,
+    /// The digest of its stdout on the client.
+    pub digest: crate::Digest,
+    /// Its stdout on the client when short and not secret-looking (for the error message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<String>,
 }
 
 impl TaskSpec {
@@ -91,6 +134,8 @@ impl TaskSpec {
             ready_when: None,
             network: false,
             labels: Default::default(),
+            proof: ProofPolicy::default(),
+            runtime: Vec::new(),
         }
     }
 }
@@ -116,15 +161,65 @@ impl ExitKind {
         matches!(self, Self::Code(0))
     }
 
-    /// A short description for summaries.
+    /// A short description for summaries: the shell's conventional codes (127 not found,
+    /// 126 not executable, 128 + N a child killed by signal N) and signals by name.
     pub fn describe(&self) -> String {
         match self {
+            Self::Code(127) => "exit code 127: command not found".to_owned(),
+            Self::Code(126) => {
+                "exit code 126: not executable (permission denied, or not a program)".to_owned()
+            }
+            Self::Code(c @ 129..=192) if signal_name(c - 128).is_some() => {
+                let n = c - 128;
+                let name = signal_name(n).unwrap_or("?");
+                format!("exit code {c}: a process it ran was killed by {name}{}", signal_hint(n))
+            }
             Self::Code(c) => format!("exit code {c}"),
-            Self::Signal(s) => format!("killed by signal {s}"),
+            Self::Signal(s) => match signal_name(*s) {
+                Some(name) => format!("killed by {name} (signal {s}){}", signal_hint(*s)),
+                None => format!("killed by signal {s}"),
+            },
             Self::TimedOut => "timed out".to_owned(),
             Self::Aborted => "aborted".to_owned(),
             Self::SpawnFailed(e) => format!("could not start: {e}"),
         }
+    }
+}
+
+/// The name of Linux signal `n` (`SIGKILL`), for the common ones.
+pub fn signal_name(n: i32) -> Option<&'static str> {
+    Some(match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return None,
+    })
+}
+
+/// What a death by signal `n` usually means, as a suffix.
+fn signal_hint(n: i32) -> &'static str {
+    match n {
+        9 => " — out of memory?",
+        11 | 7 => " — a crash (bad memory access)",
+        6 => " — it aborted (a failed assertion?)",
+        24 => " — over its CPU time limit",
+        25 => " — over its file size limit",
+        _ => "",
     }
 }
 
@@ -139,4 +234,27 @@ pub struct ExecStats {
     pub cpu_sys_ms: u64,
     /// Peak resident set size of the largest process, in KiB.
     pub max_rss_kb: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_explained_by_their_conventions() {
+        let d = |e: ExitKind| e.describe();
+        assert_eq!(d(ExitKind::Code(1)), "exit code 1");
+        assert_eq!(d(ExitKind::Code(127)), "exit code 127: command not found");
+        assert!(d(ExitKind::Code(126)).starts_with("exit code 126: not executable"));
+        assert_eq!(d(ExitKind::Signal(9)), "killed by SIGKILL (signal 9) — out of memory?");
+        assert_eq!(d(ExitKind::Signal(15)), "killed by SIGTERM (signal 15)");
+        assert_eq!(d(ExitKind::Signal(64)), "killed by signal 64", "an unnamed signal");
+        assert_eq!(
+            d(ExitKind::Code(137)),
+            "exit code 137: a process it ran was killed by SIGKILL — out of memory?"
+        );
+        // 128 + an unnamed signal, and codes above the signal range, are plain codes.
+        assert_eq!(d(ExitKind::Code(128 + 64)), "exit code 192");
+        assert_eq!(d(ExitKind::Code(200)), "exit code 200");
+    }
 }

@@ -244,6 +244,36 @@ pub struct RunOptionsWire {
     /// Tasks allowed to be nondeterministic.
     #[serde(default)]
     pub verify_allow: Vec<TaskId>,
+    /// `--verify-sample`: prove only the keys in this sample. Omitted when every task is
+    /// proven, so older frames are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_sample: Option<VerifySample>,
+}
+
+/// A deterministic sample of keys to prove (`--verify-sample=FRACTION --verify-seed=S`): a
+/// key is in it when the digest of the key and the seed, read as a number, falls below the
+/// fraction — the same key is in or out of every run with that seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifySample {
+    /// The fraction, in parts per million (0..=1 000 000).
+    pub ppm: u32,
+    /// The seed; another seed draws another sample.
+    pub seed: u64,
+}
+
+impl VerifySample {
+    /// Parts per million of a whole.
+    pub const WHOLE: u32 = 1_000_000;
+
+    /// Whether `key` is in the sample.
+    pub fn contains(&self, key: &crate::Digest) -> bool {
+        let mut f = crate::digest::Fold::new("prova-verify-sample");
+        f.digest(key).u64(self.seed);
+        let d = f.finish();
+        let mut n = [0u8; 8];
+        n.copy_from_slice(&d.0[..8]);
+        u64::from_le_bytes(n) % u64::from(Self::WHOLE) < u64::from(self.ppm)
+    }
 }
 
 /// Client → coordinator.

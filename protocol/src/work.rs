@@ -166,6 +166,11 @@ pub struct Finished {
     /// Omitted when `None`, so reports of ordinary work are unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handback: Option<HandBack>,
+    /// What the worker knows about how the last try ended beyond its [`ExitKind`]: for exit
+    /// 127 (command not found), the `PATH` the command was looked up in. Omitted when
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_detail: Option<String>,
 }
 
 /// Why a worker hands an assignment back: an infrastructure failure of that worker, never
@@ -211,6 +216,7 @@ impl Finished {
             isolation: String::new(),
             perturbed: None,
             handback: None,
+            exit_detail: None,
         }
     }
 

@@ -105,6 +105,15 @@ pub async fn run_assignment(
     };
     let mut argv = exec::command_argv(&a.spec.command, &a.spec.args);
     let mut env = task_env(&ctx.config, &a);
+    // A farm task's runtime inputs must give here what they gave on the client.
+    if !a.spec.runtime.is_empty() {
+        let cwd = if ctx.work_dir.as_os_str().is_empty() { Path::new("/") } else { &ctx.work_dir };
+        if let Some(why) =
+            exec::runtime::mismatch(&ctx.executor, &a.spec.runtime, &env, cwd, &cancel).await
+        {
+            return fail(why);
+        }
+    }
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
     let task_argv_len = argv.len();
@@ -128,6 +137,7 @@ pub async fn run_assignment(
             Err(e) => return fail(e.to_string()),
         },
     };
+    set_markers(&mut env, &a, &root);
     if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
         argv = in_env_order(argv, task_argv_len, &env);
     }
@@ -181,6 +191,7 @@ pub async fn run_assignment(
             break;
         }
     }
+    report.exit_detail = exit_detail(&report.exit, &env);
     // A task that failed while the work dir is below its floor (its writes met ENOSPC, most
     // likely) failed for want of disk here, not of its own: it runs again elsewhere.
     if !report.exit.success()
@@ -332,6 +343,40 @@ fn task_env(cfg: &RunnerConfig, a: &Assignment) -> Vec<(String, String)> {
         }
     }
     env
+}
+
+/// Longest `PATH` an exit explanation quotes.
+const MAX_PATH_SHOWN: usize = 400;
+
+/// What the worker adds to an exit code: the `PATH` a command that was not found (127) was
+/// looked up in.
+fn exit_detail(exit: &ExitKind, env: &[(String, String)]) -> Option<String> {
+    if *exit != ExitKind::Code(127) {
+        return None;
+    }
+    let path = env.iter().rev().find(|(k, _)| k == "PATH").map_or("(unset)", |(_, v)| v.as_str());
+    let mut shown: String = path.chars().take(MAX_PATH_SHOWN).collect();
+    if shown.len() < path.len() {
+        shown.push('…');
+    }
+    Some(format!("PATH was {shown}"))
+}
+
+/// The variables that tell a task it runs under prova (never keyed): `PROVA_TASK`
+/// (`project#task`), `PROVA_PROJECT`, `PROVA_WORKSPACE` (the root it runs in: the workspace,
+/// or its exec root) and `PROVA_RUN_ID` (set by the client in the spec's env; kept as given).
+fn set_markers(env: &mut Vec<(String, String)>, a: &Assignment, root: &Path) {
+    let markers = [
+        ("PROVA_TASK", a.spec.id.to_string()),
+        ("PROVA_PROJECT", a.spec.id.project().to_owned()),
+        ("PROVA_WORKSPACE", root.display().to_string()),
+    ];
+    for (k, v) in markers {
+        match env.iter_mut().find(|(name, _)| name == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k.to_owned(), v)),
+        }
+    }
 }
 
 /// The environment in reverse name order, as the task sees it. A process's environment is

@@ -163,6 +163,7 @@ pub fn diff(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
         single_machine: false,
         modes: prova_coordinator::layers::diff::mode_changes(&a, &b, 0o077),
         perturbations: Default::default(),
+        ignored: Vec::new(),
     };
     let head = format!(
         "{} key {}: first run vs {} on {}\n",

@@ -9,6 +9,7 @@ use std::path::Path;
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::prepare::{Prepared, prepare};
 use prova_coordinator::run::{CachePolicy, RunCache, RunOptions, TaskKind, VerifyOptions};
+use prova_coordinator::scheduler::defaults::RunDefaults;
 use prova_protocol::TaskId;
 use prova_protocol::events::{NoticeLevel, RunEvent};
 use prova_protocol::task::OwnedTask;
@@ -77,6 +78,9 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
         options.verify.allow.insert(id);
     }
+    options.verify.sample = args
+        .verify_sample
+        .map(|ppm| prova_protocol::wire::VerifySample { ppm, seed: args.verify_seed });
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
     let sandbox = if options.verify.any() {
@@ -112,6 +116,10 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
         let env = |k: &str| std::env::var(k).ok();
         let mut prepared = prepare(&ws, &graph, &args.forward, &env, &cache, salt).await?;
+        let defaults = RunDefaults { retry: args.retry, timeout: args.timeout };
+        prova_coordinator::scheduler::defaults::apply(&mut prepared.plan, &ws, &defaults);
+        let run_id = prova_coordinator::scheduler::defaults::new_run_id();
+        prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
         if options.verify.any() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
@@ -479,5 +487,6 @@ fn wire_options(
         .filter_map(|(p, on)| on.then_some(p))
         .collect(),
         verify_allow: run_options.verify.allow.iter().cloned().collect(),
+        verify_sample: run_options.verify.sample,
     }
 }

@@ -42,7 +42,15 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
         .zip(prepared.input_refs(root))
         .enumerate()
         .map(|(i, (t, inputs))| RemoteTask {
-            spec: t.spec.clone(),
+            spec: {
+                // The farm's workers must reproduce each runtime input the key folds.
+                let mut spec = t.spec.clone();
+                spec.runtime = prova_coordinator::keys::runtime::checks(
+                    root,
+                    &prepared.keys.components[i].config,
+                );
+                spec
+            },
             kind: match t.kind {
                 TaskKind::Group => RemoteKind::Group,
                 TaskKind::Command => RemoteKind::Command,

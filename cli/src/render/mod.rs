@@ -161,13 +161,14 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
     let paint =
         |code: &str, s: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() };
     let text = match v {
-        Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations } => {
+        Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations, ignored } => {
             let where_ = match (rerun_worker, single_machine) {
                 (_, true) => "single machine".to_owned(),
                 (Some(w), false) => format!("re-run on {w}"),
                 (None, false) => "re-run elsewhere".to_owned(),
             };
             let mut s = format!("{} ({where_})\n", paint("32", "verify: proven deterministic"));
+            push_ignored(&mut s, ignored);
             push_perturbations(&mut s, perturbations);
             s
         }
@@ -209,6 +210,7 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             if d.single_machine {
                 s.push_str("  (re-run on the same machine)\n");
             }
+            push_ignored(&mut s, &d.ignored);
             push_perturbations(&mut s, &d.perturbations);
             s
         }
@@ -276,9 +278,17 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         }
         Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
         Verdict::NoOutputs => "verify: no outputs (nothing to replay but the log)\n".to_owned(),
-        Verdict::NotVerified { .. } => return None,
+        Verdict::NotVerified { .. } | Verdict::NotSampled { .. } => return None,
+        Verdict::Exempt { reason } => format!("verify: exempt ({reason})\n"),
     };
     Some(text)
+}
+
+/// The outputs `verify_ignore` left out of a comparison, under its verdict.
+fn push_ignored(s: &mut String, ignored: &[String]) {
+    if !ignored.is_empty() {
+        s.push_str(&format!("  not compared (verify_ignore): {}\n", ignored.join(", ")));
+    }
 }
 
 /// What a re-run changed (and could not), under its verdict.

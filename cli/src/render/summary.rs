@@ -143,13 +143,46 @@ fn verify_section(s: &RunSummary, out: &mut String) {
         ("sandbox-failed", "failed in the sandbox"),
         ("allowed-nondeterministic", "allowed nondeterministic"),
         ("no-outputs", "no outputs"),
+        ("exempt", "exempt"),
+        ("not-sampled", "not sampled"),
         ("not-verified", "not verified"),
     ];
     let parts: Vec<String> = order
         .iter()
         .filter_map(|(k, label)| counts.get(k).map(|n| format!("{n} {label}")))
         .collect();
-    let _ = writeln!(out, " Verify:  {}", parts.join(" · "));
+    // A sampled run says how many of the tasks it could prove it chose: every task with a
+    // proof verdict or `not-sampled` was a candidate.
+    let unsampled = counts.get("not-sampled").copied().unwrap_or(0);
+    let sample = if unsampled > 0 {
+        let candidates = s
+            .tasks
+            .iter()
+            .filter(|t| {
+                t.verdicts.iter().any(|v| {
+                    !matches!(
+                        v,
+                        prova_protocol::events::Verdict::NotVerified { .. }
+                            | prova_protocol::events::Verdict::Exempt { .. }
+                            | prova_protocol::events::Verdict::NoOutputs
+                    )
+                })
+            })
+            .count();
+        let unsampled_tasks = s
+            .tasks
+            .iter()
+            .filter(|t| {
+                t.verdicts
+                    .iter()
+                    .any(|v| matches!(v, prova_protocol::events::Verdict::NotSampled { .. }))
+            })
+            .count();
+        format!(" ({} of {candidates} sampled)", candidates - unsampled_tasks)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(out, " Verify:  {}{sample}", parts.join(" · "));
     for t in &s.tasks {
         for v in t.verdicts.iter().filter(|v| v.fails()) {
             let detail = match v {

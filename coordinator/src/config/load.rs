@@ -84,6 +84,9 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         fingerprint: fingerprint.into_iter().map(|p| p.value).collect(),
         inputs: check_globs(&src, "inputs", ws.inputs)?,
         trees: ws.trees.map(|t| check_globs(&src, "trees", t)).transpose()?,
+        runtime: super::policy::check_runtime(&src, ws.runtime)?,
+        retry: ws.retry.map(|r| super::task::check_retries(&src, r)).transpose()?,
+        timeout: ws.timeout.map(|t| super::task::check_timeout(&src, t)).transpose()?,
     };
     let defaults = check_tasks(&src, file.tasks)?;
     let dirs = discover::project_dirs(&src, &project_globs)?;

@@ -14,6 +14,8 @@
 //!   from its `package.json`.
 //! - [`js`]: project globs from a JS workspace's own list, tasks from `package.json` scripts.
 //! - [`load`]: the whole load, in order: root → projects → names → deps → tasks.
+//! - [`policy`]: the knobs never keyed (`verify`, `verify_ignore`, `side_effects`) and
+//!   the `runtime` commands a task declares.
 //! - [`outputs`]: the rule that confines every output pattern to its task's project.
 //! - [`error`]: [`ConfigError`]; [`suggest()`]: the did-you-mean helper.
 
@@ -24,6 +26,7 @@ pub mod load;
 pub mod outputs;
 pub mod package_json;
 pub mod parse;
+pub mod policy;
 pub mod schema;
 pub mod suggest;
 pub mod task;

@@ -40,6 +40,16 @@ pub struct WorkspaceTable {
     /// (`crate::trees`). Default: `node_modules` at the root and in every project when the
     /// root has a `package.json`, else none.
     pub trees: Option<Vec<Spanned<String>>>,
+    /// Runtime inputs of every task: commands (`"node --version"`, run by `sh -c` once per
+    /// run) whose stdout is folded into each key. Default: none.
+    #[serde(default)]
+    pub runtime: Vec<Spanned<String>>,
+    /// Extra attempts after a failure for every task that sets no `retries`; `--retry`
+    /// overrides it. Never keyed. Default: 0.
+    pub retry: Option<Spanned<u32>>,
+    /// Wall-clock limit for every task that sets no `timeout`, a humantime string;
+    /// `--timeout` overrides it. Never keyed. Default: no limit.
+    pub timeout: Option<Spanned<String>>,
 }
 
 /// A project directory's own `prova.toml`.
@@ -99,6 +109,18 @@ pub struct TaskTable {
     /// Farm placement: only workers carrying every one of these labels run the task.
     /// Default: none (any worker of the platform).
     pub labels: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    /// `false`: `--verify` never re-runs or traces the task (its verdict says `exempt`).
+    /// Never keyed. Default: true.
+    pub verify: Option<Spanned<bool>>,
+    /// Output globs the determinism proof leaves out of its comparison (a build-info file
+    /// with a timestamp); the verdict names what was left out. Never keyed. Default: none.
+    pub verify_ignore: Option<Vec<Spanned<String>>>,
+    /// The task acts on the world (deploy, publish, migrate): implies `verify = false` and
+    /// `cache = false`. Never keyed. Default: false.
+    pub side_effects: Option<Spanned<bool>>,
+    /// Runtime inputs: commands (`"node --version"`, run by `sh -c` once per run) whose
+    /// stdout is folded into the key, on top of `[workspace] runtime`. Default: none.
+    pub runtime: Option<Vec<Spanned<String>>>,
 }
 
 /// `command = "npm run build"` (run by `sh -c`) or `command = ["tsc", "-p", "."]` (argv).
@@ -131,7 +153,8 @@ pub enum TableKind {
 
 const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks"];
 const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
-const WORKSPACE_KEYS: &[&str] = &["projects", "fingerprint", "inputs"];
+const WORKSPACE_KEYS: &[&str] =
+    &["projects", "fingerprint", "inputs", "trees", "runtime", "retry", "timeout"];
 const PROJECT_KEYS: &[&str] = &["name", "deps"];
 const TASK_KEYS: &[&str] = &[
     "command",
@@ -148,6 +171,10 @@ const TASK_KEYS: &[&str] = &[
     "portable",
     "network",
     "labels",
+    "verify",
+    "verify_ignore",
+    "side_effects",
+    "runtime",
 ];
 
 const STRINGS: &str = "an array of strings";
@@ -186,9 +213,15 @@ impl TableKind {
             (Self::Task, "command") => {
                 "a string (run by `sh -c`) or an array of strings (program and arguments)"
             }
-            (Self::Task, "timeout") => "a duration string such as \"90s\", \"10m\" or \"1h 30m\"",
             (Self::Task, "retries") => "a non-negative integer",
-            (Self::Task, "cache" | "persistent" | "portable" | "network") => BOOL,
+            (
+                Self::Task,
+                "cache" | "persistent" | "portable" | "network" | "verify" | "side_effects",
+            ) => BOOL,
+            (Self::Task, "timeout") | (Self::Workspace, "timeout") => {
+                "a duration string such as \"90s\", \"10m\" or \"1h 30m\""
+            }
+            (Self::Workspace, "retry") => "a non-negative integer",
             (Self::Task, "ready_when") => "a string (a regular expression)",
             (Self::Task, "labels") => "a table of strings (`{ pool = \"gpu\" }`)",
             _ => STRINGS,

@@ -11,6 +11,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::parse::ConfigSource;
+use super::policy::PolicyLayer;
 use super::schema::{CommandValue, TaskTable};
 use super::{Located, Location};
 use crate::workspace::TaskDef;
@@ -52,6 +53,8 @@ pub struct TaskLayer {
     pub network: Option<bool>,
     /// `labels`.
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// `verify`, `verify_ignore`, `side_effects`, `runtime` ([`super::policy`]).
+    pub policy: PolicyLayer,
 }
 
 impl TaskLayer {
@@ -63,7 +66,8 @@ impl TaskLayer {
     ) -> Result<Self, ConfigError> {
         check_name(src, "task", name)?;
         let header = src.at(table.span());
-        let t = table.into_inner();
+        let mut t = table.into_inner();
+        let policy = PolicyLayer::check(src, &mut t)?;
         let located = |s: Spanned<String>| Located::new(s.get_ref().clone(), src.at(s.span()));
         Ok(Self {
             header,
@@ -84,6 +88,7 @@ impl TaskLayer {
             portable: t.portable.map(Spanned::into_inner),
             network: t.network.map(Spanned::into_inner),
             labels: t.labels.map(Spanned::into_inner),
+            policy,
         })
     }
 }
@@ -162,7 +167,14 @@ fn resolve(
             ),
         });
     }
-    task.cache = cache.map_or(!task.persistent, |c| c.value);
+    task.policy = super::policy::resolve(
+        &id.to_string(),
+        default.map(|l| &l.policy),
+        own.map(|l| &l.policy),
+        cache.as_ref(),
+    )?;
+    task.policy.retries_set = field!(retries).is_some();
+    task.cache = !task.policy.side_effects && cache.map_or(!task.persistent, |c| c.value);
     task.ready_when = ready_when.map(|r| r.value);
     Ok(task)
 }
@@ -318,7 +330,10 @@ pub fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn check_timeout(src: &ConfigSource<'_>, value: Spanned<String>) -> Result<Duration, ConfigError> {
+pub(super) fn check_timeout(
+    src: &ConfigSource<'_>,
+    value: Spanned<String>,
+) -> Result<Duration, ConfigError> {
     let reason = match humantime::parse_duration(value.get_ref()) {
         Ok(d) if d.is_zero() => "a timeout must be longer than zero".to_owned(),
         Ok(d) => return Ok(d),
@@ -335,7 +350,10 @@ fn check_timeout(src: &ConfigSource<'_>, value: Spanned<String>) -> Result<Durat
     })
 }
 
-fn check_retries(src: &ConfigSource<'_>, value: Spanned<u32>) -> Result<u32, ConfigError> {
+pub(super) fn check_retries(
+    src: &ConfigSource<'_>,
+    value: Spanned<u32>,
+) -> Result<u32, ConfigError> {
     let n = *value.get_ref();
     if n <= MAX_RETRIES {
         return Ok(n);

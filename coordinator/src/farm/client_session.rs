@@ -264,6 +264,7 @@ async fn start(
                 // The client keeps the undeclared paths that exist in its workspace.
                 workspace_files: None,
                 workspace: None,
+                sample: options.verify_sample,
             },
         },
         weights,

@@ -6,6 +6,7 @@
 
 pub mod digests;
 pub mod progressive;
+pub mod runtime;
 
 use prova_protocol::Digest;
 use prova_protocol::spec::CommandLine;
@@ -129,6 +130,7 @@ pub fn compute(
             },
             config: {
                 let mut c = config_pairs(def);
+                c.extend(runtime::config_pairs(ws, def, salt));
                 if let Some(p) = ws.projects.get(t.project) {
                     c.extend(locks.config_pairs(&p.dir));
                     // Each installed tree the task can resolve into, by its manifest digest.

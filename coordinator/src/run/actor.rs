@@ -327,7 +327,7 @@ impl RunActor {
             self.cache.is_some(),
             self.farm_worker(),
             &self.exec,
-            self.options.verify.inputs,
+            self.traces_inputs(node),
         );
         let in_place = shape.in_place;
         let placement = if in_place {
@@ -495,7 +495,11 @@ impl RunActor {
             self.notice(node, NoticeLevel::Warn, msg).await;
         }
         self.record_primary(node, &f);
-        if self.options.verify.inputs && self.cacheable(node) {
+        if let Some(skipped) = self.skipped_proof(node).filter(|_| self.options.verify.inputs)
+            && self.cacheable(node)
+        {
+            self.state[node].pending.push(skipped);
+        } else if self.options.verify.inputs && self.cacheable(node) {
             let t = &self.plan.tasks[node];
             let trees: Vec<&str> =
                 t.inputs.iter().filter(|i| i.tree).map(|i| i.path.as_str()).collect();
@@ -515,7 +519,10 @@ impl RunActor {
             AfterExecution::Report { cache, unprovable } => (cache, unprovable),
         };
         self.discard_staged(f.attempt);
-        let note = (status == TaskStatus::Failed).then(|| self.failure_note(node, &f.exit));
+        let note = (status == TaskStatus::Failed).then(|| {
+            let note = self.failure_note(node, &f.exit);
+            f.exit_detail.as_ref().map_or_else(|| note.clone(), |d| format!("{note} ({d})"))
+        });
         let ok = status == TaskStatus::Succeeded;
         let mut r = self.report(node, status, cache, Some(f.exit.clone()), f.tries, f.stats, note);
         if unprovable {

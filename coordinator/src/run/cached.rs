@@ -447,7 +447,7 @@ impl Message<SaveDone> for RunActor {
         match decide::after_save(self.options.verify.determinism, saved, &cache, primary) {
             AfterSave::Nothing => {}
             AfterSave::Verdict(v) => r.verdicts.push(*v),
-            AfterSave::Rerun => self.queue_rerun(node).await,
+            AfterSave::Rerun => r.verdicts.extend(self.queue_rerun(node).await),
         }
         self.finish(node, r).await;
         self.feed(Event::Finished { node, ok: true }, ctx).await;

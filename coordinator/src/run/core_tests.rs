@@ -96,7 +96,7 @@ fn a_persistent_task_that_exits_before_it_is_ready_fails_even_on_exit_zero() {
     assert_eq!(failure_note(k, &t, &ExitKind::Code(0)), "exited before it was ready (exit code 0)");
     assert_eq!(
         failure_note(k, &t, &ExitKind::Signal(6)),
-        "exited before it was ready (killed by signal 6)"
+        "exited before it was ready (killed by SIGABRT (signal 6) — it aborted (a failed assertion?))"
     );
     // Once ready, an exit 0 on its own is a success; a timeout says only that.
     let ready = TaskState { ready: true, ..TaskState::default() };

@@ -27,6 +27,7 @@ fn proven() -> Verdict {
         rerun_worker: None,
         single_machine: true,
         perturbations: Default::default(),
+        ignored: Vec::new(),
     }
 }
 

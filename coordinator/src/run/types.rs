@@ -40,6 +40,8 @@ pub struct VerifyOptions {
     /// The workspace the inputs proof judges traced runs against (local mode; on a farm
     /// coordinator `None`, and `workspace_files` decides).
     pub workspace: Option<Arc<super::undeclared::WorkspaceView>>,
+    /// Prove only the keys in this sample (`--verify-sample`, `--verify-seed`); `None`: all.
+    pub sample: Option<prova_protocol::wire::VerifySample>,
 }
 
 impl VerifyOptions {

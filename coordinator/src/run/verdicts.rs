@@ -5,13 +5,14 @@
 //! re-run failed, refused, interrupted), and why a task cannot be proven. Tested in
 //! `verdicts_tests.rs` without a process.
 
-use prova_protocol::WorkerId;
 use prova_protocol::events::{
     Divergence, LOG_TAIL_LINES, MAX_NAMED_PATHS, Perturbations, TaskStatus, Verdict,
 };
 use prova_protocol::globs::PathGlobs;
+use prova_protocol::manifest::OutputManifest;
 use prova_protocol::spec::{ExitKind, TaskSpec};
 use prova_protocol::work::{Finished, ReadsReport, TRACE_READ_FAILED};
+use prova_protocol::{Digest, WorkerId};
 
 use super::core::PrimaryOutputs;
 use super::types::VerifyOptions;
@@ -146,8 +147,30 @@ fn undeclared_paths(
         .collect()
 }
 
+/// The verdict of a proof this run skips for `spec` (key `key`): the task is exempt
+/// (`verify = false`, `side_effects = true`), or its key is outside `--verify-sample`.
+/// `None`: prove it.
+pub(crate) fn skipped_proof(
+    spec: &TaskSpec,
+    key: Option<&Digest>,
+    verify: &VerifyOptions,
+) -> Option<Verdict> {
+    if let Some(reason) = &spec.proof.exempt {
+        return Some(Verdict::Exempt { reason: reason.clone() });
+    }
+    match (verify.sample, key) {
+        (Some(s), Some(k)) if !s.contains(k) => {
+            Some(Verdict::NotSampled { fraction_ppm: s.ppm, seed: s.seed })
+        }
+        _ => None,
+    }
+}
+
 /// Why a task that executed cannot get a determinism proof.
 pub(crate) fn unprovable(t: &PlannedTask) -> Verdict {
+    if let Some(reason) = &t.spec.proof.exempt {
+        return Verdict::Exempt { reason: reason.clone() };
+    }
     let reason = match t.kind {
         TaskKind::Persistent => "a persistent task is never cached".to_owned(),
         TaskKind::Group => "a group: it runs nothing".to_owned(),
@@ -169,22 +192,37 @@ pub(crate) enum Comparison {
 
 /// Compares a determinism re-run `f` (which ran on `rerun_worker`) with the task's first
 /// execution. `single_machine`: both ran on one machine (local mode, or the farm placed both
-/// on one worker).
+/// on one worker). Outputs matching the task's `verify_ignore` (`spec.proof.ignore`) are
+/// left out of the comparison and named in the verdict.
 pub(crate) fn compare(
     primary: Option<&PrimaryOutputs>,
     f: &Finished,
     rerun_worker: &WorkerId,
     single_machine: bool,
+    spec: &TaskSpec,
 ) -> Comparison {
     let perturbations = rerun_perturbations(f);
-    let modes = match (primary, &f.outputs) {
-        (Some(p), Some(o)) => crate::layers::diff::mode_changes(&p.manifest, &o.manifest, 0o077),
+    let ignore = Ignore::new(spec);
+    let compared = match (primary, &f.outputs) {
+        (Some(p), Some(o)) => Some((ignore.keep(&p.manifest), ignore.keep(&o.manifest))),
+        _ => None,
+    };
+    let ignored = match (primary, &f.outputs) {
+        (Some(p), Some(o)) => ignore.named(&p.manifest, &o.manifest),
         _ => Vec::new(),
+    };
+    let modes = match &compared {
+        Some((a, b)) => crate::layers::diff::mode_changes(a, b, 0o077),
+        None => Vec::new(),
     };
     let failed = |reason: String| Verdict::RerunFailed {
         reason,
         log_tail: log_tail(&f.log),
         perturbations: perturbations.clone(),
+    };
+    let same = |p: &PrimaryOutputs, o: &prova_protocol::work::Outputs| match &compared {
+        Some((a, b)) if ignore.any() => a.fingerprint() == b.fingerprint(),
+        _ => p.fingerprint == o.fingerprint,
     };
     let verdict = match (primary, &f.outputs) {
         _ if matches!(f.exit, ExitKind::Aborted) => {
@@ -199,15 +237,17 @@ pub(crate) fn compare(
         (None, _) => {
             Verdict::NotVerified { reason: "the first execution's outputs are unknown".to_owned() }
         }
-        (Some(p), Some(o)) if p.fingerprint == o.fingerprint && modes.is_empty() => {
-            Verdict::ProvenDeterministic {
-                rerun_worker: Some(rerun_worker.clone()),
-                single_machine,
-                perturbations,
-            }
-        }
-        (Some(p), Some(o)) => {
-            let d = p.manifest.diff(&o.manifest);
+        (Some(p), Some(o)) if same(p, o) && modes.is_empty() => Verdict::ProvenDeterministic {
+            rerun_worker: Some(rerun_worker.clone()),
+            single_machine,
+            perturbations,
+            ignored,
+        },
+        (Some(_), Some(_)) => {
+            let d = match &compared {
+                Some((a, b)) => a.diff(b),
+                None => Default::default(),
+            };
             return Comparison::Diverged(Divergence {
                 added: d.added,
                 removed: d.removed,
@@ -217,10 +257,52 @@ pub(crate) fn compare(
                 single_machine,
                 modes,
                 perturbations,
+                ignored,
             });
         }
     };
     Comparison::Verdict(verdict)
+}
+
+/// The task's `verify_ignore` globs, resolved against its project.
+struct Ignore(Option<PathGlobs>);
+
+impl Ignore {
+    fn new(spec: &TaskSpec) -> Self {
+        if spec.proof.ignore.is_empty() {
+            return Self(None);
+        }
+        // Checked at load: a pattern that does not compile here ignores nothing.
+        Self(PathGlobs::new(&spec.project_dir, &spec.proof.ignore).ok())
+    }
+
+    fn any(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        self.0.as_ref().is_some_and(|g| g.is_match(path))
+    }
+
+    /// `m` without the ignored entries.
+    fn keep(&self, m: &OutputManifest) -> OutputManifest {
+        let entries = m.entries.iter().filter(|e| !self.matches(&e.path)).cloned().collect();
+        OutputManifest { entries }
+    }
+
+    /// The ignored paths of either manifest, sorted, each once.
+    fn named(&self, a: &OutputManifest, b: &OutputManifest) -> Vec<String> {
+        let mut out: Vec<String> = a
+            .entries
+            .iter()
+            .chain(&b.entries)
+            .filter(|e| self.matches(&e.path))
+            .map(|e| e.path.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// The verdict of a divergence: allowed (`--verify-allow`) or a failure.

@@ -81,10 +81,10 @@ fn with_reads(exit: ExitKind, reads: ReadsReport) -> Finished {
 fn equal_trees_prove_determinism_naming_the_rerun_worker() {
     let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
-    let Comparison::Verdict(v) = compare(Some(&first), &f, &w("w2"), false) else {
+    let Comparison::Verdict(v) = compare(Some(&first), &f, &w("w2"), false, &spec()) else {
         panic!("equal trees diverged");
     };
-    let Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations } = v else {
+    let Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations, .. } = v else {
         panic!("not proven: {v:?}");
     };
     assert_eq!(rerun_worker, Some(w("w2")));
@@ -93,7 +93,7 @@ fn equal_trees_prove_determinism_naming_the_rerun_worker() {
     // The umask perturbation itself (a file made 0600 instead of 0644) is not a divergence.
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o600)]));
     assert!(matches!(
-        compare(Some(&first), &f, &w("w1"), true),
+        compare(Some(&first), &f, &w("w1"), true, &spec()),
         Comparison::Verdict(Verdict::ProvenDeterministic { single_machine: true, .. })
     ));
 }
@@ -106,7 +106,7 @@ fn different_trees_diverge_by_content_by_presence_and_by_mode() {
         ExitKind::Code(0),
         Some(vec![file("p/dist/a.js", b"A", 0o644), file("p/dist/new.js", b"n", 0o644)]),
     );
-    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false, &spec()) else {
         panic!("different trees were proven equal");
     };
     assert_eq!(d.changed, vec!["p/dist/a.js".to_owned()]);
@@ -117,11 +117,11 @@ fn different_trees_diverge_by_content_by_presence_and_by_mode() {
     // Same content, an exec bit the re-run did not set: the fingerprint differs.
     let first = primary(vec![file("p/dist/run.sh", b"x", 0o755)], "w1");
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/run.sh", b"x", 0o644)]));
-    assert!(matches!(compare(Some(&first), &f, &w("w2"), false), Comparison::Diverged(_)));
+    assert!(matches!(compare(Some(&first), &f, &w("w2"), false, &spec()), Comparison::Diverged(_)));
     // Same fingerprint, group bits that are not the umask's: a mode divergence.
     let first = primary(vec![file("p/dist/a", b"x", 0o640)], "w1");
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a", b"x", 0o664)]));
-    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false, &spec()) else {
         panic!("a mode change was proven equal");
     };
     assert_eq!(d.modes, vec![ModeChange { path: "p/dist/a".into(), modes: (0o640, 0o664) }]);
@@ -132,7 +132,7 @@ fn different_trees_diverge_by_content_by_presence_and_by_mode() {
 fn a_divergence_fails_unless_the_task_is_allowed() {
     let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"b", 0o644)]));
-    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false) else {
+    let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false, &spec()) else {
         panic!("diverged trees were proven equal");
     };
     let denied = divergence_verdict(d.clone(), false);
@@ -147,7 +147,7 @@ fn a_rerun_that_fails_or_returns_nothing_fails_the_proof_with_its_log() {
     let mut f = rerun(ExitKind::Code(3), None);
     f.log = b"compiling\n\nerror: TZ not UTC\n".to_vec();
     let Comparison::Verdict(Verdict::RerunFailed { reason, log_tail, perturbations }) =
-        compare(Some(&first), &f, &w("w2"), false)
+        compare(Some(&first), &f, &w("w2"), false, &spec())
     else {
         panic!("a failed re-run was not rerun-failed");
     };
@@ -158,7 +158,7 @@ fn a_rerun_that_fails_or_returns_nothing_fails_the_proof_with_its_log() {
         let f = rerun(exit.clone(), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
         assert!(
             matches!(
-                compare(Some(&first), &f, &w("w2"), false),
+                compare(Some(&first), &f, &w("w2"), false, &spec()),
                 Comparison::Verdict(Verdict::RerunFailed { .. })
             ),
             "{exit:?}"
@@ -167,14 +167,14 @@ fn a_rerun_that_fails_or_returns_nothing_fails_the_proof_with_its_log() {
     // It succeeded, but its outputs could not be collected.
     let mut f = rerun(ExitKind::Code(0), None);
     let Comparison::Verdict(Verdict::RerunFailed { reason, .. }) =
-        compare(Some(&first), &f, &w("w2"), false)
+        compare(Some(&first), &f, &w("w2"), false, &spec())
     else {
         panic!("missing outputs proved something");
     };
     assert_eq!(reason, "the re-run's outputs could not be collected");
     f.output_error = Some("packing failed: disk full".into());
     assert!(matches!(
-        compare(Some(&first), &f, &w("w2"), false),
+        compare(Some(&first), &f, &w("w2"), false, &spec()),
         Comparison::Verdict(Verdict::RerunFailed { reason, .. }) if reason == "packing failed: disk full"
     ));
 }
@@ -183,7 +183,7 @@ fn a_rerun_that_fails_or_returns_nothing_fails_the_proof_with_its_log() {
 fn an_interrupted_rerun_or_an_unknown_first_execution_proves_nothing() {
     let first = primary(vec![file("p/dist/a.js", b"a", 0o644)], "w1");
     let f = rerun(ExitKind::Aborted, None);
-    let v = compare(Some(&first), &f, &w("w2"), false);
+    let v = compare(Some(&first), &f, &w("w2"), false, &spec());
     assert_eq!(
         v,
         Comparison::Verdict(Verdict::NotVerified {
@@ -192,7 +192,7 @@ fn an_interrupted_rerun_or_an_unknown_first_execution_proves_nothing() {
     );
     let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
     assert_eq!(
-        compare(None, &f, &w("w2"), false),
+        compare(None, &f, &w("w2"), false, &spec()),
         Comparison::Verdict(Verdict::NotVerified {
             reason: "the first execution's outputs are unknown".into()
         })
@@ -205,7 +205,7 @@ fn a_worker_that_reports_no_perturbations_is_said_to_have_applied_none() {
     let mut f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/a.js", b"a", 0o644)]));
     f.perturbed = None;
     let Comparison::Verdict(Verdict::ProvenDeterministic { perturbations, .. }) =
-        compare(Some(&first), &f, &w("w2"), false)
+        compare(Some(&first), &f, &w("w2"), false, &spec())
     else {
         panic!("not proven");
     };
@@ -411,4 +411,108 @@ fn a_log_tail_keeps_the_last_non_empty_lines_each_bounded() {
     let last = tail.last().map(String::as_str).unwrap_or_default();
     assert_eq!(last.chars().count(), 401);
     assert!(last.ends_with('…'));
+}
+
+/// `spec()` with `verify_ignore` patterns (project-relative, as written).
+fn ignoring(patterns: &[&str]) -> TaskSpec {
+    let mut s = spec();
+    s.proof.ignore = patterns.iter().map(|p| (*p).to_owned()).collect();
+    s
+}
+
+#[test]
+fn an_ignored_output_that_varies_leaves_the_rest_proven_and_is_named() {
+    let first = primary(
+        vec![file("p/dist/a.js", b"a", 0o644), file("p/dist/build-info.json", b"t1", 0o644)],
+        "w1",
+    );
+    let f = rerun(
+        ExitKind::Code(0),
+        Some(vec![file("p/dist/a.js", b"a", 0o644), file("p/dist/build-info.json", b"t2", 0o600)]),
+    );
+    let ignore = ignoring(&["dist/build-info.json"]);
+    let Comparison::Verdict(Verdict::ProvenDeterministic { ignored, .. }) =
+        compare(Some(&first), &f, &w("w2"), false, &ignore)
+    else {
+        panic!("the ignored file's difference failed the proof");
+    };
+    assert_eq!(ignored, vec!["p/dist/build-info.json".to_owned()]);
+    // Without the pattern the same pair diverges.
+    assert!(matches!(compare(Some(&first), &f, &w("w2"), false, &spec()), Comparison::Diverged(_)));
+}
+
+#[test]
+fn an_ignore_pattern_never_hides_a_difference_elsewhere() {
+    // Changed content, an added file, a removed file, a mode change: each outside the
+    // ignored glob still diverges, and the divergence still names what was ignored.
+    let base = || vec![file("p/dist/a.js", b"a", 0o644), file("p/dist/info/t.json", b"1", 0o644)];
+    let ignore = ignoring(&["dist/info/**"]);
+    let cases: Vec<(&str, Vec<ManifestEntry>)> = vec![
+        (
+            "changed",
+            vec![file("p/dist/a.js", b"A", 0o644), file("p/dist/info/t.json", b"2", 0o644)],
+        ),
+        (
+            "added",
+            vec![
+                file("p/dist/a.js", b"a", 0o644),
+                file("p/dist/b.js", b"b", 0o644),
+                file("p/dist/info/t.json", b"2", 0o644),
+            ],
+        ),
+        ("removed", vec![file("p/dist/info/t.json", b"2", 0o644)]),
+        ("mode", vec![file("p/dist/a.js", b"a", 0o664), file("p/dist/info/t.json", b"2", 0o644)]),
+    ];
+    for (what, entries) in cases {
+        let first = primary(base(), "w1");
+        let f = rerun(ExitKind::Code(0), Some(entries));
+        let Comparison::Diverged(d) = compare(Some(&first), &f, &w("w2"), false, &ignore) else {
+            panic!("{what}: a difference outside the ignored glob was proven equal");
+        };
+        assert_eq!(d.ignored, vec!["p/dist/info/t.json".to_owned()], "{what}");
+        assert!(!d.changed.contains(&"p/dist/info/t.json".to_owned()), "{what}: {d:?}");
+    }
+}
+
+#[test]
+fn an_exempt_task_skips_its_proofs_whatever_the_sample() {
+    let mut s = spec();
+    s.proof.exempt = Some("`verify = false` in its config".to_owned());
+    let key = Digest::of(b"k");
+    let all = VerifyOptions { determinism: true, ..VerifyOptions::default() };
+    assert_eq!(
+        skipped_proof(&s, Some(&key), &all),
+        Some(Verdict::Exempt { reason: "`verify = false` in its config".to_owned() })
+    );
+    assert_eq!(skipped_proof(&spec(), Some(&key), &all), None, "not exempt: proven");
+}
+
+#[test]
+fn the_sample_is_a_function_of_key_and_seed() {
+    use prova_protocol::wire::VerifySample;
+    let keys: Vec<Digest> = (0..2000u32).map(|i| Digest::of(&i.to_le_bytes())).collect();
+    let opts = |ppm, seed| VerifyOptions {
+        determinism: true,
+        sample: Some(VerifySample { ppm, seed }),
+        ..VerifyOptions::default()
+    };
+    let chosen = |o: &VerifyOptions| -> Vec<bool> {
+        keys.iter().map(|k| skipped_proof(&spec(), Some(k), o).is_none()).collect()
+    };
+    let tenth = chosen(&opts(100_000, 0));
+    assert_eq!(tenth, chosen(&opts(100_000, 0)), "the same key is sampled the same way twice");
+    let n = tenth.iter().filter(|b| **b).count();
+    assert!((100..=300).contains(&n), "about a tenth of 2000 keys, got {n}");
+    assert_ne!(tenth, chosen(&opts(100_000, 1)), "another seed draws another sample");
+    assert!(chosen(&opts(1_000_000, 5)).iter().all(|b| *b), "a whole sample proves every key");
+    assert!(chosen(&opts(0, 5)).iter().all(|b| !b), "an empty sample proves none");
+    // A larger fraction with the same seed keeps every key of the smaller one.
+    let half = chosen(&opts(500_000, 0));
+    assert!(tenth.iter().zip(&half).all(|(t, h)| !t || *h));
+    let left_out = skipped_proof(
+        &spec(),
+        Some(&keys[tenth.iter().position(|b| !b).unwrap_or(0)]),
+        &opts(100_000, 0),
+    );
+    assert_eq!(left_out, Some(Verdict::NotSampled { fraction_ppm: 100_000, seed: 0 }));
 }

@@ -172,10 +172,28 @@ impl RunActor {
         });
     }
 
-    /// Queues a determinism re-run of `node` (after its save, [`decide::after_save`]).
-    pub(super) async fn queue_rerun(&mut self, node: usize) {
+    /// Queues a determinism re-run of `node` (after its save, [`decide::after_save`]) —
+    /// unless this run skips its proof ([`verdicts::skipped_proof`]: exempt, or not in the
+    /// sample), when the verdict saying so is returned for its report (once: under
+    /// `--verify=inputs` the inputs proof already recorded it).
+    pub(super) async fn queue_rerun(&mut self, node: usize) -> Option<Verdict> {
+        if let Some(v) = self.skipped_proof(node) {
+            return (!self.options.verify.inputs).then_some(v);
+        }
         self.proofs.reruns.queue(node, &mut self.state[node]);
         self.pump_reruns().await;
+        None
+    }
+
+    /// Why this run skips the proofs of `node`, if it does (see [`verdicts::skipped_proof`]).
+    pub(super) fn skipped_proof(&self, node: usize) -> Option<Verdict> {
+        let key = self.key_of(node);
+        verdicts::skipped_proof(&self.plan.tasks[node].spec, key.as_ref(), &self.options.verify)
+    }
+
+    /// Whether the task's own execution is the inputs proof's (traced in an exec root).
+    pub(super) fn traces_inputs(&self, node: usize) -> bool {
+        self.options.verify.inputs && self.skipped_proof(node).is_none()
     }
 
     /// Starts queued re-runs while there is room.
@@ -225,36 +243,38 @@ impl RunActor {
             return;
         }
         let allowed = self.options.verify.allow.contains(&self.plan.tasks[node].id);
-        let verdict = match verdicts::compare(primary.as_ref(), &f, &rerun_worker, single_machine) {
-            Comparison::Verdict(v) => v,
-            Comparison::Diverged(mut divergence) => {
-                // Record first (a local re-run's artifact becomes a blob), then compare the
-                // two artifacts file by file, off the actor.
-                if let (Some(c), Some(key), Some(a), Some((b, _))) = (
-                    &self.cache,
-                    key,
-                    primary.as_ref().and_then(|p| p.artifact),
-                    f.outputs.as_ref().and_then(|o| o.artifact),
-                ) {
-                    let layer = c.layer.clone();
-                    let e = self.execution(node, key, rerun_worker.clone(), &f);
-                    let me = ctx.actor_ref().clone();
-                    self.proofs.spawn("run.proof.diff", async move {
-                        let _ = layer.record(e, staged).await;
-                        let mut changed = divergence.changed.clone();
-                        changed.extend(divergence.added.iter().cloned());
-                        changed.extend(divergence.removed.iter().cloned());
-                        if let Ok(files) = layer.diff(a, b, changed).await {
-                            divergence.files = files;
-                        }
-                        let verdict = verdicts::divergence_verdict(divergence, allowed);
-                        let _ = me.tell(ProofDone { node, verdict }).await;
-                    });
-                    return;
+        let spec = &self.plan.tasks[node].spec;
+        let verdict =
+            match verdicts::compare(primary.as_ref(), &f, &rerun_worker, single_machine, spec) {
+                Comparison::Verdict(v) => v,
+                Comparison::Diverged(mut divergence) => {
+                    // Record first (a local re-run's artifact becomes a blob), then compare the
+                    // two artifacts file by file, off the actor.
+                    if let (Some(c), Some(key), Some(a), Some((b, _))) = (
+                        &self.cache,
+                        key,
+                        primary.as_ref().and_then(|p| p.artifact),
+                        f.outputs.as_ref().and_then(|o| o.artifact),
+                    ) {
+                        let layer = c.layer.clone();
+                        let e = self.execution(node, key, rerun_worker.clone(), &f);
+                        let me = ctx.actor_ref().clone();
+                        self.proofs.spawn("run.proof.diff", async move {
+                            let _ = layer.record(e, staged).await;
+                            let mut changed = divergence.changed.clone();
+                            changed.extend(divergence.added.iter().cloned());
+                            changed.extend(divergence.removed.iter().cloned());
+                            if let Ok(files) = layer.diff(a, b, changed).await {
+                                divergence.files = files;
+                            }
+                            let verdict = verdicts::divergence_verdict(divergence, allowed);
+                            let _ = me.tell(ProofDone { node, verdict }).await;
+                        });
+                        return;
+                    }
+                    verdicts::divergence_verdict(divergence, allowed)
                 }
-                verdicts::divergence_verdict(divergence, allowed)
-            }
-        };
+            };
         if let Some(key) = key
             && !matches!(f.exit, prova_protocol::spec::ExitKind::Aborted)
         {

@@ -292,6 +292,15 @@ fn spec_shell() -> TaskSpec {
         ready_when: None,
         network: true,
         labels: Default::default(),
+        proof: prova_protocol::spec::ProofPolicy {
+            exempt: None,
+            ignore: vec!["dist/build-info.json".into()],
+        },
+        runtime: vec![prova_protocol::spec::RuntimeCheck {
+            command: "node --version".into(),
+            digest: d("v22.1.0\n"),
+            shown: Some("v22.1.0".into()),
+        }],
     }
 }
 
@@ -310,6 +319,8 @@ fn spec_argv() -> TaskSpec {
         ready_when: None,
         network: false,
         labels: Default::default(),
+        proof: Default::default(),
+        runtime: Vec::new(),
     }
 }
 
@@ -328,6 +339,11 @@ fn spec_persistent() -> TaskSpec {
         ready_when: Some("listening on \\d+".into()),
         network: true,
         labels: Default::default(),
+        proof: prova_protocol::spec::ProofPolicy {
+            exempt: Some("`side_effects = true`".into()),
+            ignore: Vec::new(),
+        },
+        runtime: Vec::new(),
     }
 }
 
@@ -484,6 +500,8 @@ pub fn verdict_variant(v: &Verdict) -> &'static str {
         Verdict::ProvenComplete => "ProvenComplete",
         Verdict::NoOutputs => "NoOutputs",
         Verdict::NotVerified { .. } => "NotVerified",
+        Verdict::Exempt { .. } => "Exempt",
+        Verdict::NotSampled { .. } => "NotSampled",
     }
 }
 
@@ -499,6 +517,8 @@ pub const EVERY_VERDICT: &[&str] = &[
     "ProvenComplete",
     "NoOutputs",
     "NotVerified",
+    "Exempt",
+    "NotSampled",
 ];
 
 fn divergence(single_machine: bool) -> Divergence {
@@ -524,6 +544,7 @@ fn divergence(single_machine: bool) -> Divergence {
         single_machine,
         modes: vec![ModeChange { path: "dist/app.js".into(), modes: (0o644, 0o444) }],
         perturbations: perturbations(),
+        ignored: vec!["dist/build-info.json".into()],
     }
 }
 
@@ -542,6 +563,7 @@ pub fn verdicts() -> Vec<Verdict> {
             rerun_worker: Some(WorkerId("w2".into())),
             single_machine: false,
             perturbations: perturbations(),
+            ignored: vec!["dist/build-info.json".into()],
         },
         Verdict::Nondeterministic(divergence(false)),
         Verdict::AllowedNondeterministic(divergence(true)),
@@ -567,6 +589,8 @@ pub fn verdicts() -> Vec<Verdict> {
         Verdict::ProvenComplete,
         Verdict::NoOutputs,
         Verdict::NotVerified { reason: "a cache hit: nothing ran".into() },
+        Verdict::Exempt { reason: "`side_effects = true`: it must not run twice".into() },
+        Verdict::NotSampled { fraction_ppm: 100_000, seed: 7 },
     ]
 }
 
@@ -658,6 +682,7 @@ fn finished() -> Finished {
         isolation: "bwrap".into(),
         perturbed: Some(perturbations()),
         handback: None,
+        exit_detail: Some("PATH was /usr/local/bin:/usr/bin:/bin".into()),
     }
 }
 
@@ -761,6 +786,7 @@ pub fn goldens() -> Vec<Golden> {
         write: false,
         verify: vec![prova_protocol::wire::Proof::Determinism, prova_protocol::wire::Proof::Inputs],
         verify_allow: vec![task("lib", "bench")],
+        verify_sample: Some(prova_protocol::wire::VerifySample { ppm: 100_000, seed: 7 }),
     };
     let artifact = TaskArtifact {
         task: task("@acme/web", "build"),

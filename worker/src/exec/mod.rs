@@ -28,6 +28,8 @@
 //! children itself and there is no exit status or rusage to collect) and that nothing else
 //! reaps children it did not start (`waitpid(-1, …)`).
 //!
+//! - [`runtime`]: a farm worker's check that a task's runtime inputs (`node --version`)
+//!   give here what they gave on the client.
 //! - [`tree`]: the marker (`PROVA_TREE`) every process of an execution inherits, and the
 //!   `/proc` scan that finds and kills what left the process group (`setsid`, a double
 //!   fork) at the execution's end; after a natural exit the leftovers are named in the log.
@@ -43,6 +45,7 @@ mod capture;
 pub mod guardian;
 mod output;
 mod process;
+pub mod runtime;
 mod spawn;
 pub mod tree;
 

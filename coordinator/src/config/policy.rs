@@ -1,0 +1,157 @@
+//! The task knobs that change how prova treats a task, never what it produces, so none of
+//! them is keyed: proof exemptions (`verify`, `verify_ignore`, `side_effects`) and the
+//! runtime inputs a task declares (`runtime`, whose *outputs* the key folds through
+//! `crate::keys::runtime`). Checked here per layer ([`PolicyLayer::check`]), merged field by
+//! field in [`super::task`], carried on [`TaskDef::policy`](crate::workspace::TaskDef).
+
+use prova_protocol::spec::ProofPolicy;
+use toml::Spanned;
+
+use super::Located;
+use super::error::ConfigError;
+use super::parse::ConfigSource;
+use super::schema::TaskTable;
+
+/// Longest runtime command accepted: it is a config pair name in every key.
+pub const MAX_RUNTIME_COMMAND: usize = 200;
+
+/// The policy fields of one `[tasks.X]` table, checked, not merged (`None`: not set here).
+#[derive(Clone, Debug, Default)]
+pub struct PolicyLayer {
+    /// `verify`, located for the conflict with `side_effects`.
+    pub verify: Option<Located<bool>>,
+    /// `verify_ignore`.
+    pub verify_ignore: Option<Vec<String>>,
+    /// `side_effects`.
+    pub side_effects: Option<bool>,
+    /// `runtime`.
+    pub runtime: Option<Vec<String>>,
+}
+
+impl PolicyLayer {
+    /// Takes the policy fields out of `t` and checks them.
+    pub fn check(src: &ConfigSource<'_>, t: &mut TaskTable) -> Result<Self, ConfigError> {
+        Ok(Self {
+            verify: t.verify.take().map(|v| Located::new(*v.get_ref(), src.at(v.span()))),
+            verify_ignore: t
+                .verify_ignore
+                .take()
+                .map(|v| super::task::check_globs(src, "verify_ignore", v))
+                .transpose()?,
+            side_effects: t.side_effects.take().map(Spanned::into_inner),
+            runtime: t.runtime.take().map(|v| check_runtime(src, v)).transpose()?,
+        })
+    }
+}
+
+/// Checks `runtime` commands (`[workspace]` or a task's): non-empty, one line, bounded.
+pub fn check_runtime(
+    src: &ConfigSource<'_>,
+    commands: Vec<Spanned<String>>,
+) -> Result<Vec<String>, ConfigError> {
+    commands
+        .into_iter()
+        .map(|c| {
+            let text = c.get_ref().trim();
+            let message = if text.is_empty() {
+                "the command is empty"
+            } else if text.contains(['\n', '\r', '\0']) {
+                "the command must be one line"
+            } else if text.len() > MAX_RUNTIME_COMMAND {
+                "the command is longer than 200 bytes"
+            } else {
+                return Ok(text.to_owned());
+            };
+            Err(ConfigError::InvalidValue {
+                at: src.at(c.span()).into(),
+                field: "runtime".to_owned(),
+                message: message.to_owned(),
+                help: Some(
+                    "write a command whose output names the tool's version, such as \
+                     \"node --version\""
+                        .to_owned(),
+                ),
+            })
+        })
+        .collect()
+}
+
+/// A run-level timeout (`--timeout`): a humantime duration longer than zero.
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("a timeout must be longer than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{e}; write e.g. 90s, 10m or 1h 30m")),
+    }
+}
+
+/// A task's resolved policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskPolicy {
+    /// `--verify` proves the task (`verify`, default true; false under `side_effects`).
+    pub verify: bool,
+    /// Output globs the determinism comparison leaves out.
+    pub verify_ignore: Vec<String>,
+    /// `side_effects = true`.
+    pub side_effects: bool,
+    /// The task's own runtime commands (the workspace's are in `WorkspaceSettings`).
+    pub runtime: Vec<String>,
+    /// Whether the task set `retries` itself (a run or workspace default applies otherwise).
+    pub retries_set: bool,
+}
+
+impl TaskPolicy {
+    /// What the proofs are told about the task.
+    pub fn proof(&self) -> ProofPolicy {
+        let exempt = if self.side_effects {
+            Some("`side_effects = true`: it acts on the world, so it never runs twice".to_owned())
+        } else if !self.verify {
+            Some("`verify = false` in its config".to_owned())
+        } else {
+            None
+        };
+        ProofPolicy { exempt, ignore: self.verify_ignore.clone() }
+    }
+}
+
+/// Merges the policy layers (`own` wins field by field). `cache` is the merged `cache`
+/// value, if set: `side_effects = true` refuses `cache = true` and `verify = true`.
+pub fn resolve(
+    task: &str,
+    default: Option<&PolicyLayer>,
+    own: Option<&PolicyLayer>,
+    cache: Option<&Located<bool>>,
+) -> Result<TaskPolicy, ConfigError> {
+    macro_rules! field {
+        ($f:ident) => {
+            own.and_then(|l| l.$f.clone()).or_else(|| default.and_then(|l| l.$f.clone()))
+        };
+    }
+    let side_effects = field!(side_effects).unwrap_or(false);
+    let verify = field!(verify);
+    if side_effects {
+        let conflict = match (cache.filter(|c| c.value), verify.as_ref().filter(|v| v.value)) {
+            (Some(c), _) => Some(("cache", c.at.clone())),
+            (None, Some(v)) => Some(("verify", v.at.clone())),
+            (None, None) => None,
+        };
+        if let Some((field, at)) = conflict {
+            return Err(ConfigError::InvalidValue {
+                at: at.into(),
+                field: field.to_owned(),
+                message: format!("{task} has `side_effects = true`, which means `{field} = false`"),
+                help: Some(format!(
+                    "a task that deploys or publishes is neither cached nor run twice by \
+                     --verify: drop `{field} = true`"
+                )),
+            });
+        }
+    }
+    Ok(TaskPolicy {
+        verify: !side_effects && verify.is_none_or(|v| v.value),
+        verify_ignore: field!(verify_ignore).unwrap_or_default(),
+        side_effects,
+        runtime: field!(runtime).unwrap_or_default(),
+        retries_set: false,
+    })
+}
