@@ -25,6 +25,8 @@ const EVENT_QUEUE: usize = 1024;
 
 /// Runs the selection.
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
+    let started_at = std::time::SystemTime::now();
+    let meta = crate::render::json::RunMeta::new(started_at);
     let Loaded { ws, graph } = common::load(start, &args.select)?;
     let rt = common::runtime()?;
     // A remote run dials first: its keys fold the farm's salt, and a farm that cannot be
@@ -92,7 +94,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         anyhow::bail!("--verify=inputs needs the bubblewrap sandbox, which cannot run here: {why}");
     }
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
-    let style = Style::new(args.output, args.json);
+    let style = Style::new(args.output, args.json, args.output_logs);
     let outcome = rt.block_on(async {
         // A remote run connects before it keys: its keys fold declared env values with the
         // farm cache's salt (every client's keys agree), which the local cache then adopts so
@@ -171,15 +173,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 .collect(),
             options.concurrency,
         );
+        let mut timeline = crate::render::trace::Timeline::new();
+        timeline.started_at = started_at;
+        let render_meta = meta.clone();
         let render = OwnedTask::spawn_blocking("cli.render", move || {
             use std::io::Write as _;
             // Rendered into a buffer, written with the progress line cleared only when an
             // event printed something (most do not: starts, hits' bookkeeping).
-            let mut r = Renderer::new(Vec::new(), style);
+            let mut r = Renderer::new(Vec::new(), style, render_meta);
             let mut stdout = std::io::stdout().lock();
             let mut broken = false;
             while let Some(ev) = rx.blocking_recv() {
                 progress.event(&ev);
+                timeline.event(&ev);
                 if let (RunEvent::TaskFinished(report), Some(unfinished)) = (&ev, &mut unfinished)
                     && unfinished.remove(&report.task)
                     && unfinished.is_empty()
@@ -200,6 +206,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             }
             progress.finish();
             let _ = stdout.flush();
+            timeline
         });
         let key_stats = prepared.stats;
         // A remote run whose every task hits the local cache needs nothing of the farm: the
@@ -229,22 +236,67 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             });
             crate::local::run(prepared.plan, options.clone(), tx, Some(run_cache), weights, proofs).await
         };
-        let _ = render.join().await;
-        Ok(Some((summary?, key_stats)))
+        let timeline = render.join().await.unwrap_or_default();
+        Ok(Some((summary?, key_stats, timeline)))
     });
     drop(cache);
     let outcome = outcome?;
     // The cache thread closes the index when the last handle is gone.
     let _ = cache_join.join();
-    let Some((summary, key_stats)) = outcome else { return Ok(Code::Ok) };
+    let Some((summary, key_stats, timeline)) = outcome else { return Ok(Code::Ok) };
+    let ended_at = std::time::SystemTime::now();
+    let command: Vec<String> = std::env::args().collect();
+    let keys = serde_json::to_value(key_stats).unwrap_or_default();
+    let line = crate::render::json::summary_value(&meta, ended_at, &command, &summary, &keys);
     if args.json {
-        let line =
-            serde_json::json!({ "event": "summary", "summary": &summary, "keys": key_stats });
         common::print(&format!("{line}\n"))?;
     } else {
         common::print(&summary::text(&summary))?;
     }
+    let recorded = super::history::Recorded {
+        meta: &meta,
+        command: &command,
+        summary: &summary,
+        keys: &keys,
+        timeline: &timeline,
+        ended_at,
+    };
+    if let Err(e) = super::history::History::open(&ws.root).and_then(|mut h| h.record(&recorded)) {
+        tracing::warn!("the run was not recorded: {e}");
+    }
+    reports(&ws.root, &args, &meta, &line, &timeline)?;
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
+}
+
+/// `--summarize` and `--profile`: the summary object and the Chrome trace, as files.
+fn reports(
+    root: &Path,
+    args: &RunArgs,
+    meta: &crate::render::json::RunMeta,
+    summary_line: &serde_json::Value,
+    timeline: &crate::render::trace::Timeline,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let write = |path: &Path, value: &serde_json::Value| -> anyhow::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let text = serde_json::to_string_pretty(value)?;
+        std::fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("cannot write {}", path.display()))
+    };
+    if let Some(path) = &args.summarize {
+        let path = match path {
+            Some(p) => p.clone(),
+            None => root.join(".prova").join("runs").join(format!("{}.json", meta.run_id)),
+        };
+        write(&path, summary_line).context("--summarize")?;
+    }
+    if let Some(path) = &args.profile {
+        write(path, &timeline.chrome_trace(&meta.run_id)).context("--profile")?;
+    }
+    Ok(())
 }
 
 /// How the run opens the cache: not at all when it neither reads nor writes it (`--no-cache`,
