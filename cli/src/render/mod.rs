@@ -54,8 +54,8 @@ pub struct Renderer<W: Write> {
     out: W,
     style: Style,
     meta: json::RunMeta,
-    /// Tasks whose `TaskStarted` came and whose `TaskFinished` has not.
-    started: HashSet<TaskId>,
+    /// Tasks whose `TaskStarted` or `TaskFinished` came (verdicts follow a finish).
+    seen: HashSet<TaskId>,
     /// Events of tasks not started yet (a hit's replayed log), until they start or finish.
     pending: HashMap<TaskId, Vec<Stamped>>,
     /// Output held until the task finishes (grouped mode, `errors-only`).
@@ -73,7 +73,7 @@ impl<W: Write> Renderer<W> {
             out,
             style,
             meta,
-            started: HashSet::new(),
+            seen: HashSet::new(),
             pending: HashMap::new(),
             held: HashMap::new(),
             width: 0,
@@ -89,7 +89,7 @@ impl<W: Write> Renderer<W> {
     pub fn event_at(&mut self, at: SystemTime, ev: &RunEvent) -> io::Result<()> {
         match ev {
             RunEvent::TaskStarted { task, .. } => {
-                let first = self.started.insert(task.clone());
+                let first = self.seen.insert(task.clone());
                 self.emit(at, ev)?;
                 if first {
                     for (at, ev) in self.pending.remove(task).unwrap_or_default() {
@@ -99,7 +99,7 @@ impl<W: Write> Renderer<W> {
                 Ok(())
             }
             RunEvent::Output { task, .. } | RunEvent::Verdict { task, .. }
-                if !self.started.contains(task) =>
+                if !self.seen.contains(task) =>
             {
                 self.pending.entry(task.clone()).or_default().push((at, ev.clone()));
                 Ok(())
@@ -123,7 +123,7 @@ impl<W: Write> Renderer<W> {
 
     /// A task's end: its start if none came (a hit, a group), what was held, the finish.
     fn finished(&mut self, at: SystemTime, r: &TaskReport, ev: &RunEvent) -> io::Result<()> {
-        let was_started = self.started.remove(&r.task);
+        let was_started = !self.seen.insert(r.task.clone());
         let pending = self.pending.remove(&r.task).unwrap_or_default();
         let hit = matches!(r.cache, CacheStatus::Hit { .. });
         let mut block: Vec<Stamped> = self.held.remove(&r.task).unwrap_or_default();

@@ -50,6 +50,11 @@ fn events() -> Vec<RunEvent> {
             TaskStatus::Failed,
             CacheStatus::NotSaved { reason: "exit code 1".into() },
         )),
+        // Verdicts follow their task's finish (run/verify.rs `send_finished`).
+        RunEvent::Verdict {
+            task: ok.clone(),
+            verdict: prova_protocol::events::Verdict::ProvenComplete,
+        },
     ]
 }
 
@@ -94,8 +99,18 @@ fn each_mode_shows_what_turbo_users_expect() {
         "{hash}"
     );
 
+    for quiet in [OutputLogs::Full, OutputLogs::ErrorsOnly, OutputLogs::None] {
+        let text = render(OutputMode::Prefixed, quiet, false);
+        let last = text.lines().last().unwrap_or_default();
+        let (prefix, line) = last.split_once(" | ").unwrap_or_default();
+        assert_eq!(
+            (prefix.trim_end(), line),
+            ("ok#build", "verify: inputs proven complete"),
+            "{quiet:?}: {text}"
+        );
+    }
     let none = render(OutputMode::Prefixed, OutputLogs::None, false);
-    assert_eq!(none, "", "nothing at all");
+    assert_eq!(none, "ok#build | verify: inputs proven complete\n", "nothing but the proof");
 }
 
 #[test]
@@ -121,7 +136,7 @@ fn a_hit_gets_a_start_before_its_log_in_json() {
             .collect()
     };
     assert_eq!(of("h#build"), ["task_started", "output", "task_finished"], "{text}");
-    assert_eq!(of("ok#build"), ["task_started", "output", "task_finished"], "{text}");
+    assert_eq!(of("ok#build"), ["task_started", "output", "task_finished", "verdict"], "{text}");
     let start = lines.iter().find(|e| e["task"] == "h#build").expect("a start");
     assert_eq!(start["hit"], true, "{start}");
     assert_eq!(start["attempt"], 0, "{start}");
