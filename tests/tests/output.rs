@@ -260,3 +260,53 @@ fn output_logs_applies_to_json_output_events_not_to_the_start_finish_pairs() {
     assert_eq!(errors.output_of("a#build"), "", "{errors}");
     assert_eq!(errors.output_of("b#build"), "oops\n", "{errors}");
 }
+
+#[test]
+fn a_dry_run_says_a_hit_would_be_restored_not_run() {
+    let ws = logs_ws();
+    let fresh = ws.prova(["run", "build", "-p", "a", "--dry-run"]).run();
+    fresh.assert_code(0);
+    fresh.assert_stdout_contains("1 task would run, in this order:");
+    assert!(!fresh.stdout.contains("restore"), "{fresh}");
+    ws.prova(["run", "build", "-p", "a"]).run().assert_code(0);
+    let warm = ws.prova(["run", "build", "--all", "--dry-run"]).run();
+    warm.assert_code(0);
+    warm.assert_stdout_contains(
+        "2 tasks, in this order: 1 would run, 1 would restore from the cache",
+    );
+    let line = |task: &str| {
+        warm.stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {task} ")))
+            .unwrap_or_else(|| panic!("no line for {task}\n{warm}"))
+            .to_owned()
+    };
+    assert!(line("a#build").ends_with(" hit: would restore"), "{warm}");
+    assert!(line("b#build").ends_with(" miss"), "{warm}");
+    assert!(!warm.stdout.contains("2 tasks would run"), "{warm}");
+}
+
+/// An error whose message embeds its cause (`cannot open the cache at …: cache: …: <io
+/// error>`) says the cause once, not again after itself.
+#[test]
+fn an_error_says_its_cause_once() {
+    let ws = logs_ws().file("not-a-dir", "x\n");
+    for args in [
+        &["run", "build", "--all", "--cache-dir", "not-a-dir/cache"][..],
+        &["cache", "stats", "--cache-dir", "not-a-dir/cache"],
+    ] {
+        let out = ws
+            .prova(args.iter().copied().map(|a| {
+                if a.starts_with("not-a-dir") {
+                    ws.path(a).display().to_string()
+                } else {
+                    a.to_owned()
+                }
+            }))
+            .run();
+        out.assert_code(2);
+        let line = out.stderr.lines().find(|l| l.starts_with("prova: ")).unwrap_or_default();
+        let cause = "Not a directory (os error 20)";
+        assert_eq!(line.matches(cause).count(), 1, "{args:?}: {line}\n{out}");
+    }
+}

@@ -397,7 +397,18 @@ fn dry_run(
             .collect();
         return format!("{}\n", serde_json::json!({ "tasks": tasks }));
     }
-    let mut out = format!("{} would run, in this order:\n", plural(order.len(), "task"));
+    // A hit is restored, not run: the header says how many of each.
+    let restores = order.iter().filter(|&&i| cache_word(i) == "hit").count();
+    let mut out = if restores == 0 {
+        format!("{} would run, in this order:\n", plural(order.len(), "task"))
+    } else {
+        format!(
+            "{}, in this order: {} would run, {} would restore from the cache\n",
+            plural(order.len(), "task"),
+            order.len() - restores,
+            restores
+        )
+    };
     for (n, &i) in order.iter().enumerate() {
         let t = &plan.tasks[i];
         let what = match t.kind {
@@ -414,7 +425,10 @@ fn dry_run(
             dir,
             what,
             prepared.key(i).short(),
-            cache_word(i)
+            match cache_word(i) {
+                "hit" => "hit: would restore",
+                word => word,
+            }
         );
     }
     out
