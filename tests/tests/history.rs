@@ -123,3 +123,27 @@ fn profile_writes_a_chrome_trace_with_one_span_per_task() {
         .unwrap_or_default();
     assert_eq!(hits.len(), 2, "{v}");
 }
+
+/// A secret passed on the command line (a forwarded `--token=$NPM_TOKEN`) is masked in what
+/// the history and the summary keep, as task logs mask it.
+#[test]
+fn a_secret_on_the_command_line_is_not_recorded() {
+    const SECRET: &str = "sentinel-argv-5c1e9a7d33";
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"a\"]\n")
+        .file("a/prova.toml", "[tasks.deploy]\ncommand = \"true\"\ncache = false\n");
+    let token = format!("--token={SECRET}");
+    let out = ws
+        .prova(["run", "deploy", "--all", "--json", "--summarize", "--", token.as_str()])
+        .env("NPM_TOKEN", SECRET)
+        .run();
+    out.assert_code(0);
+    let command = out.json_lines().pop().unwrap_or_default()["command"].clone();
+    assert!(command.to_string().contains("--token=***"), "{command}");
+    assert!(!out.stdout.contains(SECRET), "{out}");
+    let db = std::fs::read(ws.path(".prova/runs.db")).unwrap_or_default();
+    assert!(!db.is_empty(), "the run was recorded");
+    assert!(!db.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "runs.db holds the secret");
+    let runs = ws.prova(["runs", "--json"]).run();
+    assert!(runs.stdout.contains("--token=***") && !runs.stdout.contains(SECRET), "{runs}");
+}

@@ -245,7 +245,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let _ = cache_join.join();
     let Some((summary, key_stats, timeline)) = outcome else { return Ok(Code::Ok) };
     let ended_at = std::time::SystemTime::now();
-    let command: Vec<String> = std::env::args().collect();
+    let command = recorded_argv();
     let keys = serde_json::to_value(key_stats).unwrap_or_default();
     let line = crate::render::json::summary_value(&meta, ended_at, &command, &summary, &keys);
     if args.json {
@@ -266,6 +266,22 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     }
     reports(&ws.root, &args, &meta, &line, &timeline)?;
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
+}
+
+/// The command line as the summary and the history keep it: lossily decoded, and the values
+/// of the environment's secret-named variables masked as task logs mask them
+/// (`prova run deploy -- --token=$NPM_TOKEN` leaves no token in `.prova/runs.db`).
+fn recorded_argv() -> Vec<String> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let mask = prova_worker::mask::SecretMask::from_env(&env);
+    std::env::args_os()
+        .map(|a| {
+            let a = a.to_string_lossy().into_owned();
+            String::from_utf8_lossy(&mask.apply(a.as_bytes())).into_owned()
+        })
+        .collect()
 }
 
 /// `--summarize` and `--profile`: the summary object and the Chrome trace, as files.
