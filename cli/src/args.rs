@@ -50,6 +50,29 @@ pub enum Command {
     Hermeticity(HermeticityArgs),
     /// Show how a task's last two executions differed (a failed determinism proof).
     Diff(TaskArgs),
+    /// List the recorded runs of this workspace, newest first.
+    Runs(RunsArgs),
+    /// Print the summary of the last recorded run again.
+    Last(LastArgs),
+}
+
+/// `prova runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// How many runs to list.
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub limit: usize,
+    /// Machine-readable output: one JSON object per run.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `prova last`.
+#[derive(Debug, Args)]
+pub struct LastArgs {
+    /// The summary line of the `--json` event stream instead of the text summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `prova hermeticity`.
@@ -421,6 +444,22 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     prova_coordinator::config::policy::parse_timeout(s)
 }
 
+/// Which task output is shown (`--output-logs`, as Turborepo users know it).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum OutputLogs {
+    /// Everything: executions' output and the logs cache hits replay.
+    #[default]
+    Full,
+    /// Executions' output; a cache hit shows one line instead of its replayed log.
+    NewOnly,
+    /// Only the output of tasks that failed (held until they finish).
+    ErrorsOnly,
+    /// One line per task with its key: no output.
+    HashOnly,
+    /// No task output at all.
+    None,
+}
+
 /// `prova run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -444,9 +483,26 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t)]
     pub output: OutputMode,
 
-    /// Machine-readable output: one JSON event per line, then the summary.
+    /// Which task output is shown: `full` (default), `new-only` (a cache hit's log is not
+    /// replayed), `errors-only` (only failed tasks' output), `hash-only` (a line with each
+    /// task's key), `none`. Applies to `--json` `output` events too.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t)]
+    pub output_logs: OutputLogs,
+
+    /// Machine-readable output: one JSON event per line, then the summary (schema:
+    /// `schemas/events.json`).
     #[arg(long)]
     pub json: bool,
+
+    /// Also write the run's summary (the `--json` summary object) to FILE (default:
+    /// `.prova/runs/<run id>.json`). Give a file as `--summarize=FILE`.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    pub summarize: Option<Option<PathBuf>>,
+
+    /// Write a Chrome trace of the run (Trace Event Format: chrome://tracing, Perfetto) to
+    /// FILE: one span per task, one lane per slot.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 
     /// Execute every task (no cache reads) and overwrite entries.
     #[arg(long, conflicts_with_all = ["no_cache", "cache"])]

@@ -34,7 +34,7 @@ pub fn main() -> ExitCode {
     let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            stdio::eprint_line(&format!("prova: {e:#}"));
+            stdio::eprint_line(&format!("prova: {}", error_text(&e)));
             match e.downcast_ref::<lock::LockError>() {
                 Some(lock::LockError::Busy { .. }) => exit::Code::Busy,
                 _ => exit::Code::Usage,
@@ -57,4 +57,45 @@ fn init_tracing(verbose: u8) {
         .with_writer(stdio::Stderr)
         .log_internal_errors(false)
         .try_init();
+}
+
+/// The error line's text: each cause of the chain after the last, unless the text so far
+/// already says it (an error whose message embeds its source would print it twice).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::error_text;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cache: {path}: {source}")]
+    struct Embeds {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(Embeds { path: "/x/blobs".into(), source: io })
+            .context("cannot open the cache at /x");
+        assert_eq!(error_text(&e), "cannot open the cache at /x: cache: /x/blobs: No such file");
+        // A cause the message does not embed is still shown, once.
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
+        let e = anyhow::anyhow!("same").context("same");
+        assert_eq!(error_text(&e), "same", "a context equal to its cause says it once");
+    }
 }

@@ -9,6 +9,8 @@
 //! - [`run`]: [`ProvaCmd`] (`prova -C <workspace> …` with a bounded timeout), [`Output`] (exit
 //!   code, stdout, stderr, the parsed `--json` events and summary) and [`Running`] (a `prova`
 //!   still running: its stdout line by line, signals).
+//! - [`schema`]: a validator of the JSON Schema subset `schemas/events.json` uses, and
+//!   [`schema::check_event`], which every `--json` line read through [`Output::events`] passes.
 //! - [`procs`]: whether a process, or any member of a process group, is still alive.
 //! - [`cluster`]: [`cluster::Cluster`], a farm on loopback: a real coordinator and N real
 //!   workers as subprocesses (kill, restart), `prova run --remote` against it, `farm status`.
@@ -62,6 +64,7 @@ pub mod locate;
 pub mod netns;
 pub mod procs;
 pub mod run;
+pub mod schema;
 pub mod tsmono;
 pub mod verify;
 pub mod workspace;

@@ -366,10 +366,23 @@ impl Output {
             .collect()
     }
 
+    /// Every stdout line parsed as JSON and checked against `schemas/events.json` (the
+    /// `--json` event contract): every suite that reads events checks the contract too.
+    #[track_caller]
+    pub fn checked_json_lines(&self) -> Vec<Value> {
+        let lines = self.json_lines();
+        for l in &lines {
+            if let Err(e) = crate::schema::check_event(l) {
+                panic!("a --json line breaks schemas/events.json: {e}\nline: {l}\n{self}");
+            }
+        }
+        lines
+    }
+
     /// The `--json` events before the summary.
     #[track_caller]
     pub fn events(&self) -> Vec<Value> {
-        let mut lines = self.json_lines();
+        let mut lines = self.checked_json_lines();
         lines.pop();
         lines
     }
@@ -377,7 +390,7 @@ impl Output {
     /// The `--json` summary: the last line must be `{"event":"summary","summary":{…}}`.
     #[track_caller]
     pub fn summary(&self) -> Value {
-        let last = self.json_lines().pop().unwrap_or_else(|| panic!("no output\n{self}"));
+        let last = self.checked_json_lines().pop().unwrap_or_else(|| panic!("no output\n{self}"));
         assert_eq!(last["event"], "summary", "the last line is not the summary\n{self}");
         last["summary"].clone()
     }

@@ -92,13 +92,17 @@ fn a_hit_restores_byte_identical_outputs_with_modes_and_links_and_replays_the_lo
     second.assert_stdout_contains("building app");
     assert_eq!(runs(&ws, ""), 2, "a hit does not execute");
 
-    // And in text form the replayed line carries the task's prefix.
+    // And in text form the replayed line carries the task's prefix, after the hit's marker.
     for p in PROJECTS {
         fs::remove_dir_all(ws.path(&format!("{p}/dist"))).unwrap();
     }
     let text = ws.prova(["run", "build", "--all"]).run();
     text.assert_code(0);
-    assert_eq!(text.task_lines("app#build"), ["building app"], "{text}");
+    assert_eq!(
+        text.task_lines("app#build"),
+        ["cache hit (local), replaying logs", "building app"],
+        "{text}"
+    );
     assert_eq!(runs(&ws, ""), 2);
 }
 

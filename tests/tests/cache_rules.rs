@@ -81,7 +81,7 @@ fn a_timed_out_task_is_not_cached() {
     let ws = ws_with(&format!("{BUILD}; sleep 300"), r#"timeout = "1s""#);
     let out = run(&ws, &[]);
     out.assert_code(1);
-    assert_eq!(out.report("app#build")["exit"], "TimedOut", "{out}");
+    assert_eq!(out.report("app#build")["exit"]["timed_out"], true, "{out}");
     assert_eq!(out.not_saved_reason("app#build"), "timed out", "{out}");
     assert_eq!(entry_count(&ws, &[]), 0);
     assert_no_entry(&ws, "app#build");

@@ -151,7 +151,7 @@ timeout = "1s"
     out.assert_code(1);
     let report = out.report("app#hang");
     assert_eq!(report["status"], "failed", "{out}");
-    assert_eq!(report["exit"], "TimedOut", "{out}");
+    assert_eq!(report["exit"], serde_json::json!({"timed_out": true}), "{out}");
     assert_eq!(report["note"], "timed out", "{out}");
     assert_eq!(report["attempts"], 1, "a timeout is not retried without retries\n{out}");
 

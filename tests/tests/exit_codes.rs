@@ -44,7 +44,7 @@ fn failing_task_json_summary_is_not_ok() {
     assert_eq!(out.summary()["ok"], false);
     let report = out.report("app#broken");
     assert_eq!(report["status"], "failed");
-    assert_eq!(report["exit"]["Code"], 3);
+    assert_eq!(report["exit"]["code"], 3);
     assert_eq!(report["note"], "exit code 3");
 }
 

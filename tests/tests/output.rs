@@ -129,3 +129,184 @@ fn a_closed_stdout_is_not_an_error() {
         assert!(out.stderr.is_empty(), "{args:?}: no error message\n{out}");
     }
 }
+
+/// `a#build` (cacheable, prints `built-a`) and `b#fail` (prints `oops`, exits 1: never
+/// cached, so it runs on every run).
+fn logs_ws() -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"a\", \"b\"]\n")
+        .file(
+            "a/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && echo built-a | tee dist/out\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("a/src/x", "x\n")
+        .file("b/prova.toml", "[tasks.build]\ncommand = \"echo oops; exit 1\"\n")
+}
+
+/// `prova run build --all --continue --output-logs MODE` twice: `--force` (every task
+/// executes: uncached), then plain (`a#build` hits).
+fn both_runs(
+    ws: &TempWorkspace,
+    mode: &str,
+    extra: &[&str],
+) -> (prova_tests::Output, prova_tests::Output) {
+    let base = ["run", "build", "--all", "--continue", "--output-logs", mode];
+    let uncached = ws.prova(base.iter().chain(extra).chain(&["--force"]).copied()).run();
+    uncached.assert_code(1);
+    let cached = ws.prova(base.iter().chain(extra).copied()).run();
+    cached.assert_code(1);
+    (uncached, cached)
+}
+
+/// The 12 hex digits after `prefix` on `task`'s lines.
+fn hash_after(out: &prova_tests::Output, task: &str, prefix: &str) -> String {
+    let lines = out.task_lines(task);
+    let line = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line for {task}\n{out}"));
+    assert!(line.len() == 12 && line.chars().all(|c| c.is_ascii_hexdigit()), "{line:?}\n{out}");
+    line.to_owned()
+}
+
+#[test]
+fn full_shows_executions_and_replays_with_a_marker_per_hit() {
+    let ws = logs_ws();
+    let (uncached, cached) = both_runs(&ws, "full", &[]);
+    assert_eq!(uncached.task_lines("a#build"), ["built-a"], "{uncached}");
+    assert_eq!(uncached.task_lines("b#build"), ["oops", "failed: exit code 1"], "{uncached}");
+    assert_eq!(
+        cached.task_lines("a#build"),
+        ["cache hit (local), replaying logs", "built-a"],
+        "{cached}"
+    );
+    assert_eq!(cached.task_lines("b#build"), ["oops", "failed: exit code 1"], "{cached}");
+    // The default is `full`.
+    let plain = ws.prova(["run", "build", "-p", "a"]).run();
+    plain.assert_code(0);
+    assert_eq!(plain.task_lines("a#build"), ["cache hit (local), replaying logs", "built-a"]);
+}
+
+#[test]
+fn new_only_shows_executions_and_one_line_per_hit() {
+    let ws = logs_ws();
+    let (uncached, cached) = both_runs(&ws, "new-only", &[]);
+    assert_eq!(uncached.task_lines("a#build"), ["built-a"], "{uncached}");
+    assert_eq!(uncached.task_lines("b#build"), ["oops", "failed: exit code 1"], "{uncached}");
+    assert_eq!(cached.task_lines("a#build"), ["cache hit (local), suppressing logs"], "{cached}");
+    assert_eq!(cached.task_lines("b#build"), ["oops", "failed: exit code 1"], "{cached}");
+    // Grouped, the same choice in blocks.
+    let (_, grouped) = both_runs(&ws, "new-only", &["--output", "grouped"]);
+    grouped.assert_stdout_contains("── a#build\ncache hit (local), suppressing logs\n");
+    grouped.assert_stdout_contains("── b#build\noops\n");
+    assert!(!grouped.stdout.contains("built-a"), "{grouped}");
+}
+
+#[test]
+fn errors_only_shows_only_what_failed() {
+    let ws = logs_ws();
+    let (uncached, cached) = both_runs(&ws, "errors-only", &[]);
+    for out in [&uncached, &cached] {
+        assert_eq!(out.task_lines("a#build"), Vec::<String>::new(), "{out}");
+        assert_eq!(out.task_lines("b#build"), ["oops", "failed: exit code 1"], "{out}");
+        assert!(!out.stdout.contains("built-a") && !out.stdout.contains("cache hit"), "{out}");
+        assert!(out.tasks_line().contains("1 failed"), "{out}");
+    }
+}
+
+#[test]
+fn hash_only_shows_each_tasks_key_and_no_output() {
+    let ws = logs_ws();
+    let (uncached, cached) = both_runs(&ws, "hash-only", &[]);
+    let missed = hash_after(&uncached, "a#build", "cache miss, executed ");
+    let hit = hash_after(&cached, "a#build", "cache hit (local), suppressing logs ");
+    assert_eq!(missed, hit, "the hit is of the key the execution saved");
+    for out in [&uncached, &cached] {
+        assert!(!out.stdout.contains("built-a") && !out.stdout.contains("oops"), "{out}");
+        assert_eq!(out.task_lines("a#build").len(), 1, "{out}");
+    }
+}
+
+#[test]
+fn none_shows_no_task_output_at_all() {
+    let ws = logs_ws();
+    let (uncached, cached) = both_runs(&ws, "none", &[]);
+    for out in [&uncached, &cached] {
+        assert!(
+            out.task_lines("a#build").is_empty() && out.task_lines("b#build").is_empty(),
+            "{out}"
+        );
+        assert!(out.tasks_line().contains("1 failed"), "the summary still says it\n{out}");
+        out.assert_stdout_contains(" Failed:  b#build (exit code 1)");
+    }
+}
+
+#[test]
+fn output_logs_applies_to_json_output_events_not_to_the_start_finish_pairs() {
+    let ws = logs_ws();
+    let (_, cached) = both_runs(&ws, "new-only", &["--json"]);
+    assert_eq!(cached.cache_of("a#build"), "hit", "{cached}");
+    assert_eq!(cached.output_of("a#build"), "", "the hit's log is not replayed\n{cached}");
+    assert_eq!(cached.output_of("b#build"), "oops\n", "{cached}");
+    let kinds: Vec<String> = cached
+        .events()
+        .iter()
+        .filter(|e| e["task"] == "a#build")
+        .map(|e| e["event"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds, ["task_started", "task_finished"], "{cached}");
+    let (_, errors) = both_runs(&ws, "errors-only", &["--json"]);
+    assert_eq!(errors.output_of("a#build"), "", "{errors}");
+    assert_eq!(errors.output_of("b#build"), "oops\n", "{errors}");
+}
+
+#[test]
+fn a_dry_run_says_a_hit_would_be_restored_not_run() {
+    let ws = logs_ws();
+    let fresh = ws.prova(["run", "build", "-p", "a", "--dry-run"]).run();
+    fresh.assert_code(0);
+    fresh.assert_stdout_contains("1 task would run, in this order:");
+    assert!(!fresh.stdout.contains("restore"), "{fresh}");
+    ws.prova(["run", "build", "-p", "a"]).run().assert_code(0);
+    let warm = ws.prova(["run", "build", "--all", "--dry-run"]).run();
+    warm.assert_code(0);
+    warm.assert_stdout_contains(
+        "2 tasks, in this order: 1 would run, 1 would restore from the cache",
+    );
+    let line = |task: &str| {
+        warm.stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {task} ")))
+            .unwrap_or_else(|| panic!("no line for {task}\n{warm}"))
+            .to_owned()
+    };
+    assert!(line("a#build").ends_with(" hit: would restore"), "{warm}");
+    assert!(line("b#build").ends_with(" miss"), "{warm}");
+    assert!(!warm.stdout.contains("2 tasks would run"), "{warm}");
+}
+
+/// An error whose message embeds its cause (`cannot open the cache at …: cache: …: <io
+/// error>`) says the cause once, not again after itself.
+#[test]
+fn an_error_says_its_cause_once() {
+    let ws = logs_ws().file("not-a-dir", "x\n");
+    for args in [
+        &["run", "build", "--all", "--cache-dir", "not-a-dir/cache"][..],
+        &["cache", "stats", "--cache-dir", "not-a-dir/cache"],
+    ] {
+        let out = ws
+            .prova(args.iter().copied().map(|a| {
+                if a.starts_with("not-a-dir") {
+                    ws.path(a).display().to_string()
+                } else {
+                    a.to_owned()
+                }
+            }))
+            .run();
+        out.assert_code(2);
+        let line = out.stderr.lines().find(|l| l.starts_with("prova: ")).unwrap_or_default();
+        let cause = "Not a directory (os error 20)";
+        assert_eq!(line.matches(cause).count(), 1, "{args:?}: {line}\n{out}");
+    }
+}

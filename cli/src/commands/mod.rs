@@ -7,6 +7,7 @@ pub mod common;
 pub mod daemons;
 pub mod farm;
 pub mod graph;
+pub mod history;
 pub mod inspect;
 pub mod proofs;
 pub mod run;
@@ -32,5 +33,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         Command::Farm(cmd) => farm::farm(cmd),
         Command::Hermeticity(args) => proofs::hermeticity(&start, args),
         Command::Diff(args) => proofs::diff(&start, args),
+        Command::Runs(args) => history::runs(&start, args),
+        Command::Last(args) => history::last(&start, args),
     }
 }

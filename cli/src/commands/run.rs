@@ -26,6 +26,8 @@ const EVENT_QUEUE: usize = 1024;
 
 /// Runs the selection.
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
+    let started_at = std::time::SystemTime::now();
+    let meta = crate::render::json::RunMeta::new(started_at);
     let Loaded { ws, graph } = common::load(start, &args.select)?;
     let rt = common::runtime()?;
     // A remote run dials first: its keys fold the farm's salt, and a farm that cannot be
@@ -96,7 +98,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         anyhow::bail!("--verify=inputs needs the bubblewrap sandbox, which cannot run here: {why}");
     }
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
-    let style = Style::new(args.output, args.json);
+    let style = Style::new(args.output, args.json, args.output_logs);
     let outcome = rt.block_on(async {
         // A remote run connects before it keys: its keys fold declared env values with the
         // farm cache's salt (every client's keys agree), which the local cache then adopts so
@@ -179,15 +181,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 .collect(),
             options.concurrency,
         );
+        let mut timeline = crate::render::trace::Timeline::new();
+        timeline.started_at = started_at;
+        let render_meta = meta.clone();
         let render = OwnedTask::spawn_blocking("cli.render", move || {
             use std::io::Write as _;
             // Rendered into a buffer, written with the progress line cleared only when an
             // event printed something (most do not: starts, hits' bookkeeping).
-            let mut r = Renderer::new(Vec::new(), style);
+            let mut r = Renderer::new(Vec::new(), style, render_meta);
             let mut stdout = std::io::stdout().lock();
             let mut broken = false;
             while let Some(ev) = rx.blocking_recv() {
                 progress.event(&ev);
+                timeline.event(&ev);
                 if let (RunEvent::TaskFinished(report), Some(unfinished)) = (&ev, &mut unfinished)
                     && unfinished.remove(&report.task)
                     && unfinished.is_empty()
@@ -208,6 +214,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             }
             progress.finish();
             let _ = stdout.flush();
+            timeline
         });
         let key_stats = prepared.stats;
         // A remote run whose every task hits the local cache needs nothing of the farm: the
@@ -237,22 +244,83 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             });
             crate::local::run(prepared.plan, options.clone(), tx, Some(run_cache), weights, proofs).await
         };
-        let _ = render.join().await;
-        Ok(Some((summary?, key_stats)))
+        let timeline = render.join().await.unwrap_or_default();
+        Ok(Some((summary?, key_stats, timeline)))
     });
     drop(cache);
     let outcome = outcome?;
     // The cache thread closes the index when the last handle is gone.
     let _ = cache_join.join();
-    let Some((summary, key_stats)) = outcome else { return Ok(Code::Ok) };
+    let Some((summary, key_stats, timeline)) = outcome else { return Ok(Code::Ok) };
+    let ended_at = std::time::SystemTime::now();
+    let command = recorded_argv();
+    let keys = serde_json::to_value(key_stats).unwrap_or_default();
+    let line = crate::render::json::summary_value(&meta, ended_at, &command, &summary, &keys);
     if args.json {
-        let line =
-            serde_json::json!({ "event": "summary", "summary": &summary, "keys": key_stats });
         common::print(&format!("{line}\n"))?;
     } else {
         common::print(&summary::text(&summary))?;
     }
+    let recorded = super::history::Recorded {
+        meta: &meta,
+        command: &command,
+        summary: &summary,
+        keys: &keys,
+        timeline: &timeline,
+        ended_at,
+    };
+    if let Err(e) = super::history::History::open(&ws.root).and_then(|mut h| h.record(&recorded)) {
+        tracing::warn!("the run was not recorded: {e}");
+    }
+    reports(&ws.root, &args, &meta, &line, &timeline)?;
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
+}
+
+/// The command line as the summary and the history keep it: lossily decoded, and the values
+/// of the environment's secret-named variables masked as task logs mask them
+/// (`prova run deploy -- --token=$NPM_TOKEN` leaves no token in `.prova/runs.db`).
+fn recorded_argv() -> Vec<String> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let mask = prova_worker::mask::SecretMask::from_env(&env);
+    std::env::args_os()
+        .map(|a| {
+            let a = a.to_string_lossy().into_owned();
+            String::from_utf8_lossy(&mask.apply(a.as_bytes())).into_owned()
+        })
+        .collect()
+}
+
+/// `--summarize` and `--profile`: the summary object and the Chrome trace, as files.
+fn reports(
+    root: &Path,
+    args: &RunArgs,
+    meta: &crate::render::json::RunMeta,
+    summary_line: &serde_json::Value,
+    timeline: &crate::render::trace::Timeline,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let write = |path: &Path, value: &serde_json::Value| -> anyhow::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let text = serde_json::to_string_pretty(value)?;
+        std::fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("cannot write {}", path.display()))
+    };
+    if let Some(path) = &args.summarize {
+        let path = match path {
+            Some(p) => p.clone(),
+            None => root.join(".prova").join("runs").join(format!("{}.json", meta.run_id)),
+        };
+        write(&path, summary_line).context("--summarize")?;
+    }
+    if let Some(path) = &args.profile {
+        write(path, &timeline.chrome_trace(&meta.run_id)).context("--profile")?;
+    }
+    Ok(())
 }
 
 /// How the run opens the cache: not at all when it neither reads nor writes it (`--no-cache`,
@@ -366,7 +434,18 @@ fn dry_run(
             .collect();
         return format!("{}\n", serde_json::json!({ "tasks": tasks }));
     }
-    let mut out = format!("{} would run, in this order:\n", plural(order.len(), "task"));
+    // A hit is restored, not run: the header says how many of each.
+    let restores = order.iter().filter(|&&i| cache_word(i) == "hit").count();
+    let mut out = if restores == 0 {
+        format!("{} would run, in this order:\n", plural(order.len(), "task"))
+    } else {
+        format!(
+            "{}, in this order: {} would run, {} would restore from the cache\n",
+            plural(order.len(), "task"),
+            order.len() - restores,
+            restores
+        )
+    };
     for (n, &i) in order.iter().enumerate() {
         let t = &plan.tasks[i];
         let what = match t.kind {
@@ -393,7 +472,10 @@ fn dry_run(
                     }
                     format!("(waits on {})", named.join(", "))
                 }
-                _ => cache_word(i).to_owned(),
+                _ => match cache_word(i) {
+                    "hit" => "hit: would restore".to_owned(),
+                    word => word.to_owned(),
+                },
             }
         );
     }

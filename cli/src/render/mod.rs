@@ -1,16 +1,29 @@
-//! Turning run events into output: prefixed lines, grouped blocks, or JSON lines; the live
-//! progress line on a terminal ([`progress`]); and the end-of-run summary from the same data.
+//! Turning run events into output: prefixed lines, grouped blocks, or JSON lines
+//! ([`json`]: the versioned event contract); which task output is shown (`--output-logs`);
+//! the live progress line on a terminal ([`progress`]); the end-of-run summary from the same
+//! data ([`summary`]); the run's timeline and its Chrome trace ([`trace`]).
+//!
+//! A cache hit arrives as its replayed log (`Output`) then its `TaskFinished`, with no
+//! `TaskStarted`: events of a task not started yet are held until it starts or finishes, so
+//! a hit is shown as one unit — its marker line (`cache hit (local), replaying logs`) or, in
+//! JSON, a `task_started` with `hit: true` — and its log is shown or dropped as a whole.
 
+pub mod json;
 pub mod progress;
 pub mod summary;
+pub mod trace;
+mod verdicts;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, IsTerminal, Write};
+use std::time::SystemTime;
 
 use prova_protocol::TaskId;
-use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus, Verdict};
+use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskReport, TaskStatus};
 
-use crate::args::OutputMode;
+pub use verdicts::verdict_lines;
+
+use crate::args::{OutputLogs, OutputMode};
 
 /// How events are shown.
 #[derive(Clone, Copy, Debug)]
@@ -21,22 +34,32 @@ pub struct Style {
     pub json: bool,
     /// ANSI colours.
     pub color: bool,
+    /// Which task output is shown.
+    pub logs: OutputLogs,
 }
 
 impl Style {
     /// The style for a terminal or a pipe.
-    pub fn new(mode: OutputMode, json: bool) -> Self {
+    pub fn new(mode: OutputMode, json: bool, logs: OutputLogs) -> Self {
         let color = !json && io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        Self { mode, json, color }
+        Self { mode, json, color, logs }
     }
 }
+
+/// An event and when it was received.
+type Stamped = (SystemTime, RunEvent);
 
 /// Renders events to a writer as they arrive.
 pub struct Renderer<W: Write> {
     out: W,
     style: Style,
-    /// Grouped mode: output held until the task finishes.
-    held: HashMap<TaskId, Vec<u8>>,
+    meta: json::RunMeta,
+    /// Tasks whose `TaskStarted` or `TaskFinished` came (verdicts follow a finish).
+    seen: HashSet<TaskId>,
+    /// Events of tasks not started yet (a hit's replayed log), until they start or finish.
+    pending: HashMap<TaskId, Vec<Stamped>>,
+    /// Output held until the task finishes (grouped mode, `errors-only`).
+    held: HashMap<TaskId, Vec<Stamped>>,
     /// Prefixed mode: width of the widest prefix seen, for alignment.
     width: usize,
 }
@@ -44,42 +67,166 @@ pub struct Renderer<W: Write> {
 const PALETTE: [&str; 6] = ["36", "33", "32", "35", "34", "96"];
 
 impl<W: Write> Renderer<W> {
-    /// A renderer writing to `out`.
-    pub fn new(out: W, style: Style) -> Self {
-        Self { out, style, held: HashMap::new(), width: 0 }
+    /// A renderer writing to `out`; JSON lines carry `meta`'s run id.
+    pub fn new(out: W, style: Style, meta: json::RunMeta) -> Self {
+        Self {
+            out,
+            style,
+            meta,
+            seen: HashSet::new(),
+            pending: HashMap::new(),
+            held: HashMap::new(),
+            width: 0,
+        }
     }
 
-    /// Renders one event. A closed pipe is not an error worth stopping the run for.
+    /// Renders one event, received now.
     pub fn event(&mut self, ev: &RunEvent) -> io::Result<()> {
-        if self.style.json {
-            serde_json::to_writer(&mut self.out, ev)?;
-            return self.out.write_all(b"\n");
+        self.event_at(SystemTime::now(), ev)
+    }
+
+    /// Renders one event received `at`.
+    pub fn event_at(&mut self, at: SystemTime, ev: &RunEvent) -> io::Result<()> {
+        match ev {
+            RunEvent::TaskStarted { task, .. } => {
+                let first = self.seen.insert(task.clone());
+                self.emit(at, ev)?;
+                if first {
+                    for (at, ev) in self.pending.remove(task).unwrap_or_default() {
+                        self.event_at(at, &ev)?;
+                    }
+                }
+                Ok(())
+            }
+            RunEvent::Output { task, .. } | RunEvent::Verdict { task, .. }
+                if !self.seen.contains(task) =>
+            {
+                self.pending.entry(task.clone()).or_default().push((at, ev.clone()));
+                Ok(())
+            }
+            RunEvent::Output { task, .. } => match self.style.logs {
+                OutputLogs::Full | OutputLogs::NewOnly
+                    if self.style.json || self.style.mode == OutputMode::Prefixed =>
+                {
+                    self.emit(at, ev)
+                }
+                OutputLogs::Full | OutputLogs::NewOnly | OutputLogs::ErrorsOnly => {
+                    self.held.entry(task.clone()).or_default().push((at, ev.clone()));
+                    Ok(())
+                }
+                OutputLogs::HashOnly | OutputLogs::None => Ok(()),
+            },
+            RunEvent::TaskFinished(r) => self.finished(at, r, ev),
+            _ => self.emit(at, ev),
         }
+    }
+
+    /// A task's end: its start if none came (a hit, a group), what was held, the finish.
+    fn finished(&mut self, at: SystemTime, r: &TaskReport, ev: &RunEvent) -> io::Result<()> {
+        let was_started = !self.seen.insert(r.task.clone());
+        let pending = self.pending.remove(&r.task).unwrap_or_default();
+        let hit = matches!(r.cache, CacheStatus::Hit { .. });
+        let mut block: Vec<Stamped> = self.held.remove(&r.task).unwrap_or_default();
+        let show_held = match self.style.logs {
+            OutputLogs::Full | OutputLogs::NewOnly => true,
+            OutputLogs::ErrorsOnly => r.status == TaskStatus::Failed,
+            OutputLogs::HashOnly | OutputLogs::None => false,
+        };
+        if !show_held {
+            block.clear();
+        }
+        // What came before a start that never came: a hit's replayed log is shown only in
+        // `full`; verdicts always.
+        let replay = !hit || self.style.logs == OutputLogs::Full;
+        let mut verdicts = Vec::new();
+        for (t, e) in pending {
+            match e {
+                RunEvent::Output { .. } if replay && show_held => block.push((t, e)),
+                RunEvent::Output { .. } => {}
+                other => verdicts.push((t, other)),
+            }
+        }
+        if self.style.json {
+            if !was_started && json::needs_start(r) {
+                let line = json::started_without_execution(&self.meta, at, r);
+                writeln!(self.out, "{line}")?;
+            }
+            for (t, e) in block.iter().chain(&verdicts) {
+                self.emit(*t, e)?;
+            }
+            return self.emit(at, ev);
+        }
+        let mut text: Vec<u8> = Vec::new();
+        if let Some(marker) = self.marker(r) {
+            text.extend_from_slice(marker.as_bytes());
+        }
+        for (_, e) in &block {
+            if let RunEvent::Output { text: t, .. } = e {
+                text.extend_from_slice(t);
+                if !t.ends_with(b"\n") && !t.is_empty() {
+                    text.push(b'\n');
+                }
+            }
+        }
+        if self.style.mode == OutputMode::Grouped && !text.is_empty() {
+            let header =
+                format!("{} {}\n", self.paint("1", "──"), self.paint("1", r.task.as_str()));
+            self.out.write_all(header.as_bytes())?;
+            self.out.write_all(&text)?;
+        } else if !text.is_empty() {
+            self.lines(&r.task, &text)?;
+        }
+        for (t, e) in &verdicts {
+            self.emit(*t, e)?;
+        }
+        self.emit(at, ev)
+    }
+
+    /// The line a task's output starts with: a hit's marker (or, `hash-only`, each task's
+    /// key and outcome).
+    fn marker(&self, r: &TaskReport) -> Option<String> {
+        let key = r.key.map(|k| k.short());
+        let line = match (&r.cache, self.style.logs) {
+            (_, OutputLogs::None | OutputLogs::ErrorsOnly) => return None,
+            (CacheStatus::Hit { layer, .. }, OutputLogs::Full) => {
+                format!("cache hit ({layer}), replaying logs")
+            }
+            (CacheStatus::Hit { layer, .. }, OutputLogs::NewOnly) => {
+                format!("cache hit ({layer}), suppressing logs")
+            }
+            (CacheStatus::Hit { layer, .. }, OutputLogs::HashOnly) => {
+                format!("cache hit ({layer}), suppressing logs {}", key.unwrap_or_default())
+            }
+            (_, OutputLogs::HashOnly) if r.attempts > 0 => match key {
+                Some(k) => format!("cache miss, executed {k}"),
+                None => "executed (not cached)".to_owned(),
+            },
+            _ => return None,
+        };
+        Some(format!("{}\n", self.paint("2", &line)))
+    }
+
+    /// Writes one event in the style (JSON line or text).
+    fn emit(&mut self, at: SystemTime, ev: &RunEvent) -> io::Result<()> {
+        if self.style.json {
+            let line = json::event_line(&self.meta, at, ev);
+            return writeln!(self.out, "{line}");
+        }
+        let quiet = self.style.logs == OutputLogs::None;
         match ev {
             RunEvent::TaskStarted { task, attempt, .. } => {
-                if *attempt > 1 {
+                let chatty = matches!(self.style.logs, OutputLogs::Full | OutputLogs::NewOnly);
+                if *attempt > 1 && chatty {
                     let line = format!("retrying (attempt {attempt})\n");
                     self.lines(task, line.as_bytes())?;
                 }
             }
-            RunEvent::Output { task, text } => match self.style.mode {
-                OutputMode::Prefixed => self.lines(task, text)?,
-                OutputMode::Grouped => {
-                    self.held.entry(task.clone()).or_default().extend_from_slice(text)
-                }
-            },
-            RunEvent::TaskReady { task } => self.lines(task, b"ready\n")?,
+            RunEvent::Output { task, text } => self.lines(task, text)?,
+            RunEvent::TaskReady { task } if !quiet => self.lines(task, b"ready\n")?,
+            RunEvent::TaskReady { .. } => {}
             RunEvent::TaskFinished(r) => {
-                if let Some(held) = self.held.remove(&r.task) {
-                    let header =
-                        format!("{} {}\n", self.paint("1", "──"), self.paint("1", r.task.as_str()));
-                    self.out.write_all(header.as_bytes())?;
-                    self.out.write_all(&held)?;
-                    if !held.ends_with(b"\n") && !held.is_empty() {
-                        self.out.write_all(b"\n")?;
-                    }
-                }
                 let line = match (r.status, &r.cache) {
+                    _ if quiet => None,
                     (TaskStatus::Failed, _) => Some(
                         self.paint("31", &format!("failed: {}", r.note.as_deref().unwrap_or(""))),
                     ),
@@ -156,165 +303,10 @@ impl Renderer<Vec<u8>> {
     }
 }
 
-/// How a verdict reads in the stream (`None`: not worth a line, e.g. a hit not verified).
-pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
-    let paint =
-        |code: &str, s: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() };
-    let text = match v {
-        Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations, ignored } => {
-            let where_ = match (rerun_worker, single_machine) {
-                (_, true) => "single machine".to_owned(),
-                (Some(w), false) => format!("re-run on {w}"),
-                (None, false) => "re-run elsewhere".to_owned(),
-            };
-            let mut s = format!("{} ({where_})\n", paint("32", "verify: proven deterministic"));
-            push_ignored(&mut s, ignored);
-            push_perturbations(&mut s, perturbations);
-            s
-        }
-        Verdict::Nondeterministic(d) | Verdict::AllowedNondeterministic(d) => {
-            let allowed = matches!(v, Verdict::AllowedNondeterministic(_));
-            let head = if allowed {
-                paint("33", "verify: nondeterministic (allowed by --verify-allow)")
-            } else {
-                paint("31", "verify: NONDETERMINISTIC: the cache would replay one arbitrary output")
-            };
-            let mut s = format!("{head}\n");
-            for (what, list) in
-                [("changed", &d.changed), ("added", &d.added), ("removed", &d.removed)]
-            {
-                if !list.is_empty() {
-                    s.push_str(&format!("  {what}: {}\n", list.join(", ")));
-                }
-            }
-            for f in &d.files {
-                match &f.diff {
-                    Some(diff) => {
-                        for line in diff.lines() {
-                            s.push_str(&format!("    {line}\n"));
-                        }
-                    }
-                    None => s.push_str(&format!(
-                        "    {}: {} → {} bytes, {} → {}\n",
-                        f.path,
-                        f.sizes.0,
-                        f.sizes.1,
-                        f.digests.0.map_or_else(|| "-".to_owned(), |d| d.short()),
-                        f.digests.1.map_or_else(|| "-".to_owned(), |d| d.short())
-                    )),
-                }
-            }
-            for m in &d.modes {
-                s.push_str(&format!("  mode: {} {:04o} → {:04o}\n", m.path, m.modes.0, m.modes.1));
-            }
-            if d.single_machine {
-                s.push_str("  (re-run on the same machine)\n");
-            }
-            push_ignored(&mut s, &d.ignored);
-            push_perturbations(&mut s, &d.perturbations);
-            s
-        }
-        Verdict::RerunFailed { reason, log_tail, perturbations } => {
-            let mut s = format!(
-                "{} ({reason})\n",
-                paint("31", "verify: the re-run FAILED under its perturbations")
-            );
-            s.push_str(
-                "  the first run succeeded: the task depends on something the re-run changed\n",
-            );
-            push_perturbations(&mut s, perturbations);
-            push_failure(&mut s, None, log_tail);
-            s
-        }
-        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest } => {
-            let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
-            if paths.iter().any(|p| p.ends_with('/')) {
-                s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
-            }
-            if suggest.is_empty() {
-                s.push_str("  add them to the task's inputs\n");
-            } else {
-                let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
-                s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
-            }
-            push_failure(&mut s, failed.as_deref(), log_tail);
-            s
-        }
-        Verdict::UndeclaredOutputs { paths, more } => {
-            let mut s = format!("{}\n", paint("31", "verify: wrote outside its declared outputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
-            s.push_str("  declare them in outputs (a cache hit would not restore them), or stop writing them\n");
-            s
-        }
-        Verdict::UndeclaredInputs { traced: false, failed, log_tail, .. } => {
-            let mut s = format!(
-                "{}\n",
-                paint("31", "verify: an undeclared input was read, install strace for the paths")
-            );
-            push_failure(&mut s, failed.as_deref(), log_tail);
-            s
-        }
-        Verdict::SandboxFailed { reason, traced, log_tail } => {
-            let head = format!("verify: FAILS with only its declared inputs visible ({reason})");
-            let mut s = format!("{}\n", paint("31", &head));
-            s.push_str(if *traced {
-                "  no undeclared workspace path could be named: it may need a file outside the workspace, the network or the environment\n"
-            } else {
-                "  the trace could not be read, so no path can be named\n"
-            });
-            push_failure(&mut s, None, log_tail);
-            s
-        }
-        Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
-        Verdict::NoOutputs => "verify: no outputs (nothing to replay but the log)\n".to_owned(),
-        Verdict::NotVerified { .. } | Verdict::NotSampled { .. } => return None,
-        Verdict::Exempt { reason } => format!("verify: exempt ({reason})\n"),
-    };
-    Some(text)
-}
-
-/// The outputs `verify_ignore` left out of a comparison, under its verdict.
-fn push_ignored(s: &mut String, ignored: &[String]) {
-    if !ignored.is_empty() {
-        s.push_str(&format!("  not compared (verify_ignore): {}\n", ignored.join(", ")));
-    }
-}
-
-/// What a re-run changed (and could not), under its verdict.
-fn push_perturbations(s: &mut String, p: &prova_protocol::events::Perturbations) {
-    if !p.applied.is_empty() {
-        s.push_str(&format!("  perturbed: {}\n", p.describe_applied()));
-    }
-    for n in &p.not_applied {
-        s.push_str(&format!("  not perturbed: {} ({})\n", n.what, n.detail));
-    }
-}
-
-/// How a sandboxed run failed and its log's last lines, under a verdict.
-fn push_failure(s: &mut String, failed: Option<&str>, log_tail: &[String]) {
-    if let Some(how) = failed {
-        s.push_str(&format!("  the sandboxed run failed ({how})\n"));
-    }
-    if !log_tail.is_empty() {
-        s.push_str("  last lines of its log:\n");
-        for l in log_tail {
-            s.push_str(&format!("  | {l}\n"));
-        }
-    }
-}
-
 /// `1 task`, `2 tasks`.
 pub fn plural(n: usize, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
+
+#[cfg(test)]
+mod tests;
