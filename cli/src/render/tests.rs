@@ -29,7 +29,7 @@ fn report(task: &TaskId, status: TaskStatus, cache: CacheStatus) -> TaskReport {
 fn events() -> Vec<RunEvent> {
     let (h, ok, bad) =
         (TaskId::new("h", "build"), TaskId::new("ok", "build"), TaskId::new("bad", "build"));
-    let hit = CacheStatus::Hit { layer: "local".into(), saved_ms: 5 };
+    let hit = CacheStatus::Hit { layer: "local".into(), saved_ms: 5, cutoff: false };
     let started = |t: &TaskId| RunEvent::TaskStarted {
         task: t.clone(),
         attempt: 1,
