@@ -164,13 +164,20 @@ fn a_task_that_kills_its_worker_every_time_fails_after_the_retry_budget() {
         }
     };
 
+    // The last loss ends the run: the worker it took down may not have been seen dead by
+    // the loop yet (seen in CI: 3 restarts counted, the coordinator's 4 losses reported).
+    for i in 0..2 {
+        if farm.reap_if_dead(i) {
+            restarts += 1;
+        }
+    }
     out.assert_code(1);
     let killer = out.report("killer#build");
     assert_eq!(killer["status"], "failed", "{out}");
     let why = killer.to_string();
     assert!(
-        why.contains("retry budget"),
-        "the failure does not name the retry budget: {killer}\n{out}"
+        why.contains("retry budget") && why.contains("after 4 worker losses"),
+        "the failure does not name the retry budget and the losses: {killer}\n{out}"
     );
     for ok in ["ok1#build", "ok2#build", "ok3#build"] {
         assert_eq!(out.status_of(ok), "succeeded", "{out}");
@@ -178,5 +185,8 @@ fn a_task_that_kills_its_worker_every_time_fails_after_the_retry_budget() {
     }
     // The first attempt and three retries (the budget), each of which took a worker down.
     assert_eq!(restarts, 4, "{out}\n{}", farm.logs());
-    assert_eq!(out.output_of("killer#build").matches("killing my worker").count(), 4, "{out}");
+    // Each attempt prints before it kills its worker, but a line still in the dying worker's
+    // pipe is lost with it: at least one arrives, never more than the attempts.
+    let printed = out.output_of("killer#build").matches("killing my worker").count();
+    assert!((1..=4).contains(&printed), "{printed} lines\n{out}");
 }
