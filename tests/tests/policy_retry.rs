@@ -64,7 +64,7 @@ fn sleepy(workspace: &str) -> TempWorkspace {
 fn a_workspace_timeout_default_applies_where_a_task_sets_none() {
     let ws = sleepy("timeout = \"1s\"");
     let out = ws.prova(["run", "hang", "patient", "--all", "--json", "--continue"]).run();
-    assert_eq!(out.report("app#hang")["exit"], "TimedOut", "{out}");
+    assert_eq!(out.report("app#hang")["exit"], serde_json::json!({ "timed_out": true }), "{out}");
     assert_eq!(out.status_of("app#patient"), "succeeded", "its own timeout wins\n{out}");
 }
 
@@ -74,7 +74,7 @@ fn timeout_on_the_command_line_overrides_the_workspace() {
     let out = ws
         .prova(["run", "hang", "patient", "--all", "--json", "--continue", "--timeout", "1s"])
         .run();
-    assert_eq!(out.report("app#hang")["exit"], "TimedOut", "{out}");
+    assert_eq!(out.report("app#hang")["exit"], serde_json::json!({ "timed_out": true }), "{out}");
     assert_eq!(out.status_of("app#patient"), "succeeded", "{out}");
     let out = ws.prova(["run", "hang", "--all", "--timeout", "0s"]).run();
     out.assert_code(2);
