@@ -337,6 +337,23 @@ impl RunActor {
     }
 }
 
+impl RunActor {
+    /// A restore or lookup answered after an interrupt: the task is reported aborted.
+    async fn finish_interrupted(&mut self, node: usize, ctx: &mut Context<Self, ()>) {
+        let r = self.report(
+            node,
+            TaskStatus::Aborted,
+            CacheStatus::Uncached,
+            None,
+            0,
+            ExecStats::default(),
+            None,
+        );
+        self.finish(node, r).await;
+        self.feed(Event::Finished { node, ok: false }, ctx).await;
+    }
+}
+
 impl Message<RestoreDone> for RunActor {
     type Reply = ();
 
@@ -344,17 +361,7 @@ impl Message<RestoreDone> for RunActor {
         let node = msg.node;
         self.side.remove(&node);
         if self.interrupted {
-            let r = self.report(
-                node,
-                TaskStatus::Aborted,
-                CacheStatus::Uncached,
-                None,
-                0,
-                ExecStats::default(),
-                None,
-            );
-            self.finish(node, r).await;
-            self.feed(Event::Finished { node, ok: false }, ctx).await;
+            self.finish_interrupted(node, ctx).await;
             return;
         }
         match msg.result {
@@ -383,17 +390,7 @@ impl Message<Probed> for RunActor {
         let node = msg.node;
         self.side.remove(&node);
         if self.interrupted {
-            let r = self.report(
-                node,
-                TaskStatus::Aborted,
-                CacheStatus::Uncached,
-                None,
-                0,
-                ExecStats::default(),
-                None,
-            );
-            self.finish(node, r).await;
-            self.feed(Event::Finished { node, ok: false }, ctx).await;
+            self.finish_interrupted(node, ctx).await;
             return;
         }
         match msg.result {
