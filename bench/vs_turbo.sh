@@ -41,6 +41,15 @@ PATH=$FILLPATH "$P" -C "$PW" run build test --all >/dev/null 2>&1 || true
 PATH=$FILLPATH "$T" run build test >/dev/null 2>&1 || true
 P="$P -C $PW"
 load() { echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"; }
+# Runs `build` once more with each tool and prints how many tasks each executed after "$1".
+executed() {
+    ran_p=$($P run build --all --json 2>/dev/null | python3 -c '
+import json, sys
+s = [json.loads(l) for l in sys.stdin if l.startswith("{")][-1]["summary"]
+print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
+    ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
+    echo "   tasks executed after $1: prova $ran_p, turbo ${ran_t:-?}"
+}
 echo "== dry run of build ($WS)"
 load
 python3 "$C" -n "$N" --a "$P run build --all --dry-run" --b "$T run build --dry-run"
@@ -62,12 +71,7 @@ load
 EDIT="echo \"// \$(date +%s%N)\" | tee -a $PKG/src/mod1.js >> $PW/$PKG/src/mod1.js"
 python3 "$C" -n "$N" --prep "$EDIT" --a "$P run build --all" --b "$T run build"
 sh -c "$EDIT"
-ran_p=$($P run build --all --json 2>/dev/null | python3 -c '
-import json, sys
-s = [json.loads(l) for l in sys.stdin if l.startswith("{")][-1]["summary"]
-print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
-ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
-echo "   tasks executed after one edit: prova $ran_p, turbo ${ran_t:-?}"
+executed "one edit"
 git checkout -q -- "$PKG/src/mod1.js"
 git -C "$PW" checkout -q -- "$PKG/src/mod1.js"
 # Early cutoff: an edit to an input of the package that its build does not copy into dist
@@ -79,10 +83,5 @@ load
 QUIET="echo \"note \$(date +%s%N)\" | tee $PKG/src/notes.txt > $PW/$PKG/src/notes.txt"
 python3 "$C" -n "$N" --prep "$QUIET" --a "$P run build --all" --b "$T run build"
 sh -c "$QUIET"
-ran_p=$($P run build --all --json 2>/dev/null | python3 -c '
-import json, sys
-s = [json.loads(l) for l in sys.stdin if l.startswith("{")][-1]["summary"]
-print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
-ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
-echo "   tasks executed after the non-output edit: prova $ran_p, turbo ${ran_t:-?}"
+executed "the non-output edit"
 rm -f "$PKG/src/notes.txt" "$PW/$PKG/src/notes.txt"

@@ -142,6 +142,17 @@ impl PlanKeys {
         v
     }
 
+    /// Whether any upstream `node` folds by outputs satisfies `f` (no allocation: asked
+    /// once per hit).
+    pub fn any_output_upstream(
+        &self,
+        plan: &RunPlan,
+        node: usize,
+        f: impl Fn(usize) -> bool,
+    ) -> bool {
+        self.closures(plan).get(node).is_some_and(|c| c.iter().any(|&d| f(d as usize)))
+    }
+
     /// The key of `node`, if known.
     pub fn key(&self, node: usize) -> Option<Digest> {
         self.keys.get(node).copied().flatten()

@@ -209,10 +209,9 @@ impl RunActor {
         let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
         // An upstream folded by outputs executed in this run, yet the key held: a cutoff.
         let cutoff = self.cache.as_ref().is_some_and(|c| {
-            c.keys
-                .output_upstreams(&self.plan, node)
-                .into_iter()
-                .any(|d| self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0))
+            c.keys.any_output_upstream(&self.plan, node, |d| {
+                self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0)
+            })
         });
         let cache = CacheStatus::Hit { layer, saved_ms, cutoff };
         let mut r =
