@@ -475,6 +475,17 @@ pub struct RunArgs {
     #[arg(long = "continue")]
     pub keep_going: bool,
 
+    /// Run only the tasks asked for, not the tasks they depend on: a cached dependency is
+    /// restored, one that is not is taken from the outputs on disk (refused when it declares
+    /// outputs and none are there).
+    #[arg(long, conflicts_with = "exclude_dependencies")]
+    pub only: bool,
+
+    /// Run the tasks asked for without their dependencies, neither run nor restored: the
+    /// tasks read what is on disk, and their keys fold it (local mode).
+    #[arg(long)]
+    pub exclude_dependencies: bool,
+
     /// Print what would run, in order, and run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -571,6 +582,20 @@ pub struct RunArgs {
     /// Arguments after `--` go to the requested tasks (not to their dependencies).
     #[arg(last = true, value_name = "ARGS")]
     pub forward: Vec<String>,
+}
+
+impl RunArgs {
+    /// What becomes of the tasks the selection did not ask for.
+    pub fn upstreams(&self) -> prova_protocol::wire::UpstreamMode {
+        use prova_protocol::wire::UpstreamMode;
+        if self.only {
+            UpstreamMode::Only
+        } else if self.exclude_dependencies {
+            UpstreamMode::Exclude
+        } else {
+            UpstreamMode::Run
+        }
+    }
 }
 
 /// `prova graph`.

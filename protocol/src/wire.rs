@@ -248,6 +248,32 @@ pub struct RunOptionsWire {
     /// proven, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_sample: Option<VerifySample>,
+    /// What the run does with the tasks it did not ask for (`--only`). Omitted when they
+    /// run, so older frames are unchanged.
+    #[serde(default, skip_serializing_if = "UpstreamMode::runs")]
+    pub upstreams: UpstreamMode,
+}
+
+/// What a run does with the tasks upstream of the ones asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamMode {
+    /// They run (or hit) like any task: the default.
+    #[default]
+    Run,
+    /// `--only`: they never run. A cached one is restored; one that is not is assumed from
+    /// the outputs on disk, and refused when it declares outputs and none are there.
+    Only,
+    /// `--exclude-dependencies`: they are neither run nor restored; their outputs are taken
+    /// as they are on disk (local mode only).
+    Exclude,
+}
+
+impl UpstreamMode {
+    /// Whether upstream tasks run (the default).
+    pub fn runs(&self) -> bool {
+        *self == Self::Run
+    }
 }
 
 /// A deterministic sample of keys to prove (`--verify-sample=FRACTION --verify-seed=S`): a

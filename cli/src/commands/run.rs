@@ -67,6 +67,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         concurrency: args.concurrency.unwrap_or(cores).max(1),
         continue_on_failure: args.keep_going,
         verify: VerifyOptions::default(),
+        upstreams: args.upstreams(),
     };
     if let Some(mode) = args.verify {
         options.verify.determinism = mode.proofs().contains(&Proof::Determinism);
@@ -83,6 +84,22 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     options.verify.sample = args
         .verify_sample
         .map(|ppm| prova_protocol::wire::VerifySample { ppm, seed: args.verify_seed });
+    // Tasks that are neither run nor restored are read from this workspace's disk: a farm
+    // cannot see it, and a proof's exec roots take upstream outputs from the cache.
+    if options.upstreams == prova_protocol::wire::UpstreamMode::Exclude {
+        if remote {
+            anyhow::bail!(
+                "--exclude-dependencies reads the dependencies' outputs in your workspace, which \
+                 a farm cannot see: use --only (it restores cached dependencies)"
+            );
+        }
+        if options.verify.any() {
+            anyhow::bail!(
+                "--exclude-dependencies cannot be proven: a proof's exec roots take the \
+                 dependencies' outputs from the cache; use --only (it restores cached ones)"
+            );
+        }
+    }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
     let sandbox = if options.verify.any() {
@@ -136,7 +153,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             .with_input_scopes(prepared.input_scopes.clone());
         let hits = if policy.read { probe(&layer, &mut prepared).await? } else { HashMap::new() };
         if args.dry_run {
-            common::print(&dry_run(&graph, &prepared, &hits, args.json))?;
+            common::print(&dry_run(&graph, &prepared, &hits, args.upstreams(), args.json))?;
             return Ok::<_, anyhow::Error>(None);
         }
         let (tx, mut rx) = mpsc::channel::<RunEvent>(EVENT_QUEUE);
@@ -395,11 +412,26 @@ fn dry_run(
     graph: &prova_coordinator::graph::TaskGraph,
     prepared: &Prepared,
     hits: &HashMap<usize, prova_coordinator::cache::Entry>,
+    upstreams: prova_protocol::wire::UpstreamMode,
     json: bool,
 ) -> String {
+    use prova_protocol::wire::UpstreamMode;
     let plan = &prepared.plan;
     let order = graph.topo_order();
+    // `--only` restores a hit of a task not asked for and runs none; `--exclude-dependencies`
+    // does neither (run/excluded.rs).
+    let not_run = |i: usize| {
+        let t = &plan.tasks[i];
+        !t.requested
+            && t.kind != TaskKind::Group
+            && match upstreams {
+                UpstreamMode::Run => false,
+                UpstreamMode::Only => !hits.contains_key(&i),
+                UpstreamMode::Exclude => true,
+            }
+    };
     let cache_word = |i: usize| match (plan.tasks[i].cacheable, hits.contains_key(&i)) {
+        _ if not_run(i) => "not_run",
         (false, _) => "uncached",
         (true, true) => "hit",
         (true, false) if prepared.key(i).is_none() => "pending",
@@ -436,15 +468,21 @@ fn dry_run(
     }
     // A hit is restored, not run: the header says how many of each.
     let restores = order.iter().filter(|&&i| cache_word(i) == "hit").count();
-    let mut out = if restores == 0 {
+    let skipped = order.iter().filter(|&&i| not_run(i)).count();
+    let mut out = if restores == 0 && skipped == 0 {
         format!("{} would run, in this order:\n", plural(order.len(), "task"))
     } else {
-        format!(
-            "{}, in this order: {} would run, {} would restore from the cache\n",
+        let mut head = format!(
+            "{}, in this order: {} would run, {} would restore from the cache",
             plural(order.len(), "task"),
-            order.len() - restores,
+            order.len() - restores - skipped,
             restores
-        )
+        );
+        if skipped > 0 {
+            let _ = write!(head, ", {skipped} would not run (their outputs on disk are used)");
+        }
+        head.push('\n');
+        head
     };
     for (n, &i) in order.iter().enumerate() {
         let t = &plan.tasks[i];
@@ -463,6 +501,10 @@ fn dry_run(
             what,
             prepared.key(i).map_or_else(|| "pending".to_owned(), |k| k.short()),
             match prepared.key(i) {
+                _ if not_run(i) => match upstreams {
+                    UpstreamMode::Exclude => "not run (--exclude-dependencies)".to_owned(),
+                    _ => "not run (--only): not cached, its outputs on disk are used".to_owned(),
+                },
                 None if plan.tasks[i].cacheable => {
                     let w = waits_on(i);
                     let mut named: Vec<String> =
@@ -570,5 +612,6 @@ fn wire_options(
         .collect(),
         verify_allow: run_options.verify.allow.iter().cloned().collect(),
         verify_sample: run_options.verify.sample,
+        upstreams: run_options.upstreams,
     }
 }

@@ -266,6 +266,7 @@ async fn start(
                 workspace: None,
                 sample: options.verify_sample,
             },
+            upstreams: options.upstreams,
         },
         weights,
         work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace.clone(), tasks.len())),

@@ -114,6 +114,7 @@ async fn start_run(
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: false,
             verify: VerifyOptions::default(),
+            upstreams: Default::default(),
         },
         weights: vec![1; n],
         work: Arc::new(FarmSink::new(farm.clone(), run, "trusted".into(), n)),

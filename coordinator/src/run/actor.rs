@@ -217,11 +217,12 @@ impl RunActor {
     }
 
     async fn dispatch(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> Option<Event> {
+        let step = super::excluded::step(self.options.upstreams, &self.plan.tasks[node]);
         // Its upstreams are resolved now: its key folds what they actually produced.
         match self.settle_key(node) {
             decide::Settled::Same => {}
             decide::Settled::Moved(key) => {
-                if self.start_probe(node, key, ctx) {
+                if step != super::excluded::Step::Assume && self.start_probe(node, key, ctx) {
                     return None;
                 }
             }
@@ -232,6 +233,9 @@ impl RunActor {
                 );
                 self.notice(node, NoticeLevel::Warn, msg).await;
             }
+        }
+        if step == super::excluded::Step::Assume {
+            return self.assume(node, ctx).await;
         }
         let task = &self.plan.tasks[node];
         if task.kind == TaskKind::Group {
@@ -265,7 +269,7 @@ impl RunActor {
         if self.start_restore(node, ctx) {
             return None;
         }
-        self.assign(node, Purpose::Primary).await
+        self.primary(node, ctx).await
     }
 
     /// Keys `node` from what its upstreams resolved to in this run (their output

@@ -10,7 +10,7 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::work::Finished;
 
 use super::actor::RunActor;
-use super::core::{self as decide, AfterSave, Purpose};
+use super::core::{self as decide, AfterSave};
 use crate::layers::{HitQuery, LayerError, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::Event;
 
@@ -338,7 +338,7 @@ impl RunActor {
 
 impl RunActor {
     /// A restore or lookup answered after an interrupt: the task is reported aborted.
-    async fn finish_interrupted(&mut self, node: usize, ctx: &mut Context<Self, ()>) {
+    pub(super) async fn finish_interrupted(&mut self, node: usize, ctx: &mut Context<Self, ()>) {
         let r = self.report(
             node,
             TaskStatus::Aborted,
@@ -374,7 +374,7 @@ impl Message<RestoreDone> for RunActor {
                     _ => decide::restore_fallback_notice(None),
                 };
                 self.notice(node, NoticeLevel::Warn, why).await;
-                if let Some(ev) = self.assign(node, Purpose::Primary).await {
+                if let Some(ev) = self.primary(node, ctx).await {
                     self.feed(ev, ctx).await;
                 }
             }

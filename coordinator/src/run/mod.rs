@@ -18,12 +18,15 @@
 //! - `cached`: carrying out restores and saves through the run's cache layer.
 //! - `verify`: carrying out the proofs (`--verify`): the perturbed re-runs, the file-by-file
 //!   comparison, every execution into the ledger, reports held until their verdicts are in.
+//! - `excluded`: the tasks a run did not ask for under `--only` / `--exclude-dependencies`:
+//!   restored or assumed from the outputs on disk, never run (decisions tested in the file).
 //! - [`undeclared`]: which paths a traced run touched are undeclared inputs (and outputs).
 //! - `written`: the cheap post-run check of a plain run for files written outside outputs.
 
 pub mod actor;
 mod cached;
 mod core;
+mod excluded;
 mod reruns;
 pub mod types;
 pub mod undeclared;

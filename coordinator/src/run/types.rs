@@ -23,6 +23,8 @@ pub struct RunOptions {
     pub continue_on_failure: bool,
     /// `--verify`.
     pub verify: VerifyOptions,
+    /// `--only` / `--exclude-dependencies`: what becomes of the tasks not asked for.
+    pub upstreams: prova_protocol::wire::UpstreamMode,
 }
 
 /// What a run proves about the tasks it executes (`--verify`, brief §1).

@@ -787,6 +787,7 @@ pub fn goldens() -> Vec<Golden> {
         verify: vec![prova_protocol::wire::Proof::Determinism, prova_protocol::wire::Proof::Inputs],
         verify_allow: vec![task("lib", "bench")],
         verify_sample: Some(prova_protocol::wire::VerifySample { ppm: 100_000, seed: 7 }),
+        upstreams: prova_protocol::wire::UpstreamMode::Only,
     };
     let artifact = TaskArtifact {
         task: task("@acme/web", "build"),
