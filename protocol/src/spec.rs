@@ -94,12 +94,17 @@ pub struct ProofPolicy {
     /// out (`verify_ignore`): a legitimately varying file such as a build-info timestamp.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore: Vec<String>,
+    /// `sandbox = true`: every execution runs as the inputs proof runs it — in an exec root
+    /// holding only its declared inputs, sandboxed, traced — and fails on an undeclared read
+    /// or a write outside its outputs, with or without `--verify`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sandbox: bool,
 }
 
 impl ProofPolicy {
-    /// No exemption and nothing ignored.
+    /// No exemption, nothing ignored, not sandboxed.
     pub fn is_default(&self) -> bool {
-        self.exempt.is_none() && self.ignore.is_empty()
+        self.exempt.is_none() && self.ignore.is_empty() && !self.sandbox
     }
 }
 

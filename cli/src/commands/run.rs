@@ -102,7 +102,14 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
-    let sandbox = if options.verify.any() {
+    // `sandbox = true` tasks run as the inputs proof runs them, with or without --verify.
+    let sandboxed: Vec<TaskId> = graph
+        .nodes
+        .iter()
+        .filter(|n| ws.projects[n.project].tasks.get(&n.name).is_some_and(|d| d.policy.sandbox))
+        .map(|n| n.id.clone())
+        .collect();
+    let sandbox = if options.verify.any() || !sandboxed.is_empty() {
         prova_worker::sandbox::detect()
     } else {
         prova_worker::sandbox::SandboxStatus::Unavailable { reason: "not probed".to_owned() }
@@ -139,7 +146,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         prova_coordinator::scheduler::defaults::apply(&mut prepared.plan, &ws, &defaults);
         let run_id = prova_coordinator::scheduler::defaults::new_run_id();
         prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
-        if options.verify.any() {
+        if options.verify.any() || !sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
             options.verify.workspace = Some(std::sync::Arc::new(prova_coordinator::run::undeclared::WorkspaceView {
@@ -152,6 +159,20 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
             .with_input_scopes(prepared.input_scopes.clone());
         let hits = if policy.read { probe(&layer, &mut prepared).await? } else { HashMap::new() };
+        // A sandboxed task that may execute needs the sandbox here (a hit does not).
+        if !remote && !sandbox.is_available() && !args.dry_run
+            && let Some(id) = sandboxed.iter().find(|id| {
+                prepared.plan.position(id).is_none_or(|i| !hits.contains_key(&i))
+            })
+        {
+            let why = match &sandbox {
+                prova_worker::sandbox::SandboxStatus::Unavailable { reason } => reason.clone(),
+                prova_worker::sandbox::SandboxStatus::Bwrap { .. } => String::new(),
+            };
+            anyhow::bail!(
+                "`{id}` sets `sandbox = true`, but the bubblewrap sandbox cannot run here: {why}"
+            );
+        }
         if args.dry_run {
             common::print(&dry_run(&graph, &prepared, &hits, args.upstreams(), args.json))?;
             return Ok::<_, anyhow::Error>(None);
@@ -253,7 +274,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
             let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
-            let proofs = options.verify.any().then(|| crate::local::LocalProofs {
+            let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),
                 strace: prova_worker::sandbox::strace_available(),

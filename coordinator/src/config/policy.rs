@@ -26,6 +26,8 @@ pub struct PolicyLayer {
     pub side_effects: Option<bool>,
     /// `runtime`.
     pub runtime: Option<Vec<String>>,
+    /// `sandbox`, located for the conflict with an uncached task.
+    pub sandbox: Option<Located<bool>>,
 }
 
 impl PolicyLayer {
@@ -40,6 +42,7 @@ impl PolicyLayer {
                 .transpose()?,
             side_effects: t.side_effects.take().map(Spanned::into_inner),
             runtime: t.runtime.take().map(|v| check_runtime(src, v)).transpose()?,
+            sandbox: t.sandbox.take().map(|v| Located::new(*v.get_ref(), src.at(v.span()))),
         })
     }
 }
@@ -98,6 +101,8 @@ pub struct TaskPolicy {
     pub runtime: Vec<String>,
     /// Whether the task set `retries` itself (a run or workspace default applies otherwise).
     pub retries_set: bool,
+    /// `sandbox = true`.
+    pub sandbox: bool,
 }
 
 impl TaskPolicy {
@@ -110,7 +115,7 @@ impl TaskPolicy {
         } else {
             None
         };
-        ProofPolicy { exempt, ignore: self.verify_ignore.clone() }
+        ProofPolicy { exempt, ignore: self.verify_ignore.clone(), sandbox: self.sandbox }
     }
 }
 
@@ -153,5 +158,33 @@ pub fn resolve(
         side_effects,
         runtime: field!(runtime).unwrap_or_default(),
         retries_set: false,
+        sandbox: field!(sandbox).is_some_and(|s| s.value),
     })
+}
+
+/// `sandbox = true` needs the task cached: a sandboxed execution runs in an exec root, and
+/// its outputs come back into the workspace through the cache. `cached` is the merged
+/// `cache` (false for a persistent or side-effecting task).
+pub fn check_sandbox(
+    task: &str,
+    default: Option<&PolicyLayer>,
+    own: Option<&PolicyLayer>,
+    cached: bool,
+) -> Result<(), ConfigError> {
+    let set =
+        own.and_then(|l| l.sandbox.clone()).or_else(|| default.and_then(|l| l.sandbox.clone()));
+    match set {
+        Some(s) if s.value && !cached => Err(ConfigError::InvalidValue {
+            at: s.at.into(),
+            field: "sandbox".to_owned(),
+            message: format!("{task} is not cached, and `sandbox = true` needs the cache"),
+            help: Some(
+                "a sandboxed task runs in an exec root and its outputs come back through the \
+                 cache: drop `sandbox = true`, or let the task be cached (not persistent, no \
+                 `side_effects`, no `cache = false`)"
+                    .to_owned(),
+            ),
+        }),
+        _ => Ok(()),
+    }
 }

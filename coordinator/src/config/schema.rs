@@ -121,6 +121,10 @@ pub struct TaskTable {
     /// Runtime inputs: commands (`"node --version"`, run by `sh -c` once per run) whose
     /// stdout is folded into the key, on top of `[workspace] runtime`. Default: none.
     pub runtime: Option<Vec<Spanned<String>>>,
+    /// Every execution runs sandboxed with only its declared inputs and fails on an
+    /// undeclared read (the inputs proof's run, without `--verify`). Never keyed. Default:
+    /// false.
+    pub sandbox: Option<Spanned<bool>>,
 }
 
 /// `command = "npm run build"` (run by `sh -c`) or `command = ["tsc", "-p", "."]` (argv).
@@ -175,6 +179,7 @@ const TASK_KEYS: &[&str] = &[
     "verify_ignore",
     "side_effects",
     "runtime",
+    "sandbox",
 ];
 
 const STRINGS: &str = "an array of strings";
@@ -216,7 +221,8 @@ impl TableKind {
             (Self::Task, "retries") => "a non-negative integer",
             (
                 Self::Task,
-                "cache" | "persistent" | "portable" | "network" | "verify" | "side_effects",
+                "cache" | "persistent" | "portable" | "network" | "verify" | "side_effects"
+                | "sandbox",
             ) => BOOL,
             (Self::Task, "timeout") | (Self::Workspace, "timeout") => {
                 "a duration string such as \"90s\", \"10m\" or \"1h 30m\""

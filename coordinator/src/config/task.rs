@@ -175,6 +175,12 @@ fn resolve(
     )?;
     task.policy.retries_set = field!(retries).is_some();
     task.cache = !task.policy.side_effects && cache.map_or(!task.persistent, |c| c.value);
+    super::policy::check_sandbox(
+        &id.to_string(),
+        default.map(|l| &l.policy),
+        own.map(|l| &l.policy),
+        task.cache && !task.persistent && task.command.is_some(),
+    )?;
     task.ready_when = ready_when.map(|r| r.value);
     Ok(task)
 }

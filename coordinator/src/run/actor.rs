@@ -499,17 +499,41 @@ impl RunActor {
             self.notice(node, NoticeLevel::Warn, msg).await;
         }
         self.record_primary(node, &f);
-        if let Some(skipped) = self.skipped_proof(node).filter(|_| self.options.verify.inputs)
-            && self.cacheable(node)
-        {
-            self.state[node].pending.push(skipped);
-        } else if self.options.verify.inputs && self.cacheable(node) {
+        let cacheable = self.cacheable(node);
+        let found = if cacheable && self.traces_inputs(node) {
             let t = &self.plan.tasks[node];
             let trees: Vec<&str> =
                 t.inputs.iter().filter(|i| i.tree).map(|i| i.path.as_str()).collect();
-            let found =
-                super::verdicts::inputs_verdicts(&t.spec, &trees, &self.options.verify, &f, status);
-            self.state[node].pending.extend(found);
+            super::verdicts::inputs_verdicts(&t.spec, &trees, &self.options.verify, &f, status)
+        } else {
+            Vec::new()
+        };
+        if self.sandboxed(node)
+            && let Some(note) = super::verdicts::sandbox_violation(&found)
+        {
+            // A sandboxed task that read or wrote what it did not declare fails; nothing of
+            // it is saved.
+            self.discard_staged(f.attempt);
+            let mut r = self.report(
+                node,
+                TaskStatus::Failed,
+                CacheStatus::NotSaved { reason: "sandbox violation".to_owned() },
+                Some(f.exit.clone()),
+                f.tries,
+                f.stats,
+                Some(note),
+            );
+            if self.options.verify.inputs {
+                r.verdicts = found;
+            }
+            self.finish(node, r).await;
+            return Some(Event::Finished { node, ok: false });
+        }
+        if self.options.verify.inputs && cacheable {
+            match self.skipped_proof(node) {
+                Some(skipped) => self.state[node].pending.push(skipped),
+                None => self.state[node].pending.extend(found),
+            }
         }
         let v = &self.options.verify;
         let (cache, unprovable) = match decide::after_execution(

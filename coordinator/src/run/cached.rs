@@ -276,8 +276,11 @@ impl RunActor {
         let farm = self.farm_worker();
         // A local task that ran in an exec root (an inputs proof) must also appear in the
         // workspace: what runs after it in place reads its outputs there.
-        let restore_into_workspace =
-            decide::restore_into_workspace(&self.exec, farm, self.options.verify.inputs);
+        let restore_into_workspace = decide::restore_into_workspace(
+            &self.exec,
+            farm,
+            self.options.verify.inputs || self.sandboxed(node),
+        );
         let globs = self.output_globs(node);
         let project = self.plan.tasks[node].spec.project_dir.clone();
         let staged_path = self.staged_path(f.attempt);

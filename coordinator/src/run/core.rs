@@ -160,6 +160,18 @@ impl CacheUse {
     }
 }
 
+/// Why a `sandbox = true` task cannot execute in this run, if it cannot: a sandboxed
+/// execution runs in an exec root, and its outputs reach the workspace through the cache,
+/// so the run must be able to save it.
+pub(crate) fn sandbox_refusal(task: &PlannedTask, cache: CacheUse) -> Option<String> {
+    (task.spec.proof.sandbox && !(cache.cacheable && cache.writes)).then(|| {
+        "`sandbox = true`: it runs in an exec root and its outputs come back through the \
+         cache, which this run does not write (--no-cache, --cache without w, or a key that \
+         could not be computed): run it without that flag"
+            .to_owned()
+    })
+}
+
 /// The verdict a task that did not execute gets when a proof was asked for: a group runs
 /// nothing, a hit did not run.
 pub(crate) fn not_run_verdict(group: bool) -> Verdict {

@@ -142,7 +142,12 @@ impl RunActor {
         ctx: &mut Context<Self, ()>,
     ) -> Option<Event> {
         match step(self.options.upstreams, &self.plan.tasks[node]) {
-            Step::Normal => self.assign(node, Purpose::Primary).await,
+            Step::Normal => {
+                match super::core::sandbox_refusal(&self.plan.tasks[node], self.cache_use(node)) {
+                    Some(note) => Some(self.finish_assumed(node, Err(note)).await),
+                    None => self.assign(node, Purpose::Primary).await,
+                }
+            }
             Step::RestoreElseAssume | Step::Assume => self.assume(node, ctx).await,
         }
     }

@@ -43,6 +43,42 @@ pub(crate) fn log_tail(log: &[u8]) -> Vec<String> {
     lines
 }
 
+/// What fails a `sandbox = true` task among the verdicts of its traced execution, in words
+/// (the task's note); `None` when nothing does.
+pub(crate) fn sandbox_violation(found: &[Verdict]) -> Option<String> {
+    fn named(paths: &[String], more: usize) -> String {
+        let mut s: Vec<String> = paths.iter().take(5).map(|p| format!("`{p}`")).collect();
+        let rest = paths.len().saturating_sub(5) + more;
+        if rest > 0 {
+            s.push(format!("{rest} more"));
+        }
+        s.join(", ")
+    }
+    let v = found.iter().find(|v| v.fails())?;
+    Some(match v {
+        Verdict::UndeclaredInputs { paths, more, .. } if !paths.is_empty() => format!(
+            "`sandbox = true`: it read undeclared inputs: {} (declare them in `inputs`)",
+            named(paths, *more)
+        ),
+        Verdict::UndeclaredInputs { failed: None, .. } => {
+            "`sandbox = true`: it read undeclared inputs".to_owned()
+        }
+        Verdict::UndeclaredOutputs { paths, more } => format!(
+            "`sandbox = true`: it wrote outside its declared outputs: {} (declare them in \
+             `outputs`)",
+            named(paths, *more)
+        ),
+        other => format!(
+            "`sandbox = true`: it failed with only its declared inputs visible ({})",
+            match other {
+                Verdict::SandboxFailed { reason, .. } => reason.clone(),
+                Verdict::UndeclaredInputs { failed: Some(reason), .. } => reason.clone(),
+                o => o.name().to_owned(),
+            }
+        ),
+    })
+}
+
 /// The inputs proof's verdicts from a traced execution (held for the task's final report);
 /// asked only of a cacheable task under `--verify=inputs` (only those run traced).
 /// A run that failed with only its declared inputs visible is never proven complete: it

@@ -191,9 +191,15 @@ impl RunActor {
         verdicts::skipped_proof(&self.plan.tasks[node].spec, key.as_ref(), &self.options.verify)
     }
 
-    /// Whether the task's own execution is the inputs proof's (traced in an exec root).
+    /// Whether the task's own execution is the inputs proof's (traced in an exec root):
+    /// under `--verify=inputs` unless its proof is skipped, and always for `sandbox = true`.
     pub(super) fn traces_inputs(&self, node: usize) -> bool {
-        self.options.verify.inputs && self.skipped_proof(node).is_none()
+        (self.options.verify.inputs && self.skipped_proof(node).is_none()) || self.sandboxed(node)
+    }
+
+    /// Whether the task sets `sandbox = true`.
+    pub(super) fn sandboxed(&self, node: usize) -> bool {
+        self.plan.tasks[node].spec.proof.sandbox
     }
 
     /// Starts queued re-runs while there is room.

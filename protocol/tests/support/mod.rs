@@ -295,6 +295,7 @@ fn spec_shell() -> TaskSpec {
         proof: prova_protocol::spec::ProofPolicy {
             exempt: None,
             ignore: vec!["dist/build-info.json".into()],
+            sandbox: true,
         },
         runtime: vec![prova_protocol::spec::RuntimeCheck {
             command: "node --version".into(),
@@ -342,6 +343,7 @@ fn spec_persistent() -> TaskSpec {
         proof: prova_protocol::spec::ProofPolicy {
             exempt: Some("`side_effects = true`".into()),
             ignore: Vec::new(),
+            sandbox: false,
         },
         runtime: Vec::new(),
     }

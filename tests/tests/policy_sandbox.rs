@@ -1,0 +1,163 @@
+//! Per-task `sandbox = true` (issue 19): the task's every execution runs as the inputs proof
+//! runs it — in an exec root with only its declared inputs, under bubblewrap, traced — with or
+//! without `--verify`, and an undeclared read, a write outside its outputs, or a failure with
+//! only its declared inputs visible fails it; nothing of it is saved. Its outputs come back
+//! into the workspace through the cache; it is not keyed.
+
+use prova_tests::verify::{name, only_verdict, prova, sandbox_or_skip, task, task_with, workspace};
+
+/// Reads `src/secret.txt`, which it does not declare, and succeeds without it.
+fn tolerant_sandboxed() -> String {
+    task_with(
+        "sneaky",
+        "mkdir -p out && (cat src/secret.txt 2>/dev/null || true) && cat src/a.txt > out/s.txt",
+        &["out/s.txt"],
+        "sandbox = true",
+    )
+}
+
+fn note(out: &prova_tests::Output, task: &str) -> String {
+    out.report(task)["note"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn an_undeclared_read_fails_a_sandboxed_task_in_a_plain_run_and_nothing_is_saved() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let ws = workspace(&tolerant_sandboxed()).file("p/src/secret.txt", "s3cret\n");
+    for _ in 0..2 {
+        // Nothing saved: the second run fails the same way.
+        let out = prova(&ws, ["run", "sneaky", "--all", "--json"]).run();
+        out.assert_code(1);
+        assert_eq!(out.status_of("p#sneaky"), "failed", "{out}");
+        let why = note(&out, "p#sneaky");
+        assert!(why.contains("undeclared inputs") && why.contains("p/src/secret.txt"), "{why}");
+        assert!(out.report("p#sneaky")["verdicts"].as_array().is_none_or(Vec::is_empty), "{out}");
+    }
+    // The same task without the flag is not judged in a plain run.
+    let plain = workspace(&tolerant_sandboxed().replace("sandbox = true\n", ""))
+        .file("p/src/secret.txt", "s3cret\n");
+    prova(&plain, ["run", "sneaky", "--all"]).run().assert_code(0);
+}
+
+#[test]
+fn a_sandboxed_task_that_declares_its_inputs_runs_saves_and_lands_in_the_workspace() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let ws = workspace(&task_with(
+        "build",
+        "mkdir -p out && cat src/a.txt > out/b.txt",
+        &["out/b.txt"],
+        "sandbox = true",
+    ));
+    let out = prova(&ws, ["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("p#build"), "saved", "{out}");
+    assert_eq!(ws.read("p/out/b.txt"), "hello\n", "the outputs came back into the workspace");
+    let again = prova(&ws, ["run", "build", "--all", "--json"]).run();
+    again.assert_code(0);
+    assert_eq!(again.cache_of("p#build"), "hit", "{again}");
+}
+
+#[test]
+fn a_sandboxed_task_writing_outside_its_outputs_or_failing_in_the_sandbox_fails() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let ws = workspace(&format!(
+        "{}{}",
+        task_with(
+            "stray",
+            "mkdir -p out stray && cat src/a.txt > out/o.txt && echo x > stray/x.txt",
+            &["out/o.txt"],
+            "sandbox = true",
+        ),
+        task_with(
+            "needs",
+            "mkdir -p out && cat src/secret.txt > out/n.txt",
+            &["out/n.txt"],
+            "sandbox = true",
+        ),
+    ))
+    .file("p/src/secret.txt", "s3cret\n");
+    let out = prova(&ws, ["run", "stray", "needs", "--all", "--continue", "--json"]).run();
+    out.assert_code(1);
+    let stray = note(&out, "p#stray");
+    assert!(stray.contains("outside its declared outputs") && stray.contains("p/stray"), "{stray}");
+    assert_eq!(out.status_of("p#needs"), "failed", "{out}");
+    let needs = note(&out, "p#needs");
+    assert!(needs.contains("`sandbox = true`") && needs.contains("secret"), "{needs}");
+    assert!(!ws.path("p/stray").exists(), "an exec root's stray write never reaches the workspace");
+}
+
+#[test]
+fn under_verify_inputs_the_verdicts_come_with_the_failure() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let ws = workspace(&tolerant_sandboxed()).file("p/src/secret.txt", "s3cret\n");
+    let out = prova(&ws, ["run", "sneaky", "--all", "--verify=inputs", "--json"]).run();
+    out.assert_code(1);
+    let v = only_verdict(&out, "p#sneaky");
+    assert_eq!(name(&v), "undeclared-inputs", "{out}");
+    assert_eq!(v["paths"], serde_json::json!(["p/src/secret.txt"]), "{out}");
+}
+
+#[test]
+fn a_run_that_cannot_save_refuses_a_sandboxed_task_rather_than_run_it_unsandboxed() {
+    let ws = workspace(&tolerant_sandboxed()).file("p/src/secret.txt", "s3cret\n");
+    for flags in [&["--no-cache"][..], &["--cache", "local:r"][..]] {
+        let mut args = vec!["run", "sneaky", "--all", "--json"];
+        args.extend_from_slice(flags);
+        let out = prova(&ws, args).run();
+        out.assert_code(1);
+        assert_eq!(out.report("p#sneaky")["attempts"], 0, "it must not run\n{out}");
+        assert!(note(&out, "p#sneaky").contains("`sandbox = true`"), "{out}");
+    }
+    assert!(!ws.path("p/out").exists(), "nothing ran in place");
+}
+
+#[test]
+fn sandbox_needs_a_cached_task_and_is_not_keyed() {
+    for extra in ["sandbox = true\ncache = false", "sandbox = true\npersistent = true"] {
+        let ws = workspace(&task_with("t", "true", &["out/t.txt"], extra));
+        let out = prova(&ws, ["run", "t", "--all"]).run();
+        out.assert_code(2);
+        assert!(out.stderr.contains("`sandbox = true` needs the cache"), "{out}");
+    }
+    // Not keyed: the entry of a plain run is a hit once the flag is set.
+    let plain = task("build", "mkdir -p out && cat src/a.txt > out/b.txt", &["out/b.txt"]);
+    let ws = workspace(&plain);
+    prova(&ws, ["run", "build", "--all"]).run().assert_code(0);
+    ws.write("p/prova.toml", &format!("{plain}sandbox = true\n"));
+    let out = prova(&ws, ["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("p#build"), "hit", "{out}");
+}
+
+#[test]
+fn on_the_farm_a_sandboxed_task_is_judged_the_same_way() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let farm = prova_tests::cluster::Cluster::start(1);
+    let ws = workspace(&format!(
+        "{}{}",
+        tolerant_sandboxed(),
+        task_with(
+            "clean",
+            "mkdir -p out && cat src/a.txt > out/c.txt",
+            &["out/c.txt"],
+            "sandbox = true"
+        ),
+    ))
+    .file("p/src/secret.txt", "s3cret\n");
+    let out = farm.run(&ws, ["sneaky", "clean", "--all", "--continue", "--json"]);
+    out.assert_code(1);
+    assert_eq!(out.status_of("p#sneaky"), "failed", "{out}");
+    assert!(note(&out, "p#sneaky").contains("undeclared inputs"), "{out}");
+    assert_eq!(out.status_of("p#clean"), "succeeded", "no false finding on the farm\n{out}");
+    assert_eq!(ws.read("p/out/c.txt"), "hello\n");
+}
