@@ -3,6 +3,7 @@
 //! code serves local mode and a farm client (brief §4: the client computes every key).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prova_protocol::task::OwnedTask;
@@ -229,8 +230,18 @@ pub async fn prepare(
         memo_hits = tree_pass.memo_hits,
         "installed trees"
     );
-    let plan_keys =
-        keys::compute(ws, &plan, &files, &sets, &pass, env, salt.as_ref(), &tree_pass.trees);
+    let programs = program_pairs(ws, &plan, env, cache, now_ns).await?;
+    let plan_keys = keys::compute(
+        ws,
+        &plan,
+        &files,
+        &sets,
+        &pass,
+        env,
+        salt.as_ref(),
+        &tree_pass.trees,
+        &programs,
+    );
     tracing::info!(elapsed = ?started.elapsed(), "keys computed");
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();
@@ -256,6 +267,61 @@ pub async fn prepare(
         stats,
         files: std::sync::Arc::new(files),
     })
+}
+
+/// The default runtime input of every task whose command starts a program outside the
+/// workspace ([`keys::binaries`]): by task, the `binary:<word>` config pair (path and digest,
+/// memoised by stat in the cache's memo). Empty with `[workspace] runtime_binary = false`.
+async fn program_pairs(
+    ws: &Workspace,
+    plan: &RunPlan,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &CacheThread,
+    now_ns: i64,
+) -> Result<HashMap<usize, (String, String)>, PrepareError> {
+    use keys::binaries;
+    if !ws.settings.runtime_binary {
+        return Ok(HashMap::new());
+    }
+    let path_var = env("PATH").map(std::ffi::OsString::from);
+    let mut words: HashMap<(String, String), Option<PathBuf>> = HashMap::new();
+    let mut wanted: Vec<(usize, String, String)> = Vec::new();
+    for (ti, t) in plan.tasks.iter().enumerate() {
+        if plan.def(ws, ti).is_none_or(|d| d.command.is_none() || d.portable) {
+            continue;
+        }
+        let Some(word) = binaries::first_word(&t.spec.command) else { continue };
+        // A relative path resolves from the task's directory; a bare name the same anywhere.
+        let from = if word.contains('/') { t.spec.project_dir.clone() } else { String::new() };
+        words.entry((from.clone(), word.clone())).or_insert_with(|| {
+            binaries::resolve(&ws.root, &ws.root.join(&from), &word, path_var.as_deref())
+        });
+        wanted.push((ti, from, word));
+    }
+    let mut paths: Vec<PathBuf> = words.values().flatten().cloned().collect();
+    paths.sort();
+    paths.dedup();
+    if paths.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let names: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let memo = cache.call(move |s| s.memo_get(binaries::SCOPE, &names)).await??;
+    let (digests, store) = OwnedTask::spawn_blocking("prepare.binaries", move || {
+        binaries::digest_all(&paths, &memo, now_ns)
+    })
+    .join()
+    .await
+    .map_err(|e| inputs::files::FilesError::Walk { dir: String::new(), message: e.to_string() })?;
+    if !store.is_empty() {
+        cache.call(move |s| s.memo_store(binaries::SCOPE, &store)).await??;
+    }
+    Ok(wanted
+        .into_iter()
+        .filter_map(|(ti, from, word)| {
+            let path = words.get(&(from, word.clone()))?.as_ref()?;
+            Some((ti, binaries::pair(&word, path, digests.get(path)?)))
+        })
+        .collect())
 }
 
 /// `files` with the declared inputs it leaves out (gitignored) added

@@ -62,6 +62,9 @@ pub struct WorkspaceSettings {
     pub trees: Option<Vec<String>>,
     /// Runtime commands every task's key folds the output of (`crate::keys::runtime`).
     pub runtime: Vec<String>,
+    /// Whether keys fold the program a command starts (`crate::keys::binaries`; on unless
+    /// `[workspace] runtime_binary = false`).
+    pub runtime_binary: bool,
     /// Retries of a task that sets none (never keyed).
     pub retry: Option<u32>,
     /// Timeout of a task that sets none (never keyed).

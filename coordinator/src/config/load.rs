@@ -85,6 +85,7 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         inputs: check_globs(&src, "inputs", ws.inputs)?,
         trees: ws.trees.map(|t| check_globs(&src, "trees", t)).transpose()?,
         runtime: super::policy::check_runtime(&src, ws.runtime)?,
+        runtime_binary: ws.runtime_binary.is_none_or(|b| *b.get_ref()),
         retry: ws.retry.map(|r| super::task::check_retries(&src, r)).transpose()?,
         timeout: ws.timeout.map(|t| super::task::check_timeout(&src, t)).transpose()?,
     };

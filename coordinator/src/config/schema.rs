@@ -44,6 +44,9 @@ pub struct WorkspaceTable {
     /// run) whose stdout is folded into each key. Default: none.
     #[serde(default)]
     pub runtime: Vec<Spanned<String>>,
+    /// Whether every key folds the path and digest of the program its command starts, when
+    /// that program is outside the workspace (`crate::keys::binaries`). Default: true.
+    pub runtime_binary: Option<Spanned<bool>>,
     /// Extra attempts after a failure for every task that sets no `retries`; `--retry`
     /// overrides it. Never keyed. Default: 0.
     pub retry: Option<Spanned<u32>>,
@@ -157,8 +160,16 @@ pub enum TableKind {
 
 const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks"];
 const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
-const WORKSPACE_KEYS: &[&str] =
-    &["projects", "fingerprint", "inputs", "trees", "runtime", "retry", "timeout"];
+const WORKSPACE_KEYS: &[&str] = &[
+    "projects",
+    "fingerprint",
+    "inputs",
+    "trees",
+    "runtime",
+    "runtime_binary",
+    "retry",
+    "timeout",
+];
 const PROJECT_KEYS: &[&str] = &["name", "deps"];
 const TASK_KEYS: &[&str] = &[
     "command",
@@ -228,6 +239,7 @@ impl TableKind {
                 "a duration string such as \"90s\", \"10m\" or \"1h 30m\""
             }
             (Self::Workspace, "retry") => "a non-negative integer",
+            (Self::Workspace, "runtime_binary") => BOOL,
             (Self::Task, "ready_when") => "a string (a regular expression)",
             (Self::Task, "labels") => "a table of strings (`{ pool = \"gpu\" }`)",
             _ => STRINGS,

@@ -4,6 +4,7 @@
 //! [`progressive`], which completes a key once its upstreams are resolved (a dependent folds
 //! a cached upstream's output fingerprint, not its key: early cutoff).
 
+pub mod binaries;
 pub mod digests;
 pub mod progressive;
 pub mod runtime;
@@ -61,6 +62,7 @@ pub fn compute(
     env: &dyn Fn(&str) -> Option<String>,
     salt: Option<&KeySalt>,
     trees: &[crate::trees::ScannedTree],
+    programs: &std::collections::HashMap<usize, (String, String)>,
 ) -> PlanKeys {
     let to_file = |i: &u32| -> Option<(InputFile, Stamp)> {
         let path = &files.all()[*i as usize];
@@ -131,6 +133,7 @@ pub fn compute(
             config: {
                 let mut c = config_pairs(def);
                 c.extend(runtime::config_pairs(ws, def, salt));
+                c.extend(programs.get(&ti).cloned());
                 if let Some(p) = ws.projects.get(t.project) {
                     c.extend(locks.config_pairs(&p.dir));
                     // Each installed tree the task can resolve into, by its manifest digest.

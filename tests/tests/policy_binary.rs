@@ -1,0 +1,114 @@
+//! The default runtime input (issue 19): with no `runtime` line, a task's key folds the path
+//! and digest of the program its command starts when that program is outside the workspace.
+//! A new build of the tool on `PATH` is a miss and `why` names it; a program inside the
+//! workspace, a shell builtin, `portable = true` and `[workspace] runtime_binary = false` fold
+//! nothing of the kind; a warm run reads no program again (the digest is memoised by stat).
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use prova_tests::TempWorkspace;
+
+/// A directory holding a fake `tool` (a script copying its input), first on `PATH`.
+struct Tool {
+    dir: tempfile::TempDir,
+}
+
+impl Tool {
+    fn new(build: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix("prova-e2e-tool-").tempdir().expect("tempdir");
+        let me = Self { dir };
+        me.install(build);
+        me
+    }
+
+    /// Installs another build of the tool (a new file, as an upgrade writes one); `build`
+    /// only changes a comment, so outputs stay the same.
+    fn install(&self, build: &str) {
+        let tmp = self.dir.path().join(".tool.tmp");
+        std::fs::write(
+            &tmp,
+            format!("#!/bin/sh\n# build {build}\nmkdir -p out && cat src/a.txt > out/a.txt\n"),
+        )
+        .expect("write tool");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::rename(&tmp, self.dir.path().join("tool")).expect("install tool");
+    }
+
+    fn path(&self) -> String {
+        format!("{}:{}", self.dir.path().display(), std::env::var("PATH").unwrap_or_default())
+    }
+}
+
+fn ws(workspace_extra: &str, command: &str, task_extra: &str) -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", &format!("[workspace]\nprojects = [\"p\"]\n{workspace_extra}"))
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            &format!(
+                "[tasks.build]\ncommand = \"{command}\"\ninputs = [\"src/a.txt\"]\n\
+                 outputs = [\"out/a.txt\"]\n{task_extra}"
+            ),
+        )
+}
+
+fn run(ws: &TempWorkspace, tool: &Tool) -> prova_tests::Output {
+    ws.prova(["run", "build", "--all", "--json"]).env("PATH", &tool.path()).run()
+}
+
+fn why(ws: &TempWorkspace, tool: &Tool) -> String {
+    let out = ws.prova(["why", "p#build"]).env("PATH", &tool.path()).run();
+    out.assert_code(0);
+    out.stdout
+}
+
+#[test]
+fn a_new_build_of_the_program_a_command_starts_is_a_miss_named_by_why() {
+    for command in ["tool", "FLAVOUR=fast tool --quiet"] {
+        let ws = ws("", command, "");
+        let tool = Tool::new("1");
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "saved");
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "hit", "the same program: a hit");
+        tool.install("2");
+        let said = why(&ws, &tool);
+        assert!(said.contains("binary:tool"), "why names the program: {said}");
+        let out = run(&ws, &tool);
+        out.assert_code(0);
+        assert_eq!(out.cache_of("p#build"), "saved", "a new build is a miss\n{out}");
+        tool.install("1");
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "hit", "the old build's entry is kept");
+    }
+}
+
+#[test]
+fn what_folds_no_program() {
+    let tool = Tool::new("1");
+    let cases = [
+        // A builtin starts nothing; the program after `cd` is not the first word.
+        ("", "cd . && tool", ""),
+        // Opted out, or portable across machines.
+        ("runtime_binary = false\n", "tool", ""),
+        ("", "tool", "portable = true"),
+    ];
+    for (workspace, command, task) in cases {
+        let ws = ws(workspace, command, task);
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "saved", "{command}");
+        tool.install("2");
+        let out = run(&ws, &tool);
+        assert_eq!(out.cache_of("p#build"), "hit", "{workspace}{command} {task}\n{out}");
+        tool.install("1");
+    }
+    // A program inside the workspace is a workspace file, not a runtime input.
+    let inside = ws("", "./tool.sh", "")
+        .file("p/tool.sh", "#!/bin/sh\nmkdir -p out && cat src/a.txt > out/a.txt\n");
+    std::fs::set_permissions(inside.path("p/tool.sh"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let out = run(&inside, &tool);
+    out.assert_code(0);
+    let key: serde_json::Value = {
+        let show = inside.prova(["show", "p#build", "--json"]).env("PATH", &tool.path()).run();
+        show.assert_code(0);
+        serde_json::from_str(show.stdout.trim()).unwrap_or_default()
+    };
+    assert!(!key.to_string().contains("binary:"), "no program pair for ./tool.sh: {key}");
+}
