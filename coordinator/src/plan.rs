@@ -155,5 +155,6 @@ fn spec_for(
         labels: def.map(|d| d.labels.clone()).unwrap_or_default(),
         proof: def.map(|d| d.policy.proof()).unwrap_or_default(),
         runtime: Vec::new(),
+        programs: Vec::new(),
     }
 }

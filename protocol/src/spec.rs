@@ -80,6 +80,11 @@ pub struct TaskSpec {
     /// local mode (the client ran them itself). Omitted when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtime: Vec<RuntimeCheck>,
+    /// The program the client's key folded for the command (`binary:<word>`): a farm worker
+    /// resolves it the same way and refuses the task when its digest differs. Omitted when
+    /// empty, so older frames are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<ProgramCheck>,
 }
 
 /// How `--verify` treats one task. Never part of a key: exempting a task or ignoring an
@@ -106,6 +111,18 @@ impl ProofPolicy {
     pub fn is_default(&self) -> bool {
         self.exempt.is_none() && self.ignore.is_empty() && !self.sandbox
     }
+}
+
+/// A program the client folded into a task's key (the default runtime input): the word the
+/// command starts, and where and what it resolved to on the client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramCheck {
+    /// The command's first word (`tsc`, `/usr/bin/node`).
+    pub word: String,
+    /// The client's resolved path, for the message.
+    pub path: String,
+    /// BLAKE3 of the program's bytes on the client.
+    pub digest: crate::Digest,
 }
 
 /// A runtime input the client folded into the key: a farm worker runs `command` the same
@@ -141,6 +158,7 @@ impl TaskSpec {
             labels: Default::default(),
             proof: ProofPolicy::default(),
             runtime: Vec::new(),
+            programs: Vec::new(),
         }
     }
 }

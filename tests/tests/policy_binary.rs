@@ -112,3 +112,25 @@ fn what_folds_no_program() {
     };
     assert!(!key.to_string().contains("binary:"), "no program pair for ./tool.sh: {key}");
 }
+
+#[test]
+fn a_farm_worker_without_the_client_program_refuses_the_task_one_with_it_runs_it() {
+    let farm = prova_tests::inproc::InProcessFarm::start(1);
+    let tool = Tool::new("1");
+    // The worker (this process's PATH) has no `tool`: the client's key is not for it.
+    let ws = ws("", "tool", "");
+    let out = farm.run_cmd(&ws, ["build", "--all", "--json"]).env("PATH", &tool.path()).run();
+    out.assert_code(1);
+    let note = out.report("p#build")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("program `tool` differs on this worker"), "{out}");
+    assert_eq!(out.cache_of("p#build"), "not_saved", "{out}");
+    // Named by its absolute path, the worker finds the same bytes and runs it.
+    let abs = ws_abs(&tool);
+    let out = farm.run_cmd(&abs, ["build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("p#build"), "saved", "{out}");
+}
+
+fn ws_abs(tool: &Tool) -> TempWorkspace {
+    ws("", &tool.dir.path().join("tool").display().to_string(), "")
+}

@@ -114,6 +114,12 @@ pub async fn run_assignment(
             return fail(why);
         }
     }
+    // And the program its command starts must be the client's build.
+    if !a.spec.programs.is_empty()
+        && let Some(why) = exec::programs::mismatch(&a.spec.programs, &env).await
+    {
+        return fail(why);
+    }
     // Secret values of the task's declared variables never reach its log (crate::mask).
     let mask = SecretMask::from_env(&a.spec.env);
     let task_argv_len = argv.len();

@@ -49,6 +49,8 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
                     root,
                     &prepared.keys.components[i].config,
                 );
+                spec.programs =
+                    prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config);
                 spec
             },
             kind: match t.kind {

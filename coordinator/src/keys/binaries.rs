@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use prova_protocol::Digest;
-use prova_protocol::spec::CommandLine;
+use prova_protocol::spec::{CommandLine, ProgramCheck};
 
 use crate::cache::MemoRow;
 
@@ -130,6 +130,23 @@ pub fn digest_all(
         store.push((name, MemoRow { digest, ..current }));
     }
     (out, store)
+}
+
+/// What a farm worker must reproduce of a key's config pairs: each program folded, with the
+/// client's path and digest ([`ProgramCheck`]).
+pub fn checks(config: &[(String, String)]) -> Vec<ProgramCheck> {
+    config
+        .iter()
+        .filter_map(|(k, v)| {
+            let word = k.strip_prefix(PREFIX)?;
+            let (path, hex) = v.rsplit_once(' ')?;
+            Some(ProgramCheck {
+                word: word.to_owned(),
+                path: path.to_owned(),
+                digest: hex.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 /// The config pair for `word` resolved to `path` with `digest`.

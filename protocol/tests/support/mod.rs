@@ -322,6 +322,7 @@ fn spec_argv() -> TaskSpec {
         labels: Default::default(),
         proof: Default::default(),
         runtime: Vec::new(),
+        programs: Vec::new(),
     }
 }
 
@@ -346,6 +347,7 @@ fn spec_persistent() -> TaskSpec {
             sandbox: false,
         },
         runtime: Vec::new(),
+        programs: Vec::new(),
     }
 }
 

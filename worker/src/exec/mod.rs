@@ -30,6 +30,8 @@
 //!
 //! - [`runtime`]: a farm worker's check that a task's runtime inputs (`node --version`)
 //!   give here what they gave on the client.
+//! - [`programs`]: a farm worker's check that the program a task's command starts (the
+//!   default runtime input, `binary:<word>`) is the client's build.
 //! - [`tree`]: the marker (`PROVA_TREE`) every process of an execution inherits, and the
 //!   `/proc` scan that finds and kills what left the process group (`setsid`, a double
 //!   fork) at the execution's end; after a natural exit the leftovers are named in the log.
@@ -45,6 +47,7 @@ mod capture;
 pub mod guardian;
 mod output;
 mod process;
+pub mod programs;
 pub mod runtime;
 mod spawn;
 pub mod tree;
