@@ -302,6 +302,11 @@ fn spec_shell() -> TaskSpec {
             digest: d("v22.1.0\n"),
             shown: Some("v22.1.0".into()),
         }],
+        programs: vec![prova_protocol::spec::ProgramCheck {
+            word: "tsc".into(),
+            path: "/usr/local/lib/node_modules/typescript/bin/tsc".into(),
+            digest: d("tsc 5.6.3"),
+        }],
     }
 }
 
