@@ -1,0 +1,60 @@
+//! Configs and flags that match nothing say so (issue 16): a `projects` glob that matches no
+//! directory is a warning naming the glob and where it was written (the prova.toml line, or
+//! package.json `workspaces`), on every command that loads the workspace.
+
+use prova_tests::TempWorkspace;
+
+fn typo_workspace() -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"libs/*\", \"aps/*\"]\n[tasks.build]\ncommand = \"echo b\"\n")
+        .file("libs/a/prova.toml", "")
+        .file("apps/web/prova.toml", "")
+}
+
+#[test]
+fn a_projects_glob_matching_no_directory_is_named_with_its_line() {
+    let ws = typo_workspace();
+    for args in [vec!["run", "build", "--all"], vec!["ls"], vec!["graph", "build", "--all"]] {
+        let out = ws.prova(args.clone()).run();
+        out.assert_code(0);
+        out.assert_stderr_contains("prova.toml:2:");
+        out.assert_stderr_contains("projects glob `aps/*` matches no directory");
+        assert!(!out.stderr.contains("`libs/*` matches no"), "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn a_glob_matching_only_excluded_or_ignored_dirs_is_named_too() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"libs/*\", \"!libs/old\", \"gen/*\"]\n")
+        .file(".gitignore", "gen/\n")
+        .file("libs/a/prova.toml", "")
+        .file("gen/x/prova.toml", "");
+    let out = ws.prova(["ls"]).run();
+    out.assert_code(0);
+    out.assert_stderr_contains("projects glob `gen/*` matches no directory");
+    assert!(!out.stderr.contains("`libs/*` matches no"), "{}", out.stderr);
+}
+
+#[test]
+fn a_package_json_workspaces_glob_matching_nothing_names_package_json() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\n")
+        .file("package.json", r#"{"private": true, "workspaces": ["packages/*", "tools/*"]}"#)
+        .file("packages/a/package.json", r#"{"name": "a"}"#);
+    let out = ws.prova(["ls"]).run();
+    out.assert_code(0);
+    out.assert_stderr_contains("projects glob `tools/*` matches no directory");
+    out.assert_stderr_contains("package.json workspaces");
+    assert!(!out.stderr.contains("`packages/*` matches no"), "{}", out.stderr);
+}
+
+#[test]
+fn every_glob_matching_something_prints_no_warning() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\".\", \"libs/*\", \"libs/**\"]\n")
+        .file("libs/a/prova.toml", "");
+    let out = ws.prova(["ls"]).run();
+    out.assert_code(0);
+    assert!(!out.stderr.contains("matches no directory"), "{}", out.stderr);
+}
