@@ -58,3 +58,41 @@ fn every_glob_matching_something_prints_no_warning() {
     out.assert_code(0);
     assert!(!out.stderr.contains("matches no directory"), "{}", out.stderr);
 }
+
+fn git(ws: &TempWorkspace, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .arg("-C")
+        .arg(ws.root())
+        .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "git {args:?}");
+}
+
+/// Outside git, or with a ref git does not know: one clear line, exit 2 (git's usage text
+/// or its "Use '--' to separate paths" advice are noise here).
+#[test]
+fn affected_outside_git_or_with_an_unknown_ref_is_one_line_exit_2() {
+    let ws = typo_workspace();
+    for args in
+        [vec!["run", "build", "--affected", "HEAD"], vec!["graph", "build", "--affected", "main"]]
+    {
+        let out = ws.prova(args.clone()).run();
+        out.assert_code(2);
+        out.assert_stderr_contains("not inside a git repository");
+        let lines = out.stderr.lines().filter(|l| !l.contains("matches no directory")).count();
+        assert_eq!(lines, 1, "{args:?}: {}", out.stderr);
+    }
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-qm", "init"]);
+    for r in ["nosuchref", "HEAD~5", "origin/main"] {
+        let out = ws.prova(["run", "build", "--affected", r]).run();
+        out.assert_code(2);
+        out.assert_stderr_contains(&format!("--affected {r}: git knows no commit `{r}`"));
+        let lines = out.stderr.lines().filter(|l| !l.contains("matches no directory")).count();
+        assert_eq!(lines, 1, "{r}: {}", out.stderr);
+    }
+    ws.prova(["run", "build", "--affected", "HEAD"]).run().assert_code(0);
+}
