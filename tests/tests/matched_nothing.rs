@@ -96,3 +96,30 @@ fn affected_outside_git_or_with_an_unknown_ref_is_one_line_exit_2() {
     }
     ws.prova(["run", "build", "--affected", "HEAD"]).run().assert_code(0);
 }
+
+/// `--filter` globs and `--affected` that select nothing: a warning naming the flag; the run
+/// goes on with what else was selected and exits 0 when nothing is (turbo does the same).
+#[test]
+fn a_filter_or_affected_selecting_nothing_is_named() {
+    let ws = typo_workspace();
+    let out = ws.prova(["run", "build", "--filter", "lib/*"]).run();
+    out.assert_code(0);
+    out.assert_stderr_contains("--filter `lib/*` matches no project");
+    let out = ws.prova(["run", "build", "--filter", "libs/*", "--filter", "wbe", "--json"]).run();
+    out.assert_code(0);
+    out.assert_stderr_contains("--filter `wbe` matches no project");
+    assert!(!out.stderr.contains("`libs/*` matches no project"), "{}", out.stderr);
+    assert_eq!(out.status_of("a#build"), "succeeded");
+    let out = ws.prova(["graph", "build", "--filter", "nope"]).run();
+    out.assert_stderr_contains("--filter `nope` matches no project");
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-qm", "init"]);
+    let out = ws.prova(["run", "build", "--affected", "HEAD"]).run();
+    out.assert_code(0);
+    out.assert_stderr_contains("--affected HEAD: no project changed since HEAD");
+    ws.write("libs/a/src.txt", "new\n");
+    let out = ws.prova(["run", "build", "--affected", "HEAD"]).run();
+    out.assert_code(0);
+    assert!(!out.stderr.contains("no project changed"), "{}", out.stderr);
+}
