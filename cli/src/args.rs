@@ -54,6 +54,41 @@ pub enum Command {
     Runs(RunsArgs),
     /// Print the summary of the last recorded run again.
     Last(LastArgs),
+    /// Write a commented prova.toml for this directory (npm/yarn/pnpm or Cargo workspace).
+    ///
+    /// Example: `prova init && prova run build --all --dry-run`
+    Init(InitArgs),
+    /// Print a shell completion script.
+    ///
+    /// Example: `prova completions bash > ~/.local/share/bash-completion/completions/prova`
+    Completions(CompletionsArgs),
+    /// List the projects, their tasks and each task's dependencies.
+    ///
+    /// Example: `prova ls --json | jq '.projects[].name'`
+    Ls(LsArgs),
+}
+
+/// `prova init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Overwrite an existing prova.toml.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `prova completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to print the script for.
+    pub shell: clap_complete::Shell,
+}
+
+/// `prova ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Machine-readable output (one JSON document; README "prova ls --json").
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `prova runs`.

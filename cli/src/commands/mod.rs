@@ -4,11 +4,14 @@
 pub mod cache;
 pub mod certs;
 pub mod common;
+pub mod completions;
 pub mod daemons;
 pub mod farm;
 pub mod graph;
 pub mod history;
+pub mod init;
 pub mod inspect;
+pub mod ls;
 pub mod proofs;
 pub mod run;
 
@@ -35,5 +38,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         Command::Diff(args) => proofs::diff(&start, args),
         Command::Runs(args) => history::runs(&start, args),
         Command::Last(args) => history::last(&start, args),
+        Command::Init(args) => init::init(&start, args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Ls(args) => ls::ls(&start, args),
     }
 }

@@ -82,6 +82,9 @@ struct ProjectGlobs {
     exclude: GlobSet,
     /// Where each include pattern was written (index as in `include`).
     include_at: Vec<Location>,
+    /// Each include pattern as written, and whether it was inferred (package.json
+    /// `workspaces`, pnpm-workspace.yaml) rather than written in prova.toml.
+    include_raw: Vec<(String, bool)>,
     /// Include patterns as `/`-separated components, for pruning the walk.
     shapes: Vec<Shape>,
     root_included: bool,
@@ -127,6 +130,7 @@ pub fn project_dirs(
         return Ok(found);
     }
     let max_depth = globs.shapes.iter().map(|s| s.prefix.len() + s.depth).max().unwrap_or(0);
+    let mut matched = vec![false; globs.include_at.len()];
     let globs = Arc::new(globs);
     let filter_globs = Arc::clone(&globs);
     let root = src.root.to_path_buf();
@@ -172,13 +176,41 @@ pub fn project_dirs(
         if globs.exclude.is_match(&rel) {
             continue;
         }
-        if let Some(&first) = globs.include.matches(&rel).first() {
+        let hits = globs.include.matches(&rel);
+        for &i in &hits {
+            if let Some(m) = matched.get_mut(i) {
+                *m = true;
+            }
+        }
+        if let Some(&first) = hits.first() {
             found.push((rel, globs.include_at[first].clone()));
         }
     }
+    warn_unmatched(&globs, &matched);
     found.sort_by(|a, b| a.0.cmp(&b.0));
     found.dedup_by(|a, b| a.0 == b.0);
     Ok(found)
+}
+
+/// A warning per include pattern that selected no directory (a typo makes projects vanish
+/// silently otherwise), naming the pattern and where it was written.
+fn warn_unmatched(globs: &ProjectGlobs, matched: &[bool]) {
+    for ((i, (pattern, inferred)), at) in
+        globs.include_raw.iter().enumerate().zip(&globs.include_at)
+    {
+        if matched.get(i).copied().unwrap_or(true) {
+            continue;
+        }
+        let at = if *inferred {
+            "package.json workspaces (or pnpm-workspace.yaml packages)".to_owned()
+        } else {
+            at.to_string()
+        };
+        tracing::warn!(
+            "{at}: projects glob `{pattern}` matches no directory (gitignored and excluded \
+             directories do not count)"
+        );
+    }
 }
 
 fn compile(
@@ -191,6 +223,7 @@ fn compile(
         include: GlobSet::empty(),
         exclude: GlobSet::empty(),
         include_at: Vec::new(),
+        include_raw: Vec::new(),
         shapes: Vec::new(),
         root_included: false,
         root_excluded: false,
@@ -237,6 +270,7 @@ fn compile(
         }
         include.add(glob);
         out.include_at.push(at);
+        out.include_raw.push((raw.get_ref().clone(), raw.span().is_empty()));
         out.shapes.push(shape(&body));
     }
     let build = |b: GlobSetBuilder| {

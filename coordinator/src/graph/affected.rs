@@ -24,11 +24,37 @@ pub enum AffectedError {
         /// What git said.
         message: String,
     },
+    /// The workspace is not in a git work tree.
+    #[error("--affected {git_ref}: {} is not inside a git repository", root.display())]
+    NotARepo {
+        /// The ref given.
+        git_ref: String,
+        /// The workspace root.
+        root: std::path::PathBuf,
+    },
+    /// git does not know the ref.
+    #[error(
+        "--affected {git_ref}: git knows no commit `{git_ref}` (a typo, or a branch not fetched)"
+    )]
+    UnknownRef {
+        /// The ref given.
+        git_ref: String,
+    },
 }
 
 /// Files changed since `git_ref`, workspace-relative.
 pub fn changed_files(root: &Path, git_ref: &str) -> Result<BTreeSet<String>, AffectedError> {
     let mut files = BTreeSet::new();
+    if git(root, git_ref, &["rev-parse", "--is-inside-work-tree"]).is_err() {
+        return Err(AffectedError::NotARepo {
+            git_ref: git_ref.to_owned(),
+            root: root.to_path_buf(),
+        });
+    }
+    let commit = format!("{git_ref}^{{commit}}");
+    if git(root, git_ref, &["rev-parse", "--verify", "--quiet", commit.as_str()]).is_err() {
+        return Err(AffectedError::UnknownRef { git_ref: git_ref.to_owned() });
+    }
     // The merge base makes `origin/main` mean "since this branch forked", as CI expects;
     // fall back to the ref itself when there is no common ancestor.
     let base = git(root, git_ref, &["merge-base", git_ref, "HEAD"])
@@ -62,7 +88,9 @@ fn git(root: &Path, git_ref: &str, args: &[&str]) -> Result<String, AffectedErro
         .output()
         .map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {
-        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
+        // git's first line says what is wrong; the rest is advice or usage text.
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(said.lines().next().unwrap_or_default().trim().to_owned()));
     }
     String::from_utf8(out.stdout).map_err(|e| fail(e.to_string()))
 }

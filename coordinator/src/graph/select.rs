@@ -197,6 +197,12 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<BTreeSet<usize>,
                             glob: g.clone(),
                             reason: e.kind().to_string(),
                         })?;
+                    // A glob that selects nothing is most likely a typo: say so (the run
+                    // itself goes on and exits 0 when nothing at all is selected).
+                    let one = glob.compile_matcher();
+                    if !ws.projects.iter().any(|p| one.is_match(&p.dir) || one.is_match(&p.name)) {
+                        tracing::warn!("--filter `{g}` matches no project (by directory or name)");
+                    }
                     b.add(glob);
                 }
                 let set = b.build().map_err(|e| SelectError::BadFilter {
@@ -210,7 +216,11 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<BTreeSet<usize>,
                 }
             }
             if let Some(git_ref) = since {
-                out.extend(affected::affected_projects(ws, git_ref)?);
+                let affected = affected::affected_projects(ws, git_ref)?;
+                if affected.is_empty() {
+                    tracing::warn!("--affected {git_ref}: no project changed since {git_ref}");
+                }
+                out.extend(affected);
             }
             Ok(out)
         }
