@@ -73,7 +73,20 @@ fn worker_example() -> WorkerFile {
 /// Every key set, with a value prova accepts. The destructuring is exhaustive: a key added to
 /// `CoordinatorFile` does not compile here until the examples show it.
 fn check_coordinator_file(file: CoordinatorFile, what: &str) {
-    let CoordinatorFile { listen, certs, cache_dir, trust, client_blob_quota } = file;
+    let CoordinatorFile {
+        listen,
+        certs,
+        cache_dir,
+        trust,
+        client_blob_quota,
+        http,
+        http_token_file,
+    } = file;
+    // Off by default (the example shows them commented out); when set they must parse.
+    if let Some(h) = http {
+        h.parse::<SocketAddr>().unwrap_or_else(|e| panic!("{what}: http {h}: {e}"));
+    }
+    assert!(http_token_file.is_none_or(|p| p.is_absolute()), "{what}: http_token_file");
     let listen = listen.unwrap_or_else(|| panic!("{what}: no listen"));
     let addr: SocketAddr = listen.parse().unwrap_or_else(|e| panic!("{what}: listen: {e}"));
     assert_eq!(addr.port(), DEFAULT_PORT, "{what}: listen");
