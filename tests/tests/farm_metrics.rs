@@ -1,7 +1,7 @@
 //! The coordinator's HTTP listener on a real farm (subprocesses): `/metrics` counts what a run
 //! did (tasks, cache misses then hits, runs, bytes) and passes `promtool check metrics`;
 //! `/healthz` and `/readyz` answer JSON; a listener bound off 127.0.0.1 asks for its bearer
-//! token on everything but `/healthz`, and without a token file the coordinator refuses to
+//! token on everything but the probes (`/healthz`, `/readyz`), and without a token file the coordinator refuses to
 //! start.
 
 use prova_tests::ProvaCmd;
@@ -105,13 +105,14 @@ fn off_loopback_the_token_is_required_and_checked() {
     let http = farm.http_addr().expect("the coordinator prints its HTTP address").to_owned();
     assert!(http.starts_with("127.0.0.2:"), "{http}");
 
-    for path in ["/metrics", "/api/state", "/api/fragment", "/", "/readyz"] {
+    for path in ["/metrics", "/api/state", "/api/fragment", "/"] {
         assert_eq!(get(&http, path, None).0, 401, "{path} without a token");
         assert_eq!(get(&http, path, Some("tok-3f9a1d")).0, 401, "{path} with a wrong token");
         assert_eq!(get(&http, path, Some("tok-3f9a1")).0, 401, "{path} with a prefix of it");
         assert_eq!(get(&http, path, Some("tok-3f9a1c")).0, 200, "{path} with the token");
     }
     assert_eq!(get(&http, "/healthz", None).0, 200, "the liveness probe stays open");
+    assert_eq!(get(&http, "/readyz", None).0, 200, "the readiness probe stays open");
     let (code, body) = get(&http, "/metrics", Some("tok-3f9a1c"));
     assert_eq!((code, metric(&body, "prova_workers")), (200, 1.0), "{body}");
 }

@@ -4,7 +4,7 @@
 //! `HEAD` only, one request per connection, bounded head (8 KiB) and time (5 s).
 //!
 //! Access: a listener bound anywhere but 127.0.0.1 or ::1 needs a bearer token
-//! ([`HttpError::NeedsToken`]); with a token every path but `/healthz` asks for
+//! ([`HttpError::NeedsToken`]); with a token every path but the probes asks for
 //! `Authorization: Bearer TOKEN` (compared in constant time) and answers 401 without it.
 //! [`render`] holds the pages; the data comes from the farm actor (asked, never told) and
 //! [`crate::farm::observe::Observer`].
@@ -226,9 +226,11 @@ async fn serve_one(mut stream: TcpStream, shared: &Shared, token: Option<&str>) 
     let _ = stream.shutdown().await;
 }
 
-/// Whether `req` may see `path`: `/healthz` always; the rest needs the token when one is set.
+/// Whether `req` may see `path`: the probes always; the rest needs the token when one is set.
 pub fn authorised(req: &Request, token: Option<&str>) -> bool {
-    if req.path == "/healthz" {
+    // The probes carry no data (a kubelet cannot read a token from a Secret for them); the
+    // dashboard's script is static code (a `<script src>` cannot send a header).
+    if matches!(req.path.as_str(), "/healthz" | "/readyz" | "/dashboard.js") {
         return true;
     }
     let Some(want) = token else { return true };
@@ -299,10 +301,12 @@ mod tests {
     }
 
     #[test]
-    fn the_token_is_asked_for_everything_but_healthz() {
+    fn the_token_is_asked_for_everything_but_the_probes() {
         let t = Some("s3cret");
         assert!(authorised(&req("/healthz", None), t));
-        for path in ["/", "/metrics", "/readyz", "/api/state", "/api/fragment", "/nope"] {
+        assert!(authorised(&req("/readyz", None), t));
+        assert!(authorised(&req("/dashboard.js", None), t));
+        for path in ["/", "/metrics", "/api/state", "/api/fragment", "/nope", "/healthz/x"] {
             assert!(!authorised(&req(path, None), t), "{path}");
             assert!(!authorised(&req(path, Some("Bearer s3creT")), t), "{path}");
             assert!(!authorised(&req(path, Some("Bearer s3cret2")), t), "{path}");
