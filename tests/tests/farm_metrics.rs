@@ -75,6 +75,13 @@ fn metrics_move_by_what_a_run_did() {
     assert_eq!(metric(&again, "prova_task_duration_seconds_count"), 2.0, "{again}");
     assert_eq!(metric(&again, "prova_runs_finished_total"), 2.0, "{again}");
 
+    // One info line per run start and finish, plain text in a file (stderr is no terminal).
+    let log = farm.coordinator_log();
+    assert_eq!(log.matches("run started").count(), 2, "{log}");
+    assert_eq!(log.matches("run finished").count(), 2, "{log}");
+    assert!(log.contains("worker joined"), "{log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in a log file\n{log}");
+
     match tool("promtool") {
         Some(p) => {
             for text in [&before, &after, &again] {

@@ -189,13 +189,6 @@ impl Observer {
         };
         if let Ok(mut runs) = self.runs.lock() {
             runs.push_front(row);
-            // Drop the oldest finished runs beyond the bound; live ones stay.
-            while runs.iter().filter(|r| !r.live).count() > RECENT_RUNS {
-                match runs.iter().rposition(|r| !r.live) {
-                    Some(i) => drop(runs.remove(i)),
-                    None => break,
-                }
-            }
         }
     }
 
@@ -292,6 +285,13 @@ impl Observer {
             wall_ms = ?row.wall_ms,
             "run finished"
         );
+        // Drop the oldest finished runs beyond the bound; live ones stay.
+        while runs.iter().filter(|r| !r.live).count() > RECENT_RUNS {
+            match runs.iter().rposition(|r| !r.live) {
+                Some(i) => drop(runs.remove(i)),
+                None => break,
+            }
+        }
     }
 
     /// Live and recent runs, newest first.
@@ -302,5 +302,62 @@ impl Observer {
     /// Proof failures seen, newest first.
     pub fn proofs(&self) -> Vec<ProofRow> {
         self.proofs.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prova_protocol::TaskId;
+    use prova_protocol::spec::ExecStats;
+
+    fn report(task: &str, cache: CacheStatus, status: TaskStatus) -> TaskReport {
+        TaskReport {
+            task: TaskId::new("p", task),
+            status,
+            cache,
+            exit: None,
+            attempts: 1,
+            stats: ExecStats { wall_ms: 20, ..ExecStats::default() },
+            key: None,
+            worker: None,
+            note: None,
+            verdicts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn finished_runs_are_bounded_and_live_ones_kept() {
+        let o = Observer::default();
+        o.run_started(RunId(0), "ci a", "", 1);
+        for i in 1..=(RECENT_RUNS as u64 + 50) {
+            o.run_started(RunId(i), "ci a", "", 1);
+            o.run_finished(RunId(i), None);
+        }
+        let runs = o.runs();
+        assert_eq!(runs.iter().filter(|r| !r.live).count(), RECENT_RUNS);
+        assert!(runs.iter().any(|r| r.id == 0 && r.live), "the live run stays");
+        assert_eq!(runs[0].id, RECENT_RUNS as u64 + 50, "newest first");
+    }
+
+    #[test]
+    fn a_runs_tasks_are_capped_and_counted_by_tier() {
+        let o = Observer::default();
+        o.run_started(RunId(1), "client bob", "untrusted/bob", TASKS_PER_RUN + 10);
+        for i in 0..TASKS_PER_RUN + 10 {
+            let r = report(&format!("t{i}"), CacheStatus::Saved, TaskStatus::Succeeded);
+            o.event(RunId(1), &RunEvent::TaskFinished(r));
+        }
+        let hit = CacheStatus::Hit { layer: "farm".into(), saved_ms: 1, cutoff: false };
+        o.event(RunId(1), &RunEvent::TaskFinished(report("h", hit, TaskStatus::Succeeded)));
+        let row = &o.runs()[0];
+        assert_eq!((row.done, row.hits, row.tasks.len()), (TASKS_PER_RUN + 11, 1, TASKS_PER_RUN));
+        let cache = o.counters.cache.lock().unwrap().clone();
+        assert_eq!(
+            cache.get(&("untrusted".to_owned(), "miss")),
+            Some(&(TASKS_PER_RUN as u64 + 10))
+        );
+        assert_eq!(cache.get(&("untrusted".to_owned(), "hit")), Some(&1));
+        assert_eq!(cache.get(&("trusted".to_owned(), "hit")), None);
     }
 }
