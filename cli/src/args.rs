@@ -179,6 +179,14 @@ pub struct CoordinatorArgs {
     /// (and two workers agree on the fingerprint).
     #[arg(long, value_name = "POLICY")]
     pub trust: Option<String>,
+    /// Serve the read-only HTTP listener (dashboard, /metrics, /healthz, /readyz) on ADDR,
+    /// e.g. 127.0.0.1:7780. Off by default. Anything but 127.0.0.1/::1 needs
+    /// --http-token-file.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// A file holding the bearer token the HTTP listener asks for (every path but /healthz).
+    #[arg(long, value_name = "FILE")]
+    pub http_token_file: Option<PathBuf>,
 }
 
 /// `prova worker`.

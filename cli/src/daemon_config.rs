@@ -23,6 +23,10 @@ pub struct CoordinatorFile {
     /// The most bytes one `client` certificate's uploads may hold in the farm cache, e.g.
     /// "20G" (the default).
     pub client_blob_quota: Option<String>,
+    /// The read-only HTTP listener (dashboard, `/metrics`, probes), e.g. "127.0.0.1:7780".
+    pub http: Option<String>,
+    /// The bearer token file the HTTP listener asks for (required off loopback).
+    pub http_token_file: Option<PathBuf>,
 }
 
 /// `deploy/worker.toml`.

@@ -55,6 +55,8 @@ fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(stdio::Stderr)
+        // Escape codes only for a terminal: files, journald and kubectl logs get plain lines.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false)
         .try_init();
 }

@@ -73,7 +73,20 @@ fn worker_example() -> WorkerFile {
 /// Every key set, with a value prova accepts. The destructuring is exhaustive: a key added to
 /// `CoordinatorFile` does not compile here until the examples show it.
 fn check_coordinator_file(file: CoordinatorFile, what: &str) {
-    let CoordinatorFile { listen, certs, cache_dir, trust, client_blob_quota } = file;
+    let CoordinatorFile {
+        listen,
+        certs,
+        cache_dir,
+        trust,
+        client_blob_quota,
+        http,
+        http_token_file,
+    } = file;
+    // Off by default (the example shows them commented out); when set they must parse.
+    if let Some(h) = http {
+        h.parse::<SocketAddr>().unwrap_or_else(|e| panic!("{what}: http {h}: {e}"));
+    }
+    assert!(http_token_file.is_none_or(|p| p.is_absolute()), "{what}: http_token_file");
     let listen = listen.unwrap_or_else(|| panic!("{what}: no listen"));
     let addr: SocketAddr = listen.parse().unwrap_or_else(|e| panic!("{what}: listen: {e}"));
     assert_eq!(addr.port(), DEFAULT_PORT, "{what}: listen");
@@ -634,7 +647,8 @@ fn the_coordinator_manifest_serves_7700_udp_from_one_pod() {
     assert_eq!(claim, Some("prova-farm-cache"), "the cache is on the claim");
 
     // The container port, the Service port and the configured port agree, over UDP.
-    let ports = list(&pod.container["ports"]);
+    let all_ports = list(&pod.container["ports"]);
+    let ports: Vec<_> = all_ports.iter().filter(|p| p["name"].as_str() == Some("quic")).collect();
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0]["containerPort"].as_i64(), Some(i64::from(DEFAULT_PORT)));
     assert_eq!(ports[0]["protocol"].as_str(), Some("UDP"));
@@ -645,6 +659,23 @@ fn the_coordinator_manifest_serves_7700_udp_from_one_pod() {
     assert_eq!(sports[0]["port"].as_i64(), Some(i64::from(DEFAULT_PORT)));
     assert_eq!(sports[0]["protocol"].as_str(), Some("UDP"), "QUIC is UDP");
     assert_eq!(sports[0]["targetPort"].as_str(), ports[0]["name"].as_str(), "targetPort");
+    // The HTTP listener: its port is the configured one and both probes use it.
+    let http = all_ports.iter().find(|p| p["name"].as_str() == Some("http")).expect("an http port");
+    assert_eq!(http["protocol"].as_str(), Some("TCP"));
+    let http_addr: SocketAddr = toml::from_str::<CoordinatorFile>(&pod.config)
+        .ok()
+        .and_then(|f| f.http)
+        .and_then(|h| h.parse().ok())
+        .expect("the embedded config's http");
+    assert_eq!(http["containerPort"].as_i64(), Some(i64::from(http_addr.port())));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &pod.container[probe]["httpGet"];
+        assert_eq!(
+            (get["path"].as_str(), get["port"].as_str()),
+            (Some(path), Some("http")),
+            "{probe}"
+        );
+    }
     let selector = string_map(&service["spec"]["selector"]);
     let labels = string_map(&deployment["spec"]["template"]["metadata"]["labels"]);
     assert!(!selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v)));
@@ -698,6 +729,12 @@ fn the_worker_manifest_joins_the_coordinators_service() {
 fn the_namespace_manifest_makes_the_namespace_everything_else_uses() {
     let docs = manifests("k8s/namespace.yaml");
     assert_eq!(kinds(&docs), [("Namespace", "prova")]);
+    // The worker pods' bubblewrap needs the `privileged` Pod Security level (the comment says why).
+    let labels = string_map(&docs[0]["metadata"]["labels"]);
+    assert_eq!(
+        labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
+        Some("privileged")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -25,12 +25,14 @@
 //! - [`hermeticity`]: the hermeticity report from the fingerprint ledger.
 //! - [`farm`]: the farm: sans-IO placement and leases, the farm actor, the QUIC server and
 //!   its worker and client sessions.
+//! - [`http`]: the read-only HTTP listener: health, `/metrics`, the dashboard.
 
 pub mod cache;
 pub mod config;
 pub mod farm;
 pub mod graph;
 pub mod hermeticity;
+pub mod http;
 pub mod inputs;
 pub mod keys;
 pub mod layers;

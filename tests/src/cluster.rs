@@ -319,6 +319,8 @@ pub struct Cluster {
     coordinator: Option<Daemon>,
     coordinator_starts: u32,
     addr: String,
+    /// The HTTP listener's address (`--http`), from the coordinator's first line.
+    http: Option<String>,
     workers: Vec<WorkerProc>,
     options: ClusterOptions,
 }
@@ -362,6 +364,7 @@ impl Cluster {
             coordinator: None,
             coordinator_starts: 0,
             addr: String::new(),
+            http: None,
             workers: Vec::new(),
             options,
         };
@@ -391,6 +394,11 @@ impl Cluster {
     /// The coordinator's `HOST:PORT`.
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The HTTP listener's `HOST:PORT` (`prova coordinator --http`), when it has one.
+    pub fn http_addr(&self) -> Option<&str> {
+        self.http.as_deref()
     }
 
     /// The farm cache (`prova coordinator --cache-dir`).
@@ -768,6 +776,11 @@ impl Cluster {
             .unwrap_or_else(|| panic!("unexpected first line of the coordinator: {first:?}"))
             .to_owned();
         self.addr = addr;
+        // `…, http http://127.0.0.1:PORT/)` with `--http`.
+        self.http = first
+            .split_once(", http http://")
+            .and_then(|(_, rest)| rest.split('/').next())
+            .map(str::to_owned);
         self.coordinator = Some(daemon);
         Ok(())
     }

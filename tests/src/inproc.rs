@@ -60,6 +60,7 @@ impl InProcessFarm {
             cache_dir: dir.path().join("farm-cache"),
             trust_proven: false,
             client_quota: prova_coordinator::farm::server::DEFAULT_CLIENT_QUOTA,
+            http: None,
         };
         let bound = rt.block_on(daemons::bind_coordinator(settings)).expect("a coordinator");
         let addr = bound.addr;

@@ -58,6 +58,7 @@
 
 pub mod cache;
 pub mod cluster;
+pub mod http;
 pub mod inproc;
 pub mod liar;
 pub mod locate;

@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use kameo::prelude::*;
 use prova_coordinator::cache::CacheThread;
 use prova_coordinator::farm::actor::FarmActor;
+use prova_coordinator::farm::observe::Observer;
 use prova_coordinator::farm::server::{self, Shared};
+use prova_coordinator::http::HttpListener;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, endpoint};
 // The worker's start-up lives in its crate; re-exported for the in-process test farm.
@@ -53,12 +55,35 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
         Some(s) => parse_size(&s).map_err(|e| anyhow::anyhow!("client_blob_quota: {e}"))?,
         None => server::DEFAULT_CLIENT_QUOTA,
     };
-    let settings = CoordinatorSettings { listen, bundle, cache_dir, trust_proven, client_quota };
+    let http = match args.http.or(file.http) {
+        Some(a) => Some(a.parse::<SocketAddr>().with_context(|| format!("--http {a}"))?),
+        None => None,
+    };
+    let token_file = args.http_token_file.or(file.http_token_file);
+    let http_token = match &token_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("--http-token-file {}", f.display()))?,
+        ),
+        None => None,
+    };
+    if http.is_none() && token_file.is_some() {
+        anyhow::bail!("--http-token-file is given but --http ADDR is not");
+    }
+    let settings = CoordinatorSettings {
+        listen,
+        bundle,
+        cache_dir,
+        trust_proven,
+        client_quota,
+        http: http.map(|addr| HttpSettings { addr, token: http_token }),
+    };
     let rt = common::runtime()?;
     rt.block_on(async move {
         let bound = bind_coordinator(settings).await?;
+        let http = bound.http_addr().map(|a| format!(", http http://{a}/")).unwrap_or_default();
         common::print(&format!(
-            "prova coordinator listening on {} (cache {})\n",
+            "prova coordinator listening on {} (cache {}{http})\n",
             bound.addr,
             bound.cache_dir.display()
         ))?;
@@ -86,6 +111,16 @@ pub struct CoordinatorSettings {
     pub trust_proven: bool,
     /// The most bytes one `client` certificate's uploads may hold in the farm cache.
     pub client_quota: u64,
+    /// The read-only HTTP listener, when asked for.
+    pub http: Option<HttpSettings>,
+}
+
+/// `--http ADDR` and its token.
+pub struct HttpSettings {
+    /// Where to listen (TCP).
+    pub addr: SocketAddr,
+    /// The bearer token (the file's content, trimmed when checked).
+    pub token: Option<String>,
 }
 
 /// A coordinator bound to its address with its cache open, not yet serving.
@@ -96,6 +131,7 @@ pub struct BoundCoordinator {
     pub cache_dir: PathBuf,
     endpoint: quinn::Endpoint,
     shared: Arc<Shared>,
+    http: Option<HttpListener>,
 }
 
 /// Opens the farm cache, starts the farm actor and binds the endpoint. Runs inside a tokio
@@ -104,6 +140,10 @@ pub async fn bind_coordinator(s: CoordinatorSettings) -> anyhow::Result<BoundCoo
     let (store, _join) = CacheThread::open(&s.cache_dir)
         .with_context(|| format!("cannot open the farm cache at {}", s.cache_dir.display()))?;
     let tmp = store.call(|st| st.tmp_dir()).await?;
+    let http = match s.http {
+        Some(h) => Some(prova_coordinator::http::bind(h.addr, h.token).await?),
+        None => None,
+    };
     let farm = FarmActor::spawn(());
     let endpoint = endpoint::server(s.listen, &s.bundle)?;
     let addr = endpoint.local_addr()?;
@@ -113,13 +153,23 @@ pub async fn bind_coordinator(s: CoordinatorSettings) -> anyhow::Result<BoundCoo
         tmp,
         trust_proven: s.trust_proven,
         client_quota: s.client_quota,
+        observe: Arc::new(Observer::default()),
     });
-    Ok(BoundCoordinator { addr, cache_dir: s.cache_dir, endpoint, shared })
+    Ok(BoundCoordinator { addr, cache_dir: s.cache_dir, endpoint, shared, http })
 }
 
 impl BoundCoordinator {
+    /// The HTTP listener's address, when there is one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.addr)
+    }
+
     /// Serves until `shutdown`, then closes every connection.
     pub async fn serve(self, shutdown: CancellationToken) {
+        let _http = self.http.map(|h| {
+            let (shared, stop) = (self.shared.clone(), shutdown.clone());
+            OwnedTask::spawn("http", h.serve(shared, stop))
+        });
         server::serve(self.endpoint, self.shared.clone(), shutdown).await;
         let _ = self.shared.farm.stop_gracefully().await;
     }

@@ -104,7 +104,22 @@ fn lease_base() -> u64 {
 impl FarmActor {
     async fn feed(&mut self, event: FarmEvent) {
         let now = self.started.elapsed();
-        for cmd in self.core.handle(now, event) {
+        let before = self.core.counts();
+        let cmds = self.core.handle(now, event);
+        let after = self.core.counts();
+        if after.lease_expiries > before.lease_expiries {
+            let n = after.lease_expiries - before.lease_expiries;
+            tracing::info!(
+                leases = n,
+                total = after.lease_expiries,
+                "lease expired (no heartbeat)"
+            );
+        }
+        if after.requeues > before.requeues {
+            let n = after.requeues - before.requeues;
+            tracing::info!(items = n, total = after.requeues, "requeued");
+        }
+        for cmd in cmds {
             self.apply(cmd).await;
         }
     }
@@ -451,6 +466,16 @@ impl Message<GetStatus> for FarmActor {
             })
             .collect();
         Ok(FarmStatus { workers, queued: self.core.queued() as u32, runs: self.runs.len() as u32 })
+    }
+}
+
+/// What the farm counted (lease expiries, requeues), for `/metrics`.
+pub struct GetCounts;
+
+impl Message<GetCounts> for FarmActor {
+    type Reply = Result<super::core::FarmCounts, Infallible>;
+    async fn handle(&mut self, _: GetCounts, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        Ok(self.core.counts())
     }
 }
 

@@ -284,18 +284,26 @@ async fn start(
         .await
         .map_err(EdgeError::actor)?;
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
+    shared.observe.run_started(
+        run,
+        &format!("{} {}", identity.role, identity.name),
+        &namespace,
+        tasks.len(),
+    );
     actor.tell(Begin).await.map_err(EdgeError::actor)?;
     let shared = shared.clone();
     // The `run->client` hop: the run's events, then its artifacts and summary, into the
     // client's queue (drained by the `farm->client` forwarder).
     let relay = OwnedTask::spawn("run->client", async move {
         while let Some(ev) = events_rx.recv().await {
+            shared.observe.event(run, &ev);
             if out.send(CoordinatorReply::Event(ev)).await.is_err() {
                 break;
             }
         }
         let summary = done_rx.await;
         let _ = shared.farm.tell(DetachRun(run)).await;
+        shared.observe.run_finished(run, summary.as_ref().ok());
         let Ok(summary) = summary else {
             let _ = out
                 .send(CoordinatorReply::Error {

@@ -295,6 +295,17 @@ pub struct FarmCore {
     presence: HashMap<Origin, Presence>,
     /// Losses so far (the id of the last).
     losses: u64,
+    /// Events counted for operators (`/metrics`); nothing decides on them.
+    counts: FarmCounts,
+}
+
+/// What the core counted since it started: read by the coordinator's `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FarmCounts {
+    /// Leases that expired without a heartbeat.
+    pub lease_expiries: u64,
+    /// Items put back in the queue after a lease was lost (expiry, a worker gone, a hand-back).
+    pub requeues: u64,
 }
 
 impl FarmCore {
@@ -318,6 +329,11 @@ impl FarmCore {
     /// The task of every live lease, with the worker holding it.
     pub fn running(&self) -> impl Iterator<Item = (&WorkerId, &prova_protocol::TaskId)> {
         self.leases.values().map(|l| (&l.worker, &l.item.assignment.spec.id))
+    }
+
+    /// Lease expiries and requeues so far.
+    pub fn counts(&self) -> FarmCounts {
+        self.counts
     }
 
     /// Items waiting for a slot.
@@ -440,6 +456,7 @@ impl FarmCore {
                             worker: w.clone(),
                             msg: ToWorker::Cancel { attempt: lease },
                         });
+                        self.counts.lease_expiries += 1;
                         by_worker.entry(w).or_default().push(lease);
                     }
                 }
@@ -703,6 +720,7 @@ impl FarmCore {
             return;
         }
         let handbacks = l.handbacks;
+        self.counts.requeues += 1;
         self.queue.push(Queued {
             item: l.item,
             losses,

@@ -5,7 +5,7 @@
 //! pools, per-identity connection and upload shares) and the per-peer sessions
 //! ([`worker_session`], [`client_session`]). `flow_tests` runs the real farm and run
 //! actors against an instant worker: large runs, concurrent runs and a stalled client must
-//! not stall the farm.
+//! not stall the farm. [`observe`]: counters and the book of runs the HTTP listener shows.
 
 pub mod actor;
 pub mod admission;
@@ -13,6 +13,7 @@ pub mod client_session;
 pub mod core;
 pub mod error;
 pub mod forward;
+pub mod observe;
 pub mod server;
 pub mod worker_session;
 

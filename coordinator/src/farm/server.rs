@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kameo::prelude::*;
@@ -46,6 +47,8 @@ pub struct Shared {
     pub trust_proven: bool,
     /// The most bytes one `client` certificate's uploads may hold in the farm cache.
     pub client_quota: u64,
+    /// Counters and the book of runs the HTTP listener shows.
+    pub observe: Arc<super::observe::Observer>,
 }
 
 /// The default per-client blob quota: 20 GiB.
@@ -235,6 +238,7 @@ async fn serve_blob(
                     frame::write_msg(&mut send, &BlobAck::Stored).await?;
                     let file = tokio::fs::File::from_std(f);
                     transport::send_blob(&mut send, digest, size, file).await?;
+                    shared.observe.counters.bytes_out.fetch_add(size, Ordering::Relaxed);
                 }
                 None => {
                     let ack = BlobAck::Refused {
@@ -320,6 +324,7 @@ async fn receive_into_store(
     // The bytes are bounded by the size the upload was admitted for, not only by MAX_BLOB:
     // a header claiming more than the request would bypass the identity's budget.
     transport::recv_blob(recv, &mut file, Some(digest), size).await?;
+    shared.observe.counters.bytes_in.fetch_add(size, Ordering::Relaxed);
     file.sync_all().await?;
     drop(file);
     // Keep the path: put_blob_file renames it away (or removes it when the blob exists).

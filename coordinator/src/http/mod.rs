@@ -1,0 +1,338 @@
+//! The coordinator's read-only HTTP listener (`prova coordinator --http ADDR`), separate from
+//! the QUIC port: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/api/state` (JSON),
+//! the dashboard (`/`, refreshed from `/api/fragment`). A plain HTTP/1.1 server: `GET` and
+//! `HEAD` only, one request per connection, bounded head (8 KiB) and time (5 s).
+//!
+//! Access: a listener bound anywhere but 127.0.0.1 or ::1 needs a bearer token
+//! ([`HttpError::NeedsToken`]); with a token every path but the probes asks for
+//! `Authorization: Bearer TOKEN` (compared in constant time) and answers 401 without it.
+//! [`render`] holds the pages; the data comes from the farm actor (asked, never told) and
+//! [`crate::farm::observe::Observer`].
+
+pub mod render;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prova_protocol::task::OwnedTask;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::farm::server::Shared;
+
+/// Most bytes of a request head.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// How long a peer has to send its request and read the answer.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Why the listener cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// A non-loopback bind without a token.
+    #[error(
+        "--http {0} is reachable from other hosts: give --http-token-file FILE (a bearer token), or bind 127.0.0.1"
+    )]
+    NeedsToken(SocketAddr),
+    /// The token file is empty.
+    #[error("the HTTP token file {0} is empty")]
+    EmptyToken(String),
+    /// Binding or reading failed.
+    #[error("--http {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Only these two addresses count as loopback-only: anything else (127.0.0.2 included) is
+/// treated as reachable by others.
+pub fn loopback_only(addr: &SocketAddr) -> bool {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(ip) => ip == std::net::Ipv6Addr::LOCALHOST,
+    }
+}
+
+/// A bound listener, not yet serving.
+pub struct HttpListener {
+    listener: TcpListener,
+    token: Option<Arc<str>>,
+    /// The address it is bound to.
+    pub addr: SocketAddr,
+}
+
+/// Binds `addr`; `token`: the bearer token (trimmed), required unless [`loopback_only`].
+pub async fn bind(addr: SocketAddr, token: Option<String>) -> Result<HttpListener, HttpError> {
+    let token = match token {
+        Some(t) if t.trim().is_empty() => return Err(HttpError::EmptyToken(addr.to_string())),
+        Some(t) => Some(Arc::from(t.trim())),
+        None if !loopback_only(&addr) => return Err(HttpError::NeedsToken(addr)),
+        None => None,
+    };
+    let listener =
+        TcpListener::bind(addr).await.map_err(|source| HttpError::Io { addr, source })?;
+    let addr = listener.local_addr().map_err(|source| HttpError::Io { addr, source })?;
+    Ok(HttpListener { listener, token, addr })
+}
+
+/// Equal in time independent of where they differ (the length is not secret).
+pub fn token_matches(given: &[u8], want: &[u8]) -> bool {
+    if given.len() != want.len() {
+        return false;
+    }
+    given.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+impl HttpListener {
+    /// Serves until `shutdown`.
+    pub async fn serve(self, shared: Arc<Shared>, shutdown: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => return,
+                a = self.listener.accept() => a,
+            };
+            let Ok((stream, _peer)) = accepted else { continue };
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                drop(stream);
+                continue;
+            };
+            let shared = shared.clone();
+            let token = self.token.clone();
+            // Bounded by IO_TIMEOUT on each side and by the permit count.
+            drop(
+                OwnedTask::spawn("http.conn", async move {
+                    let _permit = permit;
+                    let _ = tokio::time::timeout(
+                        IO_TIMEOUT * 2,
+                        serve_one(stream, &shared, token.as_deref()),
+                    )
+                    .await;
+                })
+                .detach(),
+            );
+        }
+    }
+}
+
+/// A parsed request head: what the router needs.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    /// `GET` or `HEAD`.
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// The `Authorization` header's value, or `Bearer T` from a `token=T` query parameter
+    /// (a browser opening the dashboard cannot set a header; its script then sends one).
+    pub authorization: Option<String>,
+}
+
+/// Parses a request head (`None`: not HTTP/1.x).
+pub fn parse_head(head: &str) -> Option<Request> {
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let method = first.next()?.to_owned();
+    let target = first.next()?;
+    if !first.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = path.to_owned();
+    let from_query =
+        query.split('&').find_map(|kv| kv.strip_prefix("token=")).map(|t| format!("Bearer {t}"));
+    let authorization = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.trim().to_owned())
+        .or(from_query);
+    Some(Request { method, path, authorization })
+}
+
+/// An answer.
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A plain-text answer.
+    pub fn text(status: u16, body: &str) -> Self {
+        Self { status, content_type: "text/plain; charset=utf-8", body: body.as_bytes().to_vec() }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        if buf.len() >= MAX_HEAD {
+            return None;
+        }
+        let n = tokio::time::timeout(IO_TIMEOUT, stream.read(&mut chunk)).await.ok()?.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8(buf).ok()
+}
+
+async fn serve_one(mut stream: TcpStream, shared: &Shared, token: Option<&str>) {
+    let (response, head_only) = match read_head(&mut stream).await.as_deref().and_then(parse_head) {
+        None => (Response::text(400, "bad request\n"), false),
+        Some(req) => (respond(&req, shared, token).await, req.method == "HEAD"),
+    };
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
+         Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n\
+         Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'\r\n",
+        response.status,
+        reason(response.status),
+        response.content_type,
+        response.body.len()
+    );
+    if response.status == 401 {
+        out.push_str("WWW-Authenticate: Bearer\r\n");
+    }
+    out.push_str("\r\n");
+    let mut bytes = out.into_bytes();
+    if !head_only {
+        bytes.extend_from_slice(&response.body);
+    }
+    let _ = tokio::time::timeout(IO_TIMEOUT, stream.write_all(&bytes)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Whether `req` may see `path`: the probes always; the rest needs the token when one is set.
+pub fn authorised(req: &Request, token: Option<&str>) -> bool {
+    // The probes carry no data (a kubelet cannot read a token from a Secret for them); the
+    // dashboard's script is static code (a `<script src>` cannot send a header).
+    if matches!(req.path.as_str(), "/healthz" | "/readyz" | "/dashboard.js") {
+        return true;
+    }
+    let Some(want) = token else { return true };
+    let given = req.authorization.as_deref().and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    token_matches(given.trim().as_bytes(), want.as_bytes())
+}
+
+async fn respond(req: &Request, shared: &Shared, token: Option<&str>) -> Response {
+    if req.method != "GET" && req.method != "HEAD" {
+        return Response::text(405, "read-only: GET only\n");
+    }
+    if !authorised(req, token) {
+        return Response::text(401, "a bearer token is required (Authorization: Bearer TOKEN)\n");
+    }
+    match req.path.as_str() {
+        "/healthz" => json(200, &serde_json::json!({"status": "up"})),
+        "/readyz" => {
+            let cache = shared.store.call(|_| ()).await.is_ok();
+            let farm = shared.farm.is_alive();
+            let ready = cache && farm;
+            let body =
+                serde_json::json!({"ready": ready, "cache_open": cache, "accepting_workers": farm});
+            json(if ready { 200 } else { 503 }, &body)
+        }
+        "/metrics" => {
+            let state = render::gather(shared).await;
+            Response {
+                status: 200,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: render::metrics(&state, &shared.observe).into_bytes(),
+            }
+        }
+        "/api/state" => json(200, &render::gather(shared).await.json()),
+        "/api/fragment" => html(render::body(&render::gather(shared).await)),
+        "/dashboard.js" => Response {
+            status: 200,
+            content_type: "text/javascript; charset=utf-8",
+            body: include_str!("dashboard.js").as_bytes().to_vec(),
+        },
+        "/" => html(render::page(&render::gather(shared).await)),
+        _ => Response::text(404, "not found\n"),
+    }
+}
+
+fn json(status: u16, v: &serde_json::Value) -> Response {
+    Response { status, content_type: "application/json", body: v.to_string().into_bytes() }
+}
+
+fn html(body: String) -> Response {
+    Response { status: 200, content_type: "text/html; charset=utf-8", body: body.into_bytes() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(path: &str, auth: Option<&str>) -> Request {
+        Request { method: "GET".into(), path: path.into(), authorization: auth.map(Into::into) }
+    }
+
+    #[test]
+    fn only_localhost_itself_counts_as_loopback() {
+        assert!(loopback_only(&"127.0.0.1:0".parse().unwrap()));
+        assert!(loopback_only(&"[::1]:0".parse().unwrap()));
+        assert!(!loopback_only(&"127.0.0.2:0".parse().unwrap()));
+        assert!(!loopback_only(&"0.0.0.0:0".parse().unwrap()));
+        assert!(!loopback_only(&"[::]:0".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_token_is_asked_for_everything_but_the_probes() {
+        let t = Some("s3cret");
+        assert!(authorised(&req("/healthz", None), t));
+        assert!(authorised(&req("/readyz", None), t));
+        assert!(authorised(&req("/dashboard.js", None), t));
+        for path in ["/", "/metrics", "/api/state", "/api/fragment", "/nope", "/healthz/x"] {
+            assert!(!authorised(&req(path, None), t), "{path}");
+            assert!(!authorised(&req(path, Some("Bearer s3creT")), t), "{path}");
+            assert!(!authorised(&req(path, Some("Bearer s3cret2")), t), "{path}");
+            assert!(!authorised(&req(path, Some("s3cret")), t), "{path}");
+            assert!(authorised(&req(path, Some("Bearer s3cret")), t), "{path}");
+        }
+        assert!(authorised(&req("/metrics", None), None));
+    }
+
+    #[test]
+    fn heads_parse_and_junk_does_not() {
+        let r =
+            parse_head("GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nauthorization: Bearer x\r\n\r\n");
+        assert_eq!(r, Some(req("/metrics", Some("Bearer x"))));
+        let r = parse_head("GET /?token=abc HTTP/1.1\r\n\r\n");
+        assert_eq!(r, Some(req("/", Some("Bearer abc"))));
+        assert_eq!(parse_head("GET /\r\n\r\n"), None);
+        assert_eq!(parse_head("\u{0}\u{1}"), None);
+        assert_eq!(parse_head("GET / SPDY/3\r\n\r\n"), None);
+    }
+
+    #[tokio::test]
+    async fn a_public_bind_without_a_token_is_refused() {
+        let e = bind("127.0.0.2:0".parse().unwrap(), None).await.err();
+        assert!(matches!(e, Some(HttpError::NeedsToken(_))), "{e:?}");
+        let e = bind("127.0.0.1:0".parse().unwrap(), Some("  \n".into())).await.err();
+        assert!(matches!(e, Some(HttpError::EmptyToken(_))), "{e:?}");
+    }
+}

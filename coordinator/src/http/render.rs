@@ -1,0 +1,385 @@
+//! What the HTTP listener shows: one [`State`] gathered per request (the farm actor's status
+//! and counts, the cache's stats, the ledger's divergent keys, the observer's runs and
+//! proofs), rendered as Prometheus text ([`metrics`]), JSON ([`State::json`]) or the
+//! dashboard's HTML ([`page`], [`body`]). Every piece of user data in HTML goes through
+//! [`esc`].
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use prova_protocol::wire::FarmStatus;
+
+use crate::cache::maintenance::Stats;
+use crate::farm::actor::{GetCounts, GetStatus};
+use crate::farm::core::FarmCounts;
+use crate::farm::observe::{DURATION_BUCKETS, Observer, ProofRow, RunRow};
+use crate::farm::server::Shared;
+use crate::hermeticity::HermeticityReport;
+
+/// Divergent ledger keys shown.
+pub const LEDGER_KEYS: usize = 200;
+
+/// One snapshot of everything shown.
+#[derive(Debug)]
+pub struct State {
+    /// Workers, queue, runs in progress.
+    pub status: FarmStatus,
+    /// Lease expiries, requeues.
+    pub counts: FarmCounts,
+    /// The farm cache (`None`: could not be read).
+    pub cache: Option<Stats>,
+    /// Keys whose executions disagree.
+    pub ledger: HermeticityReport,
+    /// Live and recent runs.
+    pub runs: Vec<RunRow>,
+    /// Failed proofs seen by this coordinator.
+    pub proofs: Vec<ProofRow>,
+    /// Seconds up.
+    pub uptime_secs: u64,
+}
+
+/// Gathers a [`State`]; a part that cannot be had is left empty.
+pub async fn gather(shared: &Shared) -> State {
+    let status = shared.farm.ask(GetStatus).await.unwrap_or_else(|_| no_status());
+    let counts = shared.farm.ask(GetCounts).await.unwrap_or_default();
+    let cache = shared.store.call(|s| s.stats()).await.ok().and_then(Result::ok);
+    let ledger = shared
+        .store
+        .call(|s| crate::hermeticity::report(s, LEDGER_KEYS))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    State {
+        status,
+        counts,
+        cache,
+        ledger,
+        runs: shared.observe.runs(),
+        proofs: shared.observe.proofs(),
+        uptime_secs: shared.observe.uptime_secs(),
+    }
+}
+
+fn no_status() -> FarmStatus {
+    FarmStatus { workers: Vec::new(), queued: 0, runs: 0 }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            status: no_status(),
+            counts: FarmCounts::default(),
+            cache: None,
+            ledger: HermeticityReport::default(),
+            runs: Vec::new(),
+            proofs: Vec::new(),
+            uptime_secs: 0,
+        }
+    }
+}
+
+impl State {
+    /// The `/api/state` document.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "uptime_secs": self.uptime_secs,
+            "version": env!("CARGO_PKG_VERSION"),
+            "workers": self.status.workers,
+            "queued": self.status.queued,
+            "runs_in_progress": self.status.runs,
+            "lease_expiries": self.counts.lease_expiries,
+            "requeues": self.counts.requeues,
+            "cache": self.cache.as_ref().map(|c| serde_json::json!({
+                "entries": c.entries, "blob_bytes": c.blob_bytes, "blob_files": c.blob_files,
+            })),
+            "runs": self.runs,
+            "proofs": self.proofs,
+            "ledger": self.ledger,
+        })
+    }
+}
+
+/// A Prometheus label value, escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The `/metrics` exposition (Prometheus text format 0.0.4).
+pub fn metrics(s: &State, o: &Observer) -> String {
+    let c = &o.counters;
+    let mut out = String::new();
+    family(&mut out, "prova_tasks_total", "counter", "Tasks finished in farm runs, by outcome.");
+    let tasks = c.tasks.lock().map(|m| m.clone()).unwrap_or_default();
+    for outcome in ["succeeded", "failed", "skipped", "aborted"] {
+        let n = tasks.get(outcome).copied().unwrap_or(0);
+        let _ = writeln!(out, "prova_tasks_total{{outcome=\"{outcome}\"}} {n}");
+    }
+    family(&mut out, "prova_queue_depth", "gauge", "Assignments waiting for a slot.");
+    let _ = writeln!(out, "prova_queue_depth {}", s.status.queued);
+    let running: usize = s.status.workers.iter().map(|w| w.running.len()).sum();
+    family(&mut out, "prova_running_tasks", "gauge", "Tasks holding a live lease.");
+    let _ = writeln!(out, "prova_running_tasks {running}");
+    family(&mut out, "prova_runs_in_progress", "gauge", "Runs in progress.");
+    let _ = writeln!(out, "prova_runs_in_progress {}", s.status.runs);
+    family(&mut out, "prova_runs_started_total", "counter", "Runs accepted.");
+    let _ = writeln!(out, "prova_runs_started_total {}", c.runs_started.load(Ordering::Relaxed));
+    family(&mut out, "prova_runs_finished_total", "counter", "Runs ended.");
+    let _ = writeln!(out, "prova_runs_finished_total {}", c.runs_finished.load(Ordering::Relaxed));
+    family(&mut out, "prova_workers", "gauge", "Connected workers.");
+    let _ = writeln!(out, "prova_workers {}", s.status.workers.len());
+    family(&mut out, "prova_worker_slots", "gauge", "Worker slots, by state.");
+    let total: u32 = s.status.workers.iter().map(|w| w.slots).sum();
+    let busy: u32 = s.status.workers.iter().map(|w| w.busy).sum();
+    let _ = writeln!(out, "prova_worker_slots{{state=\"total\"}} {total}");
+    let _ = writeln!(out, "prova_worker_slots{{state=\"busy\"}} {busy}");
+    family(
+        &mut out,
+        "prova_lease_expiries_total",
+        "counter",
+        "Leases that expired without a heartbeat.",
+    );
+    let _ = writeln!(out, "prova_lease_expiries_total {}", s.counts.lease_expiries);
+    family(&mut out, "prova_requeues_total", "counter", "Items requeued after a lost lease.");
+    let _ = writeln!(out, "prova_requeues_total {}", s.counts.requeues);
+    family(
+        &mut out,
+        "prova_cache_lookups_total",
+        "counter",
+        "Farm cache lookups of finished tasks, by tier and result.",
+    );
+    let cache = c.cache.lock().map(|m| m.clone()).unwrap_or_default();
+    for tier in ["trusted", "untrusted"] {
+        for result in ["hit", "miss"] {
+            let n = cache.get(&(tier.to_owned(), result)).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "prova_cache_lookups_total{{tier=\"{tier}\",result=\"{result}\"}} {n}"
+            );
+        }
+    }
+    family(&mut out, "prova_verdicts_total", "counter", "Proof verdicts, by kind.");
+    let verdicts = c.verdicts.lock().map(|m| m.clone()).unwrap_or_default();
+    for (kind, n) in &verdicts {
+        let _ = writeln!(out, "prova_verdicts_total{{verdict=\"{}\"}} {n}", label(kind));
+    }
+    family(
+        &mut out,
+        "prova_artifact_bytes_total",
+        "counter",
+        "Blob bytes moved between the farm store and its peers.",
+    );
+    let _ = writeln!(
+        out,
+        "prova_artifact_bytes_total{{direction=\"in\"}} {}",
+        c.bytes_in.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "prova_artifact_bytes_total{{direction=\"out\"}} {}",
+        c.bytes_out.load(Ordering::Relaxed)
+    );
+    family(&mut out, "prova_cache_entries", "gauge", "Farm cache entries, by namespace.");
+    if let Some(stats) = &s.cache {
+        for (ns, n) in &stats.entries {
+            let ns = if ns.is_empty() { "trusted" } else { ns };
+            let _ = writeln!(out, "prova_cache_entries{{namespace=\"{}\"}} {n}", label(ns));
+        }
+        family(&mut out, "prova_cache_blob_bytes", "gauge", "Bytes of blobs in the farm store.");
+        let _ = writeln!(out, "prova_cache_blob_bytes {}", stats.blob_bytes);
+    }
+    family(&mut out, "prova_divergent_keys", "gauge", "Ledger keys whose executions disagree.");
+    let _ = writeln!(out, "prova_divergent_keys {}", s.ledger.keys.len());
+    family(&mut out, "prova_uptime_seconds", "gauge", "Seconds since the coordinator started.");
+    let _ = writeln!(out, "prova_uptime_seconds {}", s.uptime_secs);
+    family(
+        &mut out,
+        "prova_task_duration_seconds",
+        "histogram",
+        "Wall time of executed farm tasks.",
+    );
+    let (buckets, sum) = c.durations.lock().map(|d| *d).unwrap_or_default();
+    let mut cumulative = 0;
+    for (i, le) in DURATION_BUCKETS.iter().enumerate() {
+        cumulative += buckets[i];
+        let _ = writeln!(out, "prova_task_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    cumulative += buckets[DURATION_BUCKETS.len()];
+    let _ = writeln!(out, "prova_task_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(out, "prova_task_duration_seconds_sum {sum}");
+    let _ = writeln!(out, "prova_task_duration_seconds_count {cumulative}");
+    out
+}
+
+/// HTML-escapes user data (task names, labels, paths).
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole dashboard page.
+pub fn page(s: &State) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>prova farm</title>\
+         <style>{}</style></head><body><h1>prova farm</h1><main id=\"farm\">{}</main>\
+         <script src=\"/dashboard.js\"></script></body></html>",
+        include_str!("dashboard.css"),
+        body(s)
+    )
+}
+
+/// The dashboard's content (what `/api/fragment` answers and the script swaps in).
+pub fn body(s: &State) -> String {
+    let mut h = String::new();
+    let hits: u64 = s.runs.iter().map(|r| r.hits as u64).sum();
+    let done: u64 = s.runs.iter().map(|r| r.done as u64).sum();
+    let _ = write!(
+        h,
+        "<section><p>version {} · up {} s · queue <span id=\"queued\">{}</span> · runs in progress {} · lease expiries {} · requeues {}",
+        esc(env!("CARGO_PKG_VERSION")),
+        s.uptime_secs,
+        s.status.queued,
+        s.status.runs,
+        s.counts.lease_expiries,
+        s.counts.requeues
+    );
+    if let Some(c) = &s.cache {
+        let entries: u64 = c.entries.values().sum();
+        let _ = write!(h, " · cache {entries} entries, {} blob bytes", c.blob_bytes);
+    }
+    if done > 0 {
+        let _ = write!(h, " · hit rate (shown runs) {:.0}%", hits as f64 * 100.0 / done as f64);
+    }
+    h.push_str("</p></section>");
+    h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
+    for w in &s.status.workers {
+        let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let running: Vec<String> = w.running.iter().map(ToString::to_string).collect();
+        let _ = write!(
+            h,
+            "<tr class=\"worker\"><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&w.id.to_string()),
+            esc(&w.platform),
+            esc(&w.sandbox),
+            w.busy,
+            w.slots,
+            esc(&labels.join(", ")),
+            esc(&running.join(", "))
+        );
+    }
+    h.push_str("</table></section>");
+    h.push_str("<section id=\"runs\"><h2>Runs</h2><table><tr><th>run</th><th>who</th><th>tier</th><th>state</th><th>done/total</th><th>hits</th><th>failures</th><th>verdicts</th><th>duration</th></tr>");
+    for r in &s.runs {
+        let state = match (r.live, r.ok) {
+            (true, _) => "running",
+            (false, Some(true)) => "ok",
+            (false, Some(false)) => "failed",
+            (false, None) => "stopped",
+        };
+        let verdicts: Vec<String> = r.verdicts.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        let _ = write!(
+            h,
+            "<tr class=\"run\"><td>run-{}</td><td>{}</td><td>{}</td><td>{state}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.id,
+            esc(&r.who),
+            esc(&r.namespace),
+            r.done,
+            r.total,
+            r.hits,
+            r.failures,
+            esc(&verdicts.join(", ")),
+            r.wall_ms.map_or_else(|| "…".to_owned(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+        );
+    }
+    h.push_str("</table>");
+    if let Some(r) = s.runs.first() {
+        let _ = write!(
+            h,
+            "<h3>run-{} tasks</h3><table><tr><th>task</th><th>status</th><th>cache</th><th>worker</th><th>ms</th></tr>",
+            r.id
+        );
+        for t in &r.tasks {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&t.task),
+                t.status,
+                t.cache,
+                esc(t.worker.as_deref().unwrap_or("")),
+                t.ms
+            );
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</section>");
+    h.push_str("<section id=\"proofs\"><h2>Proofs</h2><h3>Failed proofs (this coordinator)</h3><table><tr><th>run</th><th>task</th><th>verdict</th><th>key</th><th>files</th></tr>");
+    for p in &s.proofs {
+        let _ = write!(
+            h,
+            "<tr class=\"proof\"><td>run-{}</td><td>{}</td><td>{}</td><td class=\"key\">{}</td><td>{}</td></tr>",
+            p.run,
+            esc(&p.task),
+            esc(&p.verdict),
+            esc(p.key.as_deref().unwrap_or("")),
+            esc(&p.files.join(", "))
+        );
+    }
+    h.push_str("</table><h3>Divergent keys (ledger)</h3><table><tr><th>key</th><th>task</th><th>fingerprints</th><th>nondeterministic</th><th>flaky</th><th>files</th></tr>");
+    for k in &s.ledger.keys {
+        let files: Vec<&String> = k.changed.iter().chain(&k.added).chain(&k.removed).collect();
+        let files: Vec<&str> = files.iter().map(|f| f.as_str()).collect();
+        let _ = write!(
+            h,
+            "<tr class=\"divergent\"><td class=\"key\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&k.key.to_hex()),
+            esc(&k.task),
+            k.fingerprints.len(),
+            k.nondeterministic,
+            k.flaky,
+            esc(&files.join(", "))
+        );
+    }
+    h.push_str("</table></section>");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_is_escaped() {
+        assert_eq!(
+            esc("<img src=x onerror='a&b'>\""),
+            "&lt;img src=x onerror=&#39;a&amp;b&#39;&gt;&quot;"
+        );
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn an_empty_farm_exposes_every_family() {
+        let text = metrics(&State::default(), &Observer::default());
+        for name in [
+            "prova_tasks_total",
+            "prova_queue_depth",
+            "prova_worker_slots",
+            "prova_task_duration_seconds_count 0",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+}
