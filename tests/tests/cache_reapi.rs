@@ -94,8 +94,18 @@ fn a_clone_with_an_empty_local_cache_hits_every_task_from_reapi_with_identical_o
     }
     assert_eq!(outputs(&a), outputs(&b), "the outputs restored from REAPI differ");
     assert!(warm.output_of("app#build").contains("building app"), "the log replays: {warm}");
-    // Now local: the third run needs no server at all.
+    let stats = b.prova(["cache", "stats"]).run();
+    stats
+        .assert_code(0)
+        .assert_stdout_contains(&format!("reapi       {} (reachable)", grid.endpoint()));
+    // Now local: the third run needs no server at all, and stats says it is gone.
+    let endpoint = grid.endpoint();
     drop(grid);
+    let stats = b.prova(["cache", "stats", "--json"]).run();
+    stats.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(&stats.stdout).expect("stats --json");
+    assert_eq!(json["reapi"]["endpoint"], endpoint.as_str(), "{stats}");
+    assert_eq!(json["reapi"]["reachable"], false, "{stats}");
     let local = run(&b, "local:rw");
     assert_eq!(local.cache_of("app#build"), "hit", "{local}");
 }
