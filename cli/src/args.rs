@@ -417,23 +417,38 @@ pub struct CacheSpec {
     pub read: bool,
     /// Write the local layer.
     pub write: bool,
+    /// The REAPI layer (`reapi:r`, `reapi:rw`), when named.
+    pub reapi: Option<LayerMode>,
 }
 
-/// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither).
+/// What a run does with one cache layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LayerMode {
+    /// Read it.
+    pub read: bool,
+    /// Write it.
+    pub write: bool,
+}
+
+/// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither), with an
+/// optional REAPI layer: `local:rw,reapi:rw` (`reapi:r` reads only).
 pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, ValueError> {
-    let mut spec = CacheSpec { read: false, write: false };
+    let mut spec = CacheSpec { read: false, write: false, reapi: None };
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let (layer, mode) =
             part.split_once(':').ok_or_else(|| ValueError::CacheSyntax(part.to_owned()))?;
-        if layer != "local" {
-            return Err(ValueError::CacheLayer(layer.to_owned()));
-        }
+        let mut m = LayerMode::default();
         for c in mode.chars() {
             match c {
-                'r' => spec.read = true,
-                'w' => spec.write = true,
+                'r' => m.read = true,
+                'w' => m.write = true,
                 _ => return Err(ValueError::CacheMode(part.to_owned())),
             }
+        }
+        match layer {
+            "local" => (spec.read, spec.write) = (spec.read || m.read, spec.write || m.write),
+            "reapi" => spec.reapi = Some(m),
+            _ => return Err(ValueError::CacheLayer(layer.to_owned())),
         }
     }
     Ok(spec)
@@ -708,6 +723,26 @@ mod value_tests {
         ];
         for (spec, want) in cases {
             assert_eq!(parse_cache_spec(spec).unwrap_err().to_string(), want, "{spec}");
+        }
+        assert_eq!(
+            parse_cache_spec("reapi:x").unwrap_err().to_string(),
+            "`reapi:x`: mode is r, w or rw"
+        );
+    }
+
+    #[test]
+    fn the_reapi_layer_is_named_beside_the_local_one() {
+        use super::{CacheSpec, LayerMode};
+        let rw = LayerMode { read: true, write: true };
+        let r = LayerMode { read: true, write: false };
+        let cases = [
+            ("local:rw", CacheSpec { read: true, write: true, reapi: None }),
+            ("local:rw,reapi:rw", CacheSpec { read: true, write: true, reapi: Some(rw) }),
+            ("local:rw,reapi:r", CacheSpec { read: true, write: true, reapi: Some(r) }),
+            ("reapi:r", CacheSpec { read: false, write: false, reapi: Some(r) }),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_cache_spec(s), Ok(want), "{s}");
         }
     }
 }

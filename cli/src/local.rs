@@ -109,6 +109,42 @@ pub async fn run(
     Ok(summary)
 }
 
+/// The REAPI layer over `local`, when the run names it (`--cache …,reapi:MODE`) or, with no
+/// `--cache`, when `prova.toml` has `[cache.reapi]`. A server that does not answer, or a
+/// client that cannot be built (bad TLS files), is one warning: the run goes on locally.
+pub async fn reapi_layer(
+    root: &std::path::Path,
+    spec: Option<crate::args::CacheSpec>,
+    local: &prova_coordinator::layers::LocalLayer,
+) -> anyhow::Result<Option<prova_coordinator::layers::reapi::ReapiLayer>> {
+    use prova_coordinator::layers::reapi::{ReapiClient, ReapiLayer};
+    let named = spec.map(|s| s.reapi);
+    if named == Some(None) {
+        return Ok(None); // --cache without reapi
+    }
+    let Some(cfg) = prova_coordinator::config::reapi::load(root)? else {
+        if named.is_some() {
+            anyhow::bail!(
+                "--cache reapi:…: prova.toml has no [cache.reapi] table (set `endpoint = \"grpc://HOST:PORT\"` there)"
+            );
+        }
+        return Ok(None);
+    };
+    let mode = named.flatten().unwrap_or(crate::args::LayerMode { read: true, write: true });
+    let client = match ReapiClient::new(&cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(
+                "the REAPI cache is unavailable, continuing with the local cache only: {e}"
+            );
+            return Ok(None);
+        }
+    };
+    let layer = ReapiLayer::new(local.clone(), client, mode.read, mode.write);
+    layer.check().await;
+    Ok(Some(layer))
+}
+
 /// Resolves on the first SIGINT or SIGTERM after the call.
 pub async fn wait_for_signal() {
     signal_listener().await;

@@ -56,6 +56,7 @@
 //!   orphan is re-parented to PID 1, which in some containers never reaps it, and a zombie
 //!   still answers `kill(pid, 0)`. A zombie counts as gone.
 
+pub mod buildgrid;
 pub mod cache;
 pub mod cluster;
 pub mod http;

@@ -72,7 +72,8 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
     match cmd {
         CacheCommand::Stats { cache, check, json } => {
             // Read-only: works on a read-only `.prova` and leaves it as it was.
-            let dir = locate(start, &cache)?.0;
+            let (dir, root) = locate(start, &cache)?;
+            let reapi = root.as_deref().map(reapi_status).transpose()?.flatten();
             let store = Store::open_read_only(&dir)
                 .with_context(|| format!("cannot open the cache at {}", dir.display()))?;
             if check {
@@ -86,6 +87,10 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
                     "blob_files": s.blob_files, "blob_bytes": s.blob_bytes, "quarantined": s.quarantined,
                     "tmp_items": s.tmp_items, "memo_rows": s.memo_rows, "index_bytes": s.index_bytes,
                     "oldest_used_ms": s.oldest_used_ms, "newest_used_ms": s.newest_used_ms,
+                    "reapi": reapi.as_ref().map(|(endpoint, status)| serde_json::json!({
+                        "endpoint": endpoint, "reachable": status.is_ok(),
+                        "error": status.as_ref().err(),
+                    })),
                 });
                 common::print(&format!("{v}\n"))?;
             } else {
@@ -99,6 +104,13 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
                     s.quarantined,
                 );
                 common::print(&text)?;
+                if let Some((endpoint, status)) = &reapi {
+                    let state = match status {
+                        Ok(()) => "reachable".to_owned(),
+                        Err(e) => format!("unreachable: {e}"),
+                    };
+                    common::print(&format!("reapi       {endpoint} ({state})\n"))?;
+                }
                 if check {
                     common::print("integrity check: ok\n")?;
                 }
@@ -124,6 +136,21 @@ pub fn cache(start: &Path, cmd: CacheCommand) -> anyhow::Result<Code> {
         }
     }
     Ok(Code::Ok)
+}
+
+/// The REAPI layer of the workspace at `root` (`[cache.reapi]`), if any: its endpoint and
+/// whether it answers `GetCapabilities` (within 5 s at most).
+fn reapi_status(root: &Path) -> anyhow::Result<Option<(String, Result<(), String>)>> {
+    use prova_coordinator::layers::reapi::ReapiClient;
+    let Some(mut cfg) = prova_coordinator::config::reapi::load(root)? else { return Ok(None) };
+    cfg.timeout = cfg.timeout.min(std::time::Duration::from_secs(5));
+    let endpoint = cfg.endpoint.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let status = rt.block_on(async {
+        let client = ReapiClient::new(&cfg).map_err(|e| e.to_string())?;
+        client.capabilities().await.map_err(|e| e.to_string())
+    });
+    Ok(Some((endpoint, status)))
 }
 
 /// `1.5 MiB`.

@@ -58,7 +58,9 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     } else if args.force {
         CachePolicy { read: false, write: true }
     } else if let Some(spec) = args.cache {
-        CachePolicy { read: spec.read, write: spec.write }
+        // The REAPI layer files what it finds locally, so it reads and writes through it.
+        let reapi = spec.reapi.unwrap_or_default();
+        CachePolicy { read: spec.read || reapi.read, write: spec.write || reapi.write }
     } else {
         CachePolicy { read: true, write: true }
     };
@@ -158,7 +160,16 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
             .with_input_scopes(prepared.input_scopes.clone());
-        let hits = if policy.read { probe(&layer, &mut prepared).await? } else { HashMap::new() };
+        let reapi = if remote || args.no_cache {
+            None
+        } else {
+            crate::local::reapi_layer(&ws.root, args.cache, &layer).await?
+        };
+        let hits = match &reapi {
+            _ if !policy.read => HashMap::new(),
+            Some(r) => prova_coordinator::keys::progressive::presolve(&prepared.plan, &mut prepared.keys, |ks| r.probe(ks)).await?,
+            None => probe(&layer, &mut prepared).await?,
+        };
         // A sandboxed task that may execute needs the sandbox here (a hit does not).
         if !remote && !sandbox.is_available() && !args.dry_run
             && let Some(id) = sandboxed.iter().find(|id| {
@@ -273,7 +284,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
-            let run_cache = RunCache { layer: std::sync::Arc::new(layer), policy, keys: prepared.keys.clone(), hits, staging };
+            let layer: std::sync::Arc<dyn prova_coordinator::layers::CacheLayer> = match reapi {
+                Some(r) => std::sync::Arc::new(r),
+                None => std::sync::Arc::new(layer),
+            };
+            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),
@@ -370,6 +385,7 @@ fn cache_mode(args: &RunArgs, remote: bool) -> common::CacheMode {
     match args.cache {
         _ if args.no_cache => CacheMode::Scratch,
         _ if args.force || remote => CacheMode::ReadWrite,
+        Some(spec) if spec.reapi.is_some() => CacheMode::ReadWrite, // REAPI hits are filed locally
         Some(spec) if !spec.read && !spec.write => CacheMode::Scratch,
         Some(spec) if !spec.write => CacheMode::ReadOnly,
         _ => CacheMode::ReadWrite,

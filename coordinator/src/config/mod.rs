@@ -27,6 +27,7 @@ pub mod outputs;
 pub mod package_json;
 pub mod parse;
 pub mod policy;
+pub mod reapi;
 pub mod schema;
 pub mod suggest;
 pub mod task;

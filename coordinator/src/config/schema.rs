@@ -19,6 +19,39 @@ pub struct WorkspaceFile {
     /// Task defaults: every project gets every task defined here.
     #[serde(default)]
     pub tasks: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
+    /// `[cache]`: cache layers above the local one (read by [`super::reapi::load`]).
+    pub cache: Option<CacheTable>,
+}
+
+/// `[cache]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTable {
+    /// `[cache.reapi]`: a Remote Execution API cache (Bazel remote cache) as a layer.
+    pub reapi: Option<ReapiTable>,
+}
+
+/// `[cache.reapi]`, as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReapiTable {
+    /// `grpc://host:port` or `grpcs://host:port` (TLS).
+    pub endpoint: String,
+    /// The REAPI instance name. Default: empty.
+    #[serde(default)]
+    pub instance_name: String,
+    /// A file holding a bearer token (workspace-relative or absolute).
+    pub token_file: Option<String>,
+    /// An environment variable holding a bearer token.
+    pub token_env: Option<String>,
+    /// Per-call timeout, a humantime string. Default: 30s.
+    pub timeout: Option<String>,
+    /// A PEM CA bundle to verify a `grpcs://` server with (default: the system's roots).
+    pub ca_file: Option<String>,
+    /// A PEM client certificate (with `key_file`) for mutual TLS.
+    pub cert_file: Option<String>,
+    /// The client certificate's PEM private key.
+    pub key_file: Option<String>,
 }
 
 /// `[workspace]`.
@@ -158,7 +191,7 @@ pub enum TableKind {
     Task,
 }
 
-const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks"];
+const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks", "cache"];
 const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
 const WORKSPACE_KEYS: &[&str] = &[
     "projects",

@@ -805,7 +805,7 @@ const LOG_ZSTD: u8 = 1;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// A stored log: a tag byte, then the bytes as they are or zstd-compressed.
-fn encode_log(log: &[u8]) -> Result<Vec<u8>, LayerError> {
+pub(crate) fn encode_log(log: &[u8]) -> Result<Vec<u8>, LayerError> {
     if log.len() <= LOG_RAW_MAX {
         let mut out = Vec::with_capacity(log.len() + 1);
         out.push(LOG_RAW);

@@ -4,6 +4,7 @@
 pub mod diff;
 pub mod farm;
 pub mod local;
+pub mod reapi;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,0 +1,179 @@
+//! `[cache.reapi]` of the workspace's `prova.toml`: where the REAPI cache layer
+//! (`crate::layers::reapi`) connects, resolved (paths made absolute, the timeout parsed, the
+//! token read). The workspace loader only checks the table's shape; a run that asks for the
+//! layer (`--cache …,reapi:rw`) reads it here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::schema::ReapiTable;
+use crate::layers::reapi::{Endpoint, ReapiConfig};
+
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `[cache.reapi]` could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ReapiConfigError {
+    /// The file could not be read or parsed.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A value is wrong.
+    #[error("[cache.reapi] {key}: {reason}")]
+    Value {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct Top {
+    cache: Option<Cache>,
+}
+
+#[derive(Deserialize)]
+struct Cache {
+    reapi: Option<ReapiTable>,
+}
+
+/// The `[cache.reapi]` table of `root/prova.toml`, resolved; `None` when absent.
+pub fn load(root: &Path) -> Result<Option<ReapiConfig>, ReapiConfigError> {
+    let path = root.join("prova.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ReapiConfigError::File { path: path.clone(), reason: e.to_string() })?;
+    parse(root, &text).map_err(|e| match e {
+        ReapiConfigError::File { reason, .. } => ReapiConfigError::File { path, reason },
+        other => other,
+    })
+}
+
+/// [`load`] of the file's text.
+pub fn parse(root: &Path, text: &str) -> Result<Option<ReapiConfig>, ReapiConfigError> {
+    let top: Top = toml::from_str(text)
+        .map_err(|e| ReapiConfigError::File { path: PathBuf::new(), reason: e.to_string() })?;
+    let Some(t) = top.cache.and_then(|c| c.reapi) else { return Ok(None) };
+    resolve(root, t).map(Some)
+}
+
+fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> {
+    let endpoint = Endpoint::parse(&t.endpoint)
+        .map_err(|reason| ReapiConfigError::Value { key: "endpoint", reason })?;
+    let timeout = match &t.timeout {
+        None => DEFAULT_TIMEOUT,
+        Some(s) => match humantime::parse_duration(s) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                return Err(ReapiConfigError::Value {
+                    key: "timeout",
+                    reason: "must be longer than zero".to_owned(),
+                });
+            }
+            Err(e) => {
+                return Err(ReapiConfigError::Value { key: "timeout", reason: e.to_string() });
+            }
+        },
+    };
+    if t.token_file.is_some() && t.token_env.is_some() {
+        return Err(ReapiConfigError::Value {
+            key: "token_file",
+            reason: "set token_file or token_env, not both".to_owned(),
+        });
+    }
+    if t.cert_file.is_some() != t.key_file.is_some() {
+        return Err(ReapiConfigError::Value {
+            key: "cert_file",
+            reason: "a client certificate needs both cert_file and key_file".to_owned(),
+        });
+    }
+    if !endpoint.tls && (t.ca_file.is_some() || t.cert_file.is_some()) {
+        return Err(ReapiConfigError::Value {
+            key: "endpoint",
+            reason: "TLS files are set but the endpoint is grpc:// (use grpcs://)".to_owned(),
+        });
+    }
+    let abs = |p: &Option<String>| p.as_ref().map(|p| root.join(p));
+    let token = match (&t.token_file, &t.token_env) {
+        (Some(f), _) => {
+            let path = root.join(f);
+            let text = std::fs::read_to_string(&path).map_err(|e| ReapiConfigError::Value {
+                key: "token_file",
+                reason: format!("{}: {e}", path.display()),
+            })?;
+            Some(text.trim().to_owned())
+        }
+        (None, Some(var)) => Some(std::env::var(var).map_err(|_| ReapiConfigError::Value {
+            key: "token_env",
+            reason: format!("${var} is not set"),
+        })?),
+        (None, None) => None,
+    };
+    Ok(ReapiConfig {
+        endpoint,
+        instance_name: t.instance_name,
+        token,
+        timeout,
+        ca_file: abs(&t.ca_file),
+        cert_file: abs(&t.cert_file),
+        key_file: abs(&t.key_file),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse(Path::new("/ws"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn absent_table_is_none() {
+        assert!(parse(Path::new("/ws"), "[workspace]\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_full_table_resolves() {
+        let text = "[cache.reapi]\nendpoint = \"grpcs://cache.example:8980\"\n\
+                    instance_name = \"main\"\ntimeout = \"5s\"\nca_file = \"ca.pem\"\n";
+        let c = parse(Path::new("/ws"), text).unwrap().unwrap();
+        assert_eq!((c.endpoint.tls, c.endpoint.authority.as_str()), (true, "cache.example:8980"));
+        assert_eq!(c.instance_name, "main");
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(c.ca_file, Some(PathBuf::from("/ws/ca.pem")));
+        assert!(c.token.is_none());
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let ep = |e: &str| err(&format!("[cache.reapi]\nendpoint = \"{e}\"\n"));
+        assert!(ep("http://x:1").contains("[cache.reapi] endpoint"), "{}", ep("http://x:1"));
+        assert!(ep("grpc://").contains("endpoint"));
+        let t = err("[cache.reapi]\nendpoint = \"grpc://h:1\"\ntimeout = \"0s\"\n");
+        assert!(t.contains("timeout"), "{t}");
+        let both = err(
+            "[cache.reapi]\nendpoint = \"grpc://h:1\"\ntoken_file = \"a\"\ntoken_env = \"B\"\n",
+        );
+        assert!(both.contains("not both"), "{both}");
+        let half = err("[cache.reapi]\nendpoint = \"grpcs://h:1\"\ncert_file = \"c.pem\"\n");
+        assert!(half.contains("key_file"), "{half}");
+        let plain = err("[cache.reapi]\nendpoint = \"grpc://h:1\"\nca_file = \"c.pem\"\n");
+        assert!(plain.contains("grpcs://"), "{plain}");
+        let unknown = err("[cache.reapi]\nendpoint = \"grpc://h:1\"\nendpont = 1\n");
+        assert!(unknown.contains("endpont"), "{unknown}");
+    }
+
+    #[test]
+    fn a_missing_token_file_is_an_error_without_its_contents() {
+        let e = err("[cache.reapi]\nendpoint = \"grpc://h:1\"\ntoken_file = \"/nonexistent/t\"\n");
+        assert!(e.contains("token_file") && e.contains("/nonexistent/t"), "{e}");
+    }
+}
