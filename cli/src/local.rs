@@ -130,7 +130,19 @@ pub async fn reapi_layer(
         }
         return Ok(None);
     };
-    let mode = named.flatten().unwrap_or(crate::args::LayerMode { read: true, write: true });
+    // A shared cache: unless `--cache` names the mode, only the runs `upload` allows (by
+    // default CI's) write to it; `upload = "never"` holds even against `--cache reapi:rw`.
+    let ci = std::env::var("CI").ok();
+    let writes = cfg.upload.writes(ci.as_deref());
+    let mode = match named.flatten() {
+        Some(m) if m.write && cfg.upload == prova_coordinator::layers::reapi::Upload::Never => {
+            anyhow::bail!(
+                "--cache …,reapi:rw: [cache.reapi] sets upload = \"never\" (this server is only read)"
+            );
+        }
+        Some(m) => m,
+        None => crate::args::LayerMode { read: true, write: writes },
+    };
     let client = match ReapiClient::new(&cfg) {
         Ok(c) => c,
         Err(e) => {

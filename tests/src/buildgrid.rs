@@ -34,7 +34,9 @@ impl BuildGrid {
     /// Starts a server, or `None` (with the reason printed) when BuildGrid is not installed.
     pub fn start() -> Option<Self> {
         let Some(bgd) = bgd() else {
-            eprintln!("BuildGrid is not installed (set PROVA_BUILDGRID or run .ci/run): skipped");
+            crate::skip_for_missing(
+                "BuildGrid is not installed (set PROVA_BUILDGRID or run .ci/run)",
+            );
             return None;
         };
         let mut last = String::new();
@@ -144,6 +146,7 @@ impl BuildGrid {
             ca_file: None,
             cert_file: None,
             key_file: None,
+            upload: Default::default(),
         };
         ReapiClient::new(&cfg).expect("a plain-text client builds")
     }

@@ -73,6 +73,19 @@ pub mod workspace;
 
 use std::time::Duration;
 
+/// A suite that needs a tool this machine lacks (BuildGrid, node, chromium, promtool,
+/// network namespaces): skipped with `why` printed — unless `PROVA_REQUIRE_TOOLS=1`, which
+/// `.ci/run` sets after installing them all: there a skip would pass a suite that never ran,
+/// so it fails instead.
+#[track_caller]
+pub fn skip_for_missing(why: &str) {
+    assert!(
+        !std::env::var("PROVA_REQUIRE_TOOLS").is_ok_and(|v| v == "1"),
+        "{why}: PROVA_REQUIRE_TOOLS=1 (set by .ci/run) requires it"
+    );
+    eprintln!("skipped: {why}");
+}
+
 pub use locate::{prova_bin, repo_root};
 pub use procs::{
     alive_in_group, alive_under, is_alive, read_pids, wait_all_gone, wait_group_empty,

@@ -19,7 +19,7 @@ pub const PACKAGES: &[&str] = &["core", "strings", "math", "fmt", "report", "app
 pub fn node_present() -> bool {
     let found = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!("skipping: node is not installed (CI installs nodejs and npm)");
+        crate::skip_for_missing("node is not installed (CI installs nodejs and npm)");
     }
     found
 }

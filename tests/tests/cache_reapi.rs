@@ -1,7 +1,7 @@
 //! The REAPI cache layer (issue 18) against a real REAPI server (BuildGrid): a cold run
 //! writes its entries; a fresh clone with an empty local cache hits every task from the
 //! server with byte-identical outputs; `reapi:r` writes nothing (the action cache has no
-//! result for the key); a blob tampered with in the server's CAS is a miss and a re-run,
+//! result for the key), nor does a run without `CI` unless `upload = "always"`; a blob tampered with in the server's CAS is a miss and a re-run,
 //! never wrong bytes; a server killed mid-run leaves one warning and a run that completes.
 
 use prova_coordinator::layers::reapi::map::key_action;
@@ -126,11 +126,37 @@ fn a_read_only_run_writes_nothing_to_the_server() {
     let b = ws(&grid.endpoint(), "");
     let again = run(&b, "local:rw,reapi:r");
     assert_eq!(again.cache_of("lib#build"), "saved", "{again}");
-    // And the default with [cache.reapi] set (no --cache) reads and writes it.
+    // The default with [cache.reapi] set (no --cache): a developer's run only reads it…
     let c = ws(&grid.endpoint(), "");
-    let dflt = c.prova(["run", "build", "--all", "--json"]).run();
-    dflt.assert_code(0);
-    assert!(has_result(&grid, &key_of(&c, "lib#build")), "the default did not write");
+    let dev = c.prova(["run", "build", "--all", "--json"]).env_remove("CI").run();
+    dev.assert_code(0);
+    assert!(!has_result(&grid, &key_of(&c, "lib#build")), "a run without CI wrote: {dev}");
+    for off in ["", "0", "false"] {
+        let d = ws(&grid.endpoint(), "");
+        d.prova(["run", "build", "--all"]).env("CI", off).run().assert_code(0);
+        assert!(!has_result(&grid, &key_of(&d, "lib#build")), "CI={off:?} wrote");
+    }
+    // …and CI's writes it.
+    let ci = c.prova(["run", "build", "--all", "--json", "--force"]).env("CI", "true").run();
+    ci.assert_code(0);
+    assert!(has_result(&grid, &key_of(&c, "lib#build")), "a CI run did not write: {ci}");
+}
+
+/// `upload = "always"` writes from any run; `upload = "never"` from none, and refuses an
+/// explicit `reapi:rw` rather than write to a server its config says is read-only.
+#[test]
+fn upload_always_and_never_override_the_ci_default() {
+    let Some(grid) = BuildGrid::start() else { return };
+    let always = with_extra(&grid, "always", "");
+    always.prova(["run", "build", "--all"]).env_remove("CI").run().assert_code(0);
+    assert!(has_result(&grid, &key_of(&always, "app#build")), "upload = always did not write");
+    // Inputs of its own (`extra`), so its keys are on no server yet.
+    let fresh = with_extra(&grid, "never", "echo never-written");
+    fresh.prova(["run", "build", "--all"]).env("CI", "true").run().assert_code(0);
+    assert!(!has_result(&grid, &key_of(&fresh, "lib#build")), "upload = never wrote under CI");
+    let refused = fresh.prova(["run", "build", "--all", "--cache", "local:rw,reapi:rw"]).run();
+    assert_ne!(refused.code(), Some(0), "{refused}");
+    assert!(refused.stderr.contains("upload = \"never\""), "{refused}");
 }
 
 #[test]
@@ -177,6 +203,15 @@ fn a_server_killed_mid_run_leaves_one_warning_and_the_run_completes_locally() {
     assert_eq!(hit.cache_of("app#build"), "hit", "{hit}");
 }
 
+/// [`ws`] with `upload = "<upload>"` in its `[cache.reapi]`.
+fn with_extra(grid: &BuildGrid, upload: &str, extra: &str) -> TempWorkspace {
+    let w = ws(&grid.endpoint(), extra);
+    let text = std::fs::read_to_string(w.path("prova.toml")).expect("prova.toml");
+    let set = format!("timeout = \"5s\"\nupload = \"{upload}\"\n");
+    w.write("prova.toml", &text.replace("timeout = \"5s\"\n", &set));
+    w
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
@@ -211,7 +246,7 @@ fn a_wide_warm_run_hits_every_task_without_exhausting_the_server() {
         ws
     };
     let a = wide(120);
-    let cold = a.prova(["run", "build", "--all"]).run();
+    let cold = a.prova(["run", "build", "--all"]).env("CI", "true").run();
     cold.assert_code(0);
     assert!(!cold.stderr.contains(WARNING), "{cold}");
     let b = wide(120);

@@ -22,7 +22,7 @@ fn where_() -> String {
 #[test]
 fn the_dashboard_shows_workers_the_run_and_the_divergent_key() {
     let Some(chromium) = tool("chromium") else {
-        eprintln!("chromium is not on PATH (Debian package chromium): dashboard not rendered");
+        prova_tests::skip_for_missing("chromium is not on PATH (Debian package chromium)");
         return;
     };
     let farm = Cluster::builder()

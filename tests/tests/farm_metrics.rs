@@ -89,7 +89,7 @@ fn metrics_move_by_what_a_run_did() {
             }
         }
         None => {
-            eprintln!("promtool not on PATH (Debian package prometheus): exposition not linted")
+            prova_tests::skip_for_missing("promtool is not on PATH (Debian package prometheus)")
         }
     }
 }

@@ -73,7 +73,7 @@ fn every_task() -> BTreeSet<String> {
 fn lab_or_skip() -> bool {
     match unavailable() {
         Some(why) => {
-            eprintln!("skipped: {why}");
+            prova_tests::skip_for_missing(&why);
             false
         }
         None => true,

@@ -47,7 +47,7 @@ fn libfaketime_installed() -> bool {
 #[test]
 fn a_task_writing_the_time_in_seconds_is_caught_by_the_shifted_clock() {
     if !libfaketime_installed() {
-        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+        prova_tests::skip_for_missing("libfaketime is not installed (apt-get install faketime)");
         return;
     }
     let ws = workspace(&task("secs", "mkdir -p out && date +%s > out/secs.txt", &["out/secs.txt"]));
@@ -128,7 +128,9 @@ fn a_task_whose_sort_depends_on_the_locale_is_caught() {
     let locale = detail(&v, "locale");
     let collating = !["POSIX", "C", "C.UTF-8"].iter().any(|l| l.eq_ignore_ascii_case(&locale));
     if !collating {
-        eprintln!("skipped: no collating locale is generated here (the re-run used {locale})");
+        prova_tests::skip_for_missing(&format!(
+            "no collating locale is generated here (the re-run used {locale})"
+        ));
         return;
     }
     out.assert_code(1);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::schema::ReapiTable;
-use crate::layers::reapi::{Endpoint, ReapiConfig};
+use crate::layers::reapi::{Endpoint, ReapiConfig, Upload};
 
 /// Default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -100,6 +100,12 @@ fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> 
             reason: "TLS files are set but the endpoint is grpc:// (use grpcs://)".to_owned(),
         });
     }
+    let upload = match &t.upload {
+        None => Upload::default(),
+        Some(s) => {
+            Upload::parse(s).map_err(|reason| ReapiConfigError::Value { key: "upload", reason })?
+        }
+    };
     let abs = |p: &Option<String>| p.as_ref().map(|p| root.join(p));
     let token = match (&t.token_file, &t.token_env) {
         (Some(f), _) => {
@@ -124,6 +130,7 @@ fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> 
         ca_file: abs(&t.ca_file),
         cert_file: abs(&t.cert_file),
         key_file: abs(&t.key_file),
+        upload,
     })
 }
 
@@ -150,6 +157,31 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(5));
         assert_eq!(c.ca_file, Some(PathBuf::from("/ws/ca.pem")));
         assert!(c.token.is_none());
+        assert_eq!(c.upload, Upload::Ci, "by default only CI writes");
+    }
+
+    #[test]
+    fn upload_says_which_runs_write() {
+        let up = |v: &str| {
+            let text = format!("[cache.reapi]\nendpoint = \"grpc://h:1\"\nupload = \"{v}\"\n");
+            parse(Path::new("/ws"), &text).map(|c| c.map(|c| c.upload))
+        };
+        assert_eq!(up("always").unwrap(), Some(Upload::Always));
+        assert_eq!(up("never").unwrap(), Some(Upload::Never));
+        let e = up("sometimes").unwrap_err().to_string();
+        assert!(e.contains("[cache.reapi] upload") && e.contains("sometimes"), "{e}");
+        for (ci, writes) in [
+            (None, false),
+            (Some(""), false),
+            (Some("0"), false),
+            (Some("false"), false),
+            (Some("true"), true),
+            (Some("1"), true),
+            (Some("github"), true),
+        ] {
+            assert_eq!(Upload::Ci.writes(ci), writes, "CI={ci:?}");
+            assert!(Upload::Always.writes(ci) && !Upload::Never.writes(ci));
+        }
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct ReapiTable {
     pub cert_file: Option<String>,
     /// The client certificate's PEM private key.
     pub key_file: Option<String>,
+    /// Which runs write results: `"ci"` (default: a run with `CI` set), `"always"`, `"never"`.
+    pub upload: Option<String>,
 }
 
 /// `[workspace]`.

@@ -1,13 +1,17 @@
 //! The REAPI channel: one lazily connected tonic channel (TLS for `grpcs://`, with an
 //! optional CA and client certificate), a bearer token and a timeout on every call, and at
-//! most [`MAX_IN_FLIGHT`] calls at once. Blobs go through `FindMissingBlobs` then
+//! most [`MAX_IN_FLIGHT`] calls at once — fewer after the server answers `RESOURCE_EXHAUSTED`
+//! (a busy server's concurrency limit: the call is retried after a short backoff and the
+//! client keeps one call fewer in flight from then on). Blobs go through `FindMissingBlobs` then
 //! `BatchUpdateBlobs` (small) or ByteStream `Write` (large); reads through `BatchReadBlobs`
 //! or ByteStream `Read`; every blob read is checked against its SHA-256 digest.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Code, Request};
@@ -28,6 +32,9 @@ pub const SMALL_BLOB: u64 = 1 << 20;
 const DEFAULT_BATCH: u64 = 4 * 1024 * 1024 - 64 * 1024;
 /// ByteStream write chunk.
 const CHUNK: usize = 1 << 20;
+/// Retries of a call the server refused as busy (`RESOURCE_EXHAUSTED`), each after
+/// [`busy_backoff`]: about 2.5 s in all before the error reaches the layer.
+const BUSY_RETRIES: u32 = 8;
 
 /// A client of one REAPI server.
 #[derive(Clone)]
@@ -36,8 +43,11 @@ pub struct ReapiClient {
     instance: String,
     channel: Channel,
     token: Option<MetadataValue<Ascii>>,
-    timeout: std::time::Duration,
+    timeout: Duration,
     limit: Arc<Semaphore>,
+    /// The calls allowed in flight now (`limit`'s capacity): shrinks by one, never below one,
+    /// each time the server says it is at its limit.
+    width: Arc<AtomicUsize>,
     max_batch: Arc<AtomicU64>,
 }
 
@@ -91,6 +101,7 @@ impl ReapiClient {
             token,
             timeout: cfg.timeout,
             limit: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            width: Arc::new(AtomicUsize::new(MAX_IN_FLIGHT)),
             max_batch: Arc::new(AtomicU64::new(DEFAULT_BATCH)),
         })
     }
@@ -117,7 +128,7 @@ impl ReapiClient {
         }
     }
 
-    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+    async fn permit(&self) -> SemaphorePermit<'_> {
         // Never closed: the semaphore lives as long as the client.
         match self.limit.acquire().await {
             Ok(p) => p,
@@ -125,17 +136,58 @@ impl ReapiClient {
         }
     }
 
+    /// One call under a permit (held as long as the caller keeps it, e.g. while a stream is
+    /// read). A server at its concurrency limit answers `RESOURCE_EXHAUSTED`: the permit is
+    /// given up for good (one call fewer in flight, never below one) and the call retried
+    /// after a backoff, up to [`BUSY_RETRIES`] times.
+    async fn call<T, F, Fut>(&self, mut f: F) -> Result<(SemaphorePermit<'_>, T), tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let p = self.permit().await;
+            match f().await {
+                Ok(t) => return Ok((p, t)),
+                Err(s) if s.code() == Code::ResourceExhausted && attempt < BUSY_RETRIES => {
+                    if self
+                        .width
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                            (w > 1).then(|| w - 1)
+                        })
+                        .is_ok()
+                    {
+                        p.forget();
+                    } else {
+                        drop(p);
+                    }
+                    tokio::time::sleep(busy_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(s) => return Err(s),
+            }
+        }
+    }
+
+    /// The calls this client lets through at once now.
+    pub fn in_flight_bound(&self) -> usize {
+        self.width.load(Ordering::Relaxed)
+    }
+
     /// `GetCapabilities`: also adopts the server's batch size bound, and checks it offers
     /// SHA-256 (the digest prova's actions use).
     pub async fn capabilities(&self) -> Result<(), ReapiError> {
-        let _p = self.permit().await;
-        let caps = CapabilitiesClient::new(self.channel.clone())
-            .get_capabilities(
-                self.req(re::GetCapabilitiesRequest { instance_name: self.instance.clone() }),
-            )
+        let (_p, caps) = self
+            .call(|| {
+                let mut c = CapabilitiesClient::new(self.channel.clone());
+                let req =
+                    self.req(re::GetCapabilitiesRequest { instance_name: self.instance.clone() });
+                async move { c.get_capabilities(req).await }
+            })
             .await
-            .map_err(|s| self.err("GetCapabilities", s))?
-            .into_inner();
+            .map_err(|s| self.err("GetCapabilities", s))?;
+        let caps = caps.into_inner();
         if let Some(c) = caps.cache_capabilities {
             let sha = re::digest_function::Value::Sha256 as i32;
             if !c.digest_functions.is_empty() && !c.digest_functions.contains(&sha) {
@@ -162,19 +214,22 @@ impl ReapiClient {
         &self,
         action: re::Digest,
     ) -> Result<Option<re::ActionResult>, ReapiError> {
-        let _p = self.permit().await;
-        let r = ActionCacheClient::new(self.channel.clone())
-            .get_action_result(self.req(re::GetActionResultRequest {
-                instance_name: self.instance.clone(),
-                action_digest: Some(action),
-                inline_stdout: false,
-                inline_stderr: false,
-                inline_output_files: Vec::new(),
-                digest_function: re::digest_function::Value::Sha256 as i32,
-            }))
+        let r = self
+            .call(|| {
+                let mut c = ActionCacheClient::new(self.channel.clone());
+                let req = self.req(re::GetActionResultRequest {
+                    instance_name: self.instance.clone(),
+                    action_digest: Some(action.clone()),
+                    inline_stdout: false,
+                    inline_stderr: false,
+                    inline_output_files: Vec::new(),
+                    digest_function: re::digest_function::Value::Sha256 as i32,
+                });
+                async move { c.get_action_result(req).await }
+            })
             .await;
         match r {
-            Ok(r) => Ok(Some(r.into_inner())),
+            Ok((_p, r)) => Ok(Some(r.into_inner())),
             Err(s) if s.code() == Code::NotFound => Ok(None),
             Err(s) => Err(self.err("GetActionResult", s)),
         }
@@ -186,35 +241,39 @@ impl ReapiClient {
         action: re::Digest,
         result: re::ActionResult,
     ) -> Result<(), ReapiError> {
-        let _p = self.permit().await;
-        ActionCacheClient::new(self.channel.clone())
-            .update_action_result(self.req(re::UpdateActionResultRequest {
+        self.call(|| {
+            let mut c = ActionCacheClient::new(self.channel.clone());
+            let req = self.req(re::UpdateActionResultRequest {
                 instance_name: self.instance.clone(),
-                action_digest: Some(action),
-                action_result: Some(result),
+                action_digest: Some(action.clone()),
+                action_result: Some(result.clone()),
                 digest_function: re::digest_function::Value::Sha256 as i32,
-            }))
-            .await
-            .map_err(|s| self.err("UpdateActionResult", s))?;
-        Ok(())
+            });
+            async move { c.update_action_result(req).await }
+        })
+        .await
+        .map_err(|s| self.err("UpdateActionResult", s))
+        .map(|_answered| ())
     }
 
     /// Uploads the blobs the server is missing (`FindMissingBlobs` first).
     pub async fn upload(&self, blobs: Vec<Vec<u8>>) -> Result<(), ReapiError> {
         let digests: Vec<re::Digest> = blobs.iter().map(|b| sha256(b)).collect();
-        let missing = {
-            let _p = self.permit().await;
-            ContentAddressableStorageClient::new(self.channel.clone())
-                .find_missing_blobs(self.req(re::FindMissingBlobsRequest {
+        let missing = self
+            .call(|| {
+                let mut c = ContentAddressableStorageClient::new(self.channel.clone());
+                let req = self.req(re::FindMissingBlobsRequest {
                     instance_name: self.instance.clone(),
                     blob_digests: digests.clone(),
                     digest_function: re::digest_function::Value::Sha256 as i32,
-                }))
-                .await
-                .map_err(|s| self.err("FindMissingBlobs", s))?
-                .into_inner()
-                .missing_blob_digests
-        };
+                });
+                async move { c.find_missing_blobs(req).await }
+            })
+            .await
+            .map_err(|s| self.err("FindMissingBlobs", s))?
+            .1
+            .into_inner()
+            .missing_blob_digests;
         let max = self.max_batch.load(Ordering::Relaxed);
         let mut batch: Vec<re::batch_update_blobs_request::Request> = Vec::new();
         let mut batch_size = 0u64;
@@ -245,15 +304,19 @@ impl ReapiClient {
         &self,
         requests: Vec<re::batch_update_blobs_request::Request>,
     ) -> Result<(), ReapiError> {
-        let _p = self.permit().await;
-        let resp = ContentAddressableStorageClient::new(self.channel.clone())
-            .batch_update_blobs(self.req(re::BatchUpdateBlobsRequest {
-                instance_name: self.instance.clone(),
-                requests,
-                digest_function: re::digest_function::Value::Sha256 as i32,
-            }))
+        let resp = self
+            .call(|| {
+                let mut c = ContentAddressableStorageClient::new(self.channel.clone());
+                let req = self.req(re::BatchUpdateBlobsRequest {
+                    instance_name: self.instance.clone(),
+                    requests: requests.clone(),
+                    digest_function: re::digest_function::Value::Sha256 as i32,
+                });
+                async move { c.batch_update_blobs(req).await }
+            })
             .await
             .map_err(|s| self.err("BatchUpdateBlobs", s))?
+            .1
             .into_inner();
         for r in resp.responses {
             if let Some(s) = r.status.filter(|s| s.code != 0) {
@@ -272,7 +335,6 @@ impl ReapiClient {
     }
 
     async fn write(&self, d: &re::Digest, bytes: &[u8]) -> Result<(), ReapiError> {
-        let _p = self.permit().await;
         let name =
             self.resource(format!("uploads/{}/blobs/{}/{}", upload_id(d), d.hash, d.size_bytes));
         let mut msgs = Vec::new();
@@ -290,11 +352,14 @@ impl ReapiClient {
                 break;
             }
         }
-        ByteStreamClient::new(self.channel.clone())
-            .write(self.req(futures_util::stream::iter(msgs)))
-            .await
-            .map_err(|s| self.err("ByteStream.Write", s))?;
-        Ok(())
+        self.call(|| {
+            let mut c = ByteStreamClient::new(self.channel.clone());
+            let req = self.req(futures_util::stream::iter(msgs.clone()));
+            async move { c.write(req).await }
+        })
+        .await
+        .map_err(|s| self.err("ByteStream.Write", s))
+        .map(|_answered| ())
     }
 
     /// Reads blob `d` (at most `max` bytes) and checks its SHA-256; `Ok(None)` when the
@@ -320,15 +385,19 @@ impl ReapiClient {
     }
 
     async fn batch_read(&self, d: &re::Digest) -> Result<Option<Vec<u8>>, ReapiError> {
-        let _p = self.permit().await;
-        let resp = ContentAddressableStorageClient::new(self.channel.clone())
-            .batch_read_blobs(self.req(re::BatchReadBlobsRequest {
-                instance_name: self.instance.clone(),
-                digests: vec![d.clone()],
-                digest_function: re::digest_function::Value::Sha256 as i32,
-            }))
+        let resp = self
+            .call(|| {
+                let mut c = ContentAddressableStorageClient::new(self.channel.clone());
+                let req = self.req(re::BatchReadBlobsRequest {
+                    instance_name: self.instance.clone(),
+                    digests: vec![d.clone()],
+                    digest_function: re::digest_function::Value::Sha256 as i32,
+                });
+                async move { c.batch_read_blobs(req).await }
+            })
             .await
             .map_err(|s| self.err("BatchReadBlobs", s))?
+            .1
             .into_inner();
         let Some(r) = resp.responses.into_iter().find(|r| r.digest.as_ref() == Some(d)) else {
             return Ok(None);
@@ -345,17 +414,21 @@ impl ReapiClient {
     }
 
     async fn stream_read(&self, d: &re::Digest, size: u64) -> Result<Option<Vec<u8>>, ReapiError> {
-        let _p = self.permit().await;
         let name = self.resource(format!("blobs/{}/{}", d.hash, d.size_bytes));
-        let r = ByteStreamClient::new(self.channel.clone())
-            .read(self.req(bytestream::ReadRequest {
-                resource_name: name,
-                read_offset: 0,
-                read_limit: 0,
-            }))
+        let r = self
+            .call(|| {
+                let mut c = ByteStreamClient::new(self.channel.clone());
+                let req = self.req(bytestream::ReadRequest {
+                    resource_name: name.clone(),
+                    read_offset: 0,
+                    read_limit: 0,
+                });
+                async move { c.read(req).await }
+            })
             .await;
-        let mut stream = match r {
-            Ok(s) => s.into_inner(),
+        // The permit is held while the stream is read.
+        let (_p, mut stream) = match r {
+            Ok((p, s)) => (p, s.into_inner()),
             Err(s) if s.code() == Code::NotFound => return Ok(None),
             Err(s) => return Err(self.err("ByteStream.Read", s)),
         };
@@ -377,6 +450,16 @@ impl ReapiClient {
     }
 }
 
+/// The wait before retry `attempt` of a call refused as busy: 20 ms doubling to at most
+/// 640 ms, less up to a quarter at random so clients refused together do not retry together.
+fn busy_backoff(attempt: u32) -> Duration {
+    let base = 20u64 << attempt.min(5);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    Duration::from_millis(base - u64::from(nanos) % (base / 4 + 1))
+}
+
 /// A version-4-shaped UUID for an upload's resource name, distinct per process and blob.
 fn upload_id(d: &re::Digest) -> String {
     let nanos = std::time::SystemTime::now()
@@ -387,4 +470,87 @@ fn upload_id(d: &re::Digest) -> String {
     let b = h.as_bytes();
     let x = super::map::hex(&b[..16]);
     format!("{}-{}-4{}-a{}-{}", &x[0..8], &x[8..12], &x[13..16], &x[17..20], &x[20..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ReapiClient {
+        let cfg = ReapiConfig {
+            // Never dialled: the calls below do not touch the channel.
+            endpoint: super::super::Endpoint::parse("grpc://127.0.0.1:1").expect("endpoint"),
+            instance_name: String::new(),
+            token: None,
+            timeout: Duration::from_secs(1),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            upload: Default::default(),
+        };
+        ReapiClient::new(&cfg).expect("client")
+    }
+
+    #[tokio::test]
+    async fn a_busy_server_is_retried_and_the_client_narrows() {
+        let c = client();
+        let mut tries = 0;
+        let (_p, v) = c
+            .call(|| {
+                tries += 1;
+                let busy = tries <= 3;
+                async move {
+                    if busy { Err(tonic::Status::resource_exhausted("limit")) } else { Ok(7) }
+                }
+            })
+            .await
+            .expect("answered on the fourth try");
+        assert_eq!((v, tries), (7, 4));
+        assert_eq!(c.in_flight_bound(), MAX_IN_FLIGHT - 3);
+        assert_eq!(c.limit.available_permits(), MAX_IN_FLIGHT - 4, "one held by _p");
+    }
+
+    #[tokio::test]
+    async fn other_errors_and_a_server_busy_for_good_are_not_retried_forever() {
+        let c = client();
+        let mut tries = 0;
+        let r = c
+            .call(|| {
+                tries += 1;
+                async { Err::<(), _>(tonic::Status::unavailable("down")) }
+            })
+            .await;
+        assert_eq!((r.map(|_| ()).map_err(|s| s.code()), tries), (Err(Code::Unavailable), 1));
+        let mut tries = 0;
+        let r = c
+            .call(|| {
+                tries += 1;
+                async { Err::<(), _>(tonic::Status::resource_exhausted("limit")) }
+            })
+            .await;
+        assert_eq!(r.map(|_| ()).map_err(|s| s.code()), Err(Code::ResourceExhausted));
+        assert_eq!(tries, BUSY_RETRIES + 1);
+        assert_eq!(c.in_flight_bound(), MAX_IN_FLIGHT - BUSY_RETRIES as usize);
+        assert_eq!(c.limit.available_permits(), c.in_flight_bound(), "no permit leaked");
+    }
+
+    #[tokio::test]
+    async fn the_client_never_narrows_below_one_call() {
+        let c = client();
+        for _ in 0..3 {
+            let _ =
+                c.call(|| async { Err::<(), _>(tonic::Status::resource_exhausted("limit")) }).await;
+        }
+        assert_eq!(c.in_flight_bound(), 1);
+        assert_eq!(c.limit.available_permits(), 1);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_bounded() {
+        for a in 0..20 {
+            let d = busy_backoff(a).as_millis() as u64;
+            let base = 20u64 << a.min(5);
+            assert!(d <= base && d >= base - base / 4, "attempt {a}: {d} ms");
+        }
+    }
 }

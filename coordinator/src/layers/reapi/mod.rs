@@ -33,6 +33,45 @@ pub struct ReapiConfig {
     pub cert_file: Option<PathBuf>,
     /// Its PEM key.
     pub key_file: Option<PathBuf>,
+    /// Which runs write results to the server.
+    pub upload: Upload,
+}
+
+/// `[cache.reapi] upload`: which runs call `UpdateActionResult`. A REAPI cache is shared by
+/// everyone who can reach it, so by default only CI writes and a developer's run reads —
+/// the farm's trust tiers (`ci` writes, `client` reads) for a cache prova does not run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Upload {
+    /// Runs with `CI` set (to anything but empty, `0` or `false`).
+    #[default]
+    Ci,
+    /// Every run.
+    Always,
+    /// No run: the server is only read.
+    Never,
+}
+
+impl Upload {
+    /// Parses the config value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "ci" => Ok(Self::Ci),
+            "always" => Ok(Self::Always),
+            "never" => Ok(Self::Never),
+            other => Err(format!("`{other}` is not one of \"ci\", \"always\", \"never\"")),
+        }
+    }
+
+    /// Whether a run writes, given the value of `$CI` (`None` when unset).
+    pub fn writes(self, ci: Option<&str>) -> bool {
+        match self {
+            Self::Always => true,
+            Self::Never => false,
+            Self::Ci => {
+                ci.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE" | "False"))
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ReapiConfig {
