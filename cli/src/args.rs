@@ -17,9 +17,23 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// Log lines as `text` (plain unless stderr is a terminal) or `json` (one object per
+    /// line: timestamp, level, target, message and fields — for journald, Loki, kubectl).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PROVA_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Subcommands.
@@ -158,6 +172,9 @@ pub struct RemoteArgs {
     /// This client's certificate bundle (CA certificate, certificate, key).
     #[arg(long, value_name = "DIR", env = "PROVA_CERTS")]
     pub certs: Option<PathBuf>,
+    /// The name the coordinator's certificate must carry (default: the host of --remote).
+    #[arg(long, value_name = "NAME", env = "PROVA_SERVER_NAME")]
+    pub server_name: Option<String>,
 }
 
 /// `prova coordinator`.

@@ -30,7 +30,8 @@ use clap::Parser;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    init_tracing(cli.verbose);
+    let daemon = matches!(cli.command, args::Command::Coordinator(_) | args::Command::Worker(_));
+    init_tracing(cli.verbose, cli.log_format, daemon);
     let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -44,21 +45,32 @@ pub fn main() -> ExitCode {
     code.into()
 }
 
-fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
+/// The log filter when neither `-v` nor `PROVA_LOG` says otherwise: warnings, and for the
+/// daemons prova's own info lines too (a worker's join and leave, a run's start and finish,
+/// lease expiries, requeues) — an operator's default, without the libraries' chatter.
+fn default_filter(verbose: u8, daemon: bool) -> &'static str {
+    match (verbose, daemon) {
+        (0, false) => "warn",
+        (0, true) => "warn,prova_coordinator=info,prova_worker=info,prova_cli=info",
+        (1, _) => "info",
         _ => "debug",
-    };
+    }
+}
+
+fn init_tracing(verbose: u8, format: args::LogFormat, daemon: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROVA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(verbose, daemon)));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(stdio::Stderr)
+        .log_internal_errors(false);
+    let _ = match format {
         // Escape codes only for a terminal: files, journald and kubectl logs get plain lines.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .log_internal_errors(false)
-        .try_init();
+        args::LogFormat::Text => {
+            builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+        }
+        args::LogFormat::Json => builder.json().flatten_event(true).with_ansi(false).try_init(),
+    };
 }
 
 /// The error line's text: each cause of the chain after the last, unless the text so far

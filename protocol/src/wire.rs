@@ -414,6 +414,34 @@ pub struct FarmStatus {
     pub queued: u32,
     /// Runs in progress.
     pub runs: u32,
+    /// The coordinator itself: version, uptime, its cache (absent from an older one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorFacts>,
+}
+
+/// The coordinator in [`FarmStatus`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorFacts {
+    /// Its build version.
+    pub version: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Entries in its cache, every tier.
+    pub cache_entries: u64,
+    /// Bytes of blobs in its store.
+    pub cache_bytes: u64,
+    /// Finished tasks that were cache hits, since it started.
+    pub hits: u64,
+    /// Finished cacheable tasks that were misses, since it started.
+    pub misses: u64,
+}
+
+impl CoordinatorFacts {
+    /// Hits over lookups, when there were any.
+    pub fn hit_rate(&self) -> Option<f64> {
+        let all = self.hits + self.misses;
+        (all > 0).then(|| self.hits as f64 / all as f64)
+    }
 }
 
 /// One worker in [`FarmStatus`].
@@ -433,6 +461,9 @@ pub struct WorkerStatus {
     pub sandbox: String,
     /// Tasks running there.
     pub running: Vec<TaskId>,
+    /// Its build version (empty from an older coordinator).
+    #[serde(default)]
+    pub version: String,
 }
 
 #[cfg(test)]

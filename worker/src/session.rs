@@ -254,7 +254,11 @@ async fn connect(
     let ep = endpoint::client(&cfg.bundle, cfg.addr).map_err(|e| retry(e.to_string()))?;
     let conn = endpoint::connect_within(&ep, cfg.addr, &cfg.server_name, DIAL_TIMEOUT)
         .await
-        .map_err(|e| retry(e.to_string()))?;
+        .map_err(|e| match endpoint::name_mismatch_hint(&e, &cfg.server_name) {
+            // Retrying cannot help: the certificate names other hosts.
+            Some(hint) => ConnectError::Rejected(format!("{e} ({hint}, or pass --server-name)")),
+            None => retry(e.to_string()),
+        })?;
     // Under TLS 1.3 a refused certificate surfaces after the handshake, on the first stream
     // operation (STACK pitfall 3): a TLS alert in the close frame is a refusal, not a blip.
     let failed = |e: String| match conn.close_reason() {

@@ -33,8 +33,13 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
         common::print(&format!("{}\n", serde_json::to_string(&status)?))?;
         return Ok(Code::Ok);
     }
-    let mut out = format!(
-        "{} workers, {} queued, {} runs\n",
+    let mut out = String::new();
+    if let Some(c) = &status.coordinator {
+        out.push_str(&coordinator_line(c));
+    }
+    let _ = writeln!(
+        out,
+        "{} workers, {} queued, {} runs",
         status.workers.len(),
         status.queued,
         status.runs
@@ -43,12 +48,13 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
         let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
             out,
-            "  {:<16} {}/{} busy  {:<14} sandbox {:<12} {}",
+            "  {:<16} {}/{} busy  {:<14} sandbox {:<12} {:<12} {}",
             w.id.0,
             w.busy,
             w.slots,
             w.platform,
             w.sandbox,
+            w.version,
             labels.join(",")
         );
         for t in &w.running {
@@ -57,6 +63,32 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
     }
     common::print(&out)?;
     Ok(Code::Ok)
+}
+
+/// `coordinator prova 0.1.0, up 1h 2m, cache 412 entries (86.8 MiB), hit rate 80% (380 of 475)`.
+fn coordinator_line(c: &prova_protocol::wire::CoordinatorFacts) -> String {
+    let up = humantime::format_duration(std::time::Duration::from_secs(c.uptime_secs));
+    let rate = match c.hit_rate() {
+        Some(r) => format!("hit rate {:.0}% ({} of {})", r * 100.0, c.hits, c.hits + c.misses),
+        None => "no lookups yet".to_owned(),
+    };
+    format!(
+        "coordinator {}, up {up}, cache {} entries ({}), {rate}\n",
+        c.version,
+        c.cache_entries,
+        bytes(c.cache_bytes)
+    )
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[i]) }
 }
 
 /// `prova farm drain WORKER`: the coordinator stops placing work there and dismisses the
@@ -80,4 +112,27 @@ fn drain(worker: String, remote: &crate::args::RemoteArgs) -> anyhow::Result<Cod
         "draining {worker}: no new work; it leaves the farm once its {running} running {tasks} finish\n"
     ))?;
     Ok(Code::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_coordinator_line_says_version_uptime_cache_and_hit_rate() {
+        let c = prova_protocol::wire::CoordinatorFacts {
+            version: "prova 0.1.0".into(),
+            uptime_secs: 3_720,
+            cache_entries: 412,
+            cache_bytes: 91_000_000,
+            hits: 380,
+            misses: 95,
+        };
+        assert_eq!(
+            coordinator_line(&c),
+            "coordinator prova 0.1.0, up 1h 2m, cache 412 entries (86.8 MiB), hit rate 80% (380 of 475)\n"
+        );
+        let fresh = prova_protocol::wire::CoordinatorFacts { hits: 0, misses: 0, cache_bytes: 0, ..c };
+        assert!(coordinator_line(&fresh).ends_with("(0 B), no lookups yet\n"));
+    }
 }

@@ -25,8 +25,9 @@ use crate::args::RemoteArgs;
 pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
 
 /// How long a client waits for the coordinator's handshake before it says the farm cannot
-/// be reached (a QUIC handshake is one round trip; this leaves room for lost packets).
-pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// be reached (a QUIC handshake is one round trip; this leaves room for lost packets, and a
+/// down coordinator costs a run or `farm status` at most this).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The farm did not answer at all (no handshake, no address): distinct from a farm that
 /// answered and refused, which `--fallback local` must not hide.
@@ -170,7 +171,8 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
     let addr = crate::commands::daemons::resolve(remote)
         .await
         .map_err(|e| Unreachable { addr: remote.to_owned(), why: format!("{e:#}") })?;
-    let server_name = crate::commands::daemons::host_of(remote);
+    let server_name =
+        args.server_name.clone().unwrap_or_else(|| crate::commands::daemons::host_of(remote));
     let ep = endpoint::client(&bundle, addr)?;
     let conn = match endpoint::connect_within(&ep, addr, &server_name, CONNECT_TIMEOUT).await {
         Ok(c) => c,
@@ -180,7 +182,10 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         // It answered, but the handshake failed (another cluster's CA, a name not in its
         // certificate): a real misconfiguration, never a reason to fall back.
         Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot reach {remote} securely")));
+            let hint = endpoint::name_mismatch_hint(&e, &server_name)
+                .map_or_else(String::new, |h| format!(" ({h}, or pass --server-name)"));
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot reach {remote} securely{hint}")));
         }
     };
     // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first

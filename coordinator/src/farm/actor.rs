@@ -34,6 +34,7 @@ pub const TICK: Duration = Duration::from_secs(1);
 struct Link {
     tx: mpsc::Sender<CoordinatorMsg>,
     info: WorkerInfo,
+    version: String,
 }
 
 /// A run, as the actor knows it: its reports go through a queue of its own to a forwarder
@@ -208,6 +209,8 @@ pub struct WorkerUp {
     pub id: WorkerId,
     /// What it offers.
     pub info: WorkerInfo,
+    /// Its build version (from its hello).
+    pub version: String,
     /// Where messages for it go.
     pub tx: mpsc::Sender<CoordinatorMsg>,
 }
@@ -221,9 +224,9 @@ impl Message<WorkerUp> for FarmActor {
             arch: m.info.arch.clone(),
             labels: m.info.labels.clone(),
         };
-        tracing::info!(worker = %m.id, slots = m.info.slots, sandbox = %m.info.sandbox, "worker joined");
+        tracing::info!(worker = %m.id, slots = m.info.slots, sandbox = %m.info.sandbox, version = %m.version, "worker joined");
         let running = m.info.running.clone();
-        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info });
+        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info, version: m.version });
         self.feed(FarmEvent::WorkerJoined { id: m.id, caps, running }).await;
     }
 }
@@ -462,10 +465,16 @@ impl Message<GetStatus> for FarmActor {
                     labels: caps.labels.clone(),
                     sandbox: link.map(|l| l.info.sandbox.clone()).unwrap_or_default(),
                     running: running.remove(id).unwrap_or_default(),
+                    version: link.map(|l| l.version.clone()).unwrap_or_default(),
                 }
             })
             .collect();
-        Ok(FarmStatus { workers, queued: self.core.queued() as u32, runs: self.runs.len() as u32 })
+        Ok(FarmStatus {
+            workers,
+            queued: self.core.queued() as u32,
+            runs: self.runs.len() as u32,
+            coordinator: None,
+        })
     }
 }
 

@@ -121,7 +121,10 @@ pub async fn run(
                 continue;
             }
             ClientMsg::Status => match shared.farm.ask(GetStatus).await {
-                Ok(s) => CoordinatorReply::Status(s),
+                Ok(mut s) => {
+                    s.coordinator = Some(facts(&shared).await);
+                    CoordinatorReply::Status(s)
+                }
                 Err(e) => CoordinatorReply::Error { message: e.to_string() },
             },
             ClientMsg::Drain { worker } => {
@@ -567,3 +570,19 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
     }
     Ok(RunPlan { root: PathBuf::new(), tasks: planned })
 }
+
+/// The coordinator's own facts for `farm status`: version, uptime, its cache and the hit
+/// rate since it started (a cache that cannot be read counts as empty).
+async fn facts(shared: &Shared) -> prova_protocol::wire::CoordinatorFacts {
+    let stats = shared.store.call(|s| s.stats()).await.ok().and_then(Result::ok);
+    let (hits, misses) = shared.observe.hits_and_misses();
+    prova_protocol::wire::CoordinatorFacts {
+        version: super::server::BUILD_VERSION.to_owned(),
+        uptime_secs: shared.observe.uptime_secs(),
+        cache_entries: stats.as_ref().map_or(0, |s| s.entries.values().sum()),
+        cache_bytes: stats.as_ref().map_or(0, |s| s.blob_bytes),
+        hits,
+        misses,
+    }
+}
+

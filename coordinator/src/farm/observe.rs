@@ -163,6 +163,15 @@ fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, k: K, by: u64) {
 }
 
 impl Observer {
+    /// Cache hits and misses of finished tasks since the start, every tier.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let Ok(m) = self.counters.cache.lock() else { return (0, 0) };
+        m.iter().fold((0, 0), |(h, x), ((_, result), n)| match *result {
+            "hit" => (h + n, x),
+            _ => (h, x + n),
+        })
+    }
+
     /// Seconds since the coordinator started.
     pub fn uptime_secs(&self) -> u64 {
         self.started.elapsed().as_secs()
@@ -359,5 +368,6 @@ mod tests {
         );
         assert_eq!(cache.get(&("untrusted".to_owned(), "hit")), Some(&1));
         assert_eq!(cache.get(&("trusted".to_owned(), "hit")), None);
+        assert_eq!(o.hits_and_misses(), (1, TASKS_PER_RUN as u64 + 10), "farm status's hit rate");
     }
 }

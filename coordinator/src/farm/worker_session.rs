@@ -31,6 +31,7 @@ pub async fn run(
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: Identity,
+    version: String,
     shared: Arc<Shared>,
 ) -> Result<(), EdgeError> {
     let id = WorkerId(identity.name.clone());
@@ -44,7 +45,7 @@ pub async fn run(
     };
     let (tx, writer) =
         forward::<CoordinatorMsg, _>("farm->worker", worker_queue(info.slots), Stream(send));
-    if shared.farm.tell(WorkerUp { id: id.clone(), info, tx: tx.clone() }).await.is_err() {
+    if shared.farm.tell(WorkerUp { id: id.clone(), info, version, tx: tx.clone() }).await.is_err() {
         return Ok(());
     }
     loop {

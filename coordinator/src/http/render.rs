@@ -62,7 +62,7 @@ pub async fn gather(shared: &Shared) -> State {
 }
 
 fn no_status() -> FarmStatus {
-    FarmStatus { workers: Vec::new(), queued: 0, runs: 0 }
+    FarmStatus { workers: Vec::new(), queued: 0, runs: 0, coordinator: None }
 }
 
 impl Default for State {

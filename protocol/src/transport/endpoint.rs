@@ -111,6 +111,18 @@ pub async fn connect_within(
     Ok(conn)
 }
 
+/// When `e` is a handshake that failed because the coordinator's certificate does not carry
+/// `server_name` (dialled by an address or name it was not issued for), what to do about it.
+pub fn name_mismatch_hint(e: &TransportError, server_name: &str) -> Option<String> {
+    let text = e.to_string();
+    (text.contains("NotValidForName") || text.contains("not valid for name")).then(|| {
+        format!(
+            "the coordinator's certificate does not name `{server_name}`: issue it with \
+             `prova certs init DIR --san {server_name}`"
+        )
+    })
+}
+
 /// Completes an incoming connection and reads the client's identity. Fails when the client's
 /// certificate is missing or not from the cluster CA, when it speaks another ALPN, or when the
 /// handshake outlasts [`HANDSHAKE_TIMEOUT`]. Authorisation by role is the caller's.

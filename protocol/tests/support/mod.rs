@@ -817,6 +817,7 @@ pub fn goldens() -> Vec<Golden> {
                 labels: BTreeMap::from([("pool".into(), "linux".into())]),
                 sandbox: "bwrap 0.8.0".into(),
                 running: vec![task("@acme/web", "build"), task("lib", "test")],
+                version: "0.1.0".into(),
             },
             WorkerStatus {
                 id: WorkerId("mac-1".into()),
@@ -826,10 +827,19 @@ pub fn goldens() -> Vec<Golden> {
                 labels: BTreeMap::new(),
                 sandbox: "none".into(),
                 running: Vec::new(),
+                version: "0.1.0".into(),
             },
         ],
         queued: 3,
         runs: 2,
+        coordinator: Some(CoordinatorFacts {
+            version: "0.1.0".into(),
+            uptime_secs: 3_725,
+            cache_entries: 412,
+            cache_bytes: 91_000_000,
+            hits: 380,
+            misses: 95,
+        }),
     };
     let reply = |r| M::CoordinatorReply(r);
     let event = |e| M::CoordinatorReply(CoordinatorReply::Event(e));
