@@ -69,7 +69,14 @@ fn init_tracing(verbose: u8, format: args::LogFormat, daemon: bool) {
         args::LogFormat::Text => {
             builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
         }
-        args::LogFormat::Json => builder.json().flatten_event(true).with_ansi(false).try_init(),
+        args::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            // The event's own fields: the actor runtime's spans are internals.
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_ansi(false)
+            .try_init(),
     };
 }
 
@@ -87,6 +94,18 @@ pub fn error_text(e: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod filter_tests {
+    #[test]
+    fn daemons_log_their_own_info_lines_by_default_and_nothing_else_does() {
+        assert_eq!(super::default_filter(0, false), "warn");
+        let d = super::default_filter(0, true);
+        assert!(d.starts_with("warn,") && d.contains("prova_coordinator=info"), "{d}");
+        assert_eq!(super::default_filter(1, true), "info");
+        assert_eq!(super::default_filter(2, false), "debug");
+    }
 }
 
 #[cfg(test)]

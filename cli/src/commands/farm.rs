@@ -132,7 +132,8 @@ mod tests {
             coordinator_line(&c),
             "coordinator prova 0.1.0, up 1h 2m, cache 412 entries (86.8 MiB), hit rate 80% (380 of 475)\n"
         );
-        let fresh = prova_protocol::wire::CoordinatorFacts { hits: 0, misses: 0, cache_bytes: 0, ..c };
+        let fresh =
+            prova_protocol::wire::CoordinatorFacts { hits: 0, misses: 0, cache_bytes: 0, ..c };
         assert!(coordinator_line(&fresh).ends_with("(0 B), no lookups yet\n"));
     }
 }

@@ -184,8 +184,9 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         Err(e) => {
             let hint = endpoint::name_mismatch_hint(&e, &server_name)
                 .map_or_else(String::new, |h| format!(" ({h}, or pass --server-name)"));
-            return Err(anyhow::Error::new(e)
-                .context(format!("cannot reach {remote} securely{hint}")));
+            return Err(
+                anyhow::Error::new(e).context(format!("cannot reach {remote} securely{hint}"))
+            );
         }
     };
     // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first

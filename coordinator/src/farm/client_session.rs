@@ -585,4 +585,3 @@ async fn facts(shared: &Shared) -> prova_protocol::wire::CoordinatorFacts {
         misses,
     }
 }
-

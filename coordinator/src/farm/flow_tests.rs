@@ -61,7 +61,9 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
         sandbox: "none: test".into(),
         running: vec![],
     };
-    farm.tell(WorkerUp { id: id.clone(), info, version: "test".into(), tx }).await.expect("the farm is up");
+    farm.tell(WorkerUp { id: id.clone(), info, version: "test".into(), tx })
+        .await
+        .expect("the farm is up");
     let farm = farm.clone();
     let worker = OwnedTask::spawn("test.instant-worker", async move {
         while let Some(msg) = rx.recv().await {

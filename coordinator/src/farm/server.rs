@@ -159,7 +159,9 @@ async fn serve_connection(
         serve_blobs(conn.clone(), identity.clone(), shared.clone(), admission),
     );
     let refused = match identity.role {
-        Role::Worker => worker_session::run(send, recv, identity, hello.build_version, shared).await.err(),
+        Role::Worker => {
+            worker_session::run(send, recv, identity, hello.build_version, shared).await.err()
+        }
         Role::Ci | Role::Client | Role::Admin => {
             client_session::run(send, recv, identity, shared).await;
             None

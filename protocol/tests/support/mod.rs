@@ -832,7 +832,7 @@ pub fn goldens() -> Vec<Golden> {
         ],
         queued: 3,
         runs: 2,
-        coordinator: Some(CoordinatorFacts {
+        coordinator: Some(prova_protocol::wire::CoordinatorFacts {
             version: "0.1.0".into(),
             uptime_secs: 3_725,
             cache_entries: 412,
