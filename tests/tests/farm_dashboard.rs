@@ -61,6 +61,14 @@ fn the_dashboard_shows_workers_the_run_and_the_divergent_key() {
         .and_then(|r| r.split("</tr>").next())
         .unwrap_or_else(|| panic!("no failed proof row\n{dom}"));
     assert!(proof.contains("p#where") && proof.contains("p/out/where.txt"), "{proof}");
+    // The cache by tier (the entry the run saved, its miss) and the run's timeline.
+    assert!(
+        dom.contains(
+            "<tr class=\"tier\"><td>trusted</td><td>1</td><td>0</td><td>1</td><td>0%</td>"
+        ),
+        "the trusted tier's row\n{dom}"
+    );
+    assert!(dom.contains("run-1 timeline") && dom.contains("class=\"bar saved\""), "{dom}");
 
     let shot = tmp.path().join("dash.png");
     chromium_dom(&chromium, &url, &tmp.path().join("profile2"), Some(&shot));

@@ -55,6 +55,8 @@ pub struct TaskRow {
     pub worker: Option<String>,
     /// Wall milliseconds of its last attempt.
     pub ms: u64,
+    /// When it started, milliseconds after its run did (its finish less its wall time).
+    pub start_ms: u64,
 }
 
 /// One run, live or recent.
@@ -172,6 +174,21 @@ impl Observer {
         })
     }
 
+    /// Cache lookups of finished tasks by tier: `(tier, hits, misses)`, in tier order.
+    pub fn lookups_by_tier(&self) -> Vec<(String, u64, u64)> {
+        let Ok(m) = self.counters.cache.lock() else { return Vec::new() };
+        let mut out: Vec<(String, u64, u64)> = Vec::new();
+        for ((tier, result), n) in m.iter() {
+            if out.last().is_none_or(|l| &l.0 != tier) {
+                out.push((tier.clone(), 0, 0));
+            }
+            if let Some(l) = out.last_mut() {
+                if *result == "hit" { l.1 += n } else { l.2 += n }
+            }
+        }
+        out
+    }
+
     /// Seconds since the coordinator started.
     pub fn uptime_secs(&self) -> u64 {
         self.started.elapsed().as_secs()
@@ -248,7 +265,9 @@ impl Observer {
             *row.verdicts.entry(verdict_kind(v)).or_default() += 1;
         }
         if row.tasks.len() < TASKS_PER_RUN {
+            let end = now_ms().saturating_sub(row.started_ms);
             row.tasks.push(TaskRow {
+                start_ms: end.saturating_sub(r.stats.wall_ms),
                 task: r.task.to_string(),
                 status: status_name(&r.status),
                 cache: cache_name(&r.cache),
@@ -369,5 +388,10 @@ mod tests {
         assert_eq!(cache.get(&("untrusted".to_owned(), "hit")), Some(&1));
         assert_eq!(cache.get(&("trusted".to_owned(), "hit")), None);
         assert_eq!(o.hits_and_misses(), (1, TASKS_PER_RUN as u64 + 10), "farm status's hit rate");
+        assert_eq!(
+            o.lookups_by_tier(),
+            vec![("untrusted".to_owned(), 1, TASKS_PER_RUN as u64 + 10)],
+            "the dashboard's per-tier table"
+        );
     }
 }

@@ -36,6 +36,8 @@ pub struct State {
     pub proofs: Vec<ProofRow>,
     /// Seconds up.
     pub uptime_secs: u64,
+    /// Cache lookups of finished tasks by tier: `(tier, hits, misses)`.
+    pub lookups: Vec<(String, u64, u64)>,
 }
 
 /// Gathers a [`State`]; a part that cannot be had is left empty.
@@ -58,6 +60,7 @@ pub async fn gather(shared: &Shared) -> State {
         runs: shared.observe.runs(),
         proofs: shared.observe.proofs(),
         uptime_secs: shared.observe.uptime_secs(),
+        lookups: shared.observe.lookups_by_tier(),
     }
 }
 
@@ -75,6 +78,7 @@ impl Default for State {
             runs: Vec::new(),
             proofs: Vec::new(),
             uptime_secs: 0,
+            lookups: Vec::new(),
         }
     }
 }
@@ -249,9 +253,9 @@ pub fn body(s: &State) -> String {
     let done: u64 = s.runs.iter().map(|r| r.done as u64).sum();
     let _ = write!(
         h,
-        "<section><p>version {} · up {} s · queue <span id=\"queued\">{}</span> · runs in progress {} · lease expiries {} · requeues {}",
+        "<section><p>version {} · up {} · queue <span id=\"queued\">{}</span> · runs in progress {} · lease expiries {} · requeues {}",
         esc(env!("CARGO_PKG_VERSION")),
-        s.uptime_secs,
+        humantime::format_duration(std::time::Duration::from_secs(s.uptime_secs)),
         s.status.queued,
         s.status.runs,
         s.counts.lease_expiries,
@@ -265,14 +269,16 @@ pub fn body(s: &State) -> String {
         let _ = write!(h, " · hit rate (shown runs) {:.0}%", hits as f64 * 100.0 / done as f64);
     }
     h.push_str("</p></section>");
-    h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
+    tiers(&mut h, s);
+    h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>version</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
     for w in &s.status.workers {
         let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let running: Vec<String> = w.running.iter().map(ToString::to_string).collect();
         let _ = write!(
             h,
-            "<tr class=\"worker\"><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"worker\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
             esc(&w.id.to_string()),
+            esc(&w.version),
             esc(&w.platform),
             esc(&w.sandbox),
             w.busy,
@@ -324,6 +330,7 @@ pub fn body(s: &State) -> String {
             );
         }
         h.push_str("</table>");
+        timeline(&mut h, r);
     }
     h.push_str("</section>");
     h.push_str("<section id=\"proofs\"><h2>Proofs</h2><h3>Failed proofs (this coordinator)</h3><table><tr><th>run</th><th>task</th><th>verdict</th><th>key</th><th>files</th></tr>");
@@ -357,6 +364,67 @@ pub fn body(s: &State) -> String {
     h
 }
 
+/// The cache by trust tier: entries (the tier's namespaces; `pending` beside `trusted`),
+/// hits, misses and the hit rate of finished tasks since the coordinator started.
+fn tiers(h: &mut String, s: &State) {
+    h.push_str("<section id=\"tiers\"><h2>Cache by tier</h2><table><tr><th>tier</th><th>entries</th><th>hits</th><th>misses</th><th>hit rate</th></tr>");
+    let entries = |tier: &str| -> u64 {
+        s.cache.as_ref().map_or(0, |c| {
+            c.entries
+                .iter()
+                .filter(|(ns, _)| match tier {
+                    "trusted" => ns.as_str() == crate::cache::TRUSTED,
+                    "untrusted" => ns.starts_with(crate::cache::UNTRUSTED),
+                    t => ns.as_str() == t,
+                })
+                .map(|(_, n)| n)
+                .sum()
+        })
+    };
+    let mut names: Vec<&str> = vec!["trusted", "pending", "untrusted"];
+    for (t, _, _) in &s.lookups {
+        if !names.contains(&t.as_str()) {
+            names.push(t);
+        }
+    }
+    for tier in names {
+        let (hits, misses) =
+            s.lookups.iter().find(|(t, _, _)| t == tier).map_or((0, 0), |(_, h, m)| (*h, *m));
+        let rate = if hits + misses > 0 {
+            format!("{:.0}%", hits as f64 * 100.0 / (hits + misses) as f64)
+        } else {
+            "–".to_owned()
+        };
+        let _ = write!(
+            h,
+            "<tr class=\"tier\"><td>{}</td><td>{}</td><td>{hits}</td><td>{misses}</td><td>{rate}</td></tr>",
+            esc(tier),
+            entries(tier)
+        );
+    }
+    h.push_str("</table></section>");
+}
+
+/// One run's task timeline: a bar per task from its start to its end, on the run's scale.
+fn timeline(h: &mut String, r: &crate::farm::observe::RunRow) {
+    let span = r.tasks.iter().map(|t| t.start_ms + t.ms).max().unwrap_or(0).max(1);
+    let _ =
+        write!(h, "<h3>run-{} timeline</h3><div class=\"timeline\" data-span-ms=\"{span}\">", r.id);
+    for t in &r.tasks {
+        let left = t.start_ms as f64 * 100.0 / span as f64;
+        let width = (t.ms as f64 * 100.0 / span as f64).max(0.2);
+        let _ = write!(
+            h,
+            "<div class=\"lane\"><span class=\"name\">{}</span><span class=\"track\"><span class=\"bar {}\" style=\"margin-left:{left:.2}%;width:{width:.2}%\" title=\"{} ms from {} ms\"></span></span></div>",
+            esc(&t.task),
+            t.cache,
+            t.ms,
+            t.start_ms
+        );
+    }
+    h.push_str("</div>");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +436,61 @@ mod tests {
             "&lt;img src=x onerror=&#39;a&amp;b&#39;&gt;&quot;"
         );
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn the_page_shows_tiers_and_a_timeline_of_the_newest_run() {
+        let mut s = State::default();
+        s.lookups = vec![("trusted".into(), 3, 1), ("untrusted".into(), 0, 2)];
+        s.cache = Some(crate::cache::maintenance::Stats {
+            entries: [
+                ("".to_owned(), 5),
+                ("pending".to_owned(), 1),
+                ("untrusted/bob".to_owned(), 2),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        });
+        s.runs.push(crate::farm::observe::RunRow {
+            id: 7,
+            who: "ci".into(),
+            namespace: "trusted".into(),
+            started_ms: 0,
+            total: 2,
+            done: 2,
+            hits: 1,
+            failures: 0,
+            verdicts: Default::default(),
+            live: false,
+            ok: Some(true),
+            wall_ms: Some(400),
+            tasks: vec![
+                crate::farm::observe::TaskRow {
+                    task: "a#build".into(),
+                    status: "succeeded",
+                    cache: "saved",
+                    worker: Some("w1".into()),
+                    ms: 300,
+                    start_ms: 0,
+                },
+                crate::farm::observe::TaskRow {
+                    task: "<b>#test".into(),
+                    status: "succeeded",
+                    cache: "hit",
+                    worker: None,
+                    ms: 100,
+                    start_ms: 300,
+                },
+            ],
+        });
+        let b = body(&s);
+        assert!(b.contains("<td>trusted</td><td>5</td><td>3</td><td>1</td><td>75%</td>"), "{b}");
+        assert!(b.contains("<td>untrusted</td><td>2</td><td>0</td><td>2</td><td>0%</td>"), "{b}");
+        assert!(b.contains("<td>pending</td><td>1</td><td>0</td><td>0</td><td>–</td>"), "{b}");
+        assert!(b.contains("run-7 timeline") && b.contains("data-span-ms=\"400\""), "{b}");
+        assert!(b.contains("margin-left:75.00%;width:25.00%"), "the test task's bar: {b}");
+        assert!(b.contains("&lt;b&gt;#test") && !b.contains("<b>#test"), "escaped: {b}");
     }
 
     #[test]
