@@ -440,18 +440,20 @@ mod tests {
 
     #[test]
     fn the_page_shows_tiers_and_a_timeline_of_the_newest_run() {
-        let mut s = State::default();
-        s.lookups = vec![("trusted".into(), 3, 1), ("untrusted".into(), 0, 2)];
-        s.cache = Some(crate::cache::maintenance::Stats {
-            entries: [
-                ("".to_owned(), 5),
-                ("pending".to_owned(), 1),
-                ("untrusted/bob".to_owned(), 2),
-            ]
-            .into_iter()
-            .collect(),
-            ..Default::default()
-        });
+        let mut s = State {
+            lookups: vec![("trusted".into(), 3, 1), ("untrusted".into(), 0, 2)],
+            cache: Some(crate::cache::maintenance::Stats {
+                entries: [
+                    ("".to_owned(), 5),
+                    ("pending".to_owned(), 1),
+                    ("untrusted/bob".to_owned(), 2),
+                ]
+                .into_iter()
+                .collect(),
+                ..Default::default()
+            }),
+            ..State::default()
+        };
         s.runs.push(crate::farm::observe::RunRow {
             id: 7,
             who: "ci".into(),
