@@ -36,6 +36,9 @@ fn assert_all_proven(out: &Output) {
     }
 }
 
+/// The deadline of a run that proves every task of the TypeScript fixture.
+const PROOF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
 #[test]
 fn every_task_of_the_ts_monorepo_proves_with_its_installed_tree_mounted() {
     // Before: tsc was "not found" (exit 127) in every exec root — node_modules is gitignored.
@@ -43,7 +46,12 @@ fn every_task_of_the_ts_monorepo_proves_with_its_installed_tree_mounted() {
         return;
     }
     let ws = tsmono();
-    let out = ws.prova(["run", "build", "test", "--all", "--verify=all", "--json"]).run();
+    // Twelve tsc and node runs, each run three times (traced, re-run): minutes on a loaded
+    // 2-core CI machine, not the default minute (seen: killed at 60 s in CI).
+    let out = ws
+        .prova(["run", "build", "test", "--all", "--verify=all", "--json"])
+        .timeout(PROOF_DEADLINE)
+        .run();
     out.assert_code(0);
     assert_all_proven(&out);
     let warm = ws.prova(["run", "build", "test", "--all", "--json"]).run();
@@ -162,7 +170,10 @@ fn the_ts_monorepo_builds_proves_and_hits_on_a_bwrap_farm_as_locally() {
 
     let farm = Cluster::builder().workers(2).start();
     let ws = tsmono();
-    let out = farm.run(&ws, ["build", "test", "--all", "--verify=all", "--json"]);
+    let out = farm
+        .run_cmd(&ws, &farm.ci_certs(), ["build", "test", "--all", "--verify=all", "--json"])
+        .timeout(PROOF_DEADLINE)
+        .run();
     out.assert_code(0);
     assert_all_proven(&out);
     assert_eq!(dist_of(ws.root()), dist_of(local.root()), "farm outputs are local outputs");
