@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use prova_protocol::Digest;
 use prova_protocol::spec::{CommandLine, ProgramCheck};
 
+use super::digests::{Stamp, memo_row, row_proves_output};
 use crate::cache::MemoRow;
 
 /// The memo scope of program digests (paths in it are absolute).
@@ -81,34 +82,6 @@ pub fn resolve(root: &Path, cwd: &Path, word: &str, path_var: Option<&OsStr>) ->
     (!real.starts_with(&root)).then_some(real)
 }
 
-/// A program's stat as the memo records it.
-fn stat_row(path: &Path, digest: Digest, now_ns: i64) -> Option<MemoRow> {
-    let m = std::fs::metadata(path).ok()?;
-    Some(MemoRow {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-        mode: m.mode(),
-        digest,
-        recorded_ns: now_ns,
-    })
-}
-
-/// Whether a memo row still names the file's bytes: the same stat, recorded well after the
-/// file last changed (a write in the same clock tick as the recording would be invisible).
-fn still_valid(row: &MemoRow, now: &MemoRow) -> bool {
-    const RACY_NS: i64 = 2_000_000_000;
-    row.dev == now.dev
-        && row.ino == now.ino
-        && row.size == now.size
-        && row.mtime_ns == now.mtime_ns
-        && row.ctime_ns == now.ctime_ns
-        && row.mode == now.mode
-        && row.recorded_ns - row.mtime_ns.max(row.ctime_ns) > RACY_NS
-}
-
 /// Digests `paths`, reusing `memo` rows that are still valid. Returns the digests and the
 /// rows to store (new or changed). A program that cannot be read is left out.
 pub fn digest_all(
@@ -120,14 +93,17 @@ pub fn digest_all(
     let mut store = Vec::new();
     for p in paths {
         let name = p.to_string_lossy().into_owned();
-        let Some(current) = stat_row(p, Digest([0; 32]), now_ns) else { continue };
-        if let Some(row) = memo.get(&name).filter(|r| still_valid(r, &current)) {
+        let Ok(meta) = std::fs::metadata(p) else { continue };
+        let stamp = Stamp::of(&meta);
+        // The ctime test of outputs: package managers pin programs' mtimes, ctime moves on
+        // any write.
+        if let Some(row) = memo.get(&name).filter(|r| row_proves_output(&stamp, r)) {
             out.insert(p.clone(), row.digest);
             continue;
         }
         let Ok(digest) = Digest::of_file(p) else { continue };
         out.insert(p.clone(), digest);
-        store.push((name, MemoRow { digest, ..current }));
+        store.push((name, memo_row(&stamp, digest, now_ns)));
     }
     (out, store)
 }
