@@ -2,6 +2,12 @@
 //! unstaged and untracked changes alike), plus every project that depends on them. A change
 //! to a workspace-level file that every task reads (`prova.toml`, `fingerprint`, `inputs`)
 //! affects every project.
+//!
+//! Then per task ([`tasks_for_files`]): a task of those projects is affected only when a
+//! changed path is one its key can see — one of its inputs, task or workspace-wide, its
+//! project's own config (`prova.toml`, `package.json`: its command may have changed) —
+//! or when a task it depends on is affected. A README edit does not select a `build` whose
+//! inputs are `src/**`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -9,6 +15,8 @@ use std::process::Command;
 
 use prova_protocol::globs::{PathGlobs, is_within};
 
+use super::TaskGraph;
+use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
 /// Git could not answer.
@@ -146,6 +154,75 @@ pub fn with_dependents(ws: &Workspace, set: BTreeSet<usize>) -> BTreeSet<usize> 
             if out.insert(d) {
                 stack.push(d);
             }
+        }
+    }
+    out
+}
+
+/// The tasks of `graph` that a change to `files` reaches: a changed path its key can see
+/// (its inputs by the rules of [`crate::inputs::InputScope::represents`], its project's
+/// `prova.toml` or `package.json`, the root config), or an affected task upstream. When
+/// the inputs cannot be resolved (an unreadable tree, a bad glob — which the run reports
+/// next), every task is affected: selecting too much is never a stale result.
+pub fn tasks_for_files(
+    ws: &Workspace,
+    graph: &TaskGraph,
+    files: &BTreeSet<String>,
+) -> BTreeSet<prova_protocol::TaskId> {
+    let everything = || graph.nodes.iter().map(|n| n.id.clone()).collect();
+    let plan = RunPlan::new(ws, graph, &[], &|_| None);
+    let listed = crate::inputs::enumerate(&ws.root, &crate::prepare::nested_repos(ws));
+    let sets = match listed.map(|l| crate::inputs::resolve(ws, &plan, &l)) {
+        Ok(Ok(sets)) => sets,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "--affected: inputs not resolved; every task affected");
+            return everything();
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "--affected: files not listed; every task affected");
+            return everything();
+        }
+    };
+    let root_config =
+        ws.config_file.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("prova.toml");
+    if files.iter().any(|f| f == root_config) {
+        return everything();
+    }
+    let config_of = |dir: &str, name: &str| {
+        if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
+    };
+    let direct: Vec<bool> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let dir = &ws.projects[n.project].dir;
+            let own = [config_of(dir, "prova.toml"), config_of(dir, "package.json")];
+            files.iter().any(|f| own.contains(f))
+                || sets.scopes.get(i).is_some_and(|s| files.iter().any(|f| s.represents(f)))
+        })
+        .collect();
+    // Affected = direct, or any dependency affected (memoised depth-first).
+    let mut memo: Vec<Option<bool>> = vec![None; graph.nodes.len()];
+    let mut out = BTreeSet::new();
+    for start in 0..graph.nodes.len() {
+        let mut stack = vec![(start, false)];
+        while let Some((n, expanded)) = stack.pop() {
+            if memo[n].is_some() {
+                continue;
+            }
+            if expanded {
+                let up = graph.nodes[n].deps.iter().any(|&d| memo[d] == Some(true));
+                memo[n] = Some(direct[n] || up);
+            } else {
+                stack.push((n, true));
+                stack.extend(
+                    graph.nodes[n].deps.iter().filter(|&&d| memo[d].is_none()).map(|&d| (d, false)),
+                );
+            }
+        }
+        if memo[start] == Some(true) {
+            out.insert(graph.nodes[start].id.clone());
         }
     }
     out

@@ -87,9 +87,11 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
     if sel.tasks.is_empty() {
         return Err(SelectError::NoTasks);
     }
-    let projects = selected_projects(ws, sel)?;
+    let (projects, affected) = selected_projects(ws, sel)?;
     let all_names: BTreeSet<&str> = full.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut roots: BTreeSet<NodeIdx> = BTreeSet::new();
+    // Roots that only `--affected` brought in: refined per task below.
+    let mut by_change: BTreeSet<NodeIdx> = BTreeSet::new();
     for t in &sel.tasks {
         if let Some(id) = TaskId::parse(t) {
             match full.index.get(&id) {
@@ -123,11 +125,46 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
         }
         for &pi in &projects {
             if let Some(&i) = full.index.get(&TaskId::new(&ws.projects[pi].name, t)) {
-                roots.insert(i);
+                match &affected {
+                    Some(a) if !a.explicit.contains(&pi) => by_change.insert(i),
+                    _ => roots.insert(i),
+                };
             }
         }
     }
+    if let Some(a) = &affected
+        && !by_change.is_empty()
+    {
+        // A task of an affected project is affected only if a changed path is one its key
+        // can see, or one of its upstreams is affected (Turborepo's task-level rule).
+        let candidates = closure(full, &by_change);
+        let hit = affected::tasks_for_files(ws, &candidates, &a.files);
+        let before = by_change.len();
+        by_change.retain(|&i| hit.contains(&full.nodes[i].id));
+        tracing::info!(
+            before,
+            after = by_change.len(),
+            "--affected: tasks whose inputs a change reaches"
+        );
+        if by_change.is_empty() && roots.is_empty() {
+            tracing::warn!(
+                "--affected {}: files changed in {} project(s), but none is an input of the tasks asked for",
+                a.git_ref,
+                a.projects
+            );
+        }
+        roots.extend(by_change);
+    }
     Ok(closure(full, &roots))
+}
+
+/// What `--affected` found: the changed files, and the projects named otherwise (by `-p`
+/// or `--filter`), whose tasks are selected whatever changed.
+struct Affected {
+    git_ref: String,
+    files: BTreeSet<String>,
+    explicit: BTreeSet<usize>,
+    projects: usize,
 }
 
 /// The nodes reachable from `roots` through deps, re-indexed; roots are marked requested.
@@ -155,10 +192,13 @@ pub fn closure(full: &TaskGraph, roots: &BTreeSet<NodeIdx>) -> TaskGraph {
     g
 }
 
-fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<BTreeSet<usize>, SelectError> {
+fn selected_projects(
+    ws: &Workspace,
+    sel: &Selection,
+) -> Result<(BTreeSet<usize>, Option<Affected>), SelectError> {
     let all = || (0..ws.projects.len()).collect();
     match &sel.projects {
-        ProjectFilter::All => Ok(all()),
+        ProjectFilter::All => Ok((all(), None)),
         ProjectFilter::Cwd => {
             // The deepest non-root project containing the cwd.
             let found = ws
@@ -169,7 +209,7 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<BTreeSet<usize>,
                     !p.dir.is_empty() && prova_protocol::globs::is_within(&sel.cwd, &p.dir)
                 })
                 .max_by_key(|(_, p)| p.dir.len());
-            Ok(found.map_or_else(all, |(i, _)| BTreeSet::from([i])))
+            Ok((found.map_or_else(all, |(i, _)| BTreeSet::from([i])), None))
         }
         ProjectFilter::Some { names, globs, affected: since } => {
             let mut out = BTreeSet::new();
@@ -215,14 +255,17 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<BTreeSet<usize>,
                     }
                 }
             }
-            if let Some(git_ref) = since {
-                let affected = affected::affected_projects(ws, git_ref)?;
-                if affected.is_empty() {
-                    tracing::warn!("--affected {git_ref}: no project changed since {git_ref}");
-                }
-                out.extend(affected);
+            let Some(git_ref) = since else { return Ok((out, None)) };
+            let files = affected::changed_files(&ws.root, git_ref)?;
+            let projects = affected::projects_for_files(ws, &files);
+            if projects.is_empty() {
+                tracing::warn!("--affected {git_ref}: no project changed since {git_ref}");
             }
-            Ok(out)
+            let explicit = out.clone();
+            out.extend(&projects);
+            let found =
+                Affected { git_ref: git_ref.clone(), files, explicit, projects: projects.len() };
+            Ok((out, Some(found)))
         }
     }
 }

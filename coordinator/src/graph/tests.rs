@@ -1035,3 +1035,99 @@ fn affected_bad_ref_names_the_ref() {
     assert!(matches!(err, SelectError::Affected(_)), "{err:?}");
     assert!(err.to_string().contains("--affected no-such-ref"), "{err}");
 }
+
+/// `AFFECTED_ROOT` with declared inputs: `build` reads `src/**` (and depends on its
+/// dependencies' builds), `docs` reads `README.md` only.
+const PER_TASK_ROOT: &str = "[workspace]
+projects = [\"libs/*\", \"apps/*\"]
+fingerprint = [\"pnpm-lock.yaml\"]
+
+[tasks.build]
+command = \"make\"
+deps = [\"^build\"]
+inputs = [\"src/**\"]
+
+[tasks.docs]
+command = \"make docs\"
+inputs = [\"README.md\"]
+";
+
+impl Repo {
+    /// [`Repo::new`] with [`PER_TASK_ROOT`] and a README in core and web, at `base`.
+    fn per_task() -> Self {
+        let repo = Self::new("");
+        repo.file("prova.toml", PER_TASK_ROOT)
+            .file("libs/core/README.md", "core docs\n")
+            .file("apps/web/README.md", "web docs\n");
+        repo.commit_all("per-task inputs");
+        repo.git(&["branch", "-f", "base"]);
+        repo
+    }
+
+    /// The requested tasks of `tasks` over the projects `names` plus those affected.
+    fn select_affected(&self, tasks: &[&str], names: &[&str]) -> Vec<String> {
+        let ws = self.load();
+        let full = graph(&ws);
+        let sel = Selection {
+            tasks: tasks.iter().map(|t| (*t).to_owned()).collect(),
+            projects: ProjectFilter::Some {
+                names: names.iter().map(|n| (*n).to_owned()).collect(),
+                globs: Vec::new(),
+                affected: Some("base".to_owned()),
+            },
+            cwd: String::new(),
+        };
+        requested(&select(&ws, &full, &sel).unwrap()).into_iter().map(str::to_owned).collect()
+    }
+}
+
+#[test]
+fn affected_is_per_task_a_change_outside_a_tasks_inputs_does_not_select_it() {
+    let repo = Repo::per_task();
+    // A README edit: core is an affected project, but only its docs task reads the file.
+    repo.file("libs/core/README.md", "core docs v2\n");
+    assert_eq!(repo.affected(), ["web", "core", "ui"], "project level, as before");
+    assert_eq!(repo.select_affected(&["build", "docs"], &[]), ["core#docs"]);
+    assert_eq!(repo.select_affected(&["build"], &[]), [] as [&str; 0]);
+
+    // A source edit: core's build and the builds that depend on it, not web's docs (which
+    // has no edge to any build: its key cannot see core).
+    let repo = Repo::per_task();
+    repo.file("libs/core/src/lib.rs", "core v2\n");
+    assert_eq!(
+        repo.select_affected(&["build", "docs"], &[]),
+        ["web#build", "core#build", "ui#build"]
+    );
+    // A deleted input counts as a change to it.
+    let repo = Repo::per_task();
+    std::fs::remove_file(repo.ws_path().join("libs/utils/src/lib.rs")).unwrap();
+    assert_eq!(repo.select_affected(&["build", "docs"], &[]), ["utils#build"]);
+}
+
+#[test]
+fn affected_per_task_config_changes_select_every_task_of_the_project() {
+    // A project's own prova.toml can change any of its commands.
+    let repo = Repo::per_task();
+    repo.file("libs/ui/prova.toml", "[project]\ndeps = [\"core\"]\n# touched\n");
+    assert_eq!(repo.select_affected(&["build", "docs"], &[]), ["web#build", "ui#build", "ui#docs"]);
+    // The root config and a workspace fingerprint file reach every task.
+    let repo = Repo::per_task();
+    repo.file("prova.toml", &format!("{PER_TASK_ROOT}# touched\n"));
+    assert_eq!(repo.select_affected(&["docs"], &[]).len(), ALL_PROJECTS.len());
+    let repo = Repo::per_task();
+    repo.file("pnpm-lock.yaml", "lock v2\n");
+    assert_eq!(repo.select_affected(&["docs"], &[]).len(), ALL_PROJECTS.len());
+}
+
+#[test]
+fn affected_per_task_leaves_projects_named_otherwise_whole() {
+    // `-p utils` selects utils' tasks whatever changed; the affected part is refined.
+    let repo = Repo::per_task();
+    repo.file("libs/core/README.md", "core docs v2\n");
+    assert_eq!(
+        repo.select_affected(&["build", "docs"], &["utils"]),
+        ["core#docs", "utils#build", "utils#docs"]
+    );
+    // A task id asked for by name is never refined away.
+    assert_eq!(repo.select_affected(&["web#build"], &[]), ["web#build"]);
+}
