@@ -31,7 +31,9 @@ pub struct WorkerActor {
     context: Arc<WorkerContext>,
     slots: usize,
     link: mpsc::Sender<FromWorker>,
-    live: HashMap<AttemptId, (CancellationToken, OwnedTask<()>)>,
+    /// Live attempts: the cancel token, the task, and whether it is persistent (a dev
+    /// server takes no slot: the scheduler does not count it against `-j` either).
+    live: HashMap<AttemptId, (CancellationToken, OwnedTask<()>, bool)>,
 }
 
 impl Actor for WorkerActor {
@@ -54,7 +56,7 @@ impl Actor for WorkerActor {
     ) -> Result<(), Self::Error> {
         // Dropping the owned tasks aborts them; cancel first so processes are killed
         // through the executor's SIGTERM → SIGKILL path rather than orphaned.
-        for (token, _) in self.live.values() {
+        for (token, ..) in self.live.values() {
             token.cancel();
         }
         Ok(())
@@ -87,7 +89,8 @@ impl Message<ToWorker> for WorkerActor {
                 if self.live.contains_key(&attempt) {
                     return; // duplicate delivery
                 }
-                if self.live.len() >= self.slots {
+                let regular = self.live.values().filter(|(.., persistent)| !persistent).count();
+                if !a.spec.persistent && regular >= self.slots {
                     let _ = self
                         .link
                         .send(FromWorker::Finished(Box::new(Finished::handed_back(
@@ -111,6 +114,7 @@ impl Message<ToWorker> for WorkerActor {
                     let _ = self.link.send(FromWorker::Finished(Box::new(back))).await;
                     return;
                 }
+                let persistent = a.spec.persistent;
                 let token = CancellationToken::new();
                 let (context, link, cancel) =
                     (self.context.clone(), self.link.clone(), token.clone());
@@ -124,10 +128,10 @@ impl Message<ToWorker> for WorkerActor {
                     let _ = me.tell(Done(attempt)).await;
                     let _ = link.send(FromWorker::Finished(Box::new(report))).await;
                 });
-                self.live.insert(attempt, (token, task));
+                self.live.insert(attempt, (token, task, persistent));
             }
             ToWorker::Cancel { attempt } => {
-                if let Some((token, _)) = self.live.get(&attempt) {
+                if let Some((token, ..)) = self.live.get(&attempt) {
                     token.cancel();
                 }
             }
@@ -139,7 +143,7 @@ impl Message<Done> for WorkerActor {
     type Reply = ();
 
     async fn handle(&mut self, Done(attempt): Done, _ctx: &mut Context<Self, Self::Reply>) {
-        if let Some((_, task)) = self.live.remove(&attempt) {
+        if let Some((_, task, _)) = self.live.remove(&attempt) {
             // It is sending its report: let it finish.
             drop(task.detach());
         }

@@ -17,8 +17,8 @@ pub struct Plan {
     pub deps: Vec<Vec<Node>>,
     /// Estimated duration of each node, in milliseconds (recorded history, or 1).
     pub weight: Vec<u64>,
-    /// Persistent nodes (dev servers): they unblock dependents when ready, free their slot
-    /// then, and are stopped once every other node is done.
+    /// Persistent nodes (dev servers): they take no slot, unblock dependents when ready, and
+    /// are stopped once every other node is done and each of their dependents is final.
     pub persistent: Vec<bool>,
 }
 
@@ -124,6 +124,10 @@ pub struct Scheduler {
     unmet: Vec<usize>,
     state: Vec<State>,
     ready: BinaryHeap<(u64, std::cmp::Reverse<Node>)>,
+    /// Persistent nodes whose dependencies are met: they take no slot (a dev server would
+    /// hold one for ever; `-j 1` with two servers could never start the second), so they
+    /// are dispatched at once, beside the regular work.
+    ready_persistent: Vec<Node>,
     opts: Options,
     in_flight: usize,
     /// Nodes not yet final, persistent ones excluded.
@@ -158,6 +162,7 @@ impl Scheduler {
             unmet,
             state: vec![State::Waiting; n],
             ready: BinaryHeap::new(),
+            ready_persistent: Vec::new(),
             opts: Options { concurrency: opts.concurrency.max(1), ..opts },
             in_flight: 0,
             open_regular,
@@ -174,7 +179,7 @@ impl Scheduler {
         self.priority[node]
     }
 
-    /// Nodes currently in flight (dispatched, not final, not serving).
+    /// Regular nodes currently in flight (dispatched, not final; persistent ones take no slot).
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
@@ -207,7 +212,6 @@ impl Scheduler {
             Event::Ready { node } => {
                 if self.state[node] == State::Running && self.persistent[node] {
                     self.state[node] = State::Serving;
-                    self.in_flight -= 1;
                     self.release_dependents(node);
                 }
             }
@@ -227,6 +231,7 @@ impl Scheduler {
                     }
                 }
                 self.ready.clear();
+                self.ready_persistent.clear();
             }
         }
         self.dispatch(now, &mut out);
@@ -239,7 +244,7 @@ impl Scheduler {
         if prev.is_final() || matches!(prev, State::Waiting | State::Queued) {
             return; // stale or impossible report: ignore
         }
-        if prev == State::Running {
+        if prev == State::Running && !self.persistent[node] {
             self.in_flight -= 1;
         }
         self.finished_at[node] = Some(now);
@@ -259,6 +264,9 @@ impl Scheduler {
             if !self.opts.continue_on_failure && !self.stopped {
                 self.stopped = true;
                 while let Some((_, std::cmp::Reverse(q))) = self.ready.pop() {
+                    self.mark_skipped(now, q, SkipReason::RunStopped, out);
+                }
+                for q in std::mem::take(&mut self.ready_persistent) {
                     self.mark_skipped(now, q, SkipReason::RunStopped, out);
                 }
                 for n in 0..self.state.len() {
@@ -307,10 +315,23 @@ impl Scheduler {
 
     fn enqueue(&mut self, node: Node) {
         self.state[node] = State::Queued;
-        self.ready.push((self.priority[node], std::cmp::Reverse(node)));
+        if self.persistent[node] {
+            self.ready_persistent.push(node);
+        } else {
+            self.ready.push((self.priority[node], std::cmp::Reverse(node)));
+        }
     }
 
     fn dispatch(&mut self, now: Duration, out: &mut Vec<Command>) {
+        if !self.stopped {
+            for node in std::mem::take(&mut self.ready_persistent) {
+                if self.state[node] == State::Queued {
+                    self.state[node] = State::Running;
+                    self.started_at[node] = Some(now);
+                    out.push(Command::Dispatch(node));
+                }
+            }
+        }
         while self.in_flight < self.opts.concurrency && !self.stopped {
             let Some((_, std::cmp::Reverse(node))) = self.ready.pop() else { break };
             if self.state[node] != State::Queued {
@@ -328,15 +349,19 @@ impl Scheduler {
             return;
         }
         // Every regular node is final. A persistent node something depended on (a server for
-        // e2e tests) has served its purpose: stop it. A persistent node nothing depends on was
-        // asked for itself (`prova run dev`): it runs until it exits or the run is interrupted.
+        // e2e tests) has served its purpose once every dependent is final — a persistent
+        // dependent (a web server over an api server) keeps it alive while it runs: stop it.
+        // A persistent node nothing depends on was asked for itself (`prova run dev`): it
+        // runs until it exits or the run is interrupted.
         let mut alive = false;
         for node in 0..self.state.len() {
             if !self.persistent[node] {
                 continue;
             }
+            let served = !self.dependents[node].is_empty()
+                && self.dependents[node].iter().all(|&d| self.state[d].is_final());
             match self.state[node] {
-                State::Serving | State::Running if !self.dependents[node].is_empty() => {
+                State::Serving | State::Running if served => {
                     self.state[node] = State::Stopping;
                     out.push(Command::StopPersistent(node));
                     alive = true;
