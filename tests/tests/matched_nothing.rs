@@ -123,3 +123,27 @@ fn a_filter_or_affected_selecting_nothing_is_named() {
     out.assert_code(0);
     assert!(!out.stderr.contains("no project changed"), "{}", out.stderr);
 }
+
+#[test]
+fn a_declared_output_that_no_file_matched_is_a_warning_naming_it() {
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"web\"]\n[tasks.build]\ncommand = \"mkdir -p dist && echo x > dist/a.js\"\noutputs = [\"dist/**\", \"dsit/**\"]\n",
+        )
+        .dir("web");
+    let out = ws.prova(["run", "build", "--all"]).run();
+    out.assert_code(0);
+    // A task's notice, on its prefixed lines.
+    out.assert_stdout_contains(
+        "web#build | warning: declared output `dsit/**` matched no file after it ran",
+    );
+    assert!(!out.stdout.contains("`dist/**`"), "{}", out.stdout);
+    // In the event stream too, as the task's notice.
+    let ws2 = ws.prova(["run", "build", "--all", "--force", "--json"]).run();
+    let notices = ws2.notices_of("web#build");
+    assert!(notices.iter().any(|n| n.contains("`dsit/**` matched no file")), "{notices:?}");
+    // A hit ran nothing: no warning.
+    let hit = ws.prova(["run", "build", "--all"]).run();
+    assert!(!hit.stdout.contains("matched no file"), "{}", hit.stdout);
+}

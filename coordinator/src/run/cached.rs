@@ -273,6 +273,24 @@ impl RunActor {
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
+        if let Some(outputs) = &f.outputs {
+            let spec = &self.plan.tasks[node].spec;
+            let none = decide::outputs_matching_nothing(
+                &spec.project_dir,
+                &spec.outputs,
+                &outputs.manifest,
+            );
+            if !none.is_empty() {
+                let named: Vec<String> = none.iter().map(|p| format!("`{p}`")).collect();
+                let msg = format!(
+                    "declared output{} {} matched no file after it ran (a typo, or it writes \
+                     elsewhere): the cache entry holds none of it",
+                    if none.len() == 1 { "" } else { "s" },
+                    named.join(", ")
+                );
+                self.notice(node, NoticeLevel::Warn, msg).await;
+            }
+        }
         let farm = self.farm_worker();
         // A local task that ran in an exec root (an inputs proof) must also appear in the
         // workspace: what runs after it in place reads its outputs there.

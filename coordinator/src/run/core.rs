@@ -248,6 +248,25 @@ pub(crate) fn withheld_before_save(f: &Finished) -> Option<String> {
     }
 }
 
+/// The declared output patterns of a task that no collected entry matches after it ran: a
+/// typo (`dsit/**`), or a task that writes elsewhere — its cache entry then holds less than
+/// the config says. Exclusions (`!…`) and patterns that do not compile are not judged here.
+pub(crate) fn outputs_matching_nothing(
+    project_dir: &str,
+    patterns: &[String],
+    manifest: &OutputManifest,
+) -> Vec<String> {
+    patterns
+        .iter()
+        .filter(|p| !p.starts_with('!'))
+        .filter(|p| {
+            PathGlobs::new(project_dir, std::slice::from_ref(*p))
+                .is_ok_and(|g| !manifest.entries.iter().any(|e| g.is_match(&e.path)))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Whether a local task that ran in an exec root (an inputs proof) must also appear in the
 /// workspace once saved: what runs after it in place reads its outputs there. Its save then
 /// rechecks no stamps: the execution read copies taken at materialisation, not the workspace.

@@ -416,3 +416,25 @@ fn only_a_successful_execution_of_a_task_the_run_saves_goes_to_the_save() {
         AfterExecution::Report { cache: CacheStatus::Uncached, unprovable: false }
     );
 }
+
+#[test]
+fn outputs_matching_nothing_names_each_declared_pattern_no_entry_matches() {
+    let manifest =
+        OutputManifest::new(vec![file("web/dist/a.js", b"a"), file("web/out.txt", b"o")]);
+    let pats = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    // A typo beside a pattern that matched; a literal that exists; an exclusion is not judged.
+    assert_eq!(
+        outputs_matching_nothing(
+            "web",
+            &pats(&["dist/**", "dsit/**", "out.txt", "!dist/x"]),
+            &manifest
+        ),
+        ["dsit/**"]
+    );
+    // Patterns are the project's: `dist/**` of another project matches nothing here.
+    assert_eq!(outputs_matching_nothing("api", &pats(&["dist/**"]), &manifest), ["dist/**"]);
+    assert!(outputs_matching_nothing("web", &[], &manifest).is_empty());
+    // An empty tree matches nothing at all.
+    let empty = OutputManifest::new(Vec::new());
+    assert_eq!(outputs_matching_nothing("", &pats(&["a", "b/**"]), &empty), ["a", "b/**"]);
+}
