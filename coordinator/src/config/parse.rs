@@ -313,6 +313,48 @@ mod tests {
     }
 
     #[test]
+    fn cache_tables_are_placed_too() {
+        let err = ws_err("[cache.reapi]\nendpont = 'grpc://h:1'\n");
+        assert!(
+            err.to_string().starts_with("prova.toml:2:1: unknown key `endpont` in [cache.reapi]"),
+            "{err}"
+        );
+        assert_eq!(err.help(), Some("did you mean `endpoint`?"));
+        let err = ws_err("[cache]\nrepai = {}\n");
+        assert!(err.to_string().contains("unknown key `repai` in [cache]"), "{err}");
+        assert_eq!(err.help(), Some("did you mean `reapi`?"));
+        let err = ws_err("[cache.reapi]\nendpoint = 8980\n");
+        assert!(
+            err.to_string()
+                .contains("`endpoint` in [cache.reapi] must be a string, found an integer"),
+            "{err}"
+        );
+        let err = ws_err("[cache.reapi]\nendpoint = 'grpc://h:1'\nupload = 'sometimes'\n");
+        assert!(
+            err.to_string().starts_with(
+                "prova.toml:3:10: `upload` in [cache.reapi] must be one of \"ci\", \"always\" or \
+                 \"never\", found a string `'sometimes'`"
+            ),
+            "{err}"
+        );
+        let err = project_err("[cache.reapi]\nendpoint = 'grpc://h:1'\n");
+        assert!(err.to_string().contains("unknown key `cache` in the top level"), "{err}");
+    }
+
+    /// Editors read a `#:schema` first line (taplo); to TOML it is a comment.
+    #[test]
+    fn a_schema_directive_is_a_comment() {
+        let text = "#:schema ./.prova/prova.schema.json\n[workspace]\nprojects = ['a']\n";
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/prova.toml"), text);
+        assert_eq!(src.has_workspace_table(), Some(true));
+        let file = src.parse::<WorkspaceFile>(TableKind::WorkspaceTop);
+        assert!(file.is_ok_and(|f| f.workspace.is_some_and(|w| w.projects.len() == 1)));
+        let text = "#:schema ../../.prova/prova.schema.json\n[project]\nname = 'web'\n";
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/a/prova.toml"), text);
+        assert!(src.parse::<ProjectFile>(TableKind::ProjectTop).is_ok());
+    }
+
+    #[test]
     fn workspace_table_detection() {
         let src = |text| ConfigSource::new(Path::new("/"), Path::new("/prova.toml"), text);
         assert_eq!(src("[workspace]\n").has_workspace_table(), Some(true));
