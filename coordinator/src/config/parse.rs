@@ -112,6 +112,19 @@ impl<'a> ConfigSource<'a> {
                 }
             }
             Hit::Key { .. } => fallback(),
+            // A table without a key it must have: serde points at the table.
+            Hit::Value { key, kind, value }
+                if matches!(value.get_ref(), DeValue::Table(_))
+                    && kind.child(&key).is_some()
+                    && err.message().starts_with("missing field") =>
+            {
+                let mut inner = path.clone();
+                inner.push(key);
+                ConfigError::Invalid {
+                    at: at.into(),
+                    message: format!("{} in {}", err.message(), describe_table(&inner)),
+                }
+            }
             Hit::Value { key, kind, value } => ConfigError::WrongType {
                 at: at.into(),
                 expected: kind.expected(&key).to_owned(),
@@ -335,6 +348,12 @@ mod tests {
                 "prova.toml:3:10: `upload` in [cache.reapi] must be one of \"ci\", \"always\" or \
                  \"never\", found a string `'sometimes'`"
             ),
+            "{err}"
+        );
+        let err = ws_err("[workspace]\n[cache.reapi]\ninstance_name = 'x'\n");
+        assert!(
+            err.to_string()
+                .starts_with("prova.toml:2:1: missing field `endpoint` in [cache.reapi]"),
             "{err}"
         );
         let err = project_err("[cache.reapi]\nendpoint = 'grpc://h:1'\n");
