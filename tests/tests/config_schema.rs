@@ -1,7 +1,8 @@
 //! The JSON Schema of `prova.toml` (`schemas/prova.toml.json`, issue 16) says what the parser
 //! says: each table's property names are the parser's accepted keys (the lists behind
 //! "unknown key … did you mean", `TableKind::keys`), tables nest as the parser nests them,
-//! every example `prova.toml` and every file `prova init` writes validates, and a few broken
+//! every example `prova.toml` (in `examples/` and the README) and every file `prova init`
+//! writes validates, and a few broken
 //! configs are refused by the schema and by `prova run` alike.
 
 use std::collections::BTreeSet;
@@ -135,6 +136,22 @@ fn every_example_validates() {
         let text = std::fs::read_to_string(&file).expect("example prova.toml");
         assert_valid(&text, &file.display().to_string());
     }
+}
+
+/// The README's example files (its TOML blocks with a `[workspace]` or `[project]` table; the
+/// others are fragments) validate: the documented keys are the schema's.
+#[test]
+fn the_readme_examples_validate() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let mut checked = 0;
+    for block in readme.split("```toml\n").skip(1) {
+        let text = block.split("```").next().unwrap_or_default();
+        if text.lines().any(|l| l.starts_with("[workspace]") || l.starts_with("[project]")) {
+            assert_valid(text, "a README example");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "the README's example files: {checked}");
 }
 
 /// What `prova init` wrote, checked: the `#:schema` first line, the schema file it names,
