@@ -80,6 +80,25 @@ pub enum Command {
     ///
     /// Example: `prova ls --json | jq '.projects[].name'`
     Ls(LsArgs),
+    /// Print a JSON Schema of prova's: `config` (prova.toml, for editors) or `events` (--json).
+    ///
+    /// Example: `prova schema config --write` (refreshes .prova/prova.schema.json)
+    #[command(subcommand)]
+    Schema(SchemaCommand),
+}
+
+/// `prova schema ...`.
+#[derive(Debug, Subcommand)]
+pub enum SchemaCommand {
+    /// The JSON Schema of prova.toml, root and project files (taplo / Even Better TOML).
+    Config {
+        /// Write it to .prova/prova.schema.json at the workspace root, the file the
+        /// `#:schema` line `prova init` writes points at, instead of printing it.
+        #[arg(long)]
+        write: bool,
+    },
+    /// The JSON Schema of the `prova run --json` lines.
+    Events,
 }
 
 /// `prova init`.

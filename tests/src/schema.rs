@@ -1,13 +1,16 @@
-//! A small JSON Schema validator for the subset `schemas/events.json` uses (no well-kept
-//! validator crate builds offline here): `type` (one or a list), `const`, `enum`,
-//! `properties`, `required`, `additionalProperties` (a boolean or a schema), `items`,
-//! `minItems`, `maxItems`, `minimum`, `oneOf` (exactly one), `anyOf`, and `$ref` to
-//! `#/$defs/NAME`. Annotations (`description`, `title`, `format`, `$schema`, `$id`, `$defs`)
-//! are ignored; any other keyword is an error, so the schema cannot lean on one this
-//! validator would silently skip.
+//! A small JSON Schema validator for the subset `schemas/events.json` and
+//! `schemas/prova.toml.json` use (no well-kept validator crate builds offline here): `type`
+//! (one or a list), `const`, `enum`, `properties`, `required`, `additionalProperties` (a
+//! boolean or a schema), `items`, `minItems`, `maxItems`, `minimum`, `maximum`, `minLength`,
+//! `pattern` (the `regex` crate's syntax, which agrees with ECMA 262 on the simple patterns
+//! used), `oneOf` (exactly one), `anyOf`, and `$ref` to `#/$defs/NAME`. Annotations
+//! (`description`, `title`, `format`, `default`, `$comment`, `$schema`, `$id`, `$defs`) are
+//! ignored; any other keyword is an error, so a schema cannot lean on one this validator
+//! would silently skip.
 //!
 //! [`check_event`] validates one `prova run --json` line against the repository's schema;
 //! the harness calls it on every line a suite reads as events ([`crate::run::Output::events`]).
+//! [`check_config`] validates a `prova.toml`, as JSON, against the config schema.
 
 use std::sync::OnceLock;
 
@@ -22,6 +25,21 @@ fn events_schema() -> &'static Value {
         Ok(v) => v,
         Err(e) => panic!("schemas/events.json is not JSON: {e}"),
     })
+}
+
+/// The config schema, parsed.
+pub fn config_schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| match serde_json::from_str(prova_coordinator::config::JSON_SCHEMA) {
+        Ok(v) => v,
+        Err(e) => panic!("schemas/prova.toml.json is not JSON: {e}"),
+    })
+}
+
+/// Why `value` (a `prova.toml` turned into JSON) does not match `schemas/prova.toml.json`.
+pub fn check_config(value: &Value) -> Result<(), String> {
+    let root = config_schema();
+    validate(root, root, value, "$")
 }
 
 /// Why `value` does not match the event schema (`Err` names the first failure found and
@@ -42,7 +60,8 @@ pub fn validate(root: &Value, schema: &Value, value: &Value, at: &str) -> Result
     };
     for (kw, arg) in obj {
         match kw.as_str() {
-            "description" | "title" | "format" | "$schema" | "$id" | "$defs" | "$comment" => {}
+            "description" | "title" | "format" | "default" | "$schema" | "$id" | "$defs"
+            | "$comment" => {}
             "$ref" => {
                 let target = resolve(root, arg)?;
                 validate(root, target, value, at)?;
@@ -119,6 +138,30 @@ pub fn validate(root: &Value, schema: &Value, value: &Value, at: &str) -> Result
                     && v < min
                 {
                     return Err(format!("{at}: {v} is below {min}"));
+                }
+            }
+            "maximum" => {
+                if let (Some(v), Some(max)) = (value.as_f64(), arg.as_f64())
+                    && v > max
+                {
+                    return Err(format!("{at}: {v} is above {max}"));
+                }
+            }
+            "minLength" => {
+                if let (Some(s), Some(n)) = (value.as_str(), arg.as_u64())
+                    && (s.chars().count() as u64) < n
+                {
+                    return Err(format!("{at}: {value} is shorter than {n}"));
+                }
+            }
+            "pattern" => {
+                let source = arg.as_str().ok_or(format!("{at}: bad `pattern`"))?;
+                let re = regex::Regex::new(source)
+                    .map_err(|e| format!("{at}: bad `pattern` {source}: {e}"))?;
+                if let Some(s) = value.as_str()
+                    && !re.is_match(s)
+                {
+                    return Err(format!("{at}: {value} does not match {source}"));
                 }
             }
             "oneOf" | "anyOf" => {
@@ -215,8 +258,34 @@ mod tests {
         assert!(check(s.clone(), json!(1)).is_err(), "both match");
         let s = json!({ "anyOf": [{ "type": "integer" }, { "minimum": 0 }] });
         assert!(check(s, json!(1)).is_ok());
-        assert!(check(json!({ "pattern": "^a" }), json!("a")).is_err());
+        assert!(check(json!({ "propertyNames": {} }), json!({})).is_err());
         assert!(check(json!({ "$ref": "#/$defs/nope" }), json!(1)).is_err());
+    }
+
+    #[test]
+    fn bounds_lengths_and_patterns() {
+        let s = json!({
+            "type": "object",
+            "properties": {
+                "n": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 },
+                "s": { "type": "string", "minLength": 1, "pattern": "^[a-z_]+$" }
+            }
+        });
+        assert_eq!(check(s.clone(), json!({"n": 100, "s": "ab_c"})), Ok(()));
+        for bad in [json!({"n": 101}), json!({"s": ""}), json!({"s": "A"}), json!({"s": "a-b"})] {
+            assert!(check(s.clone(), bad.clone()).is_err(), "{bad} passed");
+        }
+        assert!(check(json!({ "pattern": "(" }), json!("a")).is_err(), "a bad pattern is an error");
+        // A pattern matches anywhere unless anchored, as in JSON Schema.
+        assert_eq!(check(json!({ "pattern": "\\S" }), json!("  x ")), Ok(()));
+        assert!(check(json!({ "pattern": "\\S" }), json!("   ")).is_err());
+    }
+
+    #[test]
+    fn the_committed_config_schema_uses_only_known_keywords() {
+        assert_eq!(check_config(&json!({"workspace": {}})), Ok(()));
+        assert_eq!(check_config(&json!({"project": {"name": "web"}})), Ok(()));
+        assert!(check_config(&json!({"workspace": {}, "bogus": 1})).is_err());
     }
 
     #[test]

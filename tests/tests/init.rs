@@ -1,5 +1,6 @@
 //! `prova init` (issue 16): detects the kind of workspace, writes a commented `prova.toml`
-//! that `prova run` accepts, and refuses to overwrite one without `--force`.
+//! that `prova run` accepts (its `#:schema` first line and the schema it names are checked
+//! in `config_schema.rs`), and refuses to overwrite one without `--force`.
 
 use prova_tests::TempWorkspace;
 
@@ -19,6 +20,9 @@ fn init_on_an_npm_workspace_is_accepted_by_run() {
     let text = ws.read("prova.toml");
     assert!(text.contains("# "), "commented: {text}");
     assert!(text.contains("fingerprint = [\"package-lock.json\"]"), "{text}");
+    // Editors find the schema: the first line names the copy init wrote beside the cache.
+    assert!(text.starts_with("#:schema ./.prova/prova.schema.json\n"), "{text}");
+    assert!(ws.exists(".prova/prova.schema.json"));
     let run = ws.prova(["run", "build", "--all", "--json"]).run();
     run.assert_code(0);
     assert_eq!(run.status_of("lib#build"), "succeeded");

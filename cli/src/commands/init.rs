@@ -3,6 +3,11 @@
 //! `[workspace] members`) and writes a small commented `prova.toml` that `prova run` accepts.
 //! What prova already infers (JS project globs, tasks from `package.json` scripts) is left
 //! out of the file so it stays small. An existing `prova.toml` is kept unless `--force`.
+//!
+//! The file's first line is `#:schema ./.prova/prova.schema.json`, which taplo (Even Better
+//! TOML) reads to validate and complete the file; init writes that schema there, the copy
+//! compiled into this binary (`prova schema config --write` refreshes it after an upgrade or
+//! in a fresh clone, where `.prova/` is usually ignored).
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +52,7 @@ pub fn init(start: &Path, args: InitArgs) -> anyhow::Result<Code> {
     let text = render(&detected, &locks);
     std::fs::write(&file, text)
         .map_err(|source| InitError::Write { path: file.clone(), source })?;
+    let schema = super::schema::write_config_schema(start)?;
     let what = match &detected {
         Detected::Npm => "an npm/yarn workspace (package.json workspaces)".to_owned(),
         Detected::Pnpm => "a pnpm workspace (pnpm-workspace.yaml)".to_owned(),
@@ -54,6 +60,7 @@ pub fn init(start: &Path, args: InitArgs) -> anyhow::Result<Code> {
         Detected::Plain => "no workspace manifest; the directory is the one project".to_owned(),
     };
     println!("wrote {} for {what}", file.display());
+    println!("wrote {}, the schema its `#:schema` line names (for editors)", schema.display());
     println!("next: `prova ls` to see the projects and tasks, `prova run build --all --dry-run`");
     Ok(Code::Ok)
 }
@@ -97,6 +104,7 @@ fn read(path: &Path) -> Result<String, InitError> {
 /// Lockfiles whose change should re-run every task, listed in `fingerprint` when present.
 const LOCKFILES: &[&str] = &["package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.lock"];
 
+/// What the file is; after the schema directive, a TOML comment too.
 const HEADER: &str = "\
 # prova.toml: the workspace root of prova (written by `prova init`).
 # `prova ls` lists the projects and tasks this file gives; `prova run build --all` runs them.
@@ -119,7 +127,7 @@ deps = [\"build\"]
 
 /// The text of the `prova.toml` for `detected`.
 pub fn render(detected: &Detected, locks: &[&str]) -> String {
-    let mut out = HEADER.to_owned();
+    let mut out = format!("{}\n{HEADER}", super::schema::SCHEMA_DIRECTIVE);
     let fingerprint = if locks.is_empty() {
         "# Root files whose change re-runs every task:\n# fingerprint = [\"yarn.lock\"]\n\n"
             .to_owned()
@@ -177,6 +185,14 @@ mod tests {
         assert!(text.contains("projects = [\"crates/*\", \"cli\"]"), "{text}");
         let parsed: Result<toml::Table, _> = toml::from_str(&text);
         assert!(parsed.is_ok(), "{text}");
+    }
+
+    #[test]
+    fn the_first_line_names_the_schema() {
+        for d in [Detected::Npm, Detected::Pnpm, Detected::Cargo(vec![]), Detected::Plain] {
+            let text = render(&d, &[]);
+            assert_eq!(text.lines().next(), Some(super::super::schema::SCHEMA_DIRECTIVE));
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod ls;
 pub mod proofs;
 pub mod run;
+pub mod schema;
 
 use crate::args::{Cli, Command};
 use crate::exit::Code;
@@ -41,5 +42,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         Command::Init(args) => init::init(&start, args),
         Command::Completions(args) => completions::completions(args),
         Command::Ls(args) => ls::ls(&start, args),
+        Command::Schema(cmd) => schema::schema(&start, cmd),
     }
 }

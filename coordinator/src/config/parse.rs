@@ -112,6 +112,19 @@ impl<'a> ConfigSource<'a> {
                 }
             }
             Hit::Key { .. } => fallback(),
+            // A table without a key it must have: serde points at the table.
+            Hit::Value { key, kind, value }
+                if matches!(value.get_ref(), DeValue::Table(_))
+                    && kind.child(&key).is_some()
+                    && err.message().starts_with("missing field") =>
+            {
+                let mut inner = path.clone();
+                inner.push(key);
+                ConfigError::Invalid {
+                    at: at.into(),
+                    message: format!("{} in {}", err.message(), describe_table(&inner)),
+                }
+            }
             Hit::Value { key, kind, value } => ConfigError::WrongType {
                 at: at.into(),
                 expected: kind.expected(&key).to_owned(),
@@ -310,6 +323,54 @@ mod tests {
         assert!(err.to_string().contains("`tasks` in the top level must be a table"), "{err}");
         let err = ws_err("[workspace]\nprojects = 'apps/*'\n");
         assert!(err.to_string().contains("`projects` in [workspace] must be an array"), "{err}");
+    }
+
+    #[test]
+    fn cache_tables_are_placed_too() {
+        let err = ws_err("[cache.reapi]\nendpont = 'grpc://h:1'\n");
+        assert!(
+            err.to_string().starts_with("prova.toml:2:1: unknown key `endpont` in [cache.reapi]"),
+            "{err}"
+        );
+        assert_eq!(err.help(), Some("did you mean `endpoint`?"));
+        let err = ws_err("[cache]\nrepai = {}\n");
+        assert!(err.to_string().contains("unknown key `repai` in [cache]"), "{err}");
+        assert_eq!(err.help(), Some("did you mean `reapi`?"));
+        let err = ws_err("[cache.reapi]\nendpoint = 8980\n");
+        assert!(
+            err.to_string()
+                .contains("`endpoint` in [cache.reapi] must be a string, found an integer"),
+            "{err}"
+        );
+        let err = ws_err("[cache.reapi]\nendpoint = 'grpc://h:1'\nupload = 'sometimes'\n");
+        assert!(
+            err.to_string().starts_with(
+                "prova.toml:3:10: `upload` in [cache.reapi] must be one of \"ci\", \"always\" or \
+                 \"never\", found a string `'sometimes'`"
+            ),
+            "{err}"
+        );
+        let err = ws_err("[workspace]\n[cache.reapi]\ninstance_name = 'x'\n");
+        assert!(
+            err.to_string()
+                .starts_with("prova.toml:2:1: missing field `endpoint` in [cache.reapi]"),
+            "{err}"
+        );
+        let err = project_err("[cache.reapi]\nendpoint = 'grpc://h:1'\n");
+        assert!(err.to_string().contains("unknown key `cache` in the top level"), "{err}");
+    }
+
+    /// Editors read a `#:schema` first line (taplo); to TOML it is a comment.
+    #[test]
+    fn a_schema_directive_is_a_comment() {
+        let text = "#:schema ./.prova/prova.schema.json\n[workspace]\nprojects = ['a']\n";
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/prova.toml"), text);
+        assert_eq!(src.has_workspace_table(), Some(true));
+        let file = src.parse::<WorkspaceFile>(TableKind::WorkspaceTop);
+        assert!(file.is_ok_and(|f| f.workspace.is_some_and(|w| w.projects.len() == 1)));
+        let text = "#:schema ../../.prova/prova.schema.json\n[project]\nname = 'web'\n";
+        let src = ConfigSource::new(Path::new("/ws"), Path::new("/ws/a/prova.toml"), text);
+        assert!(src.parse::<ProjectFile>(TableKind::ProjectTop).is_ok());
     }
 
     #[test]

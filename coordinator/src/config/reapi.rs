@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::schema::ReapiTable;
+use super::schema::{ReapiTable, UploadValue};
 use crate::layers::reapi::{Endpoint, ReapiConfig, Upload};
 
 /// Default per-call timeout.
@@ -100,11 +100,11 @@ fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> 
             reason: "TLS files are set but the endpoint is grpc:// (use grpcs://)".to_owned(),
         });
     }
-    let upload = match &t.upload {
+    let upload = match t.upload {
         None => Upload::default(),
-        Some(s) => {
-            Upload::parse(s).map_err(|reason| ReapiConfigError::Value { key: "upload", reason })?
-        }
+        Some(UploadValue::Ci) => Upload::Ci,
+        Some(UploadValue::Always) => Upload::Always,
+        Some(UploadValue::Never) => Upload::Never,
     };
     let abs = |p: &Option<String>| p.as_ref().map(|p| root.join(p));
     let token = match (&t.token_file, &t.token_env) {
@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(up("always").unwrap(), Some(Upload::Always));
         assert_eq!(up("never").unwrap(), Some(Upload::Never));
         let e = up("sometimes").unwrap_err().to_string();
-        assert!(e.contains("[cache.reapi] upload") && e.contains("sometimes"), "{e}");
+        assert!(e.contains("upload") && e.contains("sometimes"), "{e}");
         for (ci, writes) in [
             (None, false),
             (Some(""), false),

@@ -53,8 +53,26 @@ pub struct ReapiTable {
     /// The client certificate's PEM private key.
     pub key_file: Option<String>,
     /// Which runs write results: `"ci"` (default: a run with `CI` set), `"always"`, `"never"`.
-    pub upload: Option<String>,
+    pub upload: Option<UploadValue>,
 }
+
+/// `[cache.reapi] upload`, as written (resolved to `crate::layers::reapi::Upload`). An enum
+/// here so a misspelt value is refused when the workspace loads, not only when a run asks
+/// for the layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UploadValue {
+    /// Runs with `CI` set.
+    Ci,
+    /// Every run.
+    Always,
+    /// No run.
+    Never,
+}
+
+/// The values `upload` accepts, as written: what its error message and the JSON Schema's
+/// `enum` list.
+pub const UPLOAD_VALUES: &[&str] = &["ci", "always", "never"];
 
 /// `[workspace]`.
 #[derive(Debug, Default, Deserialize)]
@@ -191,8 +209,24 @@ pub enum TableKind {
     Tasks,
     /// `[tasks.NAME]`.
     Task,
+    /// `[cache]` (workspace root only).
+    Cache,
+    /// `[cache.reapi]`.
+    Reapi,
 }
 
+const CACHE_KEYS: &[&str] = &["reapi"];
+const REAPI_KEYS: &[&str] = &[
+    "endpoint",
+    "instance_name",
+    "token_file",
+    "token_env",
+    "timeout",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "upload",
+];
 const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks", "cache"];
 const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
 const WORKSPACE_KEYS: &[&str] = &[
@@ -233,6 +267,18 @@ const TABLE: &str = "a table";
 const BOOL: &str = "a boolean (`true` or `false`)";
 
 impl TableKind {
+    /// Every kind of table, for whoever must cover them all (the JSON Schema's sync test).
+    pub const ALL: &'static [Self] = &[
+        Self::WorkspaceTop,
+        Self::ProjectTop,
+        Self::Workspace,
+        Self::Project,
+        Self::Tasks,
+        Self::Task,
+        Self::Cache,
+        Self::Reapi,
+    ];
+
     /// The keys this table allows; empty for `[tasks]`, where any task name goes.
     pub fn keys(self) -> &'static [&'static str] {
         match self {
@@ -242,6 +288,8 @@ impl TableKind {
             Self::Project => PROJECT_KEYS,
             Self::Tasks => &[],
             Self::Task => TASK_KEYS,
+            Self::Cache => CACHE_KEYS,
+            Self::Reapi => REAPI_KEYS,
         }
     }
 
@@ -251,6 +299,8 @@ impl TableKind {
             (Self::WorkspaceTop, "workspace") => Some(Self::Workspace),
             (Self::WorkspaceTop | Self::ProjectTop, "project") => Some(Self::Project),
             (Self::WorkspaceTop | Self::ProjectTop, "tasks") => Some(Self::Tasks),
+            (Self::WorkspaceTop, "cache") => Some(Self::Cache),
+            (Self::Cache, "reapi") => Some(Self::Reapi),
             (Self::Tasks, _) => Some(Self::Task),
             _ => None,
         }
@@ -259,7 +309,9 @@ impl TableKind {
     /// What the value of `key` must be, in words.
     pub fn expected(self, key: &str) -> &'static str {
         match (self, key) {
-            (Self::WorkspaceTop | Self::ProjectTop | Self::Tasks, _) => TABLE,
+            (Self::WorkspaceTop | Self::ProjectTop | Self::Tasks | Self::Cache, _) => TABLE,
+            (Self::Reapi, "upload") => "one of \"ci\", \"always\" or \"never\"",
+            (Self::Reapi, _) => "a string",
             (Self::Project, "name") => "a string",
             (Self::Task, "command") => {
                 "a string (run by `sh -c`) or an array of strings (program and arguments)"
@@ -313,8 +365,49 @@ mod tests {
             let err = toml::from_str::<ProjectFile>(&format!("{key} = 1")).unwrap_err();
             assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
         }
+        for key in CACHE_KEYS {
+            let err = toml::from_str::<WorkspaceFile>(&format!("[cache]\n{key} = 1")).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
+        for key in REAPI_KEYS {
+            let src = format!("[cache.reapi]\n{key} = {{ x = 1 }}\n");
+            let err = toml::from_str::<WorkspaceFile>(&src).unwrap_err();
+            assert!(!err.message().starts_with("unknown field"), "{key}: {}", err.message());
+        }
         let err = toml::from_str::<ProjectFile>("workspace = 1").unwrap_err();
         assert!(err.message().starts_with("unknown field"));
+        let err = toml::from_str::<ProjectFile>("cache = 1").unwrap_err();
+        assert!(err.message().starts_with("unknown field"));
+    }
+
+    /// `ALL` names every kind (the match has no wildcard: a new kind fails to compile here
+    /// until it is listed), and every child kind is reachable from a top level.
+    #[test]
+    fn all_lists_every_kind() {
+        for kind in TableKind::ALL {
+            match kind {
+                TableKind::WorkspaceTop
+                | TableKind::ProjectTop
+                | TableKind::Workspace
+                | TableKind::Project
+                | TableKind::Tasks
+                | TableKind::Task
+                | TableKind::Cache
+                | TableKind::Reapi => {}
+            }
+        }
+        assert_eq!(TableKind::ALL.len(), 8);
+    }
+
+    #[test]
+    fn upload_values_are_the_enum() {
+        for v in UPLOAD_VALUES {
+            let src = format!("[cache.reapi]\nendpoint = \"grpc://h:1\"\nupload = \"{v}\"\n");
+            let file: WorkspaceFile = toml::from_str(&src).unwrap();
+            assert!(file.cache.and_then(|c| c.reapi).and_then(|r| r.upload).is_some(), "{v}");
+        }
+        let src = "[cache.reapi]\nendpoint = \"grpc://h:1\"\nupload = \"sometimes\"\n";
+        assert!(toml::from_str::<WorkspaceFile>(src).is_err());
     }
 
     #[test]

@@ -52,16 +52,6 @@ pub enum Upload {
 }
 
 impl Upload {
-    /// Parses the config value.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "ci" => Ok(Self::Ci),
-            "always" => Ok(Self::Always),
-            "never" => Ok(Self::Never),
-            other => Err(format!("`{other}` is not one of \"ci\", \"always\", \"never\"")),
-        }
-    }
-
     /// Whether a run writes, given the value of `$CI` (`None` when unset).
     pub fn writes(self, ci: Option<&str>) -> bool {
         match self {
