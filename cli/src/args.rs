@@ -324,6 +324,8 @@ pub enum DownloadMode {
 pub enum Fallback {
     /// Run in local mode, with the local cache.
     Local,
+    /// Fail the run (the default; overrides `[workspace] fallback = "local"`).
+    None,
 }
 
 /// Where the cache lives.
@@ -664,8 +666,9 @@ pub struct RunArgs {
     pub download: DownloadMode,
 
     /// With --remote: what to do when the farm cannot be reached (no handshake within
-    /// seconds): `local` runs in local mode instead (Bazel's `--remote_local_fallback`). A
-    /// farm that answers and refuses is never a reason to fall back.
+    /// seconds): `local` runs in local mode instead (Bazel's `--remote_local_fallback`),
+    /// `none` fails; default: `[workspace] fallback`, else `none`. A farm that answers and
+    /// refuses is never a reason to fall back.
     #[arg(long, value_enum, value_name = "MODE", env = "PROVA_FALLBACK")]
     pub fallback: Option<Fallback>,
 

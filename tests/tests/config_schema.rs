@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use prova_coordinator::config::JSON_SCHEMA;
-use prova_coordinator::config::schema::{TableKind, UPLOAD_VALUES};
+use prova_coordinator::config::schema::{FALLBACK_VALUES, TableKind, UPLOAD_VALUES};
 use prova_tests::TempWorkspace;
 use prova_tests::schema::{check_config, config_schema};
 use serde_json::{Value, json};
@@ -103,6 +103,7 @@ fn required_keys_and_enums_are_the_parser_s() {
         }
     }
     assert_eq!(def(TableKind::Reapi)["properties"]["upload"]["enum"], json!(UPLOAD_VALUES));
+    assert_eq!(def(TableKind::Workspace)["properties"]["fallback"]["enum"], json!(FALLBACK_VALUES));
     // The embedded copy is the committed file.
     let committed = std::fs::read_to_string(repo().join("schemas/prova.toml.json"))
         .expect("schemas/prova.toml.json");

@@ -114,3 +114,35 @@ fn a_remote_run_that_hits_the_local_cache_everywhere_asks_the_farm_nothing() {
     assert!(!changed.stdout.contains("nothing was sent to the farm"), "{changed}");
     assert!(changed.stdout.contains("input blobs to the farm"), "{changed}");
 }
+
+#[test]
+fn workspace_fallback_local_is_the_default_a_flag_overrides() {
+    let mut farm = Cluster::start(1);
+    let ws = workspace().file(
+        "prova.toml",
+        "[workspace]\nprojects = [\"lib\", \"app\"]\nfallback = \"local\"\n\n[tasks.build]\n\
+         command = \"mkdir -p dist && cat src/* > dist/out.txt\"\ndeps = [\"^build\"]\n\
+         inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+    );
+    farm.stop_coordinator();
+    // The setting alone falls back, and says which setting did.
+    let out = farm.run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"]).run();
+    assert_eq!(out.code(), Some(0), "{out}");
+    let lines = unreachable_lines(&out.stderr, farm.addr());
+    assert_eq!(lines.len(), 1, "one line naming the address: {out}");
+    assert!(lines[0].contains("running locally ([workspace] fallback = \"local\")"), "{out}");
+    assert_eq!(ws.read("app/dist/out.txt"), "a\n");
+    // `--fallback none` wins over it: one line, exit 2, nothing ran.
+    std::fs::remove_dir_all(ws.path("app/dist")).unwrap();
+    let out = farm
+        .run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json", "--fallback", "none"])
+        .run();
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(!ws.path("app/dist/out.txt").exists(), "nothing ran: {out}");
+    // A value it does not know is a config error naming the line.
+    let bad = workspace()
+        .file("prova.toml", "[workspace]\nprojects = [\"lib\"]\nfallback = \"remote\"\n");
+    let out = bad.prova(["run", "build", "--all"]).run();
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("prova.toml:3:"), "{out}");
+}

@@ -34,7 +34,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     // reached is said in one line within seconds — or, with `--fallback local`, the run goes
     // on in local mode (everything below then treats it as a local run).
     let session = match &args.remote.remote {
-        Some(_) => rt.block_on(dial(&args))?,
+        Some(_) => rt.block_on(dial(&args, ws.settings.fallback_local))?,
         None => None,
     };
     let remote = session.is_some();
@@ -393,15 +393,24 @@ fn cache_mode(args: &RunArgs, remote: bool) -> common::CacheMode {
 }
 
 /// Dials `--remote`. A farm that cannot be reached is an error naming the address and the
-/// way on — or, with `--fallback local`, one warning and `None`: the run goes on locally.
-async fn dial(args: &RunArgs) -> anyhow::Result<Option<crate::remote::Session>> {
+/// way on — or, with `--fallback local` (or `[workspace] fallback = "local"`, which the flag
+/// overrides either way), one warning and `None`: the run goes on locally.
+async fn dial(
+    args: &RunArgs,
+    config_local: bool,
+) -> anyhow::Result<Option<crate::remote::Session>> {
+    use crate::args::Fallback;
+    let why = match args.fallback {
+        Some(Fallback::Local) => Some("--fallback local"),
+        Some(Fallback::None) => None,
+        None => config_local.then_some("[workspace] fallback = \"local\""),
+    };
     match crate::remote::connect(&args.remote).await {
         Ok(s) => Ok(Some(s)),
         Err(e) => match e.downcast::<crate::remote::Unreachable>() {
-            Ok(u) if args.fallback == Some(crate::args::Fallback::Local) => {
-                crate::stdio::eprint_line(&format!(
-                    "prova: warning: {u}; running locally (--fallback local)"
-                ));
+            Ok(u) if why.is_some() => {
+                let why = why.unwrap_or_default();
+                crate::stdio::eprint_line(&format!("prova: warning: {u}; running locally ({why})"));
                 Ok(None)
             }
             Ok(u) => Err(anyhow::anyhow!("{u}; `--fallback local` runs locally instead")),

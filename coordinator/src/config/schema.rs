@@ -74,6 +74,19 @@ pub enum UploadValue {
 /// `enum` list.
 pub const UPLOAD_VALUES: &[&str] = &["ci", "always", "never"];
 
+/// `[workspace] fallback`: what a remote run does when its farm cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FallbackValue {
+    /// Run in local mode instead (as `--fallback local`).
+    Local,
+    /// Fail the run (the default).
+    None,
+}
+
+/// The values `fallback` accepts, as written.
+pub const FALLBACK_VALUES: &[&str] = &["local", "none"];
+
 /// `[workspace]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -106,6 +119,9 @@ pub struct WorkspaceTable {
     /// Wall-clock limit for every task that sets no `timeout`, a humantime string;
     /// `--timeout` overrides it. Never keyed. Default: no limit.
     pub timeout: Option<Spanned<String>>,
+    /// What a remote run does when its farm cannot be reached: `"local"` runs locally
+    /// (`--fallback local`, `PROVA_FALLBACK`, win over it). Default: `"none"`.
+    pub fallback: Option<FallbackValue>,
 }
 
 /// A project directory's own `prova.toml`.
@@ -238,6 +254,7 @@ const WORKSPACE_KEYS: &[&str] = &[
     "runtime_binary",
     "retry",
     "timeout",
+    "fallback",
 ];
 const PROJECT_KEYS: &[&str] = &["name", "deps"];
 const TASK_KEYS: &[&str] = &[
@@ -327,6 +344,7 @@ impl TableKind {
             }
             (Self::Workspace, "retry") => "a non-negative integer",
             (Self::Workspace, "runtime_binary") => BOOL,
+            (Self::Workspace, "fallback") => "one of \"local\" or \"none\"",
             (Self::Task, "ready_when") => "a string (a regular expression)",
             (Self::Task, "labels") => "a table of strings (`{ pool = \"gpu\" }`)",
             _ => STRINGS,
@@ -408,6 +426,16 @@ mod tests {
         }
         let src = "[cache.reapi]\nendpoint = \"grpc://h:1\"\nupload = \"sometimes\"\n";
         assert!(toml::from_str::<WorkspaceFile>(src).is_err());
+    }
+
+    #[test]
+    fn fallback_values_are_the_enum() {
+        for v in FALLBACK_VALUES {
+            let src = format!("[workspace]\nfallback = \"{v}\"\n");
+            let file: WorkspaceFile = toml::from_str(&src).unwrap();
+            assert!(file.workspace.and_then(|w| w.fallback).is_some(), "{v}");
+        }
+        assert!(toml::from_str::<WorkspaceFile>("[workspace]\nfallback = \"remote\"\n").is_err());
     }
 
     #[test]
