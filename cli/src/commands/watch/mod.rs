@@ -55,6 +55,9 @@ use crate::exit::Code;
 /// How many quiet windows a busy burst may last before its cycle starts anyway.
 const BURST_WINDOWS: u32 = 20;
 
+/// Changes held for the next cycle; past it the batch counts as "everything".
+const PENDING_LIMIT: usize = 100_000;
+
 /// Runs the watch until a signal.
 pub fn watch(start: &Path, args: WatchArgs) -> anyhow::Result<Code> {
     let rt = common::runtime()?;
@@ -106,9 +109,16 @@ async fn run(start: &Path, args: WatchArgs) -> anyhow::Result<Code> {
         };
         let ready = (burst.is_some() || lost) && w.cycle.is_none();
         tokio::select! {
+            // A terminal's Ctrl-C reaches the children too: the stop comes before their ends.
+            biased;
             () = &mut signal => break,
             Some(c) = events.rx.recv() => {
-                pending.push(c);
+                if pending.len() >= PENDING_LIMIT {
+                    pending.clear();
+                    events.overflowed.store(true, Ordering::Relaxed);
+                } else if !events.overflowed.load(Ordering::Relaxed) {
+                    pending.push(c);
+                }
                 let now = Instant::now();
                 burst = Some((burst.map_or(now, |(f, _)| f), now));
             }
@@ -180,9 +190,7 @@ impl Watch {
                 stopping.push(c);
             }
         }
-        for c in stopping {
-            let _ = c.stop().await;
-        }
+        stop_together(stopping).await;
         for &i in &self.snap.long_lived {
             let id = &self.snap.ids[i];
             if !self.servers.contains_key(id) && touched(id) == Some(true) {
@@ -297,11 +305,16 @@ impl Watch {
     async fn stop_all(&mut self) {
         let mut all: Vec<Child> = self.servers.drain().map(|(_, c)| c).collect();
         all.extend(self.cycle.take());
-        let stops: Vec<_> =
-            all.into_iter().map(|c| OwnedTask::spawn("watch.stop", c.stop())).collect();
-        for s in stops {
-            let _ = s.join().await;
-        }
+        stop_together(all).await;
+    }
+}
+
+/// Interrupts `children` at once and waits for every one.
+async fn stop_together(children: Vec<Child>) {
+    let stops: Vec<_> =
+        children.into_iter().map(|c| OwnedTask::spawn("watch.stop", c.stop())).collect();
+    for s in stops {
+        let _ = s.join().await;
     }
 }
 

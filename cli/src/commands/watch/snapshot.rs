@@ -158,7 +158,72 @@ fn is_config(path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_config;
+    use super::{Change, Snapshot, is_config};
+    use crate::args::SelectArgs;
+
+    /// `a` and `b` build (output `out/**`); `srv#serve` is persistent and depends on `srv#build`.
+    fn snapshot() -> (tempfile::TempDir, Snapshot) {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |rel: &str, text: &str| {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write(
+            "prova.toml",
+            "[workspace]\nprojects = [\"a\", \"b\", \"srv\"]\n[tasks.build]\ncommand = \"true\"\n\
+             outputs = [\"out/**\"]\n",
+        );
+        write(
+            "srv/prova.toml",
+            "[tasks.serve]\ncommand = \"true\"\npersistent = true\ncache = false\n\
+             deps = [\"build\"]\n",
+        );
+        for f in ["a/src.txt", "b/src.txt", "srv/src.txt", "notes.txt"] {
+            write(f, "1\n");
+        }
+        let select = SelectArgs {
+            tasks: vec!["build".into(), "serve".into()],
+            all: true,
+            projects: Vec::new(),
+            filters: Vec::new(),
+            affected: None,
+        };
+        let snap = Snapshot::load(dir.path(), &select).unwrap();
+        (dir, snap)
+    }
+
+    fn file(p: &str) -> Change {
+        Change { path: p.to_owned(), dir: false }
+    }
+
+    #[test]
+    fn outputs_unlisted_files_and_files_no_key_folds_are_not_changes() {
+        let (_dir, snap) = snapshot();
+        let changes = [
+            file("a/src.txt"),
+            file("a/out/x"),
+            Change { path: "a/out".into(), dir: true },
+            file("a/never-existed.txt"),
+            file("notes.txt"),
+            file("srv/prova.toml"),
+        ];
+        assert_eq!(snap.relevant(None, &changes), ["a/src.txt", "srv/prova.toml"]);
+    }
+
+    #[test]
+    fn a_server_is_touched_by_its_own_and_its_upstreams_inputs_only() {
+        let (_dir, snap) = snapshot();
+        let [serve] = snap.long_lived[..] else { panic!("{:?}", snap.long_lived) };
+        assert_eq!(snap.ids[serve].as_str(), "srv#serve");
+        assert_eq!(snap.cycle.len(), 3, "the builds, not the server");
+        let p = |s: &str| vec![s.to_owned()];
+        assert!(snap.touched(serve, &p("srv/src.txt")));
+        assert!(snap.touched(serve, &p("srv/prova.toml")));
+        assert!(snap.touched(serve, &p("prova.toml")));
+        assert!(!snap.touched(serve, &p("a/src.txt")));
+        assert!(!snap.touched(serve, &p("a/prova.toml")));
+    }
 
     #[test]
     fn config_files_are_known_by_name() {
