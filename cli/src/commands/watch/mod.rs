@@ -172,7 +172,7 @@ impl Watch {
         let snap = &self.snap;
         let touched = |id: &TaskId| match snap.position(id) {
             Some(i) if snap.long_lived.contains(&i) => {
-                Some(everything || snap.touched(i, &paths) || !before.long_lived.contains(&i))
+                Some(everything || snap.touched(i, &paths) || !before.is_long_lived(id))
             }
             _ => None, // no longer a long-lived task of the selection
         };

@@ -85,6 +85,11 @@ impl Snapshot {
         self.ids.iter().position(|i| i == id)
     }
 
+    /// Whether `id` is one of the long-lived persistent tasks.
+    pub fn is_long_lived(&self, id: &TaskId) -> bool {
+        self.long_lived.iter().any(|&i| &self.ids[i] == id)
+    }
+
     /// Whether a change at `c` is a task's own doing: inside a declared output, or (a
     /// directory) an output's root or a directory above one, which cleaning and restoring
     /// outputs create and remove.
