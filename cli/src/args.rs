@@ -41,6 +41,11 @@ pub enum LogFormat {
 pub enum Command {
     /// Run tasks and everything they depend on.
     Run(RunArgs),
+    /// Run a selection, then re-run what an edit affects until Ctrl-C; persistent tasks (dev
+    /// servers) keep running and restart only when their inputs change.
+    ///
+    /// Example: `prova watch build --all`
+    Watch(WatchArgs),
     /// Print the task graph of a selection (dot or JSON).
     Graph(GraphArgs),
     /// Say which inputs moved since the newest cache entry of a task.
@@ -693,6 +698,39 @@ impl RunArgs {
             UpstreamMode::Run
         }
     }
+}
+
+/// `prova watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Selection.
+    #[command(flatten)]
+    pub select: SelectArgs,
+
+    /// Tasks in flight at once in each run (default: the number of cores).
+    #[arg(short = 'j', long = "concurrency", value_name = "N")]
+    pub concurrency: Option<usize>,
+
+    /// Keep running independent tasks after a failure.
+    #[arg(long = "continue")]
+    pub keep_going: bool,
+
+    /// How task output is shown.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: OutputMode,
+
+    /// Which task output is shown (as `prova run --output-logs`); by default a cache hit is
+    /// one line, so a re-run shows only what executed.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = OutputLogs::NewOnly)]
+    pub output_logs: OutputLogs,
+
+    /// The cache directory.
+    #[command(flatten)]
+    pub cache_dir: CacheDirArgs,
+
+    /// Quiet time (milliseconds) after the last change of a burst before the run starts.
+    #[arg(long, value_name = "MS", default_value_t = 150)]
+    pub debounce: u64,
 }
 
 /// `prova graph`.

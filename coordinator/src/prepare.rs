@@ -324,6 +324,22 @@ async fn program_pairs(
         .collect())
 }
 
+/// Each plan task's input rules, by plan index, and the workspace's file list, without keying
+/// anything (no digest, no cache): what `prova watch` asks of a changed path (is it listed,
+/// [`inputs::InputScope::represents`]). Lists the files as [`prepare`] does (git, plus the
+/// declared inputs git ignores).
+pub fn input_scopes(
+    ws: &Workspace,
+    plan: &RunPlan,
+) -> Result<(Vec<inputs::InputScope>, FileList), PrepareError> {
+    let files = inputs::enumerate(&ws.root, &nested_repos(ws))?;
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    let files = with_unlisted_inputs(ws, plan, files, &tree_dirs);
+    let scopes = inputs::resolve(ws, plan, &files)?.scopes;
+    Ok((scopes, files))
+}
+
 /// `files` with the declared inputs it leaves out (gitignored) added
 /// ([`inputs::unlisted`]).
 fn with_unlisted_inputs(

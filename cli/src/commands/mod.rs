@@ -15,6 +15,7 @@ pub mod ls;
 pub mod proofs;
 pub mod run;
 pub mod schema;
+pub mod watch;
 
 use crate::args::{Cli, Command};
 use crate::exit::Code;
@@ -27,6 +28,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
     };
     match cli.command {
         Command::Run(args) => run::run(&start, args),
+        Command::Watch(args) => watch::watch(&start, args),
         Command::Graph(args) => graph::graph(&start, args),
         Command::Why(args) => inspect::why(&start, args),
         Command::Show(args) => inspect::show(&start, args),
