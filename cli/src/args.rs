@@ -541,7 +541,9 @@ fn parse_fraction(s: &str) -> Result<u32, String> {
 }
 
 /// `--timeout`: a humantime duration longer than zero.
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+fn parse_duration(
+    s: &str,
+) -> Result<std::time::Duration, prova_coordinator::config::policy::TimeoutError> {
     prova_coordinator::config::policy::parse_timeout(s)
 }
 

@@ -105,3 +105,44 @@ fn only_the_task_helper_may_allow_a_raw_spawn() {
         .collect();
     assert_eq!(allowing, ["protocol/src/task.rs"], "raw spawns allowed outside the helper");
 }
+
+/// The signature of each `pub fn` (and each actor message's `type Reply`) of a file: from
+/// the item's start to its body or `;`, on one line.
+fn public_signatures(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) =
+        ["pub fn ", "pub async fn ", "type Reply ="].iter().filter_map(|k| rest.find(k)).min()
+    {
+        let tail = &rest[at..];
+        let end = tail.find(['{', ';']).unwrap_or(tail.len());
+        out.push(tail[..end].split_whitespace().collect::<Vec<_>>().join(" "));
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn no_string_error_crosses_a_library_boundary() {
+    // The network edge and the libraries speak typed errors (thiserror); a peer-facing
+    // message is derived from them. `pub(crate)` and private functions may use a String.
+    let root = root();
+    let mut files = Vec::new();
+    for member in ["protocol/src", "coordinator/src", "worker/src"] {
+        rust_files(&root.join(member), &mut files);
+    }
+    let mut found = Vec::new();
+    for f in &files {
+        let text = fs::read_to_string(f).unwrap_or_default();
+        for sig in public_signatures(&text) {
+            let squashed: String = sig.chars().filter(|c| !c.is_whitespace()).collect();
+            if squashed.contains(",String>") && squashed.contains("Result<") {
+                found.push(format!("{}: {sig}", f.strip_prefix(&root).unwrap_or(f).display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "Result<_, String> in a public signature:\n{}", found.join("\n"));
+    // The check itself sees one.
+    let sample = "pub fn parse(s: &str) -> Result<u32,\n    String> { todo() }";
+    assert_eq!(public_signatures(sample), ["pub fn parse(s: &str) -> Result<u32, String>"]);
+}

@@ -79,12 +79,23 @@ pub fn check_runtime(
         .collect()
 }
 
+/// Why a `--timeout` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeoutError {
+    /// `0s`.
+    #[error("a timeout must be longer than zero")]
+    Zero,
+    /// Not a humantime duration.
+    #[error("{0}; write e.g. 90s, 10m or 1h 30m")]
+    Unparsed(String),
+}
+
 /// A run-level timeout (`--timeout`): a humantime duration longer than zero.
-pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, TimeoutError> {
     match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Err("a timeout must be longer than zero".to_owned()),
+        Ok(d) if d.is_zero() => Err(TimeoutError::Zero),
         Ok(d) => Ok(d),
-        Err(e) => Err(format!("{e}; write e.g. 90s, 10m or 1h 30m")),
+        Err(e) => Err(TimeoutError::Unparsed(e.to_string())),
     }
 }
 

@@ -66,7 +66,7 @@ pub fn parse(root: &Path, text: &str) -> Result<Option<ReapiConfig>, ReapiConfig
 
 fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> {
     let endpoint = Endpoint::parse(&t.endpoint)
-        .map_err(|reason| ReapiConfigError::Value { key: "endpoint", reason })?;
+        .map_err(|e| ReapiConfigError::Value { key: "endpoint", reason: e.to_string() })?;
     let timeout = match &t.timeout {
         None => DEFAULT_TIMEOUT,
         Some(s) => match humantime::parse_duration(s) {

@@ -422,8 +422,13 @@ fn requirements(hints: &AssignHints) -> Requirements {
 /// not (no such worker).
 pub struct DrainWorker(pub WorkerId);
 
+/// A drain named a worker the farm does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no worker {0} on the farm")]
+pub struct UnknownWorker(pub WorkerId);
+
 impl Message<DrainWorker> for FarmActor {
-    type Reply = Result<u32, String>;
+    type Reply = Result<u32, UnknownWorker>;
     async fn handle(
         &mut self,
         DrainWorker(id): DrainWorker,
@@ -431,7 +436,7 @@ impl Message<DrainWorker> for FarmActor {
     ) -> Self::Reply {
         let running = self.core.running().filter(|(w, _)| **w == id).count() as u32;
         if !self.core.workers().any(|(w, _, _)| *w == id) {
-            return Err(format!("no worker {id} on the farm"));
+            return Err(UnknownWorker(id));
         }
         tracing::info!(worker = %id, running, "draining worker");
         self.feed(FarmEvent::Drain { id }).await;

@@ -84,21 +84,26 @@ pub struct Endpoint {
     pub authority: String,
 }
 
+/// An endpoint that is not `grpc://HOST:PORT` or `grpcs://HOST:PORT`, as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}`: want grpc://HOST:PORT or grpcs://HOST:PORT")]
+pub struct BadEndpoint(pub String);
+
 impl Endpoint {
     /// Parses `grpc://host:port` / `grpcs://host:port`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, BadEndpoint> {
         let (tls, rest) = if let Some(r) = s.strip_prefix("grpcs://") {
             (true, r)
         } else if let Some(r) = s.strip_prefix("grpc://") {
             (false, r)
         } else {
-            return Err(format!("`{s}`: want grpc://HOST:PORT or grpcs://HOST:PORT"));
+            return Err(BadEndpoint(s.to_owned()));
         };
         let rest = rest.trim_end_matches('/');
         let port_ok =
             rest.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
         if !port_ok || rest.contains('/') {
-            return Err(format!("`{s}`: want grpc://HOST:PORT or grpcs://HOST:PORT"));
+            return Err(BadEndpoint(s.to_owned()));
         }
         Ok(Self { tls, authority: rest.to_owned() })
     }
