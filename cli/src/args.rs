@@ -24,7 +24,7 @@ pub struct Cli {
 
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: CliCommand,
 }
 
 /// `--log-format`.
@@ -38,7 +38,7 @@ pub enum LogFormat {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub enum CliCommand {
     /// Run tasks and everything they depend on.
     Run(RunArgs),
     /// Run a selection, then re-run what an edit affects until Ctrl-C; persistent tasks (dev
@@ -755,13 +755,13 @@ pub struct GraphArgs {
 mod verify_tests {
     use clap::Parser;
 
-    use super::{Cli, Command, VerifyMode};
+    use super::{Cli, CliCommand, VerifyMode};
     use prova_protocol::wire::Proof;
 
     fn verify_of(args: &[&str]) -> Result<Option<VerifyMode>, clap::Error> {
         let cli = Cli::try_parse_from([&["prova", "run", "build"], args].concat())?;
         match cli.command {
-            Command::Run(run) => Ok(run.verify),
+            CliCommand::Run(run) => Ok(run.verify),
             other => panic!("parsed as {other:?}"),
         }
     }

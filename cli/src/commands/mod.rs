@@ -17,7 +17,7 @@ pub mod run;
 pub mod schema;
 pub mod watch;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, CliCommand};
 use crate::exit::Code;
 
 /// Runs the parsed command line.
@@ -27,23 +27,23 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Code> {
         None => std::env::current_dir()?,
     };
     match cli.command {
-        Command::Run(args) => run::run(&start, args),
-        Command::Watch(args) => watch::watch(&start, args),
-        Command::Graph(args) => graph::graph(&start, args),
-        Command::Why(args) => inspect::why(&start, args),
-        Command::Show(args) => inspect::show(&start, args),
-        Command::Cache(cmd) => cache::cache(&start, cmd),
-        Command::Certs(cmd) => certs::certs(cmd),
-        Command::Coordinator(args) => daemons::coordinator(args),
-        Command::Worker(args) => daemons::worker(args),
-        Command::Farm(cmd) => farm::farm(cmd),
-        Command::Hermeticity(args) => proofs::hermeticity(&start, args),
-        Command::Diff(args) => proofs::diff(&start, args),
-        Command::Runs(args) => history::runs(&start, args),
-        Command::Last(args) => history::last(&start, args),
-        Command::Init(args) => init::init(&start, args),
-        Command::Completions(args) => completions::completions(args),
-        Command::Ls(args) => ls::ls(&start, args),
-        Command::Schema(cmd) => schema::schema(&start, cmd),
+        CliCommand::Run(args) => run::run(&start, args),
+        CliCommand::Watch(args) => watch::watch(&start, args),
+        CliCommand::Graph(args) => graph::graph(&start, args),
+        CliCommand::Why(args) => inspect::why(&start, args),
+        CliCommand::Show(args) => inspect::show(&start, args),
+        CliCommand::Cache(cmd) => cache::cache(&start, cmd),
+        CliCommand::Certs(cmd) => certs::certs(cmd),
+        CliCommand::Coordinator(args) => daemons::coordinator(args),
+        CliCommand::Worker(args) => daemons::worker(args),
+        CliCommand::Farm(cmd) => farm::farm(cmd),
+        CliCommand::Hermeticity(args) => proofs::hermeticity(&start, args),
+        CliCommand::Diff(args) => proofs::diff(&start, args),
+        CliCommand::Runs(args) => history::runs(&start, args),
+        CliCommand::Last(args) => history::last(&start, args),
+        CliCommand::Init(args) => init::init(&start, args),
+        CliCommand::Completions(args) => completions::completions(args),
+        CliCommand::Ls(args) => ls::ls(&start, args),
+        CliCommand::Schema(cmd) => schema::schema(&start, cmd),
     }
 }
