@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
-use prova_cli::args::{Cli, Command as Sub, parse_size};
+use prova_cli::args::{Cli, CliCommand as Sub, parse_size};
 use prova_cli::daemon_config::{CoordinatorFile, WorkerFile, load};
 use yaml_rust2::{Yaml, YamlLoader};
 
