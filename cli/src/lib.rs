@@ -30,7 +30,8 @@ use clap::Parser;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    let daemon = matches!(cli.command, args::CliCommand::Coordinator(_) | args::CliCommand::Worker(_));
+    let daemon =
+        matches!(cli.command, args::CliCommand::Coordinator(_) | args::CliCommand::Worker(_));
     init_tracing(cli.verbose, cli.log_format, daemon);
     let code = match commands::dispatch(cli) {
         Ok(code) => code,

@@ -75,6 +75,11 @@ fn a_dependent_hits_after_its_upstream_re_ran_with_identical_bytes() {
     assert_eq!(ws.read("app/dist/app.txt"), "value 1\napp\n");
     let text = ws.prova(["run", "build", "--all"]).run();
     assert!(!text.stdout.contains("identical bytes"), "no upstream re-ran: no cutoff\n{text}");
+    // `why` says what kept it a hit.
+    let why = ws.prova(["why", "app#build"]).run();
+    why.assert_code(0).assert_stdout_contains("the next run is a hit").assert_stdout_contains(
+        "upstream `gen#build` re-ran with identical outputs (early cutoff)",
+    );
 
     // One byte of output moves the dependent.
     ws.write("gen/src/in.txt", "# a new header\nvalue 2\n");

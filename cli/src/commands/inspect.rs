@@ -34,6 +34,9 @@ struct Inspected {
     /// The upstreams folded by outputs that have no entry for their current key (what a
     /// pending key waits on).
     pending: Vec<String>,
+    /// With a current entry: the upstreams folded by outputs whose current entry is newer
+    /// than it — they re-ran since, with the bytes it folded (early cutoff).
+    cutoff: Vec<String>,
 }
 
 fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
@@ -93,21 +96,24 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
                 Ok((newest, false, false))
             })
             .await??;
+        // The current key folds each upstream's fingerprint as it is now, so an upstream
+        // entry newer than this one re-ran with the same bytes.
+        let cutoff: Vec<String> = match (&entry, current) {
+            (Some(e), true) => now_upstream
+                .iter()
+                .filter(|(_, up)| up.created_ms > e.created_ms)
+                .map(|(t, _)| t.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let moved_outputs = match (&entry, current) {
             (Some(e), false) => moved_outputs(&cache, e, now_upstream).await?,
             _ => Vec::new(),
         };
-        Ok((prepared, node, entry, current, older, moved_outputs, pending))
+        Ok((prepared, node, entry, current, older, moved_outputs, pending, cutoff))
     })
-    .map(|(prepared, node, entry, current, older, moved_outputs, pending)| Inspected {
-        ws,
-        prepared,
-        node,
-        entry,
-        current,
-        older,
-        moved_outputs,
-        pending,
+    .map(|(prepared, node, entry, current, older, moved_outputs, pending, cutoff)| {
+        Inspected { ws, prepared, node, entry, current, older, moved_outputs, pending, cutoff }
     })
 }
 
@@ -190,9 +196,13 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
             i.pending.iter().map(|t| format!("waits on `{t}`")).collect(),
         ),
         None => ("no cache entry yet: the next run executes it", Vec::new()),
-        Some(_) if i.current && !i.older => {
-            ("unchanged since its newest entry: the next run is a hit", Vec::new())
-        }
+        Some(_) if i.current && !i.older => (
+            "unchanged since its newest entry: the next run is a hit",
+            i.cutoff
+                .iter()
+                .map(|t| format!("upstream `{t}` re-ran with identical outputs (early cutoff)"))
+                .collect(),
+        ),
         Some(_) if i.current => (
             "its current key has an older entry in the local cache (its inputs went back to an \
              earlier state): the next run is a hit",
