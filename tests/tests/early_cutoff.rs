@@ -227,3 +227,67 @@ fn a_transitive_upstreams_new_bytes_re_run_the_dependent_when_the_direct_one_hel
     executed(&out, "top#build");
     assert_eq!(ws.read("top/dist/top.txt"), "value 2\nmid\n", "{out}");
 }
+
+/// `gen#build` writes which worker ran it (one key, a fingerprint per worker: the same
+/// bytes recur whenever it lands where it ran before); `app#build` copies gen's output.
+const BY_WORKER: &str = r#"[workspace]
+projects = ["gen", "app"]
+
+[tasks.build]
+command = "mkdir -p dist && case $(pwd) in */workers/w1/*) echo one;; *) echo other;; esac > dist/out.txt"
+deps = ["^build"]
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#;
+
+const BY_WORKER_APP: &str = r#"[project]
+deps = ["gen"]
+
+[tasks.build]
+command = "mkdir -p dist && cat ../gen/dist/out.txt src/in.txt > dist/app.txt"
+deps = ["^build"]
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#;
+
+#[test]
+fn in_a_trusted_run_a_nondeterministic_upstream_is_never_served_and_dependents_follow_its_bytes() {
+    // Under --trust proven a trusted run is served only what the ledger proves. gen's key
+    // has two fingerprints (one per worker): its verdict is nondeterministic and its entry is
+    // never promoted, so every trusted run executes gen again; app is keyed by the bytes gen
+    // produced *this* run, so whatever it is served is app's proven result for those bytes.
+    let farm = Cluster::builder().workers(2).coordinator_args(["--trust", "proven"]).start();
+    let clone = || {
+        TempWorkspace::new()
+            .file("prova.toml", BY_WORKER)
+            .file("gen/src/in.txt", "g\n")
+            .file("app/prova.toml", BY_WORKER_APP)
+            .file("app/src/in.txt", "app\n")
+    };
+    let ws = clone();
+    let proof = farm.run(&ws, ["build", "--all", "--json", "--verify"]);
+    let gen_verdicts: Vec<String> = prova_tests::verify::verdicts(&proof, "gen#build")
+        .iter()
+        .map(prova_tests::verify::name)
+        .collect();
+    assert!(
+        gen_verdicts.iter().any(|v| v == "nondeterministic"),
+        "the proof sees gen's two fingerprints: {gen_verdicts:?}\n{proof}"
+    );
+    for round in 0..3 {
+        let ws = clone();
+        let out = farm.run(&ws, ["build", "--all", "--json"]);
+        out.assert_code(0);
+        assert_ne!(out.cache_of("gen#build"), "hit", "round {round}: gen is never proven\n{out}");
+        let gen_bytes = ws.read("gen/dist/out.txt");
+        // Whatever app's status, its bytes are the ones gen produced in this run.
+        assert_eq!(
+            ws.read("app/dist/app.txt"),
+            format!("{gen_bytes}app\n"),
+            "round {round}\n{out}"
+        );
+        if out.cache_of("app#build") == "hit" {
+            assert_eq!(out.report("app#build")["cache"]["cutoff"], true, "{out}");
+        }
+    }
+}
