@@ -434,6 +434,49 @@ pub struct CoordinatorFacts {
     pub hits: u64,
     /// Finished cacheable tasks that were misses, since it started.
     pub misses: u64,
+    /// What it holds for runs right now (absent from an older one): all zero but the book and
+    /// the workers' blob sets once every run has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldState>,
+}
+
+/// The coordinator's per-run state in [`CoordinatorFacts`]: what must return to zero (or to
+/// its bound) when no run is going. Counts, never contents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldState {
+    /// Runs the farm routes reports to.
+    #[serde(default)]
+    pub attached_runs: u64,
+    /// Run actors alive in the coordinator process.
+    #[serde(default)]
+    pub run_actors: u64,
+    /// Items waiting for a slot.
+    #[serde(default)]
+    pub queued: u64,
+    /// Live leases.
+    #[serde(default)]
+    pub leases: u64,
+    /// Runs' items waiting on another run's execution of the same key (and their leaders).
+    #[serde(default)]
+    pub followers: u64,
+    /// Keys being executed or queued for dedup.
+    #[serde(default)]
+    pub keys: u64,
+    /// Items carrying loss evidence.
+    #[serde(default)]
+    pub presence: u64,
+    /// Blobs the farm remembers workers hold (for locality; bounded per worker).
+    #[serde(default)]
+    pub worker_blobs: u64,
+    /// Runs in the observer's book (bounded by its `RECENT_RUNS` plus the live ones).
+    #[serde(default)]
+    pub book_runs: u64,
+    /// Of which live.
+    #[serde(default)]
+    pub book_live: u64,
+    /// The process's resident set (`VmRSS`), bytes, where the OS tells it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 impl CoordinatorFacts {

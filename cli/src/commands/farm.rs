@@ -21,7 +21,9 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
     let status = rt.block_on(async {
         let mut s = crate::remote::connect(&remote).await?;
         frame::write_msg(&mut s.send, &ClientMsg::Status).await?;
-        match frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await? {
+        let reply = frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await?;
+        s.close(b"done").await;
+        match reply {
             Some(CoordinatorReply::Status(st)) => Ok(st),
             Some(CoordinatorReply::Error { message }) => {
                 anyhow::bail!("the coordinator: {message}")
@@ -99,7 +101,9 @@ fn drain(worker: String, remote: &crate::args::RemoteArgs) -> anyhow::Result<Cod
         let mut s = crate::remote::connect(remote).await?;
         let msg = ClientMsg::Drain { worker: WorkerId(worker.clone()) };
         frame::write_msg(&mut s.send, &msg).await?;
-        match frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await? {
+        let reply = frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await?;
+        s.close(b"done").await;
+        match reply {
             Some(CoordinatorReply::Draining { running }) => Ok(running),
             Some(CoordinatorReply::Error { message }) => {
                 anyhow::bail!("the coordinator: {message}")
@@ -127,6 +131,7 @@ mod tests {
             cache_bytes: 91_000_000,
             hits: 380,
             misses: 95,
+            held: None,
         };
         assert_eq!(
             coordinator_line(&c),

@@ -111,10 +111,20 @@ pub struct Session {
     remote: String,
     /// Tasks the farm reported saved so far (see [`Session::counting_saves`]).
     saved: Arc<AtomicUsize>,
-    _endpoint: quinn::Endpoint,
+    endpoint: quinn::Endpoint,
 }
 
 impl Session {
+    /// Closes the connection and waits (briefly, bounded) for the close to reach the
+    /// coordinator: a process that exits on a bare drop leaves its connection to idle out
+    /// there, and each counts against its certificate's connection share until it does
+    /// (a `farm status` polled in a loop was refused after 8).
+    pub async fn close(self, why: &'static [u8]) {
+        self.conn.close(0u32.into(), why);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.endpoint.wait_idle())
+            .await;
+    }
+
     /// A sender for the run's events that counts each task the farm saved on its way to
     /// `events`, so a lost coordinator can say what a re-run will reuse.
     pub fn counting_saves(&self, events: mpsc::Sender<RunEvent>) -> mpsc::Sender<RunEvent> {
@@ -222,6 +232,6 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         key_salt,
         remote: remote.to_owned(),
         saved: Arc::new(AtomicUsize::new(0)),
-        _endpoint: ep,
+        endpoint: ep,
     })
 }

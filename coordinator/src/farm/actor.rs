@@ -483,6 +483,16 @@ impl Message<GetStatus> for FarmActor {
     }
 }
 
+/// What the farm holds for runs now: its core's per-run state and the runs it routes to.
+pub struct GetHeld;
+
+impl Message<GetHeld> for FarmActor {
+    type Reply = Result<(super::core::CoreHeld, usize), Infallible>;
+    async fn handle(&mut self, _: GetHeld, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        Ok((self.core.held(), self.runs.len()))
+    }
+}
+
 /// What the farm counted (lease expiries, requeues), for `/metrics`.
 pub struct GetCounts;
 

@@ -11,14 +11,14 @@ use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, Role, frame};
 use prova_protocol::wire::{
-    ClientMsg, CoordinatorReply, EntryTier, Proof, RemoteKind, RemoteTask, RunOptionsWire,
-    TaskArtifact,
+    ClientMsg, CoordinatorReply, EntryTier, HeldState, Proof, RemoteKind, RemoteTask,
+    RunOptionsWire, TaskArtifact,
 };
 use prova_protocol::{Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{
-    AttachRun, DetachRun, DrainWorker, FarmSink, GetStatus, NewRunId, report_reserve,
+    AttachRun, DetachRun, DrainWorker, FarmSink, GetHeld, GetStatus, NewRunId, report_reserve,
 };
 use super::error::EdgeError;
 use super::forward::{Stream, forward};
@@ -576,6 +576,20 @@ fn plan_of(tasks: &[RemoteTask]) -> Result<RunPlan, String> {
 async fn facts(shared: &Shared) -> prova_protocol::wire::CoordinatorFacts {
     let stats = shared.store.call(|s| s.stats()).await.ok().and_then(Result::ok);
     let (hits, misses) = shared.observe.hits_and_misses();
+    let (book_runs, book_live) = shared.observe.book_size();
+    let held = shared.farm.ask(GetHeld).await.ok().map(|(core, attached)| HeldState {
+        attached_runs: attached as u64,
+        run_actors: crate::run::live_run_actors(),
+        queued: core.queued as u64,
+        leases: core.leases as u64,
+        followers: core.followers as u64,
+        keys: core.keys as u64,
+        presence: core.presence as u64,
+        worker_blobs: core.worker_blobs as u64,
+        book_runs: book_runs as u64,
+        book_live: book_live as u64,
+        rss_bytes: rss_bytes(),
+    });
     prova_protocol::wire::CoordinatorFacts {
         version: super::server::BUILD_VERSION.to_owned(),
         uptime_secs: shared.observe.uptime_secs(),
@@ -583,5 +597,15 @@ async fn facts(shared: &Shared) -> prova_protocol::wire::CoordinatorFacts {
         cache_bytes: stats.as_ref().map_or(0, |s| s.blob_bytes),
         hits,
         misses,
+        held,
     }
+}
+
+/// This process's resident set, from `/proc/self/status` (`None` where there is none).
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 =
+        line.trim_start_matches("VmRSS:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb.saturating_mul(1024))
 }

@@ -34,7 +34,7 @@
 //! - **Drain** (`prova farm drain`): a draining worker gets no new work; once it holds no
 //!   lease it is told to leave ([`FarmCommand::Dismiss`]). Nothing it ran is lost or charged.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use prova_protocol::work::{Assignment, FromWorker, ToWorker};
@@ -54,6 +54,10 @@ pub const HANDBACK_BACKOFF: Duration = Duration::from_secs(2);
 /// Hand-backs an item survives before it fails (they never count as losses, but a farm whose
 /// every worker keeps refusing must not loop forever).
 pub const HANDBACK_LIMIT: u32 = 20;
+/// Blobs remembered per worker for locality, oldest forgotten first: the worker's own blob
+/// cache evicts too, so an older memory is only a stale hint, and an unbounded one grew with
+/// every run's inputs for as long as the worker stayed connected.
+pub const HOLDS_PER_WORKER: usize = 65_536;
 
 /// What a worker offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -229,7 +233,7 @@ pub enum FarmCommand {
 struct Worker {
     caps: WorkerCaps,
     busy: u32,
-    holds: HashSet<Digest>,
+    holds: Holds,
     /// Attempts it runs that are no live lease (cancelled on registration): they hold slots
     /// until they end (their `Finished`, or a heartbeat without them).
     stale: HashSet<AttemptId>,
@@ -250,6 +254,36 @@ impl Worker {
     /// Whether it may be given an assignment now: a free slot, no hand-back backoff.
     fn open(&self, now: Duration) -> bool {
         self.taken() < self.caps.slots && self.backoff_until <= now && self.draining.is_none()
+    }
+}
+
+/// The blobs a worker is known to hold, at most [`HOLDS_PER_WORKER`] (first in, first out).
+#[derive(Default)]
+struct Holds {
+    set: HashSet<Digest>,
+    order: VecDeque<Digest>,
+}
+
+impl Holds {
+    fn extend(&mut self, blobs: impl IntoIterator<Item = Digest>) {
+        for b in blobs {
+            if self.set.insert(b) {
+                self.order.push_back(b);
+            }
+        }
+        while self.order.len() > HOLDS_PER_WORKER {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, b: &Digest) -> bool {
+        self.set.contains(b)
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
     }
 }
 
@@ -308,6 +342,24 @@ pub struct FarmCounts {
     pub requeues: u64,
 }
 
+/// The sizes of the core's per-run state: every one but `worker_blobs` is zero once no run
+/// has work on the farm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreHeld {
+    /// Queued items.
+    pub queued: usize,
+    /// Live leases.
+    pub leases: usize,
+    /// Leaders with followers, and the followers.
+    pub followers: usize,
+    /// Keys in the dedup index.
+    pub keys: usize,
+    /// Items with loss evidence.
+    pub presence: usize,
+    /// Blobs remembered across workers (bounded by [`HOLDS_PER_WORKER`] each).
+    pub worker_blobs: usize,
+}
+
 impl FarmCore {
     /// An empty farm whose lease ids start at 1.
     pub fn new() -> Self {
@@ -344,6 +396,18 @@ impl FarmCore {
     /// Live leases: (lease, worker, origin).
     pub fn leases(&self) -> impl Iterator<Item = (AttemptId, &WorkerId, Origin)> {
         self.leases.iter().map(|(l, x)| (*l, &x.worker, x.item.origin))
+    }
+
+    /// What the core holds for runs right now (see [`CoreHeld`]).
+    pub fn held(&self) -> CoreHeld {
+        CoreHeld {
+            queued: self.queue.len(),
+            leases: self.leases.len(),
+            followers: self.followers.len() + self.followers.values().map(Vec::len).sum::<usize>(),
+            keys: self.by_key.len(),
+            presence: self.presence.len(),
+            worker_blobs: self.workers.values().map(|w| w.holds.len()).sum(),
+        }
     }
 
     /// Feeds one event.

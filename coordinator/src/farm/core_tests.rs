@@ -715,3 +715,93 @@ fn an_idle_worker_drained_is_dismissed_at_once_and_an_unknown_one_is_ignored() {
     let cmds = f.handle(T0, FarmEvent::Submit(Box::new(item(1, 1, 1))));
     assert!(assigned(&cmds).is_empty(), "{cmds:?}");
 }
+
+/// Every lease of `cmds`, finished successfully by its worker.
+fn finish_all(f: &mut FarmCore, now: Duration, cmds: &[FarmCommand]) -> Vec<FarmCommand> {
+    let mut out = Vec::new();
+    for (worker, lease, _) in assigned(cmds) {
+        out.extend(f.handle(now, FarmEvent::Report { worker, msg: finished(lease, true) }));
+    }
+    out
+}
+
+#[test]
+fn runs_that_end_leave_no_per_run_state_in_the_core() {
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] });
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(2), running: vec![] });
+    for run in 1..=30u64 {
+        let now = Duration::from_secs(run * 100);
+        let shared = Digest::of(format!("shared {run}").as_bytes());
+        let mut cmds = Vec::new();
+        // Two runs in a row share a key (one follows the other's execution); another item
+        // is cancelled while queued, one while leased; one is lost with its worker.
+        for (n, attempt) in (0..6u64).map(|i| run * 10 + i).enumerate() {
+            let mut it = item(run, attempt, 1);
+            it.blobs = vec![Digest::of(format!("blob {run} {n}").as_bytes())];
+            if n == 0 {
+                it.key = Some(shared);
+            }
+            cmds.extend(f.handle(now, FarmEvent::Submit(Box::new(it))));
+        }
+        let mut follower = item(run + 1000, run * 10 + 6, 1);
+        follower.key = Some(shared);
+        cmds.extend(f.handle(now, FarmEvent::Submit(Box::new(follower))));
+        let cancel = |attempt| FarmEvent::Cancel(Origin { run: RunId(run), attempt });
+        cmds.extend(f.handle(now, cancel(AttemptId(run * 10 + 5))));
+        let leased = f.leases().map(|(_, _, o)| o).find(|o| o.attempt.0 == run * 10 + 1);
+        if let Some(origin) = leased {
+            cmds.extend(f.handle(now, FarmEvent::Cancel(origin)));
+        }
+        if run % 5 == 0 {
+            cmds.extend(f.handle(now, FarmEvent::WorkerLeft { id: w("b") }));
+            cmds.extend(f.handle(
+                now,
+                FarmEvent::WorkerJoined { id: w("b"), caps: caps(2), running: vec![] },
+            ));
+        }
+        // Finish whatever is placed until nothing is left (bounded: each pass ends leases).
+        for _ in 0..20 {
+            let live: Vec<(WorkerId, AttemptId, String)> =
+                f.leases().map(|(l, w, _)| (w.clone(), l, String::new())).collect();
+            if live.is_empty() && f.queued() == 0 {
+                break;
+            }
+            cmds = Vec::new();
+            for (worker, lease, _) in live {
+                cmds.extend(
+                    f.handle(now, FarmEvent::Report { worker, msg: finished(lease, true) }),
+                );
+            }
+            finish_all(&mut f, now, &cmds);
+        }
+        let held = f.held();
+        assert_eq!(
+            CoreHeld { worker_blobs: 0, ..held },
+            CoreHeld::default(),
+            "run {run} left state behind"
+        );
+    }
+}
+
+#[test]
+fn the_blobs_remembered_per_worker_are_bounded() {
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
+    let blobs: Vec<Digest> =
+        (0..HOLDS_PER_WORKER + 100).map(|i| Digest::of(&i.to_le_bytes())).collect();
+    f.handle(T0, FarmEvent::Holds { id: w("a"), blobs: blobs.clone() });
+    assert_eq!(f.held().worker_blobs, HOLDS_PER_WORKER);
+    // The newest are remembered (locality still prefers the worker holding them).
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("b"), caps: caps(1), running: vec![] });
+    let mut it = item(1, 1, 1);
+    it.blobs = vec![blobs[HOLDS_PER_WORKER + 99]];
+    let placed = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(it))));
+    assert_eq!(placed[0].0, w("a"));
+    // Placement adds the item's blobs to its worker's (bounded the same way).
+    let mut next = item(1, 2, 1);
+    next.blobs = vec![Digest::of(b"another")];
+    let placed = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(next))));
+    assert_eq!(placed[0].0, w("b"));
+    assert_eq!(f.held().worker_blobs, HOLDS_PER_WORKER + 1);
+}

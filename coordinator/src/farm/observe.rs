@@ -322,6 +322,11 @@ impl Observer {
         }
     }
 
+    /// Runs in the book, and of those the live ones.
+    pub fn book_size(&self) -> (usize, usize) {
+        self.runs.lock().map(|r| (r.len(), r.iter().filter(|x| x.live).count())).unwrap_or((0, 0))
+    }
+
     /// Live and recent runs, newest first.
     pub fn runs(&self) -> Vec<RunRow> {
         self.runs.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()

@@ -69,6 +69,32 @@ pub struct RunActor {
     pub(super) local_proof_sources: Option<(PathBuf, PathBuf)>,
     /// Snapshots for the post-run check of undeclared writes (`run::written`).
     written: super::written::Watch,
+    /// Counts this actor in [`live_run_actors`] until its state is dropped.
+    _live: LiveRun,
+}
+
+static LIVE_RUN_ACTORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Run actors whose state is alive in this process: a coordinator with no run going holds
+/// none (what `prova farm status --json` reports as `held.run_actors`).
+pub fn live_run_actors() -> u64 {
+    LIVE_RUN_ACTORS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One count of [`live_run_actors`], given back when dropped.
+struct LiveRun;
+
+impl LiveRun {
+    fn new() -> Self {
+        LIVE_RUN_ACTORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        LIVE_RUN_ACTORS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Actor for RunActor {
@@ -113,6 +139,7 @@ impl Actor for RunActor {
             deferred_done: None,
             local_proof_sources: args.local_proof_sources,
             written,
+            _live: LiveRun::new(),
         })
     }
 }

@@ -43,7 +43,7 @@ use tokio::sync::mpsc;
 
 pub use crate::plan;
 pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
-pub use actor::{Begin, FromFarm, Interrupt, RunActor};
+pub use actor::{Begin, FromFarm, Interrupt, RunActor, live_run_actors};
 pub use types::{CachePolicy, ExecMode, RunActorArgs, RunCache, RunOptions, VerifyOptions};
 pub use verify::perturbation;
 

@@ -839,6 +839,7 @@ pub fn goldens() -> Vec<Golden> {
             cache_bytes: 91_000_000,
             hits: 380,
             misses: 95,
+            held: None,
         }),
     };
     let reply = |r| M::CoordinatorReply(r);
