@@ -564,11 +564,48 @@ impl FarmCore {
             });
             return;
         }
-        if let Some((lease, l)) = self.leases.iter_mut().find(|(_, l)| l.item.origin == origin) {
+        let Some((&lease, _)) = self.leases.iter().find(|(_, l)| l.item.origin == origin) else {
+            return;
+        };
+        let followers = self.followers.remove(&origin).unwrap_or_default();
+        if let Some((&next, rest)) = followers.split_first() {
+            // Other runs follow this execution: it goes on for them, led by the first. The
+            // run that cancelled hears at once that its task is aborted; the worker is not
+            // told to stop (another run's Ctrl-C must not abort this one's task).
+            if let Some(l) = self.leases.get_mut(&lease) {
+                l.item.origin = next;
+                if let Some(key) = l.item.key {
+                    self.by_key.insert(key, next);
+                }
+            }
+            if let Some(p) = self.presence.remove(&origin) {
+                self.presence.insert(next, p);
+            }
+            if !rest.is_empty() {
+                self.followers.insert(next, rest.to_vec());
+            }
+            let f = prova_protocol::work::Finished::never_ran(
+                origin.attempt,
+                prova_protocol::spec::ExitKind::Aborted,
+            );
+            out.push(FarmCommand::Deliver {
+                run: origin.run,
+                msg: FromWorker::Finished(Box::new(f)),
+                worker: WorkerId("farm".into()),
+            });
+            return;
+        }
+        if let Some(l) = self.leases.get_mut(&lease) {
             l.cancelled = true;
+            // No later run may follow an execution that is being stopped.
+            if let Some(key) = l.item.key
+                && self.by_key.get(&key) == Some(&origin)
+            {
+                self.by_key.remove(&key);
+            }
             out.push(FarmCommand::Send {
                 worker: l.worker.clone(),
-                msg: ToWorker::Cancel { attempt: *lease },
+                msg: ToWorker::Cancel { attempt: lease },
             });
         }
     }

@@ -805,3 +805,61 @@ fn the_blobs_remembered_per_worker_are_bounded() {
     assert_eq!(placed[0].0, w("b"));
     assert_eq!(f.held().worker_blobs, HOLDS_PER_WORKER + 1);
 }
+
+/// The `Finished` deliveries of `cmds`: (run, attempt, exit).
+fn finishes(cmds: &[FarmCommand]) -> Vec<(RunId, AttemptId, ExitKind)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            FarmCommand::Deliver { run, msg: FromWorker::Finished(fin), .. } => {
+                Some((*run, fin.attempt, fin.exit.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_leader_cancelled_by_its_run_keeps_running_for_the_runs_that_follow_it() {
+    // Run 1 leads a key, run 2 follows its execution; run 1's Ctrl-C must not abort run 2's
+    // task (seen by reading: the cancel went to the worker and its "aborted" to both runs).
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] });
+    let key = Digest::of(b"shared");
+    let (mut first, mut second) = (item(1, 10, 1), item(2, 20, 1));
+    first.key = Some(key);
+    second.key = Some(key);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(first))))[0].1;
+    f.handle(T0, FarmEvent::Submit(Box::new(second)));
+    let cmds = f.handle(T0, FarmEvent::Cancel(Origin { run: RunId(1), attempt: AttemptId(10) }));
+    // Run 1 hears at once that its task is aborted; the worker is not told to stop.
+    assert_eq!(finishes(&cmds), [(RunId(1), AttemptId(10), ExitKind::Aborted)], "{cmds:?}");
+    assert!(
+        !cmds.iter().any(|c| matches!(c, FarmCommand::Send { msg: ToWorker::Cancel { .. }, .. })),
+        "{cmds:?}"
+    );
+    // The execution finishes for run 2 alone, as a success.
+    let cmds = f.handle(T0, FarmEvent::Report { worker: w("a"), msg: finished(lease, true) });
+    assert_eq!(finishes(&cmds), [(RunId(2), AttemptId(20), ExitKind::Code(0))], "{cmds:?}");
+    assert_eq!(f.held(), CoreHeld::default(), "nothing left behind");
+
+    // A cancelled leader with no followers is cancelled on its worker, and a run that
+    // submits the same key afterwards does not follow it into its abort: it runs itself.
+    let mut f = FarmCore::new();
+    f.handle(T0, FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] });
+    let mut first = item(1, 10, 1);
+    first.key = Some(key);
+    let lease = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(first))))[0].1;
+    let cmds = f.handle(T0, FarmEvent::Cancel(Origin { run: RunId(1), attempt: AttemptId(10) }));
+    assert!(cmds.iter().any(|c| matches!(c, FarmCommand::Send { msg: ToWorker::Cancel { attempt }, .. } if *attempt == lease)), "{cmds:?}");
+    let mut late = item(3, 30, 1);
+    late.key = Some(key);
+    let placed = assigned(&f.handle(T0, FarmEvent::Submit(Box::new(late))));
+    assert_eq!(placed.len(), 1, "the late run executes its own: {placed:?}");
+    let mut aborted = Finished::never_ran(lease, ExitKind::Aborted);
+    aborted.tries = 1;
+    let cmds = f.handle(
+        T0,
+        FarmEvent::Report { worker: w("a"), msg: FromWorker::Finished(Box::new(aborted)) },
+    );
+    assert_eq!(finishes(&cmds), [(RunId(1), AttemptId(10), ExitKind::Aborted)], "{cmds:?}");
+}
