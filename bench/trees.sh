@@ -211,15 +211,24 @@ for kind in ("cold", "warm"):
     hm = sorted({f"{r[5]} / {r[6]}" for r in rs})
     print(f"| {kind} | {fmt(manifest)} | {fmt(scan)} | {fmt(wall)} | {', '.join(hm)} |")
 print(f"\n== 2. uploads (tree {tree_bytes} bytes on disk), load {l2} -> {l3}")
-print("| run | wall | blobs uploaded / needed | bytes uploaded |")
-print("|---|---|---|---|")
+from datetime import datetime
+def stamp(path, msg):  # the timestamp of the first log line containing msg
+    for l in open(path, errors="replace"):
+        l = re.sub(r"\x1b\[[0-9;]*m", "", l)
+        if msg in l:
+            return datetime.fromisoformat(l.split()[0].rstrip("Z"))
+def phase(k):  # keys computed -> inputs uploaded: find-missing and the uploads
+    a, b = stamp(f"{t}/{k}.err", "keys computed"), stamp(f"{t}/{k}.err", "inputs uploaded")
+    return f"{(b - a).total_seconds():.2f} s" if a and b else "n/a"
+print("| run | wall | upload phase | blobs uploaded / needed | bytes uploaded |")
+print("|---|---|---|---|---|")
 remote = {r[0]: r for r in (l.rstrip("\n").split("\t") for l in open(f"{t}/remote.tsv"))}
 label = {"A": "A: first client (ci cert)", "B": "B: second clone, same tree (ci cert)",
          "E": "E: B again, --no-cache (all execute)", "D": "D: a client cert's clone"}
 for k in ("A", "B", "E", "D"):
     if k in remote:
         r = remote[k]
-        print(f"| {label[k]} | {float(r[1]):.2f} s | {r[2]} / {r[3]} | {r[4]} |")
+        print(f"| {label[k]} | {float(r[1]):.2f} s | {phase(k)} | {r[2]} / {r[3]} | {r[4]} |")
 lines = [re.sub(r"\x1b\[[0-9;]*m", "", l) for l in open(f"{t}/w1.err", errors="replace")
          if "exec root prepared" in l]
 def sample(lo, hi):
