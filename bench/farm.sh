@@ -23,7 +23,11 @@ start_farm() {
     "$P" coordinator --listen 127.0.0.1:0 --certs "$T/certs/coordinator" \
         --cache-dir "$T/farm-cache" > "$T/coordinator.out" 2> "$T/coordinator.err" &
     PIDS="$PIDS $!"
-    until grep -q "listening on" "$T/coordinator.out" 2>/dev/null; do sleep 0.05; done
+    n=0
+    until grep -q "listening on" "$T/coordinator.out" 2>/dev/null; do
+        n=$((n + 1)) && [ "$n" -le 600 ] || { echo "no coordinator after 30 s" >&2; exit 1; }
+        sleep 0.05
+    done
     ADDR=$(sed -n 's/^prova coordinator listening on \([^ ]*\).*/\1/p' "$T/coordinator.out")
     CI="$T/certs/ci"
     w=1
@@ -34,6 +38,10 @@ start_farm() {
         PIDS="$PIDS $!"
         w=$((w + 1))
     done
+    n=0
     until [ "$("$P" farm status --remote "$ADDR" --certs "$CI" --json 2>/dev/null \
-            | grep -o '"id"' | wc -l)" -ge "$1" ]; do sleep 0.1; done
+            | grep -o '"id"' | wc -l)" -ge "$1" ]; do
+        n=$((n + 1)) && [ "$n" -le 300 ] || { echo "not every worker joined in 30 s" >&2; exit 1; }
+        sleep 0.1
+    done
 }

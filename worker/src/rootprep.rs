@@ -114,6 +114,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     let Some(blobs) = ctx.blobs.clone() else {
         return Err(PrepareError::NoBlobCache);
     };
+    let started = std::time::Instant::now();
     // Bring every blob the root needs into the blob cache (a farm worker), or find it on
     // this machine (a local proof run).
     let (tree_refs, inputs): (Vec<&InputRef>, Vec<&InputRef>) = inputs.iter().partition(|i| i.tree);
@@ -135,6 +136,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         };
         fetch_all(remote.as_ref(), &blobs, &missing, &inputs).await?;
     }
+    let fetched = started.elapsed();
     // The trees: the workspace's own directory (a local proof run), or the worker's one
     // materialised copy of each digest, its missing file blobs fetched first.
     let mut trees = Vec::new();
@@ -164,6 +166,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         };
         trees.push(RootTree { path: t.path.clone(), source });
     }
+    let trees_ready = started.elapsed();
     let mut spec = ExecRootSpec {
         trees,
         mount_trees: ctx.sandbox,
@@ -224,6 +227,17 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     })
     .join()
     .await??;
+    // The set-up cost per task (bench/trees.sh reads it): inputs fetched, trees ready
+    // (manifest read, blobs checked, materialised unless already there), root built.
+    tracing::debug!(
+        task = %a.spec.id,
+        fetched_blobs = missing.len(),
+        trees = tree_refs.len(),
+        fetch = ?fetched,
+        trees_ready = ?trees_ready,
+        elapsed = ?started.elapsed(),
+        "exec root prepared"
+    );
     Ok(PreparedRoot { root, scratch, perturbed })
 }
 
