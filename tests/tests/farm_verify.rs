@@ -294,3 +294,22 @@ fn the_inputs_proof_runs_on_a_sandboxed_worker_with_a_relative_work_dir() {
     assert_eq!(v["traced"], true, "the tracer named the path\n{out}");
     assert_eq!(verdict_events(&out, "p#tolerant"), vec![v], "{out}");
 }
+
+#[test]
+fn a_task_that_copies_its_inputs_is_proven_whatever_the_roots_file_system() {
+    // The re-run's root is on a tmpfs (/dev/shm), the blob cache on disk: its inputs were
+    // copies, writable, where the primary's were read-only links — `cp` kept each mode, and a
+    // deterministic task was called nondeterministic (mode 0444 → 0600). Seen on the farm.
+    let farm = Cluster::start(2);
+    let copy = task(
+        "copy",
+        "mkdir -p out && cp src/a.txt out/copy.txt && cp -p src/a.txt out/kept.txt",
+        &["out/copy.txt", "out/kept.txt"],
+    );
+    let ws = workspace(&copy);
+    let out = farm.run(&ws, ["copy", "--all", "--verify", "--json"]);
+    out.assert_code(0);
+    let v = only_verdict(&out, "p#copy");
+    assert_eq!(name(&v), "proven-deterministic", "{out}");
+    assert_eq!(v["single_machine"], false, "{out}");
+}

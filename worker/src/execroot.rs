@@ -44,7 +44,8 @@ use prova_protocol::globs::{GlobError, PathGlobs, is_clean_relative, is_within};
 use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
 
 use crate::blobcache::{
-    BlobCache, BlobCacheError, FIXED_MTIME_SECS, PinGuard, fixed_mtime, set_times_nofollow,
+    BLOB_MODE, BlobCache, BlobCacheError, EXEC_BLOB_MODE, FIXED_MTIME_SECS, PinGuard, fixed_mtime,
+    set_times_nofollow,
 };
 
 /// Where an input's bytes come from.
@@ -491,9 +492,14 @@ impl Builder<'_> {
                 }
                 match fs::hard_link(&src, &dest) {
                     Ok(()) => Ok(()),
-                    // The cache is on another file system than the exec roots.
+                    // The cache is on another file system than the exec roots (a re-run's
+                    // root on a tmpfs): a copy, with the mode the link would have had — a
+                    // task that copies its inputs (`cp`) keeps their mode, and a writable
+                    // copy here beside a read-only link there made a deterministic task
+                    // "nondeterministic" (mode 0444 → 0600).
                     Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-                        copy_file(&src, &dest, copy_mode)
+                        let linked_mode = if input.exec { EXEC_BLOB_MODE } else { BLOB_MODE };
+                        copy_file(&src, &dest, linked_mode)
                     }
                     Err(e) => Err(io_err(dest)(e)),
                 }
