@@ -553,15 +553,7 @@ impl FarmCore {
             self.promote_follower(origin, q.item, q.since);
             // It never ran: aborted before it started (an interrupted run lists it skipped),
             // not a failure of the task.
-            let f = prova_protocol::work::Finished::never_ran(
-                origin.attempt,
-                prova_protocol::spec::ExitKind::Aborted,
-            );
-            out.push(FarmCommand::Deliver {
-                run: origin.run,
-                msg: FromWorker::Finished(Box::new(f)),
-                worker: WorkerId("farm".into()),
-            });
+            out.push(aborted_unrun(origin));
             return;
         }
         let Some((&lease, _)) = self.leases.iter().find(|(_, l)| l.item.origin == origin) else {
@@ -584,15 +576,7 @@ impl FarmCore {
             if !rest.is_empty() {
                 self.followers.insert(next, rest.to_vec());
             }
-            let f = prova_protocol::work::Finished::never_ran(
-                origin.attempt,
-                prova_protocol::spec::ExitKind::Aborted,
-            );
-            out.push(FarmCommand::Deliver {
-                run: origin.run,
-                msg: FromWorker::Finished(Box::new(f)),
-                worker: WorkerId("farm".into()),
-            });
+            out.push(aborted_unrun(origin));
             return;
         }
         if let Some(l) = self.leases.get_mut(&lease) {
@@ -999,6 +983,20 @@ fn retarget(msg: &FromWorker, attempt: AttemptId) -> FromWorker {
             f.attempt = attempt;
             FromWorker::Finished(f)
         }
+    }
+}
+
+/// The report that `origin`'s attempt ended before running anything of its own: aborted by
+/// its run (an interrupted run lists it skipped), never a failure of the task.
+fn aborted_unrun(origin: Origin) -> FarmCommand {
+    let f = prova_protocol::work::Finished::never_ran(
+        origin.attempt,
+        prova_protocol::spec::ExitKind::Aborted,
+    );
+    FarmCommand::Deliver {
+        run: origin.run,
+        msg: FromWorker::Finished(Box::new(f)),
+        worker: WorkerId("farm".into()),
     }
 }
 
