@@ -408,8 +408,7 @@ async fn scan_trees(
 }
 
 /// Project directories that are git repositories of their own.
-/// Project directories that are git repositories of their own (listed apart).
-pub(crate) fn nested_repos(ws: &Workspace) -> Vec<String> {
+fn nested_repos(ws: &Workspace) -> Vec<String> {
     ws.projects
         .iter()
         .filter(|p| !p.dir.is_empty() && ws.root.join(&p.dir).join(".git").exists())

@@ -228,27 +228,12 @@ fn a_transitive_upstreams_new_bytes_re_run_the_dependent_when_the_direct_one_hel
     assert_eq!(ws.read("top/dist/top.txt"), "value 2\nmid\n", "{out}");
 }
 
-/// `gen#build` writes which worker ran it (one key, a fingerprint per worker: the same
-/// bytes recur whenever it lands where it ran before); `app#build` copies gen's output.
-const BY_WORKER: &str = r#"[workspace]
-projects = ["gen", "app"]
+/// `gen#build`'s command in [`CONFIG`] (the workspace default; app overrides it).
+const GEN_BUILD: &str = "mkdir -p dist && grep -v '^#' src/in.txt > dist/out.txt";
 
-[tasks.build]
-command = "mkdir -p dist && case $(pwd) in */workers/w1/*) echo one;; *) echo other;; esac > dist/out.txt"
-deps = ["^build"]
-inputs = ["src/**"]
-outputs = ["dist/**"]
-"#;
-
-const BY_WORKER_APP: &str = r#"[project]
-deps = ["gen"]
-
-[tasks.build]
-command = "mkdir -p dist && cat ../gen/dist/out.txt src/in.txt > dist/app.txt"
-deps = ["^build"]
-inputs = ["src/**"]
-outputs = ["dist/**"]
-"#;
+/// Instead: write which worker ran it (one key, a fingerprint per worker: the same bytes
+/// recur whenever it lands where it ran before).
+const BY_WORKER: &str = "mkdir -p dist && case $(pwd) in */workers/w1/*) echo one;; *) echo other;; esac > dist/out.txt";
 
 #[test]
 fn in_a_trusted_run_a_nondeterministic_upstream_is_never_served_and_dependents_follow_its_bytes() {
@@ -257,13 +242,8 @@ fn in_a_trusted_run_a_nondeterministic_upstream_is_never_served_and_dependents_f
     // never promoted, so every trusted run executes gen again; app is keyed by the bytes gen
     // produced *this* run, so whatever it is served is app's proven result for those bytes.
     let farm = Cluster::builder().workers(2).coordinator_args(["--trust", "proven"]).start();
-    let clone = || {
-        TempWorkspace::new()
-            .file("prova.toml", BY_WORKER)
-            .file("gen/src/in.txt", "g\n")
-            .file("app/prova.toml", BY_WORKER_APP)
-            .file("app/src/in.txt", "app\n")
-    };
+    assert!(CONFIG.contains(GEN_BUILD));
+    let clone = || ws().file("prova.toml", &CONFIG.replace(GEN_BUILD, BY_WORKER));
     let ws = clone();
     let proof = farm.run(&ws, ["build", "--all", "--json", "--verify"]);
     let gen_verdicts: Vec<String> = prova_tests::verify::verdicts(&proof, "gen#build")

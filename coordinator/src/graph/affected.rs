@@ -170,24 +170,19 @@ pub fn tasks_for_files(
     files: &BTreeSet<String>,
 ) -> BTreeSet<prova_protocol::TaskId> {
     let everything = || graph.nodes.iter().map(|n| n.id.clone()).collect();
-    let plan = RunPlan::new(ws, graph, &[], &|_| None);
-    let listed = crate::inputs::enumerate(&ws.root, &crate::prepare::nested_repos(ws));
-    let sets = match listed.map(|l| crate::inputs::resolve(ws, &plan, &l)) {
-        Ok(Ok(sets)) => sets,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "--affected: inputs not resolved; every task affected");
-            return everything();
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "--affected: files not listed; every task affected");
-            return everything();
-        }
-    };
     let root_config =
         ws.config_file.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("prova.toml");
     if files.iter().any(|f| f == root_config) {
         return everything();
     }
+    let plan = RunPlan::new(ws, graph, &[], &|_| None);
+    let scopes = match crate::prepare::input_scopes(ws, &plan) {
+        Ok((scopes, _)) => scopes,
+        Err(e) => {
+            tracing::debug!(error = %e, "--affected: inputs not resolved; every task affected");
+            return everything();
+        }
+    };
     let config_of = |dir: &str, name: &str| {
         if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
     };
@@ -199,7 +194,7 @@ pub fn tasks_for_files(
             let dir = &ws.projects[n.project].dir;
             let own = [config_of(dir, "prova.toml"), config_of(dir, "package.json")];
             files.iter().any(|f| own.contains(f))
-                || sets.scopes.get(i).is_some_and(|s| files.iter().any(|f| s.represents(f)))
+                || scopes.get(i).is_some_and(|s| files.iter().any(|f| s.represents(f)))
         })
         .collect();
     // Affected = direct, or any dependency affected (memoised depth-first).
