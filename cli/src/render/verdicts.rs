@@ -146,7 +146,11 @@ fn short_reason(p: &prova_protocol::events::Perturbations, ignored: &[String]) -
         s.push_str(&format!("; not perturbed: {}", what.join(", ")));
     }
     if !ignored.is_empty() {
-        s.push_str(&format!("; {} not compared (verify_ignore)", ignored.len()));
+        const NAMED: usize = 2;
+        let named: Vec<&str> = ignored.iter().take(NAMED).map(String::as_str).collect();
+        let more = ignored.len().saturating_sub(NAMED);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        s.push_str(&format!("; not compared (verify_ignore): {}{more}", named.join(", ")));
     }
     s
 }
