@@ -164,3 +164,25 @@ fn the_binary_writes_stdout_only_where_a_closed_pipe_is_handled() {
         stray.join("\n")
     );
 }
+
+#[test]
+fn farm_commands_exit_quietly_on_a_closed_stdout() {
+    // The client side of a farm: a remote run's relayed events and summary, status, the
+    // hermeticity report.
+    let farm = prova_tests::cluster::Cluster::start(1);
+    let ws = ws();
+    let remote = farm.remote_args(&farm.ci_certs());
+    let cases: &[(&[&str], i32)] = &[
+        (&["run", "build", "--all", "--force"], 0),
+        (&["run", "build", "--all", "--force", "--json"], 0),
+        (&["farm", "status"], 0),
+        (&["farm", "status", "--json"], 0),
+        (&["hermeticity", "--json"], 0),
+    ];
+    for (args, code) in cases {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend(remote.iter().cloned());
+        let out = ws.prova(all).stdout_closed().run();
+        assert_quiet(&out, args, *code);
+    }
+}

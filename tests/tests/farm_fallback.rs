@@ -227,3 +227,25 @@ fn the_farm_cache_layer_is_named_in_cache_like_the_others() {
     assert!(out.stderr.contains("layers: local, farm, reapi"), "{out}");
     assert!(out.stderr.contains("did you mean `farm`?"), "{out}");
 }
+
+#[test]
+fn a_farm_name_that_does_not_resolve_degrades_too() {
+    // Another route to "cannot be reached": no address at all. Same warning, same local run;
+    // and required, the same one-line error.
+    let farm = Cluster::start(0);
+    let ws = workspace();
+    let certs = farm.ci_certs().to_string_lossy().into_owned();
+    let remote = ["--remote", "no-such-host.invalid:7700", "--certs", certs.as_str()];
+    let mut args = vec!["run", "build", "--all", "--json"];
+    args.extend(remote);
+    let out = ws.prova(args.clone()).run();
+    assert_eq!(out.code(), Some(0), "{out}");
+    let lines = unreachable_lines(&out.stderr, "no-such-host.invalid:7700");
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("prova: warning: cannot reach the farm"), "{out}");
+    assert_eq!(ws.read("app/dist/out.txt"), "a\n");
+    args.push("--farm-required");
+    let out = ws.prova(args).run();
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert_eq!(unreachable_lines(&out.stderr, "no-such-host.invalid:7700").len(), 1, "{out}");
+}
