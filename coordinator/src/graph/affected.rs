@@ -46,7 +46,7 @@ pub enum AffectedError {
         "{what}: git knows no commit `{git_ref}`{}\n  help: pass a ref this repository has, e.g. \
          `{}` (since the last commit), `{}` (a local branch) or `{}`",
         why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default(),
-        example(flag, "HEAD~1"), example(flag, "main"), example(flag, "<sha>")
+        example(flag, "HEAD~1"), example(flag, branch), example(flag, "<sha>")
     )]
     UnknownRef {
         /// The flag and value that asked.
@@ -58,6 +58,8 @@ pub enum AffectedError {
         /// Why, when it can be told: no such remote, a branch not fetched, a local branch of
         /// that name.
         why: Option<String>,
+        /// A local branch to show in the example: the checked-out one, else `main`.
+        branch: String,
     },
 }
 
@@ -112,6 +114,11 @@ pub fn changed_in(
                 flag: asker.flag.to_owned(),
                 git_ref: r.to_owned(),
                 why: why_unknown(root, r),
+                branch: git(root, r, &["symbolic-ref", "--short", "-q", "HEAD"])
+                    .ok()
+                    .map(|b| b.trim().to_owned())
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or_else(|| "main".to_owned()),
             });
         }
     }
