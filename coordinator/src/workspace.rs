@@ -69,9 +69,9 @@ pub struct WorkspaceSettings {
     pub retry: Option<u32>,
     /// Timeout of a task that sets none (never keyed).
     pub timeout: Option<Duration>,
-    /// `[workspace] fallback = "local"`: a remote run whose farm cannot be reached runs
-    /// locally instead.
-    pub fallback_local: bool,
+    /// `[workspace] fallback = "none"`: a remote run whose farm cannot be reached fails
+    /// instead of running locally (the default, `"local"`).
+    pub farm_required: bool,
 }
 
 /// A project: a directory with its own tasks.

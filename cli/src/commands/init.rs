@@ -59,9 +59,12 @@ pub fn init(start: &Path, args: InitArgs) -> anyhow::Result<Code> {
         Detected::Cargo(m) => format!("a Cargo workspace ({} member globs)", m.len()),
         Detected::Plain => "no workspace manifest; the directory is the one project".to_owned(),
     };
-    println!("wrote {} for {what}", file.display());
-    println!("wrote {}, the schema its `#:schema` line names (for editors)", schema.display());
-    println!("next: `prova ls` to see the projects and tasks, `prova run build --all --dry-run`");
+    super::common::print(&format!(
+        "wrote {} for {what}\nwrote {}, the schema its `#:schema` line names (for editors)\n\
+         next: `prova ls` to see the projects and tasks, `prova run build --all --dry-run`\n",
+        file.display(),
+        schema.display()
+    ))?;
     Ok(Code::Ok)
 }
 

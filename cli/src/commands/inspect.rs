@@ -52,6 +52,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         tasks: vec![args.task.clone()],
         projects: ProjectFilter::All,
         cwd: String::new(),
+        allow_empty: false,
     };
     let g = graph::select(&ws, &full, &sel)?;
     // Read-only: inspecting must work on a read-only `.prova` and leave it as it was.

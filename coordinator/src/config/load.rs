@@ -88,7 +88,7 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         runtime_binary: ws.runtime_binary.is_none_or(|b| *b.get_ref()),
         retry: ws.retry.map(|r| super::task::check_retries(&src, r)).transpose()?,
         timeout: ws.timeout.map(|t| super::task::check_timeout(&src, t)).transpose()?,
-        fallback_local: ws.fallback == Some(super::schema::FallbackValue::Local),
+        farm_required: ws.fallback == Some(super::schema::FallbackValue::None),
     };
     let defaults = check_tasks(&src, file.tasks)?;
     let dirs = discover::project_dirs(&src, &project_globs)?;

@@ -145,14 +145,45 @@ pub fn parse_head(head: &str) -> Option<Request> {
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = path.to_owned();
-    let from_query =
-        query.split('&').find_map(|kv| kv.strip_prefix("token=")).map(|t| format!("Bearer {t}"));
+    let from_query = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("token="))
+        .map(|t| format!("Bearer {}", percent_decode(t)));
     let authorization = lines
         .filter_map(|l| l.split_once(':'))
         .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
         .map(|(_, v)| v.trim().to_owned())
         .or(from_query);
     Some(Request { method, path, authorization })
+}
+
+/// A query value with its `%XX` escapes decoded (`encodeURIComponent`'s, a browser's, curl's
+/// `--data-urlencode`): a token holding `+`, `/`, `=` or `%` arrives escaped. A `+` stays a
+/// `+` (a token pasted raw keeps its own), and a `%` not followed by two hex digits stays
+/// as written. Bytes that do not decode to UTF-8 are replaced, so such a token never matches.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                // Two hex digits: at most 0xff, so the cast keeps every bit.
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An answer.
@@ -324,8 +355,40 @@ mod tests {
         let r = parse_head("GET /?token=abc HTTP/1.1\r\n\r\n");
         assert_eq!(r, Some(req("/", Some("Bearer abc"))));
         assert_eq!(parse_head("GET /\r\n\r\n"), None);
+        // A percent-encoded token is decoded, a raw one kept (`+` included).
+        let r = parse_head("GET /?x=1&token=a%2Bb%2Fc%3Dd%25e HTTP/1.1\r\n\r\n");
+        assert_eq!(r, Some(req("/", Some("Bearer a+b/c=d%e"))));
+        let r = parse_head("GET /metrics?token=a+b/c=d%25e HTTP/1.1\r\n\r\n");
+        assert_eq!(r, Some(req("/metrics", Some("Bearer a+b/c=d%e"))));
+        let r = parse_head("GET /?token=%2b%2F HTTP/1.1\r\n\r\n");
+        assert_eq!(r, Some(req("/", Some("Bearer +/"))));
         assert_eq!(parse_head("\u{0}\u{1}"), None);
         assert_eq!(parse_head("GET / SPDY/3\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn percent_escapes_decode_and_junk_stays_as_written() {
+        let cases = [
+            ("plain", "plain"),
+            ("a%2Bb", "a+b"),
+            ("a+b", "a+b"),
+            ("%2f%2F%3d%25", "//=%"),
+            ("100%", "100%"),
+            ("%4", "%4"),
+            ("%zz%2", "%zz%2"),
+            ("%C3%A9", "\u{e9}"),
+            ("%ff", "\u{fffd}"),
+            ("", ""),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(percent_decode(raw), want, "{raw}");
+        }
+        let t = Some("a+b/c=d%e");
+        assert!(authorised(
+            &parse_head("GET /?token=a%2Bb%2Fc%3Dd%25e HTTP/1.1\r\n\r\n").unwrap(),
+            t
+        ));
+        assert!(!authorised(&parse_head("GET /?token=a%2Bb HTTP/1.1\r\n\r\n").unwrap(), t));
     }
 
     #[tokio::test]
