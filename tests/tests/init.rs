@@ -307,6 +307,7 @@ fn file_links() -> TempWorkspace {
         .file(".gitignore", "dist/\nnode_modules/\n");
     install_tsc(&ws, "shared");
     install_tsc(&ws, "server");
+    ws.write("server/node_modules/express/index.js", "module.exports = 4;\n");
     // A stand-in for webpack: it reads its config and bundles the sources.
     ws.write(
         "client/node_modules/.bin/webpack",
@@ -340,6 +341,11 @@ fn init_on_packages_linked_by_file_without_workspaces_runs_without_edits() {
     assert_eq!(ran(&out), ["client#build"], "{out}");
     // A leaf edit re-runs the leaf alone.
     ws.write("server/source/main.ts", "import { id } from 'shared';\nexport const s = id;\n");
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    assert_eq!(ran(&out), ["server#build"], "{out}");
+    // Each package's own installed tree is keyed (no root package.json: prova would assume
+    // none): an install in server re-runs server, not a stale hit.
+    ws.write("server/node_modules/express/index.js", "module.exports = 5;\n");
     let out = ws.prova(["run", "build", "--all", "--json"]).run();
     assert_eq!(ran(&out), ["server#build"], "{out}");
 }

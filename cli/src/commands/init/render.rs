@@ -62,12 +62,26 @@ pub fn workspace_table(detected: &Detected, locks: &[&str]) -> String {
                            here to override).\n"
                 .to_owned()
         }
-        Detected::Packages { dirs } => format!(
-            "# Projects: the directories with a package.json (no `workspaces` field names them;\n\
-             # `file:` dependencies link them). Add a new package's directory here.\n\
-             projects = [{}]\n",
-            list(dirs)
-        ),
+        Detected::Packages { dirs } => {
+            let mut text = format!(
+                "# Projects: the directories with a package.json (no `workspaces` field names \
+                 them;\n# `file:` dependencies link them). Add a new package's directory \
+                 here.\nprojects = [{}]\n",
+                list(dirs)
+            );
+            if !dirs.iter().any(|d| d == ".") {
+                // Without a root package.json prova assumes no installed trees.
+                let trees: Vec<String> = std::iter::once("node_modules".to_owned())
+                    .chain(dirs.iter().map(|d| format!("{d}/node_modules")))
+                    .collect();
+                text.push_str(&format!(
+                    "# Each package's own installed tree: keyed (an install moves its readers' \
+                     keys) and\n# mounted in exec roots.\ntrees = [{}]\n",
+                    list(&trees)
+                ));
+            }
+            text
+        }
         Detected::Cargo(members) => {
             format!(
                 "# The Cargo workspace members, one project each.\nprojects = [{}]\n",
