@@ -272,3 +272,40 @@ fn init_writes_the_config_the_fixture_is_committed_with() {
         assert!(!ws.exists(&format!("packages/{p}/prova.toml")), "{p}\n{out}");
     }
 }
+
+#[test]
+fn init_makes_the_sources_tsc_b_checks_in_referenced_projects_inputs_of_the_build() {
+    // `tsc -b` in a package whose tsconfig references others first checks each referenced
+    // project is up to date — reading its config and stat-ing its sources — and builds it
+    // when not: with only the package's own files in its exec root it failed (TS18003, no
+    // inputs in the referenced config). init makes the referenced sources inputs.
+    if !node_present() || !sandbox_or_skip() {
+        return;
+    }
+    let ws = tscomposite();
+    let file = "packages/app/tsconfig.json";
+    let text = ws.read(file);
+    ws.write(
+        file,
+        &text.replace(
+            "\"include\": [\"src\", \"../../types\"]",
+            "\"include\": [\"src\", \"../../types\"],\n  \"references\": [{ \"path\": \"../report\" }, { \"path\": \"../strings\" }]",
+        ),
+    );
+    std::fs::remove_file(ws.path("prova.toml")).expect("removing prova.toml");
+    let init = ws.prova(["init"]).run();
+    init.assert_code(0).assert_stdout_contains("`tsc -b` checks the sources");
+    let config = ws.read("prova.toml");
+    for read in
+        ["//packages/report/src/**", "//packages/strings/src/**", "//packages/*/tsconfig.json"]
+    {
+        assert!(config.contains(&format!("\"{read}\"")), "{read}\n{config}");
+    }
+    let out = ws
+        .prova(["run", &id("app", "build"), "--force", "--verify=inputs", "--json"])
+        .timeout(PROOF_DEADLINE)
+        .run();
+    out.assert_code(0);
+    let names = verdict_names(&out, &id("app", "build"));
+    assert!(names.contains(&"proven-complete".to_owned()), "{names:?}\n{out}");
+}

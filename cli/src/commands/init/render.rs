@@ -110,7 +110,7 @@ fn js_tasks(findings: Option<&Findings>) -> String {
         Some(inputs) => out.push_str(&format!(
             "# What a build reads, from each package's build script and tsconfig: its sources, \
              the\n# configs it extends and the configs of the projects it references (a README \
-             or a test\n# edit re-runs no build). `prova run build --all --force --verify=inputs` \
+             edit\n# re-runs no build). `prova run build --all --force --verify=inputs` \
              proves the list.\ninputs = [{}]\n",
             list(&inputs)
         )),
