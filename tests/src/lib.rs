@@ -24,6 +24,8 @@
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
 //!   which of its tasks ran.
+//! - [`tscomposite`]: `examples/tscomposite` (composite `tsc -b` packages, per-package
+//!   `node_modules`) copied with its trees installed, and the sha256 of its outputs.
 //!
 //! # How the binary is found
 //! `env!("CARGO_BIN_EXE_prova")` only exists in integration tests of the package that owns the
@@ -67,6 +69,7 @@ pub mod netns;
 pub mod procs;
 pub mod run;
 pub mod schema;
+pub mod tscomposite;
 pub mod tsmono;
 pub mod verify;
 pub mod workspace;
