@@ -309,14 +309,15 @@ async fn program_pairs(
     // distinct (directory, command) once.
     let found: Vec<(usize, binaries::Programs)> =
         OwnedTask::spawn_blocking("prepare.programs", move || {
+            let mut resolver = binaries::Resolver::new(&root);
             let mut seen: HashMap<(PathBuf, String), binaries::Programs> = HashMap::new();
             commands
                 .into_iter()
                 .map(|(ti, cwd, command)| {
                     let id = (cwd.clone(), format!("{command:?}"));
-                    let p = seen.entry(id).or_insert_with(|| {
-                        binaries::programs(&root, &cwd, &command, path_var.as_deref())
-                    });
+                    let p = seen
+                        .entry(id)
+                        .or_insert_with(|| resolver.programs(&cwd, &command, path_var.as_deref()));
                     (ti, p.clone())
                 })
                 .collect()

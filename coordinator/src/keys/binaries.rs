@@ -66,74 +66,117 @@ pub fn programs(
     command: &CommandLine,
     path_var: Option<&str>,
 ) -> Programs {
-    let start = Start::new(cwd.to_path_buf(), path_var);
-    let analysis = match command {
-        CommandLine::Shell(s) => shell::analyse(s, &start),
-        CommandLine::Argv(v) => shell::Analysis {
-            invocations: v
-                .first()
-                .map(|w| Invocation {
-                    word: w.clone(),
-                    cwd: Some(start.cwd.clone()),
-                    path: start.path.clone(),
-                    path_changed: false,
-                    node_bin: false,
-                    interpreted: false,
-                })
-                .into_iter()
-                .collect(),
-            unkeyed: Vec::new(),
-        },
-    };
-    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut out = Programs { found: Vec::new(), unkeyed: analysis.unkeyed };
-    let mut invocations = analysis.invocations;
-    let mut i = 0;
-    while let Some(inv) = invocations.get(i).cloned() {
-        i += 1;
-        let found = resolve(&root, &inv);
-        // A script's `#!` interpreter runs too (`tsc` is `#!/usr/bin/env node`): one level.
-        if let (Found::Outside(p) | Found::Inside(p), false) = (&found, inv.interpreted)
-            && let Some(word) = interpreter(p)
-        {
-            invocations.push(Invocation {
-                word,
-                node_bin: false,
-                interpreted: true,
-                ..inv.clone()
-            });
-        }
-        match found {
-            Found::Outside(path) => {
-                let name = if inv.word.contains('/') || !inv.path_changed {
-                    inv.word.clone()
-                } else {
-                    // Looked up on a PATH the command set: named by where it is, which is
-                    // what a farm worker checks.
-                    path.display().to_string()
-                };
-                let taken = |n: &str| out.found.iter().any(|(w, _)| w == n);
-                if out.found.iter().any(|(w, p)| *w == name && *p == path) {
-                    continue;
-                }
-                let name = if taken(&name) { path.display().to_string() } else { name };
-                if !taken(&name) {
-                    out.found.push((name, path));
-                }
-            }
-            Found::Inside(_) => {}
-            Found::Missing if inv.node_bin => out.unkeyed.push(format!(
-                "`{}`: not in node_modules/.bin nor on PATH (a package runner would fetch it)",
-                inv.word
-            )),
-            Found::Missing => {
-                out.unkeyed.push(format!("`{}`: not found where the command looks", inv.word))
-            }
-            Found::Unknown(why) => out.unkeyed.push(why),
-        }
+    Resolver::new(root).programs(cwd, command, path_var)
+}
+
+/// Resolves the programs of many commands of one workspace, each lookup and each `#!` line
+/// once (a thousand packages' `tsc` are one file).
+#[derive(Debug)]
+pub struct Resolver {
+    /// The workspace root, canonical.
+    root: PathBuf,
+    /// Lookups done: by (word, the directory it resolves from if it matters, PATH, runner).
+    found: HashMap<(String, Option<PathBuf>, Vec<PathDir>, bool), Found>,
+    /// `#!` interpreters read, by program.
+    interpreters: HashMap<PathBuf, Option<String>>,
+}
+
+impl Resolver {
+    /// A resolver for the workspace at `root`.
+    pub fn new(root: &Path) -> Self {
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        Self { root, found: HashMap::new(), interpreters: HashMap::new() }
     }
-    out.unkeyed.dedup();
-    out
+
+    fn resolve(&mut self, inv: &Invocation) -> Found {
+        let dir = (inv.word.contains('/') || inv.node_bin).then(|| inv.cwd.clone()).flatten();
+        let id = (inv.word.clone(), dir, inv.path.clone(), inv.node_bin);
+        let root = &self.root;
+        self.found.entry(id).or_insert_with(|| resolve(root, inv)).clone()
+    }
+
+    fn interpreter(&mut self, program: &Path) -> Option<String> {
+        self.interpreters
+            .entry(program.to_path_buf())
+            .or_insert_with(|| interpreter(program))
+            .clone()
+    }
+
+    /// [`programs`], with this resolver's lookups.
+    pub fn programs(
+        &mut self,
+        cwd: &Path,
+        command: &CommandLine,
+        path_var: Option<&str>,
+    ) -> Programs {
+        let start = Start::new(cwd.to_path_buf(), path_var);
+        let analysis = match command {
+            CommandLine::Shell(s) => shell::analyse(s, &start),
+            CommandLine::Argv(v) => shell::Analysis {
+                invocations: v
+                    .first()
+                    .map(|w| Invocation {
+                        word: w.clone(),
+                        cwd: Some(start.cwd.clone()),
+                        path: start.path.clone(),
+                        path_changed: false,
+                        node_bin: false,
+                        interpreted: false,
+                    })
+                    .into_iter()
+                    .collect(),
+                unkeyed: Vec::new(),
+            },
+        };
+        let mut out = Programs { found: Vec::new(), unkeyed: analysis.unkeyed };
+        let mut invocations = analysis.invocations;
+        let mut i = 0;
+        while let Some(inv) = invocations.get(i).cloned() {
+            i += 1;
+            let found = self.resolve(&inv);
+            // A script's `#!` interpreter runs too (`tsc` is `#!/usr/bin/env node`): one level.
+            if let (Found::Outside(p) | Found::Inside(p), false) = (&found, inv.interpreted)
+                && let Some(word) = self.interpreter(p)
+            {
+                invocations.push(Invocation {
+                    word,
+                    node_bin: false,
+                    interpreted: true,
+                    ..inv.clone()
+                });
+            }
+            match found {
+                Found::Outside(path) => {
+                    let name = if inv.word.contains('/') || !inv.path_changed {
+                        inv.word.clone()
+                    } else {
+                        // Looked up on a PATH the command set: named by where it is, which is
+                        // what a farm worker checks.
+                        path.display().to_string()
+                    };
+                    let taken = |n: &str| out.found.iter().any(|(w, _)| w == n);
+                    if out.found.iter().any(|(w, p)| *w == name && *p == path) {
+                        continue;
+                    }
+                    let name = if taken(&name) { path.display().to_string() } else { name };
+                    if !taken(&name) {
+                        out.found.push((name, path));
+                    }
+                }
+                Found::Inside(_) => {}
+                Found::Missing if inv.node_bin => out.unkeyed.push(format!(
+                    "`{}`: not in node_modules/.bin nor on PATH (a package runner would fetch it)",
+                    inv.word
+                )),
+                Found::Missing => {
+                    out.unkeyed.push(format!("`{}`: not found where the command looks", inv.word))
+                }
+                Found::Unknown(why) => out.unkeyed.push(why),
+            }
+        }
+        out.unkeyed.dedup();
+        out
+    }
 }
 
 /// Where `inv` resolves for the workspace at `root` (canonical): a word with a `/` from its

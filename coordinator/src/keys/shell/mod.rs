@@ -29,7 +29,7 @@ const MAX_DEPTH: usize = 8;
 const MAX_NOTES: usize = 8;
 
 /// One directory of a `PATH`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PathDir {
     /// A directory.
     Dir(PathBuf),
