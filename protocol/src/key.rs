@@ -15,9 +15,9 @@ use crate::digest::{Digest, Fold};
 /// outputs ([`KeyComponents::upstream_outputs`]), not its key: a dependent whose upstream
 /// re-ran with byte-identical outputs keeps its key (early cutoff).
 /// v4: a dependent folds every upstream's output fingerprint (`cache = false` ones too) and,
-/// unless it is confined (`sandbox = true`), the key of every upstream, direct or
-/// transitive ([`KeyComponents::upstream`]): in place it can read an upstream's sources, so
-/// only a confined task is cut off. Every program a command starts is folded, not only its
+/// unless it is confined (`sandbox = true`), every upstream's key — its direct
+/// dependencies', which fold theirs ([`KeyComponents::upstream`]): in place it can read an
+/// upstream's sources, so only a confined task is cut off. Every program a command starts is folded, not only its
 /// first word.
 pub const KEY_VERSION: u32 = 4;
 
@@ -75,9 +75,10 @@ pub struct KeyComponents {
     pub inputs: Vec<InputFile>,
     /// Workspace-wide inputs: `[workspace] fingerprint` and `inputs` files.
     pub workspace: Vec<InputFile>,
-    /// Keys of upstream tasks: of every task upstream of this one (direct or transitive),
-    /// whose sources it can read in place; for a confined task (`sandbox = true`) only of
-    /// its direct dependencies without declared outputs.
+    /// Keys of upstream tasks, whose sources it can read in place: its direct dependencies
+    /// (each folds its own upstreams'), and the upstreams a confined dependency leaves out of
+    /// its key; for a confined task (`sandbox = true`) only its direct dependencies without
+    /// declared outputs.
     pub upstream: Vec<(String, Digest)>,
     /// Output fingerprints (the content fingerprint of the output tree) of every upstream
     /// task (direct or transitive) that declares outputs: the bytes it produced or restored

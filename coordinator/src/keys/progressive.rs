@@ -6,8 +6,9 @@
 //! wrote). In place a dependent can read more of an upstream than its declared outputs: its
 //! sources, a file it writes beside them (a gitignored cache, a tsbuildinfo), the target of a
 //! link in its outputs. So unless the dependent is confined ([`trusts_outputs`]), its key
-//! also folds the **key** of every upstream (which folds the upstream's inputs): an upstream
-//! whose sources moved re-runs it even when its outputs came out byte-identical. A confined
+//! also folds the **key** of every upstream (which folds the upstream's inputs; directly, or
+//! through a dependency's key that folds it, [`Closure::keys`]): an upstream whose sources
+//! moved re-runs it even when its outputs came out byte-identical. A confined
 //! dependent (`sandbox = true`: every execution sees only its declared inputs and its
 //! upstreams' outputs, and fails on any other read) folds only its upstreams' bytes (and the
 //! keys of its direct dependencies without outputs), so an upstream that re-ran with
@@ -64,17 +65,27 @@ pub struct Closure {
     /// Folded by their output fingerprint: every upstream (direct or transitive) that
     /// [`folds_outputs`].
     pub outputs: Vec<u32>,
-    /// Folded by their key: every upstream, unless the task [`trusts_outputs`] (then only
-    /// its direct dependencies that do not fold outputs).
+    /// Folded by their key. A task that [`trusts_outputs`]: its direct dependencies that do
+    /// not fold outputs. Any other: enough upstreams that every upstream's key is folded,
+    /// directly or through another's — its direct dependencies, and the upstreams a confined
+    /// one among them leaves out of its own key ([`closures`]).
     pub keys: Vec<u32>,
 }
 
 /// Per task, its [`Closure`]. Computed once per plan, in dependency order, by merging the
 /// deps' transitive upstreams.
+///
+/// A key folds its direct dependencies' keys, and each of those folds its own upstreams': a
+/// dependent that is not confined needs nothing more — unless a dependency is confined, as
+/// its key leaves out the upstreams it folds by their bytes. Those ("uncovered") are folded
+/// by key explicitly. So in a workspace with no confined task every key folds just its
+/// direct dependencies' keys, as in any task runner, plus the output fingerprints.
 fn closures(plan: &RunPlan) -> Vec<Closure> {
     let n = plan.tasks.len();
     // Every upstream, direct or transitive.
     let mut all: Vec<Vec<u32>> = vec![Vec::new(); n];
+    // The upstreams whose key a task's key does not fold, directly or through another's.
+    let mut uncovered: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut out: Vec<Closure> = vec![Closure::default(); n];
     let by_id = |v: &mut Vec<u32>| {
         v.sort_by(|&a, &b| {
@@ -82,8 +93,9 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
         });
     };
     for i in super::topo(plan) {
+        let deps = &plan.tasks[i].deps;
         let mut up: Vec<u32> = Vec::new();
-        for &d in &plan.tasks[i].deps {
+        for &d in deps {
             up.push(d as u32);
             up.extend_from_slice(&all[d]);
         }
@@ -91,23 +103,35 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
         up.dedup();
         let mut outputs: Vec<u32> =
             up.iter().copied().filter(|&d| folds_outputs(&plan.tasks[d as usize])).collect();
-        let mut keys: Vec<u32> = if trusts_outputs(&plan.tasks[i]) {
-            let mut direct: Vec<u32> = plan.tasks[i]
-                .deps
-                .iter()
-                .filter(|&&d| !folds_outputs(&plan.tasks[d]))
-                .map(|&d| d as u32)
-                .collect();
-            direct.sort_unstable();
-            direct.dedup();
-            direct
+        let (mut keys, mut left_out): (Vec<u32>, Vec<u32>) = if trusts_outputs(&plan.tasks[i]) {
+            let mut keys = Vec::new();
+            let mut left_out = Vec::new();
+            for &d in deps {
+                if folds_outputs(&plan.tasks[d]) {
+                    left_out.push(d as u32);
+                    left_out.extend_from_slice(&all[d]);
+                } else {
+                    keys.push(d as u32);
+                    left_out.extend_from_slice(&uncovered[d]);
+                }
+            }
+            (keys, left_out)
         } else {
-            up.clone()
+            let mut keys: Vec<u32> = deps.iter().map(|&d| d as u32).collect();
+            for &d in deps {
+                keys.extend_from_slice(&uncovered[d]);
+            }
+            (keys, Vec::new())
         };
+        keys.sort_unstable();
+        keys.dedup();
+        left_out.sort_unstable();
+        left_out.dedup();
         by_id(&mut outputs);
         by_id(&mut keys);
         out[i] = Closure { outputs, keys };
         all[i] = up;
+        uncovered[i] = left_out;
     }
     out
 }

@@ -161,26 +161,58 @@ fn a_dependent_that_is_not_confined_folds_its_upstreams_keys_and_bytes() {
 }
 
 #[test]
-fn every_upstream_key_is_folded_unless_confined_and_without_outputs_by_key_always() {
+fn every_upstream_key_is_folded_directly_or_through_a_dependency_unless_confined() {
     let (plan, mut keys) = chain();
     keys.settle_all(&plan, &|_| None);
     let fps = |d: usize| Some(Digest::of(format!("outputs of {d}").as_bytes()));
     keys.settle(&plan, 1, &fps);
     let test = keys.settle(&plan, 2, &fps).expect("test keyed");
     let report = keys.settle(&plan, 3, &fps).expect("report keyed");
-    // What test could read, report can: gen's and lib's outputs are folded too, and (not
-    // confined) every upstream's key.
+    // What test could read, report can: gen's and lib's outputs are folded too; their keys
+    // through test's, which folds lib's, which folds gen's.
     let names: Vec<&str> =
         keys.components[3].upstream_outputs.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(names, ["p#gen", "p#lib"]);
-    let names: Vec<&str> = keys.components[3].upstream.iter().map(|(t, _)| t.as_str()).collect();
-    assert_eq!(names, ["p#gen", "p#lib", "p#test"]);
+    assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), test)]);
     assert_ne!(report, test);
     // Confined, report folds the key of its direct dependency without outputs only.
     let (mut plan, mut keys) = chain();
     plan.tasks[3].spec.proof.sandbox = true;
     keys.settle_all(&plan, &fps);
     assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), keys.key(2).expect("k"))]);
+}
+
+#[test]
+fn a_confined_dependency_does_not_hide_its_upstreams_keys_from_a_dependent_that_is_not() {
+    // gen → lib (confined: its key folds gen's bytes, not gen's key) → app (not confined:
+    // in place it can read gen's sources).
+    let tasks = vec![
+        task("gen", &["dist/**"], true, vec![]),
+        task("lib", &["lib/**"], true, vec![0]),
+        task("app", &["app/**"], true, vec![1]),
+    ];
+    let mut plan = RunPlan { root: PathBuf::from("/ws"), tasks };
+    plan.tasks[1].spec.proof.sandbox = true;
+    let fps = |_: usize| Some(Digest::of(b"same bytes"));
+    let keyed = |edit: bool| {
+        let mut keys = PlanKeys {
+            keys: vec![None; 3],
+            components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),
+            stamps: vec![Vec::new(); 3],
+            unfolded: vec![],
+            closures: Default::default(),
+        };
+        if edit {
+            edited_gen(&mut keys);
+        }
+        keys.settle_all(&plan, &fps);
+        keys
+    };
+    let (before, after) = (keyed(false), keyed(true));
+    assert_eq!(before.key(1), after.key(1), "lib is cut off");
+    let names: Vec<&str> = after.components[2].upstream.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["p#gen", "p#lib"]);
+    assert_ne!(before.key(2), after.key(2), "app folds gen's key itself");
 }
 
 #[test]
