@@ -195,6 +195,10 @@ impl CacheLayer for FarmLayer {
         self.inner.entry(key)
     }
 
+    fn newest_entry(&self, task: String) -> LayerFuture<'_, Option<Entry>> {
+        self.inner.newest_entry(task)
+    }
+
     fn lookup(&self, keys: Vec<Digest>) -> LayerFuture<'_, HashMap<Digest, Entry>> {
         let (ns, demote) = (self.inner.namespace().to_owned(), self.demote);
         Box::pin(async move {

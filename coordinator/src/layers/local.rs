@@ -351,15 +351,9 @@ impl super::CacheLayer for LocalLayer {
         Box::pin(async move { Ok(self.cache.call(move |s| s.get_entry(&ns, &key)).await??) })
     }
 
-    fn newest_output_count(&self, task: String) -> super::LayerFuture<'_, Option<usize>> {
+    fn newest_entry(&self, task: String) -> super::LayerFuture<'_, Option<Entry>> {
         let ns = self.namespace.clone();
-        Box::pin(async move {
-            let newest = self.cache.call(move |s| s.latest_for_task(&ns, &task)).await??;
-            // An entry whose manifest does not decode says nothing (its restore refuses it).
-            Ok(newest
-                .and_then(|e| rmp_serde::from_slice::<OutputManifest>(&e.manifest).ok())
-                .map(|m| output_count(&m)))
-        })
+        Box::pin(async move { Ok(self.cache.call(move |s| s.latest_for_task(&ns, &task)).await??) })
     }
 
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> super::LayerFuture<'_, ()> {

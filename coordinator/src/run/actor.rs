@@ -356,6 +356,7 @@ impl RunActor {
             purpose,
             self.cache_use(node),
             self.cache.is_some(),
+            crate::keys::progressive::folds_outputs(&self.plan.tasks[node]),
             self.farm_worker(),
             &self.exec,
             self.traces_inputs(node),
