@@ -146,6 +146,25 @@ impl Prepared {
             .collect()
     }
 
+    /// The workspace as the inputs proof judges a traced run of this plan against it.
+    pub fn workspace_view(&self, ws: &Workspace) -> crate::run::undeclared::WorkspaceView {
+        let installed = self
+            .trees
+            .iter()
+            .map(|t| {
+                let project = crate::trees::holder_project(&ws.projects, &t.path);
+                (t.path.clone(), project.map(str::to_owned))
+            })
+            .collect();
+        crate::run::undeclared::WorkspaceView {
+            root: ws.root.clone(),
+            files: self.files.clone(),
+            scopes: self.input_scopes.clone(),
+            trees: std::sync::Arc::new(self.tree_paths()),
+            installed: std::sync::Arc::new(installed),
+        }
+    }
+
     /// Fills every planned task's `inputs` (what its exec root holds).
     pub fn fill_inputs(&mut self, root: &std::path::Path) {
         let refs = self.input_refs(root);

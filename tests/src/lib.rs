@@ -22,6 +22,8 @@
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
+//! - [`monorepo`]: hand-written npm-workspace repos (workspace links, per-package trees)
+//!   for the installed-tree and sandboxed-output suites.
 //! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
 //!   which of its tasks ran.
 //! - [`tscomposite`]: `examples/tscomposite` (composite `tsc -b` packages, per-package
@@ -65,6 +67,7 @@ pub mod http;
 pub mod inproc;
 pub mod liar;
 pub mod locate;
+pub mod monorepo;
 pub mod netns;
 pub mod procs;
 pub mod run;

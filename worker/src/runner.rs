@@ -226,6 +226,8 @@ pub async fn run_assignment(
                 }
                 match reads {
                     Ok(mut reads) => {
+                        // Lookups inside installed trees, settled against the trees here.
+                        crate::trees::settle_reads(&mut reads, p.root.trees());
                         if let Some(s) = survey {
                             crate::sandbox::survey::merge(&mut reads, s);
                         }

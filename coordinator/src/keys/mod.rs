@@ -96,6 +96,8 @@ pub fn compute(
         workspace.into_iter().partition(|f| locks.is_keyed(&f.path));
 
     let n = plan.tasks.len();
+    // The projects each task reaches: their installed trees are the task's too.
+    let reach = crate::trees::reach(ws, plan);
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
     for ti in topo(plan) {
@@ -144,7 +146,7 @@ pub fn compute(
                     c.extend(
                         trees
                             .iter()
-                            .filter(|tr| crate::trees::visible_to(&tr.path, &p.dir))
+                            .filter(|tr| crate::trees::visible_to_any(&tr.path, &reach[ti]))
                             .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
                     );
                     c.sort();

@@ -588,6 +588,8 @@ pub fn verdicts() -> Vec<Verdict> {
             failed: Some("exit code 1".into()),
             log_tail: vec!["cat: .env: No such file or directory".into()],
             suggest: vec!["//libs/shared/**".into(), "src/**".into()],
+            advice: Vec::new(),
+            evidence: None,
         },
         Verdict::UndeclaredOutputs { paths: vec!["apps/web/tsconfig.tsbuildinfo".into()], more: 0 },
         Verdict::SandboxFailed {
