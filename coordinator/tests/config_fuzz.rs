@@ -28,7 +28,7 @@ const LIB: &str = "[project]\nname = \"core\"\n\n[tasks.build]\noutputs = [\"dis
 env = [\"NODE_ENV\"]\ntimeout = \"1m\"\n";
 
 const APP: &str = "[project]\nname = \"web\"\ndeps = [\"core\"]\n\n[tasks.gen]\ncommand = \"sh gen.sh\"\n\
-outputs = [\"src/generated/**\"]\n";
+outputs = [\"src/generated/**\"]\n\n[tasks.build]\ndeps = [\"^build\", \"gen\"]\n";
 
 /// Fragments spliced in at random line starts.
 const FRAGMENTS: &[&str] = &[
