@@ -74,6 +74,9 @@ pub struct Prepared {
     /// By task: what its command may start that no key folds, in words
     /// ([`keys::binaries::Programs::unkeyed`]; shown by `prova why` and `prova show`).
     pub unkeyed_programs: HashMap<usize, Vec<String>>,
+    /// The files among each task's outputs that no clean or restore may delete, by task id
+    /// ([`inputs::protect`]).
+    pub protected: std::sync::Arc<inputs::protect::Protected>,
 }
 
 impl Prepared {
@@ -222,6 +225,7 @@ pub async fn prepare(
     let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
     let files = with_unlisted_inputs(ws, &plan, files, &tree_dirs);
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
+    let protected = inputs::protect::protected(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
     needed.extend(&sets.fingerprint);
@@ -278,6 +282,7 @@ pub async fn prepare(
     let input_scopes =
         std::sync::Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(sets.scopes).collect());
     Ok(Prepared {
+        protected: std::sync::Arc::new(protected),
         trees: tree_pass.trees,
         unkeyed_programs: programs.unkeyed,
         salted: salt.is_some(),

@@ -159,7 +159,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             options.verify.workspace = Some(std::sync::Arc::new(prepared.workspace_view(&ws)));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
-            .with_input_scopes(prepared.input_scopes.clone());
+            .with_input_scopes(prepared.input_scopes.clone())
+            .with_protected(prepared.protected.clone());
         let reapi = if remote || args.no_cache {
             None
         } else {
@@ -288,7 +289,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 Some(r) => std::sync::Arc::new(r),
                 None => std::sync::Arc::new(layer),
             };
-            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+            let protected = prepared.protected.clone();
+            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging, protected };
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),

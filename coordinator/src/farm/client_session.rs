@@ -276,7 +276,14 @@ async fn start(
         events: events_tx,
         done: done_tx,
         first_attempt: 1,
-        cache: Some(RunCache { layer: Arc::new(layer), policy, keys, hits, staging: tmp }),
+        cache: Some(RunCache {
+            layer: Arc::new(layer),
+            policy,
+            keys,
+            hits,
+            staging: tmp,
+            protected: Arc::default(),
+        }),
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
     });

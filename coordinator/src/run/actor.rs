@@ -363,7 +363,13 @@ impl RunActor {
         );
         let in_place = shape.in_place;
         let placement = if in_place {
-            Placement::InPlace { workspace_root: self.plan.root.clone() }
+            let protected = self
+                .cache
+                .as_ref()
+                .and_then(|c| c.protected.get(self.plan.tasks[node].id.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            Placement::InPlace { workspace_root: self.plan.root.clone(), protected }
         } else {
             self.exec_root_placement(node)
         };

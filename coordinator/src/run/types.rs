@@ -71,6 +71,9 @@ pub struct RunCache {
     pub hits: HashMap<usize, Entry>,
     /// Where workers stage packed artifacts (the cache's `tmp/`).
     pub staging: PathBuf,
+    /// The files among each task's outputs its in-place clean must never delete, by task id
+    /// ([`crate::inputs::protect`]; empty on the farm, which cleans nothing in place).
+    pub protected: Arc<crate::inputs::protect::Protected>,
 }
 
 /// Where a run's tasks execute.

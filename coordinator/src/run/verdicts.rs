@@ -9,7 +9,7 @@ use prova_protocol::events::{
     Divergence, LOG_TAIL_LINES, MAX_CARRIED_PATHS, Perturbations, TaskStatus, Verdict,
 };
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::manifest::OutputManifest;
+use prova_protocol::manifest::{EntryKind, OutputManifest};
 use prova_protocol::spec::{ExitKind, TaskSpec};
 use prova_protocol::work::{Finished, TRACE_READ_FAILED};
 use prova_protocol::{Digest, WorkerId};
@@ -267,6 +267,9 @@ pub(crate) fn compare(
         (None, _) => {
             Verdict::NotVerified { reason: "the first execution's outputs are unknown".to_owned() }
         }
+        (Some(_), Some(_)) if ignore.left_nothing(compared.as_ref()) => {
+            Verdict::NotVerified { reason: ignore.nothing_compared(&spec.proof.ignore) }
+        }
         (Some(p), Some(o)) if same(p, o) && modes.is_empty() => Verdict::ProvenDeterministic {
             rerun_worker: Some(rerun_worker.clone()),
             single_machine,
@@ -294,6 +297,16 @@ pub(crate) fn compare(
     Comparison::Verdict(verdict)
 }
 
+/// The fingerprint of what a determinism proof of `spec` compares in `manifest`: the
+/// manifest without its `verify_ignore` entries, as [`compare`] leaves them out. `None` when
+/// the task ignores nothing (what it compares is the whole fingerprint). The ledger keeps it
+/// beside the full fingerprint, so `--trust proven` and `hermeticity` judge what the proof
+/// judged (issue 27).
+pub(crate) fn compared_fingerprint(spec: &TaskSpec, manifest: &OutputManifest) -> Option<Digest> {
+    let ignore = Ignore::new(spec);
+    ignore.any().then(|| ignore.keep(manifest).fingerprint())
+}
+
 /// The task's `verify_ignore` globs, resolved against its project.
 struct Ignore(Option<PathGlobs>);
 
@@ -312,6 +325,24 @@ impl Ignore {
 
     fn matches(&self, path: &str) -> bool {
         self.0.as_ref().is_some_and(|g| g.is_match(path))
+    }
+
+    /// Whether the ignore left nothing to compare: neither side kept a file or a link (the
+    /// directories that held the ignored files prove nothing about the task's bytes). Both
+    /// sides, so a re-run that wrote an output the first did not still diverges.
+    fn left_nothing(&self, compared: Option<&(OutputManifest, OutputManifest)>) -> bool {
+        let only_dirs = |m: &OutputManifest| m.entries.iter().all(|e| e.kind == EntryKind::Dir);
+        self.any() && compared.is_some_and(|(a, b)| only_dirs(a) && only_dirs(b))
+    }
+
+    /// Why a proof that compared nothing proves nothing, naming the patterns.
+    fn nothing_compared(&self, patterns: &[String]) -> String {
+        let named: Vec<String> = patterns.iter().map(|p| format!("`{p}`")).collect();
+        format!(
+            "every output file matches `verify_ignore` ({}): nothing was compared, so nothing \
+             is proven (narrow the patterns to the files that may vary)",
+            named.join(", ")
+        )
     }
 
     /// `m` without the ignored entries.

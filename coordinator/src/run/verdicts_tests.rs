@@ -347,3 +347,117 @@ fn the_sample_is_a_function_of_key_and_seed() {
     );
     assert_eq!(left_out, Some(Verdict::NotSampled { fraction_ppm: 100_000, seed: 0 }));
 }
+
+fn dir(path: &str) -> ManifestEntry {
+    ManifestEntry {
+        path: path.to_owned(),
+        kind: EntryKind::Dir,
+        mode: 0o755,
+        size: 0,
+        digest: None,
+        mtime_ns: 0,
+        link_target: None,
+    }
+}
+
+/// The reason of a `NotVerified` comparison, or a panic naming what it was.
+#[track_caller]
+fn not_verified(c: Comparison) -> String {
+    match c {
+        Comparison::Verdict(Verdict::NotVerified { reason }) => reason,
+        other => panic!("expected not-verified, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_ignore_that_covers_every_output_proves_nothing() {
+    // Issue 27: with every output ignored nothing was compared, yet the verdict said
+    // "proven deterministic".
+    let first = primary(vec![file("p/dist/stamp.txt", b"t1", 0o644)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/stamp.txt", b"t2", 0o644)]));
+    for patterns in [&["dist/**"][..], &["dist/stamp.txt"], &["**/*.txt", "dist/x"]] {
+        let why = not_verified(compare(Some(&first), &f, &w("w2"), false, &ignoring(patterns)));
+        assert!(why.contains("verify_ignore"), "{why}");
+        for p in patterns {
+            assert!(why.contains(&format!("`{p}`")), "the reason names {p}: {why}");
+        }
+    }
+    // Identical bytes change nothing: still nothing was compared.
+    let same = rerun(ExitKind::Code(0), Some(vec![file("p/dist/stamp.txt", b"t1", 0o644)]));
+    not_verified(compare(Some(&first), &same, &w("w2"), false, &ignoring(&["dist/**"])));
+}
+
+#[test]
+fn directories_left_after_the_ignore_are_not_a_comparison() {
+    // Every file is ignored; the directories that held them remain in both manifests and
+    // agree. A tree of empty directories is not what the task was asked to prove.
+    let entries = |stamp: &[u8]| {
+        vec![dir("p/dist"), dir("p/dist/meta"), file("p/dist/meta/stamp.txt", stamp, 0o644)]
+    };
+    let first = primary(entries(b"t1"), "w1");
+    let f = rerun(ExitKind::Code(0), Some(entries(b"t2")));
+    let why =
+        not_verified(compare(Some(&first), &f, &w("w2"), false, &ignoring(&["dist/meta/*.txt"])));
+    assert!(why.contains("`dist/meta/*.txt`"), "{why}");
+    // A symlink left over is an output that was compared.
+    let link = ManifestEntry {
+        path: "p/dist/latest".into(),
+        kind: EntryKind::Symlink,
+        mode: 0o777,
+        size: 0,
+        digest: None,
+        mtime_ns: 0,
+        link_target: Some("meta".into()),
+    };
+    let mut with_link = entries(b"t1");
+    with_link.push(link.clone());
+    let mut rerun_link = entries(b"t2");
+    rerun_link.push(link);
+    let f = rerun(ExitKind::Code(0), Some(rerun_link));
+    assert!(matches!(
+        compare(
+            Some(&primary(with_link, "w1")),
+            &f,
+            &w("w2"),
+            false,
+            &ignoring(&["dist/meta/*.txt"])
+        ),
+        Comparison::Verdict(Verdict::ProvenDeterministic { .. })
+    ));
+}
+
+#[test]
+fn an_ignore_that_covers_everything_never_hides_a_failure_or_a_new_output() {
+    let ignore = ignoring(&["dist/stamp.txt"]);
+    let first = primary(vec![dir("p/dist"), file("p/dist/stamp.txt", b"t1", 0o644)], "w1");
+    // A re-run that failed is a failed proof, whatever was ignored.
+    let failed = rerun(ExitKind::Code(1), Some(vec![file("p/dist/stamp.txt", b"t2", 0o644)]));
+    assert!(matches!(
+        compare(Some(&first), &failed, &w("w2"), false, &ignore),
+        Comparison::Verdict(Verdict::RerunFailed { .. })
+    ));
+    // A re-run that wrote an output the first did not: a divergence, not "nothing compared".
+    let more = rerun(
+        ExitKind::Code(0),
+        Some(vec![
+            dir("p/dist"),
+            file("p/dist/stamp.txt", b"t2", 0o644),
+            file("p/dist/x", b"x", 0o644),
+        ]),
+    );
+    let Comparison::Diverged(d) = compare(Some(&first), &more, &w("w2"), false, &ignore) else {
+        panic!("an extra output of the re-run was not a divergence");
+    };
+    assert_eq!(d.added, vec!["p/dist/x".to_owned()]);
+    // And the other way round: the first wrote it, the re-run did not.
+    let fewer =
+        rerun(ExitKind::Code(0), Some(vec![dir("p/dist"), file("p/dist/stamp.txt", b"t2", 0o644)]));
+    let first = primary(
+        vec![dir("p/dist"), file("p/dist/stamp.txt", b"t1", 0o644), file("p/dist/x", b"x", 0o644)],
+        "w1",
+    );
+    assert!(matches!(
+        compare(Some(&first), &fewer, &w("w2"), false, &ignore),
+        Comparison::Diverged(_)
+    ));
+}

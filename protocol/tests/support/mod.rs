@@ -790,7 +790,8 @@ pub fn goldens() -> Vec<Golden> {
         local_source: Some("/home/dev/acme".into()),
         local_blobs: Some("/home/dev/.cache/prova/blobs".into()),
     };
-    let in_place = Placement::InPlace { workspace_root: "/home/dev/acme".into() };
+    let in_place =
+        Placement::InPlace { workspace_root: "/home/dev/acme".into(), protected: Vec::new() };
     let options = RunOptionsWire {
         continue_on_failure: true,
         read: true,
