@@ -100,6 +100,8 @@ fn what_does_not_overlap_loads() {
         // A wide input that leaves the outputs out.
         "[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*\", \"!dist/**\"]\noutputs = [\"dist/**\"]\n",
         "[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*.ts\", \"!dist\"]\noutputs = [\"dist/*.d.ts\"]\n",
+        // A file the task generates among its sources, left out of its inputs.
+        "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\", \"!src/version.ts\"]\noutputs = [\"src/version.ts\", \"dist/**\"]\n",
         // A reader that depends on the writer may read its outputs.
         "[tasks.codegen]\ncommand = \"true\"\ninputs = [\"schema/**\"]\noutputs = [\"gen/**\"]\n\
          [tasks.build]\ncommand = \"true\"\ndeps = [\"codegen\"]\ninputs = [\"src/**\", \"gen/**\"]\noutputs = [\"dist/**\"]\n\
