@@ -299,15 +299,17 @@ async fn connect(
         })?;
     // Under TLS 1.3 a refused certificate surfaces after the handshake, on the first stream
     // operation (STACK pitfall 3): a TLS alert in the close frame is a refusal, not a blip.
-    let failed = |e: String| match conn.close_reason() {
-        Some(why) if endpoint::connection_clock_hint(&why).is_some() => {
-            let hint = endpoint::connection_clock_hint(&why).unwrap_or_default();
-            ConnectError::Clock(format!("{hint} ({why})"))
+    let failed = |e: String| {
+        let why = conn.close_reason();
+        if let Some(hint) = why.as_ref().and_then(endpoint::connection_clock_hint) {
+            return ConnectError::Clock(format!("{hint} ({e})"));
         }
-        Some(quinn::ConnectionError::ConnectionClosed(c)) if is_tls_alert(c.error_code) => {
-            ConnectError::Rejected(format!("handshake failed: {c}"))
+        match why {
+            Some(quinn::ConnectionError::ConnectionClosed(c)) if is_tls_alert(c.error_code) => {
+                ConnectError::Rejected(format!("handshake failed: {c}"))
+            }
+            _ => retry(e),
         }
-        _ => retry(e),
     };
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| failed(e.to_string()))?;
     let hello = Hello {
