@@ -1,6 +1,7 @@
 //! Clocks that are off (issue 29): certificates are valid from an hour before they were issued,
 //! so a machine whose clock is two days behind finds the coordinator's certificate "not valid
-//! yet" — and a coordinator two days behind finds everyone's so. Each side says that the clock
+//! yet" (and one 400 days ahead finds it expired) — and a coordinator two days behind finds
+//! everyone's so. Each side says that the clock
 //! is the likely cause, naming the machine's time: a worker logs it and retries slowly (a
 //! clock set right by NTP heals it without a restart), a client fails with it.
 //!
@@ -133,6 +134,16 @@ fn a_client_whose_clock_is_behind_fails_naming_the_clock() {
     assert_ne!(out.code(), Some(0), "{out}");
     out.assert_stderr_contains("not valid yet at this machine's clock");
     out.assert_stderr_contains("check the clock (NTP)");
+    // A clock far ahead (past the certificate's year) reads it as expired: said too.
+    let mut args = vec!["farm".to_owned(), "status".to_owned()];
+    args.extend(farm.remote_args(&farm.ci_certs()));
+    let out = ProvaCmd::new(farm.root(), args)
+        .launcher(["faketime", "-f", "+400d"])
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .run();
+    assert_ne!(out.code(), Some(0), "{out}");
+    out.assert_stderr_contains("has expired at this machine's clock");
+    out.assert_stderr_contains("if the clock is ahead");
 }
 
 #[test]
