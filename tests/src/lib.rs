@@ -18,6 +18,8 @@
 //!   readers for verdicts (`--json`, the `Verify:` line) and the ledger (`prova hermeticity`).
 //! - [`netns`]: [`netns::NetFarm`], a farm on separate hosts (network namespaces on a bridge):
 //!   stall or cut one host's link, tmpfs work dirs.
+//! - [`flood`]: a bounded QUIC handshake flood (real client Initials, answered or not), sent
+//!   from another namespaced host.
 //! - [`inproc`]: [`inproc::InProcessFarm`], the same farm inside the test process: a
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
@@ -63,6 +65,7 @@
 pub mod buildgrid;
 pub mod cache;
 pub mod cluster;
+pub mod flood;
 pub mod http;
 pub mod inproc;
 pub mod liar;
