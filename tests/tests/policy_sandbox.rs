@@ -138,6 +138,30 @@ fn sandbox_needs_a_cached_task_and_is_not_keyed() {
 }
 
 #[test]
+fn a_task_running_its_package_json_script_may_be_sandboxed_and_a_group_may_not() {
+    // The command of a task without one comes from package.json after the merge: the
+    // check must see it (before, `sandbox = true` on such a task was "not cached").
+    let ws = prova_tests::TempWorkspace::new()
+        .file("package.json", r#"{"private": true, "workspaces": ["p"]}"#)
+        .file(
+            "p/package.json",
+            r#"{"name": "p", "scripts": {"build": "mkdir -p out && cat src/a.txt > out/b.txt"}}"#,
+        )
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "prova.toml",
+            "[workspace]\n[tasks.build]\nsandbox = true\ninputs = [\"src/**\"]\noutputs = [\"out/**\"]\n\
+             [tasks.all]\ndeps = [\"build\"]\n",
+        );
+    prova(&ws, ["ls"]).run().assert_code(0);
+    // A group runs nothing a sandbox could confine: still refused.
+    ws.write("prova.toml", &format!("{}sandbox = true\n", ws.read("prova.toml")));
+    let out = prova(&ws, ["ls"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.contains("p#all") && out.stderr.contains("needs the cache"), "{out}");
+}
+
+#[test]
 fn on_the_farm_a_sandboxed_task_is_judged_the_same_way() {
     if !sandbox_or_skip() {
         return;
