@@ -557,7 +557,10 @@ impl RunActor {
                 f.stats,
                 Some(note),
             );
-            if self.options.verify.inputs {
+            // A farm's client judges what the task looked up against its workspace, and
+            // words the note as a local run does (`remote::run::Judge`): it gets the
+            // verdicts, and keeps them only under `--verify=inputs`.
+            if self.options.verify.inputs || self.farm_worker() {
                 r.verdicts = found;
             }
             self.finish(node, r).await;
