@@ -566,6 +566,29 @@ impl RunActor {
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: false });
         }
+        if status == TaskStatus::Succeeded
+            && let Some(w) = &f.wrote_outside
+        {
+            // It wrote beside its outputs in its exec root: what it wrote is gone with the
+            // root, so it fails rather than pass without it; nothing of it is saved.
+            self.discard_staged(f.attempt);
+            let mut r = self.report(
+                node,
+                TaskStatus::Failed,
+                CacheStatus::NotSaved {
+                    reason: "it wrote outside its declared outputs".to_owned(),
+                },
+                Some(f.exit.clone()),
+                f.tries,
+                f.stats,
+                Some(decide::wrote_outside_note(w)),
+            );
+            if self.options.verify.inputs && cacheable {
+                r.verdicts = self.skipped_proof(node).map_or(found, |s| vec![s]);
+            }
+            self.finish(node, r).await;
+            return Some(Event::Finished { node, ok: false });
+        }
         if self.options.verify.inputs && cacheable {
             match self.skipped_proof(node) {
                 Some(skipped) => self.state[node].pending.push(skipped),
