@@ -156,16 +156,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
         if options.verify.any() || !sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root);
-            options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
-            options.verify.workspace = Some(std::sync::Arc::new(prova_coordinator::run::undeclared::WorkspaceView {
-                root: ws.root.clone(),
-                files: prepared.files.clone(),
-                scopes: prepared.input_scopes.clone(),
-                trees: std::sync::Arc::new(prepared.tree_paths()),
-            }));
+            options.verify.workspace = Some(std::sync::Arc::new(prepared.workspace_view(&ws)));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
-            .with_input_scopes(prepared.input_scopes.clone());
+            .with_input_scopes(prepared.input_scopes.clone())
+            .with_protected(prepared.protected.clone());
         let reapi = if remote || args.no_cache {
             None
         } else {
@@ -286,7 +281,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         };
         let summary = if let Some(session) = session {
             let wire = wire_options(&args, farm_policy(&args), &options);
-            remote_run(session, &args, &ws.root, &prepared, &cache, &layer, wire, tx).await
+            remote_run(session, &args, &ws, &prepared, &cache, &layer, wire, tx).await
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
@@ -294,7 +289,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 Some(r) => std::sync::Arc::new(r),
                 None => std::sync::Arc::new(layer),
             };
-            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+            let protected = prepared.protected.clone();
+            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging, protected };
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),
@@ -594,7 +590,7 @@ fn dry_run(
 async fn remote_run(
     mut session: crate::remote::Session,
     args: &RunArgs,
-    root: &Path,
+    ws: &prova_coordinator::workspace::Workspace,
     prepared: &Prepared,
     cache: &prova_coordinator::cache::CacheThread,
     layer: &LocalLayer,
@@ -604,6 +600,7 @@ async fn remote_run(
     use crate::remote::{download, run as rrun};
     // Counted on the way: a coordinator lost mid-run is one line saying what was saved.
     let events = session.counting_saves(events);
+    let root = ws.root.as_path();
     let result: anyhow::Result<prova_protocol::events::RunSummary> = async {
         let tasks = rrun::remote_tasks(root, prepared);
         let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
@@ -620,11 +617,10 @@ async fn remote_run(
         let _ =
             events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
         let wanted = rrun::wanted(&tasks, args.download);
-        let files: std::collections::HashSet<String> =
-            prepared.files.all().iter().cloned().collect();
+        let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared);
         let mut outcome =
-            rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
-        rrun::filter_verdicts(&mut outcome.summary, &files);
+            rrun::submit(&mut session, tasks, options, events.clone(), &mut judge).await?;
+        judge.summary(&mut outcome.summary);
         let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
                 .await?;
