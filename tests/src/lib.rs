@@ -22,6 +22,9 @@
 //!   from another namespaced host.
 //! - [`inproc`]: [`inproc::InProcessFarm`], the same farm inside the test process: a
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
+//! - [`docs`]: the documentation as a test: every command block of `README.md` and
+//!   `docs/*.md` run in a fresh workspace (info-string words: `no-run REASON`, `continue`,
+//!   `daemons`, `in=…`, `exit=N`, `requires=TOOL`), links and anchors.
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //! - [`monorepo`]: hand-written npm-workspace repos (workspace links, per-package trees)
@@ -65,6 +68,7 @@
 pub mod buildgrid;
 pub mod cache;
 pub mod cluster;
+pub mod docs;
 pub mod flood;
 pub mod http;
 pub mod inproc;

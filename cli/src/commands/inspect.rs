@@ -59,9 +59,9 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
     };
     let g = graph::select(&ws, &full, &sel)?;
     // Read-only: inspecting must work on a read-only `.prova` and leave it as it was.
-    let (cache, _join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
+    let (cache, join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
     let rt = common::runtime()?;
-    rt.block_on(async {
+    let found = rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
         let mut prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
@@ -119,8 +119,13 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         };
         let moved = (moved_outputs, moved_keys);
         Ok((prepared, node, entry, current, older, moved, pending, cutoff))
-    })
-    .map(
+    });
+    // The store closes (and a read-only one removes its staging directory) once the last
+    // handle is gone: wait for it, or the process exits first and leaves it behind.
+    drop(rt);
+    drop(cache);
+    let _ = join.join();
+    found.map(
         |(prepared, node, entry, current, older, (moved_outputs, moved_keys), pending, cutoff)| {
             Inspected {
                 ws,
