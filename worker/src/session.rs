@@ -1,8 +1,12 @@
 //! A farm worker's link to the coordinator: dial (QUIC, mTLS), `Hello` as a worker, `Register`,
 //! then relay: assignments and cancels in, reports and heartbeats out. A lost connection is
 //! not fatal: the session redials with backoff, re-registers with the attempts still running,
-//! and the coordinator refuses reports for leases it has since given away. Blob transfers
-//! ([`QuicBlobs`]) ride their own streams on the current connection.
+//! and the coordinator refuses reports for leases it has since given away. The `Finished`
+//! reports of the last minutes are resent after every reconnect ([`Recent`]): a coordinator
+//! that restarted before it saved one adopts it instead of running the task again. Blob
+//! transfers ([`QuicBlobs`]) ride their own streams on the current connection.
+
+use std::collections::VecDeque;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,7 +25,7 @@ use prova_protocol::{AttemptId, Digest};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::{Running, WorkerActor};
+use crate::actor::{Health, Running, WorkerActor};
 use crate::blobcache::BlobCache;
 use crate::remote::{BlobError, BlobFuture, RemoteBlobs};
 
@@ -43,6 +47,53 @@ pub const BLOB_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
 /// The build version sent in `Hello`.
 pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
+/// How long a sent `Finished` report is kept for a resend after a reconnect: the time a
+/// restarted coordinator may take to be back, and its client to re-submit.
+pub const RECENT_FOR: Duration = Duration::from_secs(300);
+/// At most this many kept reports…
+pub const RECENT_REPORTS: usize = 256;
+/// …holding at most this many bytes of logs.
+pub const RECENT_BYTES: usize = 64 << 20;
+
+/// The `Finished` reports sent lately, oldest first, bounded by [`RECENT_FOR`],
+/// [`RECENT_REPORTS`] and [`RECENT_BYTES`].
+#[derive(Default)]
+pub struct Recent {
+    reports: VecDeque<(tokio::time::Instant, FromWorker)>,
+    bytes: usize,
+}
+
+impl Recent {
+    /// Keeps `msg` if it is a `Finished` report.
+    pub fn keep(&mut self, msg: &FromWorker) {
+        let FromWorker::Finished(f) = msg else { return };
+        self.bytes += f.log.len();
+        self.reports.push_back((tokio::time::Instant::now(), msg.clone()));
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        let now = tokio::time::Instant::now();
+        while let Some((at, msg)) = self.reports.front() {
+            let over = self.reports.len() > RECENT_REPORTS
+                || self.bytes > RECENT_BYTES
+                || now.duration_since(*at) > RECENT_FOR;
+            if !over {
+                break;
+            }
+            if let FromWorker::Finished(f) = msg {
+                self.bytes = self.bytes.saturating_sub(f.log.len());
+            }
+            self.reports.pop_front();
+        }
+    }
+
+    /// The reports to resend now, oldest first.
+    pub fn to_resend(&mut self) -> Vec<FromWorker> {
+        self.trim();
+        self.reports.iter().map(|(_, m)| m.clone()).collect()
+    }
+}
 
 /// Where and how to reach the coordinator.
 #[derive(Clone)]
@@ -204,6 +255,7 @@ pub async fn run(
     let mut backoff = Backoff::standard();
     // A report that could not be sent when a connection died is sent on the next one.
     let mut unsent: Option<FromWorker> = None;
+    let mut recent = Recent::default();
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
@@ -213,7 +265,9 @@ pub async fn run(
                 tracing::info!(coordinator = %cfg.addr, "connected");
                 backoff.reset();
                 let _ = conn_tx.send(Some(conn.clone()));
-                serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
+                let mut link =
+                    Link { reports: &mut reports, unsent: &mut unsent, recent: &mut recent };
+                serve(&conn, send, recv, &worker, &mut link, &shutdown).await;
                 let _ = conn_tx.send(None);
                 if shutdown.is_cancelled() {
                     // Leaving: `serve` said so; the coordinator ends the session once it has
@@ -288,10 +342,19 @@ async fn connect(
     }
     let mut info = cfg.info.clone();
     info.running = worker.ask(Running).await.unwrap_or_default();
+    info.health = worker.ask(Health).await.ok().flatten();
     frame::write_msg(&mut send, &WorkerMsg::Register(info))
         .await
         .map_err(|e| retry(e.to_string()))?;
     Ok((conn, send, recv))
+}
+
+/// What goes up a connection: reports from the worker actor, the one a dead connection did
+/// not take, and the ones sent lately.
+struct Link<'a> {
+    reports: &'a mut mpsc::Receiver<FromWorker>,
+    unsent: &'a mut Option<FromWorker>,
+    recent: &'a mut Recent,
 }
 
 async fn serve(
@@ -299,8 +362,7 @@ async fn serve(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     worker: &ActorRef<WorkerActor>,
-    reports: &mut mpsc::Receiver<FromWorker>,
-    unsent: &mut Option<FromWorker>,
+    link: &mut Link<'_>,
     shutdown: &CancellationToken,
 ) {
     // Reader: work from the coordinator to the worker actor.
@@ -323,7 +385,8 @@ async fn serve(
                     }
                 }
                 Ok(Some(CoordinatorMsg::Refused { attempt, reason })) => {
-                    tracing::info!(%attempt, "report refused: {reason}; cancelling it here");
+                    // (A resent report of a lease the coordinator is done with lands here too.)
+                    tracing::debug!(%attempt, "report refused: {reason}; cancelling it here");
                     let _ = w.tell(ToWorker::Cancel { attempt }).await;
                 }
                 Ok(Some(CoordinatorMsg::Leave)) => {
@@ -336,11 +399,19 @@ async fn serve(
         }
     });
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    if let Some(msg) = unsent.take()
-        && frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err()
-    {
-        *unsent = Some(msg);
-        return;
+    // What was sent lately may not have been taken (a coordinator that died and restarted):
+    // once more. A coordinator that has it refuses it.
+    for msg in link.recent.to_resend() {
+        if frame::write_msg(&mut send, &WorkerMsg::Report(msg)).await.is_err() {
+            return;
+        }
+    }
+    if let Some(msg) = link.unsent.take() {
+        if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
+            *link.unsent = Some(msg);
+            return;
+        }
+        link.recent.keep(&msg);
     }
     loop {
         tokio::select! {
@@ -358,17 +429,20 @@ async fn serve(
             }
             () = reader_done.cancelled() => break,
             _ = conn.closed() => break,
-            report = reports.recv() => {
+            report = link.reports.recv() => {
                 let Some(msg) = report else { break };
                 trace_report(&msg);
                 if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
-                    *unsent = Some(msg);
+                    *link.unsent = Some(msg);
                     break;
                 }
+                link.recent.keep(&msg);
             }
             _ = heartbeat.tick() => {
                 let running: Vec<AttemptId> = worker.ask(Running).await.unwrap_or_default();
-                if frame::write_msg(&mut send, &WorkerMsg::Heartbeat { running }).await.is_err() {
+                let health = worker.ask(Health).await.ok().flatten();
+                let beat = WorkerMsg::Heartbeat { running, health };
+                if frame::write_msg(&mut send, &beat).await.is_err() {
                     break;
                 }
             }

@@ -603,8 +603,21 @@ async fn remote_run(
         let wanted = rrun::wanted(&tasks, args.download);
         let files: std::collections::HashSet<String> =
             prepared.files.all().iter().cloned().collect();
-        let mut outcome =
-            rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
+        let re = crate::remote::reattach::Resubmit {
+            args: &args.remote,
+            root,
+            trees: &prepared.trees,
+            window: std::time::Duration::from_secs(args.reattach_timeout),
+        };
+        let mut outcome = crate::remote::reattach::submit_reattaching(
+            &mut session,
+            &re,
+            tasks,
+            options,
+            events.clone(),
+            &files,
+        )
+        .await?;
         rrun::filter_verdicts(&mut outcome.summary, &files);
         let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
