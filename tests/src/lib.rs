@@ -24,6 +24,8 @@
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
 //! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
 //!   which of its tasks ran.
+//! - [`hostile_reapi`]: a REAPI server (raw gRPC over HTTP/2) that declares and streams
+//!   artifacts of any size.
 //!
 //! # How the binary is found
 //! `env!("CARGO_BIN_EXE_prova")` only exists in integration tests of the package that owns the
@@ -59,6 +61,7 @@
 pub mod buildgrid;
 pub mod cache;
 pub mod cluster;
+pub mod hostile_reapi;
 pub mod http;
 pub mod inproc;
 pub mod liar;
