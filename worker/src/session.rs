@@ -114,13 +114,76 @@ pub struct QuicBlobs {
     conn: watch::Receiver<Option<quinn::Connection>>,
 }
 
+/// Times a blob transfer is tried again on the next connection after the one it used died
+/// under it (a coordinator restarting): the attempt survives the restart instead of failing.
+pub const LINK_RETRIES: u32 = 3;
+
 impl QuicBlobs {
+    /// The current connection, once there is a live one (at most [`BLOB_CONNECTION_WAIT`]).
     async fn connection(&self) -> Result<quinn::Connection, BlobError> {
         let mut rx = self.conn.clone();
-        let wait = rx.wait_for(Option::is_some);
+        let wait = rx.wait_for(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none()));
         match tokio::time::timeout(BLOB_CONNECTION_WAIT, wait).await {
             Ok(Ok(c)) => c.clone().ok_or(BlobError::NoConnection),
             _ => Err(BlobError::Unreachable),
+        }
+    }
+
+    /// Whether a transfer on `conn` that failed with `e` goes again on the next connection:
+    /// the connection itself died (not a refusal or a local error), within the retries.
+    fn again(conn: &quinn::Connection, e: &BlobError, tried: u32) -> bool {
+        let again = conn.close_reason().is_some() && tried < LINK_RETRIES;
+        if again {
+            tracing::info!(
+                "a blob transfer lost its connection ({e}); trying again on the next one"
+            );
+        }
+        again
+    }
+
+    async fn fetch_on(
+        conn: &quinn::Connection,
+        digest: Digest,
+        into: &BlobCache,
+    ) -> Result<(), BlobError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
+        let _ = send.finish();
+        match frame::read_msg::<_, BlobAck>(&mut recv).await? {
+            Some(BlobAck::Stored) => {}
+            Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
+            None => return Err(BlobError::Closed),
+        }
+        let (path, file) = into.stage_file()?;
+        let mut file = tokio::fs::File::from_std(file);
+        let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
+        drop(file);
+        if let Err(e) = got {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+        let into = into.clone();
+        OwnedTask::spawn_blocking("worker.blob-insert", move || into.insert_file(&path, &digest))
+            .join()
+            .await??;
+        Ok(())
+    }
+
+    async fn upload_on(
+        conn: &quinn::Connection,
+        path: &Path,
+        digest: Digest,
+        size: u64,
+    ) -> Result<(), BlobError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+        let file = tokio::fs::File::open(path).await?;
+        transport::send_blob(&mut send, digest, size, file).await?;
+        let _ = send.finish();
+        match frame::read_msg::<_, BlobAck>(&mut recv).await? {
+            Some(BlobAck::Stored) => Ok(()),
+            Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
+            None => Err(BlobError::Closed),
         }
     }
 }
@@ -128,48 +191,29 @@ impl QuicBlobs {
 impl RemoteBlobs for QuicBlobs {
     fn fetch<'a>(&'a self, digest: Digest, into: &'a BlobCache) -> BlobFuture<'a> {
         Box::pin(async move {
-            if into.has(&digest) {
-                return Ok(());
+            let mut tried = 0;
+            loop {
+                if into.has(&digest) {
+                    return Ok(());
+                }
+                let conn = self.connection().await?;
+                match Self::fetch_on(&conn, digest, into).await {
+                    Err(e) if Self::again(&conn, &e, tried) => tried += 1,
+                    r => return r,
+                }
             }
-            let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await?;
-            frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
-            let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-                Some(BlobAck::Stored) => {}
-                Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
-                None => return Err(BlobError::Closed),
-            }
-            let (path, file) = into.stage_file()?;
-            let mut file = tokio::fs::File::from_std(file);
-            let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
-            drop(file);
-            if let Err(e) = got {
-                let _ = std::fs::remove_file(&path);
-                return Err(e.into());
-            }
-            let into = into.clone();
-            OwnedTask::spawn_blocking("worker.blob-insert", move || {
-                into.insert_file(&path, &digest)
-            })
-            .join()
-            .await??;
-            Ok(())
         })
     }
 
     fn upload<'a>(&'a self, path: &'a Path, digest: Digest, size: u64) -> BlobFuture<'a> {
         Box::pin(async move {
-            let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await?;
-            frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
-            let file = tokio::fs::File::open(path).await?;
-            transport::send_blob(&mut send, digest, size, file).await?;
-            let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-                Some(BlobAck::Stored) => Ok(()),
-                Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
-                None => Err(BlobError::Closed),
+            let mut tried = 0;
+            loop {
+                let conn = self.connection().await?;
+                match Self::upload_on(&conn, path, digest, size).await {
+                    Err(e) if Self::again(&conn, &e, tried) => tried += 1,
+                    r => return r,
+                }
             }
         })
     }
