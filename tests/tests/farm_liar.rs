@@ -1,11 +1,12 @@
 //! Issue 29: a lying worker (forged manifests, [`prova_tests::liar`]) beside an honest idle one
 //! costs no task. Each result the farm refuses is the worker's fault: the task runs on the
 //! honest worker, the liar is quarantined after a few refusals (shown in `farm status`), and
-//! the run exits 0 with every task done by the honest worker. `prova farm release` ends the
-//! quarantine; a reconnect does not.
+//! the run exits 0 with every task done by the honest worker; the dashboard and `/metrics`
+//! show the quarantine too. `prova farm release` ends the quarantine; a reconnect does not.
 
 use prova_tests::TempWorkspace;
 use prova_tests::cluster::{Cluster, worker_of};
+use prova_tests::http::{get, sample};
 use prova_tests::liar::{Forgery, LyingWorker};
 
 const HOOK: &str = ".git/hooks/pre-commit";
@@ -41,10 +42,20 @@ fn forgery() -> Forgery {
 #[test]
 fn a_lying_worker_beside_an_honest_one_is_quarantined_and_the_run_exits_0() {
     // The honest worker has 2 slots, the liar 8: placement prefers the liar at first.
-    let farm = Cluster::builder().workers(1).slots(2).start();
+    let farm =
+        Cluster::builder().workers(1).slots(2).coordinator_args(["--http", "127.0.0.1:0"]).start();
     let liar = LyingWorker::join(&farm, "liar", forgery());
     let ws = workspace();
+    let started = std::time::Instant::now();
     let out = farm.run(&ws, ["build", "--all", "--json"]);
+    // The figures of issue 29's closing note (bench/README.md), printed with --nocapture.
+    eprintln!(
+        "lying-worker run: exit {:?}, {} tasks, {} assigned to the liar, {:.1} s",
+        out.code(),
+        PROJECTS,
+        liar.assignments(),
+        started.elapsed().as_secs_f64()
+    );
     assert!(liar.assignments() >= 3, "the liar was asked too little to be caught\n{out}");
     assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
     for i in 0..PROJECTS {
@@ -65,6 +76,23 @@ fn a_lying_worker_beside_an_honest_one_is_quarantined_and_the_run_exits_0() {
     assert!(
         log.lines().any(|l| l.contains("WARN") && l.contains("quarantined") && l.contains("liar")),
         "{log}"
+    );
+    // The dashboard's worker row says so, and why; /metrics counts it.
+    let http = farm.http_addr().expect("the coordinator prints its HTTP address").to_owned();
+    let (code, page) = get(&http, "/", None);
+    assert_eq!(code, 200, "{page}");
+    let row = page
+        .split("<tr class=\"worker quarantined\"><td>liar</td>")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no quarantined row for the liar on the dashboard\n{page}"));
+    assert!(row.contains("quarantined: ") && row.contains("results refused"), "{row}");
+    assert!(page.contains("<tr class=\"worker ok\"><td>w1</td>"), "{page}");
+    let (_, metrics) = get(&http, "/metrics", None);
+    assert_eq!(
+        sample(&metrics, "prova_workers_unavailable{why=\"quarantined\"}"),
+        Some(1.0),
+        "{metrics}"
     );
 
     // Quarantined, it gets nothing of the next run.
