@@ -22,6 +22,11 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PROVA_LOG_FORMAT")]
     pub log_format: LogFormat,
 
+    /// Colour: `auto` (a terminal, unless NO_COLOR or CLICOLOR=0; FORCE_COLOR or
+    /// CLICOLOR_FORCE set to anything but 0 colour a pipe too), `always` or `never`.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorWhen::Auto)]
+    pub color: ColorWhen,
+
     /// What to do.
     #[command(subcommand)]
     pub command: CliCommand,
@@ -34,6 +39,17 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// `--color`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    /// On a terminal, as the environment allows (`crate::color`).
+    Auto,
+    /// Always, even into a pipe or a file.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// Subcommands.
@@ -337,9 +353,9 @@ pub enum DownloadMode {
 /// What a remote run does when its farm cannot be reached (`--fallback`).
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Fallback {
-    /// Run in local mode, with the local cache.
+    /// Run in local mode, with the local cache (the default).
     Local,
-    /// Fail the run (the default; overrides `[workspace] fallback = "local"`).
+    /// Fail the run (as --farm-required; overrides `[workspace] fallback = "local"`).
     None,
 }
 
@@ -424,7 +440,7 @@ pub enum ValueError {
     BadSize(String),
     /// A `--cache` part without `:`.
     CacheSyntax(String),
-    /// A `--cache` layer other than `local`.
+    /// A `--cache` layer other than `local`, `farm`, `reapi`.
     CacheLayer(String),
     /// A `--cache` mode other than r, w, rw.
     CacheMode(String),
@@ -437,7 +453,11 @@ impl std::fmt::Display for ValueError {
             Self::BadSize(s) => write!(f, "not a size: {s:?}"),
             Self::CacheSyntax(part) => write!(f, "`{part}`: want LAYER:MODE, e.g. local:rw"),
             Self::CacheLayer(layer) => {
-                write!(f, "unknown cache layer `{layer}` (local mode has `local`)")
+                write!(f, "unknown cache layer `{layer}` (layers: {})", CACHE_LAYERS.join(", "))?;
+                match layer_suggestion(layer) {
+                    Some(h) => write!(f, "\n  help: did you mean `{h}`?"),
+                    None => Ok(()),
+                }
             }
             Self::CacheMode(part) => write!(f, "`{part}`: mode is r, w or rw"),
         }
@@ -463,7 +483,20 @@ pub fn parse_size(s: &str) -> Result<u64, ValueError> {
     Ok((n * mult as f64) as u64)
 }
 
-/// Which cache layers a run reads and writes.
+/// The layers `--cache` names.
+pub const CACHE_LAYERS: [&str; 3] = ["local", "farm", "reapi"];
+
+/// The did-you-mean of an unknown layer: Turborepo's `remote` is prova's `farm`.
+fn layer_suggestion(layer: &str) -> Option<&'static str> {
+    if layer.eq_ignore_ascii_case("remote") {
+        return Some("farm");
+    }
+    let hit = prova_coordinator::config::suggest(layer, CACHE_LAYERS)?;
+    CACHE_LAYERS.into_iter().find(|l| *l == hit)
+}
+
+/// Which cache layers a run reads and writes. A `--cache` value names the layers it uses,
+/// as Turborepo's does: a layer it leaves out is neither read nor written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheSpec {
     /// Read the local layer.
@@ -472,6 +505,8 @@ pub struct CacheSpec {
     pub write: bool,
     /// The REAPI layer (`reapi:r`, `reapi:rw`), when named.
     pub reapi: Option<LayerMode>,
+    /// The farm's cache (`farm:r`, `farm:rw`) for a `--remote` run, when named.
+    pub farm: Option<LayerMode>,
 }
 
 /// What a run does with one cache layer.
@@ -484,9 +519,10 @@ pub struct LayerMode {
 }
 
 /// Parses `--cache=local:rw` (also `local:r`, `local:w`, `local:` for neither), with an
-/// optional REAPI layer: `local:rw,reapi:rw` (`reapi:r` reads only).
+/// optional REAPI layer: `local:rw,reapi:rw` (`reapi:r` reads only) and the farm's:
+/// `local:rw,farm:r`.
 pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, ValueError> {
-    let mut spec = CacheSpec { read: false, write: false, reapi: None };
+    let mut spec = CacheSpec { read: false, write: false, reapi: None, farm: None };
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let (layer, mode) =
             part.split_once(':').ok_or_else(|| ValueError::CacheSyntax(part.to_owned()))?;
@@ -501,6 +537,7 @@ pub fn parse_cache_spec(s: &str) -> Result<CacheSpec, ValueError> {
         match layer {
             "local" => (spec.read, spec.write) = (spec.read || m.read, spec.write || m.write),
             "reapi" => spec.reapi = Some(m),
+            "farm" => spec.farm = Some(m),
             _ => return Err(ValueError::CacheLayer(layer.to_owned())),
         }
     }
@@ -522,13 +559,21 @@ pub struct SelectArgs {
     #[arg(short = 'p', long = "project", value_name = "NAME")]
     pub projects: Vec<String>,
 
-    /// Projects whose dir or name matches this glob; repeatable.
-    #[arg(long = "filter", value_name = "GLOB")]
+    /// Projects by Turborepo's filter grammar; repeatable (a union; `!` excludes): a name or
+    /// dir glob (`web`, `libs/*`), `./dir` or `{./dir}`, `web...` (and its dependencies),
+    /// `...core` (and its dependents), `^` leaves the project out (`web^...`), `[ref]` or
+    /// `[ref...ref]` (changed in git), combined: `...[HEAD^1]`, `{./apps/*}[main]`.
+    #[arg(long = "filter", value_name = "SELECTOR")]
     pub filters: Vec<String>,
 
-    /// Projects with files changed since this git ref, and their dependents.
+    /// Projects with files changed since this git ref, and their dependents (nothing
+    /// changed is an empty run, exit 0).
     #[arg(long, value_name = "REF")]
     pub affected: Option<String>,
+
+    /// A selection with nothing to run exits 0 (with a warning) instead of 2.
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 /// How task output is shown.
@@ -636,7 +681,8 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "cache")]
     pub no_cache: bool,
 
-    /// Cache layers and modes, e.g. `local:rw` (default), `local:r`, `local:w`.
+    /// Cache layers and modes, e.g. `local:rw` (default), `local:r`, `local:w`,
+    /// `local:rw,farm:r` (with --remote), `local:rw,reapi:rw`; a layer left out is not used.
     #[arg(long, value_name = "SPEC", value_parser = parse_cache_spec)]
     pub cache: Option<CacheSpec>,
 
@@ -683,9 +729,10 @@ pub struct RunArgs {
     pub download: DownloadMode,
 
     /// With --remote: what to do when the farm cannot be reached (no handshake within
-    /// seconds): `local` runs in local mode instead (Bazel's `--remote_local_fallback`),
-    /// `none` fails; default: `[workspace] fallback`, else `none`. A farm that answers and
-    /// refuses is never a reason to fall back.
+    /// seconds): `local` (the default) warns once and runs in local mode, with the local
+    /// cache, as Turborepo does when its remote cache is down; `none` fails (exit 2), as
+    /// --farm-required. Default: `[workspace] fallback`, else `local`. A farm that answers
+    /// and refuses is never a reason to fall back.
     #[arg(long, value_enum, value_name = "MODE", env = "PROVA_FALLBACK")]
     pub fallback: Option<Fallback>,
 
@@ -695,6 +742,11 @@ pub struct RunArgs {
     /// runs twice. `0` gives up at once.
     #[arg(long, value_name = "SECS", env = "PROVA_REATTACH_TIMEOUT", default_value_t = 120)]
     pub reattach_timeout: u64,
+
+    /// With --remote: a farm that cannot be reached fails the run (exit 2) instead of the run
+    /// going on locally (as `--fallback none`; wins over `--fallback` and PROVA_FALLBACK).
+    #[arg(long)]
+    pub farm_required: bool,
 
     /// Waiting for the workspace lock.
     #[command(flatten)]
@@ -814,7 +866,19 @@ mod value_tests {
         assert_eq!(parse_size("-1").unwrap_err().to_string(), "not a size: \"-1\"");
         let cases = [
             ("local", "`local`: want LAYER:MODE, e.g. local:rw"),
-            ("s3:rw", "unknown cache layer `s3` (local mode has `local`)"),
+            ("s3:rw", "unknown cache layer `s3` (layers: local, farm, reapi)"),
+            (
+                "lcoal:rw",
+                "unknown cache layer `lcoal` (layers: local, farm, reapi)\n  help: did you mean `local`?",
+            ),
+            (
+                "remote:r",
+                "unknown cache layer `remote` (layers: local, farm, reapi)\n  help: did you mean `farm`?",
+            ),
+            (
+                "reapy:rw",
+                "unknown cache layer `reapy` (layers: local, farm, reapi)\n  help: did you mean `reapi`?",
+            ),
             ("local:x", "`local:x`: mode is r, w or rw"),
         ];
         for (spec, want) in cases {
@@ -831,14 +895,36 @@ mod value_tests {
         use super::{CacheSpec, LayerMode};
         let rw = LayerMode { read: true, write: true };
         let r = LayerMode { read: true, write: false };
+        let spec = |read, write, reapi| CacheSpec { read, write, reapi, farm: None };
         let cases = [
-            ("local:rw", CacheSpec { read: true, write: true, reapi: None }),
-            ("local:rw,reapi:rw", CacheSpec { read: true, write: true, reapi: Some(rw) }),
-            ("local:rw,reapi:r", CacheSpec { read: true, write: true, reapi: Some(r) }),
-            ("reapi:r", CacheSpec { read: false, write: false, reapi: Some(r) }),
+            ("local:rw", spec(true, true, None)),
+            ("local:rw,reapi:rw", spec(true, true, Some(rw))),
+            ("local:rw,reapi:r", spec(true, true, Some(r))),
+            ("reapi:r", spec(false, false, Some(r))),
         ];
         for (s, want) in cases {
             assert_eq!(parse_cache_spec(s), Ok(want), "{s}");
         }
+    }
+
+    #[test]
+    fn the_farm_layer_is_named_like_the_others() {
+        use super::{CacheSpec, LayerMode};
+        let mode = |read, write| Some(LayerMode { read, write });
+        let farm = |read, write, farm| CacheSpec { read, write, reapi: None, farm };
+        let cases = [
+            ("farm:r", farm(false, false, mode(true, false))),
+            ("farm:rw", farm(false, false, mode(true, true))),
+            ("farm:w", farm(false, false, mode(false, true))),
+            ("local:rw,farm:r", farm(true, true, mode(true, false))),
+            ("local:r,farm:", farm(true, false, mode(false, false))),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_cache_spec(s), Ok(want), "{s}");
+        }
+        assert_eq!(
+            parse_cache_spec("farm:x").unwrap_err().to_string(),
+            "`farm:x`: mode is r, w or rw"
+        );
     }
 }

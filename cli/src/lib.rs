@@ -12,13 +12,17 @@
 //!   3 the workspace is busy under `--no-wait`).
 //! - [`lock`]: the workspace lock (one writer per workspace).
 //! - [`stdio`]: a stderr writer that survives a closed pipe (the log, the error line).
+//! - [`color`]: `--color` and the colour variables (`NO_COLOR`, `FORCE_COLOR`, `CLICOLOR…`).
+//! - [`logfmt`]: warnings as `prova: warning: …` lines, whichever crate logs them.
 
 pub mod args;
+pub mod color;
 pub mod commands;
 pub mod daemon_config;
 pub mod exit;
 pub mod local;
 pub mod lock;
+pub mod logfmt;
 pub mod remote;
 pub mod render;
 pub mod stdio;
@@ -30,6 +34,7 @@ use clap::Parser;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
+    color::set(cli.color);
     let daemon =
         matches!(cli.command, args::CliCommand::Coordinator(_) | args::CliCommand::Worker(_));
     init_tracing(cli.verbose, cli.log_format, daemon);
@@ -66,9 +71,13 @@ fn init_tracing(verbose: u8, format: args::LogFormat, daemon: bool) {
         .with_writer(stdio::Stderr)
         .log_internal_errors(false);
     let _ = match format {
-        // Escape codes only for a terminal: files, journald and kubectl logs get plain lines.
+        // Escape codes only for a terminal (or `--color always`): files, journald and kubectl
+        // logs get plain lines.
+        args::LogFormat::Text if daemon => builder.with_ansi(color::stderr()).try_init(),
         args::LogFormat::Text => {
-            builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+            let ansi = color::stderr();
+            let full = tracing_subscriber::fmt::format::Format::default().with_ansi(ansi);
+            builder.with_ansi(ansi).event_format(logfmt::CliFormat { color: ansi, full }).try_init()
         }
         args::LogFormat::Json => builder
             .json()

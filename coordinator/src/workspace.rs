@@ -69,9 +69,9 @@ pub struct WorkspaceSettings {
     pub retry: Option<u32>,
     /// Timeout of a task that sets none (never keyed).
     pub timeout: Option<Duration>,
-    /// `[workspace] fallback = "local"`: a remote run whose farm cannot be reached runs
-    /// locally instead.
-    pub fallback_local: bool,
+    /// `[workspace] fallback = "none"`: a remote run whose farm cannot be reached fails
+    /// instead of running locally (the default, `"local"`).
+    pub farm_required: bool,
 }
 
 /// A project: a directory with its own tasks.
@@ -116,6 +116,9 @@ pub struct TaskDef {
     pub inputs: Option<Vec<String>>,
     /// Output globs.
     pub outputs: Vec<String>,
+    /// Where each output glob was written, in the same order (empty for a task no config
+    /// table gave outputs, e.g. one inferred from `package.json`).
+    pub outputs_at: Vec<Location>,
     /// Environment variables read: keyed and passed.
     pub env: Vec<String>,
     /// Environment variables passed through, not keyed.
@@ -155,6 +158,7 @@ impl TaskDef {
             deps_from_project: false,
             inputs: None,
             outputs: Vec::new(),
+            outputs_at: Vec::new(),
             env: Vec::new(),
             pass_env: Vec::new(),
             timeout: None,

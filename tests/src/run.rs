@@ -26,6 +26,7 @@ pub struct ProvaCmd {
     env: Vec<(String, Option<String>)>,
     timeout: Duration,
     stdout_closed: bool,
+    head: Option<usize>,
     launcher: Vec<String>,
 }
 
@@ -42,6 +43,7 @@ impl ProvaCmd {
             env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             stdout_closed: false,
+            head: None,
             launcher: Vec::new(),
         }
     }
@@ -74,6 +76,13 @@ impl ProvaCmd {
     /// `head` has exited: every write fails with `EPIPE`.
     pub fn stdout_closed(mut self) -> Self {
         self.stdout_closed = true;
+        self
+    }
+
+    /// Reads `lines` lines of prova's stdout, then closes the pipe, as `prova … | head -n
+    /// lines` does: prova's later writes fail with `EPIPE`. `Output::stdout` holds those lines.
+    pub fn head(mut self, lines: usize) -> Self {
+        self.head = Some(lines);
         self
     }
 
@@ -126,12 +135,16 @@ impl ProvaCmd {
         let stderr = child.stderr.take().expect("stderr is piped");
 
         let (line_tx, lines) = mpsc::channel();
+        let head = self.head.unwrap_or(usize::MAX);
         std::thread::spawn(move || {
             // A closed stdout reads as empty: dropping the sender ends the channel.
             let Some(stdout) = stdout else { return };
             let mut r = BufReader::new(stdout);
             let mut buf = Vec::new();
-            while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let mut read = 0;
+            // Past `head` lines the reader (and so the pipe's reading end) is dropped.
+            while read < head && matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                read += 1;
                 let line = String::from_utf8_lossy(&buf).trim_end_matches('\n').to_owned();
                 if line_tx.send(line).is_err() {
                     break;

@@ -7,7 +7,8 @@
 //! `farm_restart`.)
 //!
 //! Every bound here is a test deadline, not a measurement: a client or worker that waited out
-//! the server's 30 s idle timeout (as before) misses it.
+//! its 30 s idle timeout (the pause tolerance) instead of probing the closed port or taking
+//! the new coordinator's stateless reset misses it.
 
 use std::time::Duration;
 
@@ -21,8 +22,8 @@ use prova_tests::cluster::{
 /// under the 30 s the client used to wait.
 const LOST_RUN_TIMEOUT: Duration = Duration::from_secs(25);
 
-/// How long workers may take to rejoin a coordinator restarted after a SIGKILL (they used to
-/// wait out the 30 s idle timeout).
+/// How long workers may take to rejoin a coordinator restarted after a SIGKILL (not the 30 s
+/// idle timeout: the restarted coordinator resets their old connections).
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Projects `fast` and `slow`; `build` writes `dist/out.txt`, then, where a `hold` file is (in

@@ -70,8 +70,9 @@ fn git(ws: &TempWorkspace, args: &[&str]) {
     assert!(ok, "git {args:?}");
 }
 
-/// Outside git, or with a ref git does not know: one clear line, exit 2 (git's usage text
-/// or its "Use '--' to separate paths" advice are noise here).
+/// Outside git, or with a ref git does not know: one clear line (and, for a ref, one help
+/// line saying how to pass one), exit 2 (git's usage text or its "Use '--' to separate
+/// paths" advice are noise here).
 #[test]
 fn affected_outside_git_or_with_an_unknown_ref_is_one_line_exit_2() {
     let ws = typo_workspace();
@@ -91,27 +92,37 @@ fn affected_outside_git_or_with_an_unknown_ref_is_one_line_exit_2() {
         let out = ws.prova(["run", "build", "--affected", r]).run();
         out.assert_code(2);
         out.assert_stderr_contains(&format!("--affected {r}: git knows no commit `{r}`"));
-        let lines = out.stderr.lines().filter(|l| !l.contains("matches no directory")).count();
-        assert_eq!(lines, 1, "{r}: {}", out.stderr);
+        let lines: Vec<&str> =
+            out.stderr.lines().filter(|l| !l.contains("matches no directory")).collect();
+        assert_eq!(lines.len(), 2, "{r}: {}", out.stderr);
+        assert!(lines[1].starts_with("  help: pass a ref"), "{r}: {}", out.stderr);
     }
     ws.prova(["run", "build", "--affected", "HEAD"]).run().assert_code(0);
 }
 
 /// `--filter` globs and `--affected` that select nothing: a warning naming the flag; the run
-/// goes on with what else was selected and exits 0 when nothing is (turbo does the same).
+/// goes on with what else was selected. Nothing selected at all is `nothing to run`, exit 2
+/// (issue 28: a CI job passing having run nothing) unless git decided it; a name that is
+/// no project is an error with a did-you-mean, as Turborepo's.
 #[test]
 fn a_filter_or_affected_selecting_nothing_is_named() {
     let ws = typo_workspace();
     let out = ws.prova(["run", "build", "--filter", "lib/*"]).run();
-    out.assert_code(0);
+    out.assert_code(2);
     out.assert_stderr_contains("--filter `lib/*` matches no project");
-    let out = ws.prova(["run", "build", "--filter", "libs/*", "--filter", "wbe", "--json"]).run();
+    out.assert_stderr_contains("nothing to run");
+    let out = ws.prova(["run", "build", "--filter", "libs/*", "--filter", "wb*", "--json"]).run();
     out.assert_code(0);
-    out.assert_stderr_contains("--filter `wbe` matches no project");
+    out.assert_stderr_contains("--filter `wb*` matches no project");
     assert!(!out.stderr.contains("`libs/*` matches no project"), "{}", out.stderr);
     assert_eq!(out.status_of("a#build"), "succeeded");
-    let out = ws.prova(["graph", "build", "--filter", "nope"]).run();
-    out.assert_stderr_contains("--filter `nope` matches no project");
+    let out = ws.prova(["run", "build", "--filter", "libs/*", "--filter", "wbe"]).run();
+    out.assert_code(2);
+    // (`aps/*` is the typo that left web out: there is nothing to suggest.)
+    out.assert_stderr_contains("--filter `wbe`: no project is named or lives at `wbe`");
+    let out = ws.prova(["graph", "build", "--filter", "nope*"]).run();
+    out.assert_code(2);
+    out.assert_stderr_contains("--filter `nope*` matches no project");
     git(&ws, &["init", "-q"]);
     git(&ws, &["add", "-A"]);
     git(&ws, &["commit", "-qm", "init"]);
@@ -136,7 +147,7 @@ fn a_declared_output_that_no_file_matched_is_a_warning_naming_it() {
     out.assert_code(0);
     // A task's notice, on its prefixed lines.
     out.assert_stdout_contains(
-        "web#build | warning: declared output `dsit/**` matched no file after it ran",
+        "web#build | prova: warning: declared output `dsit/**` matched no file after it ran",
     );
     assert!(!out.stdout.contains("`dist/**`"), "{}", out.stdout);
     // In the event stream too, as the task's notice.

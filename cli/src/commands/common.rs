@@ -27,18 +27,20 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     tracing::info!(elapsed = ?t.elapsed(), projects = ws.projects.len(), "workspace loaded");
     let full = graph::build_graph(&ws)?;
     let cwd = start.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("").to_owned();
-    let projects = if sel.all {
-        ProjectFilter::All
-    } else if sel.projects.is_empty() && sel.filters.is_empty() && sel.affected.is_none() {
-        ProjectFilter::Cwd
-    } else {
-        ProjectFilter::Some {
+    let narrowed = !sel.projects.is_empty() || !sel.filters.is_empty() || sel.affected.is_some();
+    let projects = match (sel.all, narrowed) {
+        (true, false) => ProjectFilter::All,
+        (false, false) => ProjectFilter::Cwd,
+        // `--all --filter '!docs'`: every project but docs.
+        (all, true) => ProjectFilter::Some {
+            all,
             names: sel.projects.clone(),
-            globs: sel.filters.clone(),
+            filters: sel.filters.clone(),
             affected: sel.affected.clone(),
-        }
+        },
     };
-    let selection = Selection { tasks: sel.tasks.clone(), projects, cwd };
+    let selection =
+        Selection { tasks: sel.tasks.clone(), projects, cwd, allow_empty: sel.allow_empty };
     let graph = graph::select(&ws, &full, &selection)?;
     tracing::info!(elapsed = ?t.elapsed(), tasks = graph.len(), "graph selected");
     Ok(Loaded { ws, graph })

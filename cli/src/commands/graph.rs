@@ -1,6 +1,5 @@
 //! `prova graph`: the selected graph as Graphviz dot or JSON.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use prova_coordinator::graph::render;
@@ -18,10 +17,6 @@ pub fn graph(start: &Path, args: GraphArgs) -> anyhow::Result<Code> {
     } else {
         render::to_dot(&loaded.graph)
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    super::common::print(&text)?;
     Ok(Code::Ok)
 }

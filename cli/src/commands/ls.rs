@@ -3,7 +3,6 @@
 //! outputs and whether it is persistent. The JSON document is stable (`schema_version` 1,
 //! README "prova ls --json"): fields are only ever added.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use prova_coordinator::workspace::{Project, TaskDef, Workspace};
@@ -25,11 +24,7 @@ pub fn ls(start: &Path, args: LsArgs) -> anyhow::Result<Code> {
     } else {
         to_text(&ws)
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    super::common::print(&text)?;
     Ok(Code::Ok)
 }
 

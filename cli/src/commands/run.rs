@@ -30,12 +30,18 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let meta = crate::render::json::RunMeta::new(started_at);
     let Loaded { ws, graph } = common::load(start, &args.select)?;
     let rt = common::runtime()?;
-    // A remote run dials first: its keys fold the farm's salt, and a farm that cannot be
-    // reached is said in one line within seconds — or, with `--fallback local`, the run goes
-    // on in local mode (everything below then treats it as a local run).
+    // A remote run dials first: its keys fold the farm's salt. A farm that cannot be reached
+    // is one warning within seconds and the run goes on in local mode, as Turborepo goes on
+    // without its remote cache (everything below then treats it as a local run) — unless
+    // `--farm-required` (or `--fallback none`, `[workspace] fallback = "none"`).
     let session = match &args.remote.remote {
-        Some(_) => rt.block_on(dial(&args, ws.settings.fallback_local))?,
-        None => None,
+        Some(_) => rt.block_on(dial(&args, ws.settings.farm_required))?,
+        None => {
+            if args.cache.is_some_and(|c| c.farm.is_some()) {
+                tracing::warn!("--cache farm:…: no --remote, so there is no farm layer to use");
+            }
+            None
+        }
     };
     let remote = session.is_some();
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
@@ -150,16 +156,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
         if options.verify.any() || !sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root);
-            options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
-            options.verify.workspace = Some(std::sync::Arc::new(prova_coordinator::run::undeclared::WorkspaceView {
-                root: ws.root.clone(),
-                files: prepared.files.clone(),
-                scopes: prepared.input_scopes.clone(),
-                trees: std::sync::Arc::new(prepared.tree_paths()),
-            }));
+            options.verify.workspace = Some(std::sync::Arc::new(prepared.workspace_view(&ws)));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
-            .with_input_scopes(prepared.input_scopes.clone());
+            .with_input_scopes(prepared.input_scopes.clone())
+            .with_protected(prepared.protected.clone());
         let reapi = if remote || args.no_cache {
             None
         } else {
@@ -279,8 +280,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             other => other,
         };
         let summary = if let Some(session) = session {
-            let wire = wire_options(&args, policy, &options);
-            remote_run(session, &args, &ws.root, &prepared, &cache, &layer, wire, tx).await
+            let wire = wire_options(&args, farm_policy(&args), &options);
+            remote_run(session, &args, &ws, &prepared, &cache, &layer, wire, tx).await
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
@@ -288,7 +289,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 Some(r) => std::sync::Arc::new(r),
                 None => std::sync::Arc::new(layer),
             };
-            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+            let protected = prepared.protected.clone();
+            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging, protected };
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),
@@ -392,28 +394,41 @@ fn cache_mode(args: &RunArgs, remote: bool) -> common::CacheMode {
     }
 }
 
-/// Dials `--remote`. A farm that cannot be reached is an error naming the address and the
-/// way on — or, with `--fallback local` (or `[workspace] fallback = "local"`, which the flag
-/// overrides either way), one warning and `None`: the run goes on locally.
+/// Dials `--remote`. A farm that cannot be reached is one warning and `None`: the run goes
+/// on locally, with the local cache — or, under `--farm-required` (`--fallback none`,
+/// `[workspace] fallback = "none"`; the flags override the setting either way), an error
+/// naming the address. A farm that answers and refuses is always an error.
 async fn dial(
     args: &RunArgs,
-    config_local: bool,
+    config_required: bool,
 ) -> anyhow::Result<Option<crate::remote::Session>> {
     use crate::args::Fallback;
-    let why = match args.fallback {
-        Some(Fallback::Local) => Some("--fallback local"),
-        Some(Fallback::None) => None,
-        None => config_local.then_some("[workspace] fallback = \"local\""),
+    let required = match args.fallback {
+        _ if args.farm_required => Some("--farm-required"),
+        Some(Fallback::None) => Some("--fallback none"),
+        Some(Fallback::Local) => None,
+        None => config_required.then_some("[workspace] fallback = \"none\""),
     };
     match crate::remote::connect(&args.remote).await {
         Ok(s) => Ok(Some(s)),
         Err(e) => match e.downcast::<crate::remote::Unreachable>() {
-            Ok(u) if why.is_some() => {
-                let why = why.unwrap_or_default();
-                crate::stdio::eprint_line(&format!("prova: warning: {u}; running locally ({why})"));
-                Ok(None)
-            }
-            Ok(u) => Err(anyhow::anyhow!("{u}; `--fallback local` runs locally instead")),
+            Ok(u) => match required {
+                Some(why) => Err(anyhow::anyhow!(
+                    "{u}; the run needs the farm ({why}), so nothing ran locally"
+                )),
+                None => {
+                    let why = if args.fallback == Some(Fallback::Local) {
+                        " (--fallback local)"
+                    } else {
+                        ""
+                    };
+                    crate::stdio::eprint_line(&format!(
+                        "{}{u}; running locally{why} — --farm-required makes this an error",
+                        crate::logfmt::WARNING
+                    ));
+                    Ok(None)
+                }
+            },
             Err(e) => Err(e),
         },
     }
@@ -575,7 +590,7 @@ fn dry_run(
 async fn remote_run(
     mut session: crate::remote::Session,
     args: &RunArgs,
-    root: &Path,
+    ws: &prova_coordinator::workspace::Workspace,
     prepared: &Prepared,
     cache: &prova_coordinator::cache::CacheThread,
     layer: &LocalLayer,
@@ -585,6 +600,7 @@ async fn remote_run(
     use crate::remote::{download, run as rrun};
     // Counted on the way: a coordinator lost mid-run is one line saying what was saved.
     let events = session.counting_saves(events);
+    let root = ws.root.as_path();
     let result: anyhow::Result<prova_protocol::events::RunSummary> = async {
         let tasks = rrun::remote_tasks(root, prepared);
         let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
@@ -601,8 +617,7 @@ async fn remote_run(
         let _ =
             events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
         let wanted = rrun::wanted(&tasks, args.download);
-        let files: std::collections::HashSet<String> =
-            prepared.files.all().iter().cloned().collect();
+        let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared);
         let re = crate::remote::reattach::Resubmit {
             args: &args.remote,
             root,
@@ -615,10 +630,10 @@ async fn remote_run(
             tasks,
             options,
             events.clone(),
-            &files,
+            &mut judge,
         )
         .await?;
-        rrun::filter_verdicts(&mut outcome.summary, &files);
+        judge.summary(&mut outcome.summary);
         let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
                 .await?;
@@ -650,6 +665,22 @@ async fn remote_run(
     }
     .await;
     result.map_err(|e| session.explain(e))
+}
+
+/// What a remote run asks of the farm's cache: `--cache farm:MODE`; a `--cache` that leaves
+/// the farm out neither reads nor writes it (as Turborepo's `--cache=local:rw` leaves its
+/// remote cache out); read-write by default.
+fn farm_policy(args: &RunArgs) -> CachePolicy {
+    let off = CachePolicy { read: false, write: false };
+    if args.no_cache {
+        off
+    } else if args.force {
+        CachePolicy { read: false, write: true }
+    } else if let Some(spec) = args.cache {
+        spec.farm.map_or(off, |m| CachePolicy { read: m.read, write: m.write })
+    } else {
+        CachePolicy { read: true, write: true }
+    }
 }
 
 /// What a remote run asks of the farm.

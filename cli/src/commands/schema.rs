@@ -4,7 +4,6 @@
 //! the workspace root — the path the `#:schema` line `prova init` writes names. `.prova/` is
 //! prova's own directory: never a task's input nor an output, so the file changes no key.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use prova_coordinator::config::{JSON_SCHEMA, discover};
@@ -36,17 +35,13 @@ pub fn schema(start: &Path, cmd: SchemaCommand) -> anyhow::Result<Code> {
         SchemaCommand::Config { write: true } => {
             let root = discover::find_root(start)?.dir;
             let path = write_config_schema(&root)?;
-            println!("wrote {}", path.display());
+            super::common::print(&format!("wrote {}\n", path.display()))?;
             return Ok(Code::Ok);
         }
         SchemaCommand::Config { write: false } => JSON_SCHEMA,
         SchemaCommand::Events => EVENTS_SCHEMA,
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    super::common::print(text)?;
     Ok(Code::Ok)
 }
 

@@ -10,7 +10,7 @@
 //! `r`: re-submitting would run everything again), an interrupted one, or a coordinator that
 //! comes back with another cache (its key salt differs: the keys would not be its keys).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use prova_protocol::wire::{RemoteTask, RunOptionsWire};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::run::{RemoteOutcome, submit_merged, upload_missing};
+use super::run::{Judge, RemoteOutcome, submit_merged, upload_missing};
 use super::{CoordinatorLost, Session};
 use crate::args::RemoteArgs;
 
@@ -107,7 +107,7 @@ pub async fn submit_reattaching(
     tasks: Vec<RemoteTask>,
     options: RunOptionsWire,
     events: mpsc::Sender<RunEvent>,
-    files: &HashSet<String>,
+    judge: &mut Judge,
 ) -> anyhow::Result<RemoteOutcome> {
     let started = Instant::now();
     let mut merge = Merge::default();
@@ -115,7 +115,7 @@ pub async fn submit_reattaching(
     loop {
         merge.sessions += 1;
         let sent =
-            submit_merged(session, tasks.clone(), options.clone(), &events, files, &mut merge)
+            submit_merged(session, tasks.clone(), options.clone(), &events, judge, &mut merge)
                 .await;
         let e = match sent {
             Ok(mut outcome) => {

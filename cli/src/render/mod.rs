@@ -15,7 +15,7 @@ pub mod trace;
 mod verdicts;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 use std::time::SystemTime;
 
 use prova_protocol::TaskId;
@@ -39,9 +39,10 @@ pub struct Style {
 }
 
 impl Style {
-    /// The style for a terminal or a pipe.
+    /// The style for a terminal or a pipe: colour as `--color` and the environment say
+    /// ([`crate::color`]), never in JSON.
     pub fn new(mode: OutputMode, json: bool, logs: OutputLogs) -> Self {
-        let color = !json && io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let color = !json && crate::color::stdout();
         Self { mode, json, color, logs }
     }
 }
@@ -246,13 +247,15 @@ impl<W: Write> Renderer<W> {
                 }
             }
             RunEvent::Notice { task, level, message } => {
+                // `prova: warning: …`, as every warning prova prints (crate::logfmt): in a
+                // task's lines it also tells prova's words from the task's own `warning:`.
                 let tag = match level {
                     NoticeLevel::Info => self.paint("2", "note"),
                     NoticeLevel::Warn => self.paint("33", "warning"),
                 };
                 match task {
-                    Some(t) => self.lines(t, format!("{tag}: {message}\n").as_bytes())?,
-                    None => writeln!(self.out, "{tag}: {message}")?,
+                    Some(t) => self.lines(t, format!("prova: {tag}: {message}\n").as_bytes())?,
+                    None => writeln!(self.out, "prova: {tag}: {message}")?,
                 }
             }
         }

@@ -1,4 +1,6 @@
-//! How a proof's verdict reads in the text stream (and in `prova diff`).
+//! How a proof's verdict reads in the text stream (and in `prova diff`): a proof that
+//! passed is one line under its task (the verdict and a short reason); a failed one gives the
+//! details — paths, diffs, perturbations, the log's tail. `--json` carries everything.
 
 use prova_protocol::events::Verdict;
 
@@ -13,10 +15,11 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
                 (Some(w), false) => format!("re-run on {w}"),
                 (None, false) => "re-run elsewhere".to_owned(),
             };
-            let mut s = format!("{} ({where_})\n", paint("32", "verify: proven deterministic"));
-            push_ignored(&mut s, ignored);
-            push_perturbations(&mut s, perturbations);
-            s
+            format!(
+                "{} ({where_}{})\n",
+                paint("32", "verify: proven deterministic"),
+                short_reason(perturbations, ignored)
+            )
         }
         Verdict::Nondeterministic(d) | Verdict::AllowedNondeterministic(d) => {
             let allowed = matches!(v, Verdict::AllowedNondeterministic(_));
@@ -72,34 +75,36 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             push_failure(&mut s, None, log_tail);
             s
         }
-        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest } => {
+        Verdict::UndeclaredInputs {
+            paths,
+            traced: true,
+            more,
+            failed,
+            log_tail,
+            suggest,
+            advice,
+            ..
+        } => {
             let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
+            push_paths(&mut s, paths, *more);
             if paths.iter().any(|p| p.ends_with('/')) {
                 s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
             }
-            if suggest.is_empty() {
-                s.push_str("  add them to the task's inputs\n");
-            } else {
+            if !suggest.is_empty() {
                 let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
                 s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
+            } else if advice.is_empty() {
+                s.push_str("  add them to the task's inputs\n");
+            }
+            for a in advice {
+                s.push_str(&format!("  {a}\n"));
             }
             push_failure(&mut s, failed.as_deref(), log_tail);
             s
         }
         Verdict::UndeclaredOutputs { paths, more } => {
             let mut s = format!("{}\n", paint("31", "verify: wrote outside its declared outputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
+            push_paths(&mut s, paths, *more);
             s.push_str("  declare them in outputs (a cache hit would not restore them), or stop writing them\n");
             s
         }
@@ -128,6 +133,41 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::Exempt { reason } => format!("verify: exempt ({reason})\n"),
     };
     Some(text)
+}
+
+/// The rest of a passed proof's one line: how many perturbations, which could not be
+/// applied (the proof is weaker without them), how many paths were not compared.
+fn short_reason(p: &prova_protocol::events::Perturbations, ignored: &[String]) -> String {
+    let mut s = String::new();
+    if !p.applied.is_empty() {
+        let n = p.applied.len();
+        s.push_str(&format!(", {n} perturbation{}", if n == 1 { "" } else { "s" }));
+    }
+    if !p.not_applied.is_empty() {
+        let what: Vec<&str> = p.not_applied.iter().map(|n| n.what.as_str()).collect();
+        s.push_str(&format!("; not perturbed: {}", what.join(", ")));
+    }
+    if !ignored.is_empty() {
+        const NAMED: usize = 2;
+        let named: Vec<&str> = ignored.iter().take(NAMED).map(String::as_str).collect();
+        let more = ignored.len().saturating_sub(NAMED);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        s.push_str(&format!("; not compared (verify_ignore): {}{more}", named.join(", ")));
+    }
+    s
+}
+
+/// The first [`MAX_NAMED_PATHS`] of a verdict's paths, one a line, then how many more
+/// (all of them are in `--json`).
+fn push_paths(s: &mut String, paths: &[String], more: usize) {
+    use prova_protocol::events::MAX_NAMED_PATHS;
+    for p in paths.iter().take(MAX_NAMED_PATHS) {
+        s.push_str(&format!("  {p}\n"));
+    }
+    let hidden = more + paths.len().saturating_sub(MAX_NAMED_PATHS);
+    if hidden > 0 {
+        s.push_str(&format!("  and {hidden} more (every path is in --json)\n"));
+    }
 }
 
 /// The outputs `verify_ignore` left out of a comparison, under its verdict.

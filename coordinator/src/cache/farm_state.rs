@@ -1,4 +1,4 @@
-//! A farm coordinator's state that outlives its restart (schema version 5): the keyed leases
+//! A farm coordinator's state that outlives its restart (schema version 6): the keyed leases
 //! it placed and the workers it quarantined. The farm core decides what to write
 //! (`farm::core::Journal`); these are the rows. Plain types here: the cache knows nothing of
 //! the farm.

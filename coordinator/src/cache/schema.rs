@@ -44,17 +44,18 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, sql: V3 },
     Migration { version: 4, sql: V4 },
     Migration { version: 5, sql: V5 },
+    Migration { version: 6, sql: V6 },
 ];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
-/// Version 5: a farm coordinator's own state that must outlive a restart (`farm_state.rs`).
+/// Version 6: a farm coordinator's own state that must outlive a restart (`farm_state.rs`).
 /// `farm_leases`: every keyed lease placed, until it ended without a result or the run that
 /// got its result is over — a restarted coordinator adopts what its workers still run.
 /// `incarnation` is the coordinator start that placed it (run ids restart per start).
 /// `farm_quarantine`: workers quarantined for lying, until released.
-const V5: &str = "
+const V6: &str = "
 CREATE TABLE farm_leases (
     lease       INTEGER PRIMARY KEY,
     worker      TEXT    NOT NULL,
@@ -70,6 +71,14 @@ CREATE TABLE farm_quarantine (
     reason      TEXT    NOT NULL,
     since_ms    INTEGER NOT NULL
 ) WITHOUT ROWID;
+";
+
+/// Version 5: what a determinism proof compares. `compared` is the fingerprint of an
+/// execution's outputs without its task's `verify_ignore` matches (NULL when it ignores
+/// nothing, and on older rows): the ledger's agreement (`--trust proven`, `hermeticity`) is
+/// judged on `coalesce(compared, fingerprint)`, the same thing the proof compared.
+const V5: &str = "
+ALTER TABLE executions ADD COLUMN compared BLOB CHECK (compared IS NULL OR length(compared) = 32);
 ";
 
 /// Version 3: who uploaded which blob (a farm's record, so a `client` may fetch back what it

@@ -176,7 +176,18 @@ pub fn project_dirs(
         if globs.exclude.is_match(&rel) {
             continue;
         }
-        let hits = globs.include.matches(&rel);
+        // A JS workspace's own globs (package.json `workspaces`, pnpm-workspace.yaml) select
+        // package directories only, as npm and pnpm do: `packages/**` does not make every
+        // package's `src` a project of its own.
+        let is_package = || entry.path().join(super::package_json::PACKAGE_JSON).is_file();
+        let hits: Vec<usize> = globs
+            .include
+            .matches(&rel)
+            .into_iter()
+            .filter(|&i| {
+                !globs.include_raw.get(i).is_some_and(|(_, inferred)| *inferred) || is_package()
+            })
+            .collect();
         for &i in &hits {
             if let Some(m) = matched.get_mut(i) {
                 *m = true;

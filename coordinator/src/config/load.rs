@@ -88,7 +88,7 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         runtime_binary: ws.runtime_binary.is_none_or(|b| *b.get_ref()),
         retry: ws.retry.map(|r| super::task::check_retries(&src, r)).transpose()?,
         timeout: ws.timeout.map(|t| super::task::check_timeout(&src, t)).transpose()?,
-        fallback_local: ws.fallback == Some(super::schema::FallbackValue::Local),
+        farm_required: ws.fallback == Some(super::schema::FallbackValue::None),
     };
     let defaults = check_tasks(&src, file.tasks)?;
     let dirs = discover::project_dirs(&src, &project_globs)?;
@@ -114,6 +114,7 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         members = rest;
     }
     drafts.extend(read_members(&src, members, count)?);
+    settle_derived_names(&mut drafts);
     check_unique_names(&drafts)?;
     let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
     let known: HashSet<&str> = names.iter().copied().collect();
@@ -129,7 +130,9 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         });
     }
     count(&src);
-    Ok(Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects })
+    let ws = Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects };
+    super::overlap::check(&ws)?;
+    Ok(ws)
 }
 
 /// Reads the (non-root) projects at `dirs`, on a few threads when there are many (each
@@ -183,6 +186,9 @@ struct Draft {
     own_tasks: BTreeMap<String, TaskLayer>,
     /// `package.json` `scripts`; `None` without a `package.json`.
     scripts: Option<BTreeMap<String, String>>,
+    /// Whether `name` is the directory's own name (no `[project] name`, no `package.json`
+    /// `name`): such a name that another project has too becomes the directory's path.
+    derived: bool,
 }
 
 /// Reads the project at `dir`. The root project's `[project]` table comes from the workspace
@@ -215,6 +221,7 @@ fn read_project(
             if dir.is_empty() { CONFIG_FILE.to_owned() } else { format!("{dir}/{CONFIG_FILE}") };
         Some(format!("set `name` under [project] in {file}"))
     };
+    let derived = name.is_none() && package.as_ref().is_none_or(|p| p.name.is_none());
     let name = match (name, package.as_ref().and_then(|p| p.name.clone())) {
         (Some(n), _) => n,
         (None, Some(n)) => {
@@ -240,6 +247,7 @@ fn read_project(
         scripts: package.as_ref().map(|p| p.scripts.clone()),
         package_deps: package.map(|p| p.deps).unwrap_or_default(),
         own_tasks,
+        derived,
     })
 }
 
@@ -273,6 +281,21 @@ fn check_tasks(
         out.insert(name.into_inner(), layer);
     }
     Ok(out)
+}
+
+/// Directory names shared by several projects (`packages/a/src`, `packages/b/src`) become
+/// the directories' workspace paths, which are unique; a name a project chose (`[project]
+/// name`, `package.json` `name`) is kept, so a clash between two chosen names stays an error.
+fn settle_derived_names(drafts: &mut [Draft]) {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for d in drafts.iter() {
+        *seen.entry(d.name.clone()).or_default() += 1;
+    }
+    for d in drafts.iter_mut().filter(|d| d.derived && !d.dir.is_empty()) {
+        if seen.get(&d.name).is_some_and(|n| *n > 1) {
+            d.name = d.dir.clone();
+        }
+    }
 }
 
 fn check_unique_names(drafts: &[Draft]) -> Result<(), ConfigError> {

@@ -78,9 +78,9 @@ pub const UPLOAD_VALUES: &[&str] = &["ci", "always", "never"];
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FallbackValue {
-    /// Run in local mode instead (as `--fallback local`).
+    /// Run in local mode instead (as `--fallback local`; the default).
     Local,
-    /// Fail the run (the default).
+    /// Fail the run (as `--farm-required`).
     None,
 }
 
@@ -119,8 +119,9 @@ pub struct WorkspaceTable {
     /// Wall-clock limit for every task that sets no `timeout`, a humantime string;
     /// `--timeout` overrides it. Never keyed. Default: no limit.
     pub timeout: Option<Spanned<String>>,
-    /// What a remote run does when its farm cannot be reached: `"local"` runs locally
-    /// (`--fallback local`, `PROVA_FALLBACK`, win over it). Default: `"none"`.
+    /// What a remote run does when its farm cannot be reached: `"local"` runs locally,
+    /// `"none"` fails (`--fallback`, `--farm-required`, `PROVA_FALLBACK` win over it).
+    /// Default: `"local"`.
     pub fallback: Option<FallbackValue>,
 }
 

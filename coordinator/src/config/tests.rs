@@ -213,6 +213,59 @@ fn duplicate_project_names_name_both_dirs() {
 }
 
 #[test]
+fn a_js_workspaces_globs_select_package_directories_only() {
+    // pnpm's `packages/**` (lerna-lite's layout): every directory below `packages` matches,
+    // but only those with a package.json are packages — not each package's `src`.
+    let ws = Ws::new("[workspace]\n");
+    ws.file("pnpm-workspace.yaml", "packages:\n  - packages/**\n  - \"!**/__fixtures__/**\"\n")
+        .file("packages/core/package.json", r#"{"name": "@x/core"}"#)
+        .dir("packages/core/src/utils")
+        .file("packages/list/package.json", r#"{"name": "@x/list"}"#)
+        .dir("packages/list/src")
+        .dir("packages/tools")
+        .file("packages/tools/gen/package.json", r#"{"name": "gen"}"#)
+        .file("packages/core/__fixtures__/pkg/package.json", r#"{"name": "fixture"}"#);
+    let loaded = ws.load();
+    assert_eq!(
+        names(&loaded),
+        [("packages/core", "@x/core"), ("packages/list", "@x/list"), ("packages/tools/gen", "gen")]
+    );
+    // The same with package.json `workspaces` (npm, yarn).
+    let ws = Ws::new("[workspace]\n");
+    ws.file("package.json", r#"{"private": true, "workspaces": ["packages/**"]}"#)
+        .file("packages/a/package.json", r#"{"name": "a"}"#)
+        .dir("packages/a/src");
+    assert_eq!(names(&ws.load()), [("packages/a", "a")]);
+    // Globs written in prova.toml still select any directory.
+    let ws = Ws::new("[workspace]\nprojects = [\"libs/*\"]\n");
+    ws.dir("libs/plain");
+    assert_eq!(names(&ws.load()), [("libs/plain", "plain")]);
+}
+
+#[test]
+fn directory_names_shared_by_projects_become_their_paths() {
+    let ws = Ws::new("[workspace]\nprojects = [\"apps/*/src\", \"tools/*\"]\n");
+    ws.dir("apps/web/src").dir("apps/api/src").dir("tools/gen").dir("tools/src");
+    assert_eq!(
+        names(&ws.load()),
+        [
+            ("apps/api/src", "apps/api/src"),
+            ("apps/web/src", "apps/web/src"),
+            ("tools/gen", "gen"),
+            ("tools/src", "tools/src")
+        ]
+    );
+    // A chosen name keeps it; the directory named like it takes its path.
+    let ws = Ws::new("[workspace]\nprojects = [\"packages/*\", \"legacy/*\"]\n");
+    ws.file("packages/ui/package.json", r#"{"name": "ui"}"#).dir("legacy/ui");
+    assert_eq!(names(&ws.load()), [("legacy/ui", "legacy/ui"), ("packages/ui", "ui")]);
+    // A package.json without a name is named by its directory, as without one.
+    let ws = Ws::new("[workspace]\nprojects = [\"a/*\", \"b/*\"]\n");
+    ws.file("a/x/package.json", "{}").file("b/x/package.json", "{}");
+    assert_eq!(names(&ws.load()), [("a/x", "a/x"), ("b/x", "b/x")]);
+}
+
+#[test]
 fn discovery_expands_nested_globs_and_skips_ignored_dirs() {
     let ws = Ws::new(
         "[workspace]\nprojects = [\"libs/**\", \"packages/*\", \"!packages/legacy\", \"tools/gen\"]\n",

@@ -19,69 +19,151 @@ use super::TaskGraph;
 use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
-/// Git could not answer.
+/// Git could not answer. `what` names the flag that asked (`--affected main`,
+/// `--filter [main]`).
 #[derive(Debug, thiserror::Error)]
 pub enum AffectedError {
     /// git is missing or failed.
-    #[error("--affected {git_ref}: `git {args}` failed: {message}")]
+    #[error("{what}: `git {args}` failed: {message}")]
     Git {
-        /// The ref given.
-        git_ref: String,
+        /// The flag and value that asked.
+        what: String,
         /// The git arguments.
         args: String,
         /// What git said.
         message: String,
     },
     /// The workspace is not in a git work tree.
-    #[error("--affected {git_ref}: {} is not inside a git repository", root.display())]
+    #[error("{what}: {} is not inside a git repository", root.display())]
     NotARepo {
-        /// The ref given.
-        git_ref: String,
+        /// The flag and value that asked.
+        what: String,
         /// The workspace root.
         root: std::path::PathBuf,
     },
     /// git does not know the ref.
     #[error(
-        "--affected {git_ref}: git knows no commit `{git_ref}` (a typo, or a branch not fetched)"
+        "{what}: git knows no commit `{git_ref}`{}\n  help: pass a ref this repository has, e.g. \
+         `{}` (since the last commit), `{}` (a local branch) or `{}`",
+        why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default(),
+        example(flag, "HEAD~1"), example(flag, branch), example(flag, "<sha>")
     )]
     UnknownRef {
+        /// The flag and value that asked.
+        what: String,
+        /// The flag alone, for the examples (`--affected`, `--filter`).
+        flag: String,
         /// The ref given.
         git_ref: String,
+        /// Why, when it can be told: no such remote, a branch not fetched, a local branch of
+        /// that name.
+        why: Option<String>,
+        /// A local branch to show in the example: the checked-out one, else `main`.
+        branch: String,
     },
 }
 
-/// Files changed since `git_ref`, workspace-relative.
+impl AffectedError {
+    /// The ref an [`AffectedError::UnknownRef`] names.
+    pub fn unknown_ref(&self) -> Option<&str> {
+        match self {
+            Self::UnknownRef { git_ref, .. } => Some(git_ref),
+            _ => None,
+        }
+    }
+}
+
+/// How `flag` takes `r`: `--affected main`, `--filter '[main]'`.
+fn example(flag: &str, r: &str) -> String {
+    if flag == "--filter" { format!("--filter '[{r}]'") } else { format!("{flag} {r}") }
+}
+
+/// Files changed since `git_ref` (`--affected`), workspace-relative.
 pub fn changed_files(root: &Path, git_ref: &str) -> Result<BTreeSet<String>, AffectedError> {
+    let asker = Asker { what: format!("--affected {git_ref}"), flag: "--affected" };
+    changed_in(root, git_ref, None, &asker)
+}
+
+/// Who asks git, for the messages.
+#[derive(Clone, Debug)]
+pub struct Asker {
+    /// The flag and value (`--filter ...[main]`).
+    pub what: String,
+    /// The flag alone, for the examples.
+    pub flag: &'static str,
+}
+
+/// Files changed between `from` and `to`, workspace-relative: with `to`, the commits of
+/// `from...to` (since their merge base); without, everything since the merge base of `from`
+/// and `HEAD` — committed, staged, unstaged and untracked alike.
+pub fn changed_in(
+    root: &Path,
+    from: &str,
+    to: Option<&str>,
+    asker: &Asker,
+) -> Result<BTreeSet<String>, AffectedError> {
     let mut files = BTreeSet::new();
-    if git(root, git_ref, &["rev-parse", "--is-inside-work-tree"]).is_err() {
-        return Err(AffectedError::NotARepo {
-            git_ref: git_ref.to_owned(),
-            root: root.to_path_buf(),
-        });
+    if git(root, &asker.what, &["rev-parse", "--is-inside-work-tree"]).is_err() {
+        return Err(AffectedError::NotARepo { what: asker.what.clone(), root: root.to_path_buf() });
     }
-    let commit = format!("{git_ref}^{{commit}}");
-    if git(root, git_ref, &["rev-parse", "--verify", "--quiet", commit.as_str()]).is_err() {
-        return Err(AffectedError::UnknownRef { git_ref: git_ref.to_owned() });
+    for r in std::iter::once(from).chain(to) {
+        let commit = format!("{r}^{{commit}}");
+        if git(root, &asker.what, &["rev-parse", "--verify", "--quiet", commit.as_str()]).is_err() {
+            return Err(AffectedError::UnknownRef {
+                what: asker.what.clone(),
+                flag: asker.flag.to_owned(),
+                git_ref: r.to_owned(),
+                why: why_unknown(root, r),
+                branch: git(root, r, &["symbolic-ref", "--short", "-q", "HEAD"])
+                    .ok()
+                    .map(|b| b.trim().to_owned())
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or_else(|| "main".to_owned()),
+            });
+        }
     }
+    let head = to.unwrap_or("HEAD");
     // The merge base makes `origin/main` mean "since this branch forked", as CI expects;
     // fall back to the ref itself when there is no common ancestor.
-    let base = git(root, git_ref, &["merge-base", git_ref, "HEAD"])
+    let base = git(root, &asker.what, &["merge-base", from, head])
         .ok()
         .and_then(|s| s.lines().next().map(str::to_owned))
-        .unwrap_or_else(|| git_ref.to_owned());
-    for args in [
-        vec!["diff", "--name-only", "--no-renames", "-z", base.as_str()],
-        vec!["ls-files", "--others", "--exclude-standard", "-z"],
-    ] {
-        let out = git(root, git_ref, &args)?;
+        .unwrap_or_else(|| from.to_owned());
+    let mut diff = vec!["diff", "--name-only", "--no-renames", "-z", base.as_str()];
+    if let Some(to) = to {
+        diff.push(to);
+    }
+    let mut asks = vec![diff];
+    if to.is_none() {
+        asks.push(vec!["ls-files", "--others", "--exclude-standard", "-z"]);
+    }
+    for args in asks {
+        let out = git(root, &asker.what, &args)?;
         files.extend(out.split('\0').filter(|s| !s.is_empty()).map(str::to_owned));
     }
     Ok(files)
 }
 
-fn git(root: &Path, git_ref: &str, args: &[&str]) -> Result<String, AffectedError> {
+/// Why git may not know `r`: `origin/main` in a clone without that remote, or with the
+/// remote but the branch not fetched (CI's shallow checkouts); a local branch of that name.
+fn why_unknown(root: &Path, r: &str) -> Option<String> {
+    let (remote, branch) = r.split_once('/')?;
+    let remotes = git(root, r, &["remote"]).ok()?;
+    if !remotes.lines().any(|l| l == remote) {
+        let local = format!("refs/heads/{branch}");
+        let has_local = git(root, r, &["rev-parse", "--verify", "--quiet", local.as_str()]).is_ok();
+        return Some(if has_local {
+            format!("this repository has no remote `{remote}`; its local branch is `{branch}`")
+        } else {
+            format!("this repository has no remote `{remote}`")
+        });
+    }
+    Some(format!("not fetched: `git fetch {remote} {branch}`"))
+}
+
+fn git(root: &Path, what: &str, args: &[&str]) -> Result<String, AffectedError> {
     let fail = |message: String| AffectedError::Git {
-        git_ref: git_ref.to_owned(),
+        what: what.to_owned(),
         args: args.join(" "),
         message,
     };
@@ -112,6 +194,12 @@ pub fn affected_projects(ws: &Workspace, git_ref: &str) -> Result<BTreeSet<usize
 /// The projects owning `files` (deepest project dir wins), plus their transitive dependents;
 /// every project when a workspace-wide file changed.
 pub fn projects_for_files(ws: &Workspace, files: &BTreeSet<String>) -> BTreeSet<usize> {
+    with_dependents(ws, owners(ws, files))
+}
+
+/// The projects owning `files` (deepest project dir wins); every project when a
+/// workspace-wide file changed. What a `--filter [ref]` selects.
+pub fn owners(ws: &Workspace, files: &BTreeSet<String>) -> BTreeSet<usize> {
     let mut wide: Vec<String> = ws.settings.fingerprint.clone();
     wide.extend(ws.settings.inputs.iter().cloned());
     let wide = PathGlobs::new("", &wide).unwrap_or_else(|_| PathGlobs::empty());
@@ -132,7 +220,7 @@ pub fn projects_for_files(ws: &Workspace, files: &BTreeSet<String>) -> BTreeSet<
             direct.insert(i);
         }
     }
-    with_dependents(ws, direct)
+    direct
 }
 
 /// `set` plus every project that depends on one of them, transitively.

@@ -3,15 +3,21 @@
 //!
 //! - [`build`]: resolve every task's `deps` (`^task`, `task`, `project#task`) into edges;
 //!   unknown names and cycles are errors with the file and line.
-//! - [`select`]: the subgraph for task names + `--all` / `-p` / `--filter` / `--affected`.
-//! - [`affected`]: projects touched since a git ref, plus their dependents.
+//! - [`select`]: the subgraph for task names + `--all` / `-p` / `--filter` / `--affected`;
+//!   nothing to run is an error unless `--allow-empty` (or git decided it).
+//! - [`filter`]: Turborepo's `--filter` grammar (`web...`, `...^core`, `{./apps/*}[main]`,
+//!   `!docs`), parsed and matched without I/O.
+//! - [`affected`]: projects touched since a git ref (or in a range), plus their dependents.
 //! - [`render`]: `--dry-run` order, `--dot`, `--json`.
 
 pub mod affected;
 pub mod build;
+pub mod filter;
 pub mod render;
 pub mod select;
 
+#[cfg(test)]
+mod filter_tests;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,13 @@
 //! Narrowing the full graph to what a run asked for: task names (or `project#task` ids)
-//! over a set of projects, plus everything those tasks depend on.
+//! over a set of projects, plus everything those tasks depend on. A selection that names
+//! nothing to run is an error ([`SelectError::Empty`]) unless `--allow-empty`, or unless it
+//! read git (`--affected`, `--filter [ref]`): "nothing changed" is an answer, not a typo.
 
 use std::collections::{BTreeSet, HashMap};
 
-use globset::{GlobBuilder, GlobSetBuilder};
 use prova_protocol::TaskId;
 
+use super::filter::{self, FilterError, GitRange, ResolveError, Selector};
 use super::{NodeIdx, TaskGraph, TaskNode, affected};
 use crate::config::suggest;
 use crate::workspace::Workspace;
@@ -15,13 +17,16 @@ use crate::workspace::Workspace;
 pub enum ProjectFilter {
     /// Every project (`--all`).
     All,
-    /// The union of named projects (`-p`), glob matches on dir or name (`--filter`) and
-    /// projects affected since a git ref (`--affected`).
+    /// The union of named projects (`-p`), `--filter` selectors (Turborepo's grammar:
+    /// [`filter`]) and projects affected since a git ref (`--affected`), less the
+    /// selectors' exclusions.
     Some {
+        /// `--all` beside them: every project is in, before exclusions.
+        all: bool,
         /// `-p NAME`.
         names: Vec<String>,
-        /// `--filter GLOB`.
-        globs: Vec<String>,
+        /// `--filter SELECTOR`.
+        filters: Vec<String>,
         /// `--affected REF`.
         affected: Option<String>,
     },
@@ -40,6 +45,8 @@ pub struct Selection {
     pub projects: ProjectFilter,
     /// The invocation directory relative to the workspace root (`""` at the root).
     pub cwd: String,
+    /// `--allow-empty`: a selection with nothing to run is a warning, not an error.
+    pub allow_empty: bool,
 }
 
 /// A selection that names nothing real.
@@ -61,20 +68,32 @@ pub enum SelectError {
         /// A did-you-mean.
         help: Option<String>,
     },
-    /// A `--filter` glob does not compile.
-    #[error("invalid --filter glob `{glob}`: {reason}")]
-    BadFilter {
-        /// The glob.
-        glob: String,
-        /// Why.
-        reason: String,
-    },
-    /// `--affected` could not ask git.
+    /// A `--filter` selector that cannot be read or names no project.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// `--affected` (or a `--filter [ref]`) could not ask git.
     #[error(transparent)]
     Affected(#[from] affected::AffectedError),
     /// No task names were given.
     #[error("no task given: name one or more tasks, e.g. `prova run build`")]
     NoTasks,
+    /// The selection holds nothing to run (and `--allow-empty` was not given).
+    #[error(
+        "nothing to run: {why}\n  help: pass --allow-empty to exit 0 when a selection matches nothing"
+    )]
+    Empty {
+        /// What matched nothing.
+        why: String,
+    },
+}
+
+impl From<ResolveError<affected::AffectedError>> for SelectError {
+    fn from(e: ResolveError<affected::AffectedError>) -> Self {
+        match e {
+            ResolveError::Filter(e) => Self::Filter(e),
+            ResolveError::Git(e) => Self::Affected(e),
+        }
+    }
 }
 
 fn help_line(help: &Option<String>) -> String {
@@ -87,7 +106,7 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
     if sel.tasks.is_empty() {
         return Err(SelectError::NoTasks);
     }
-    let (projects, affected) = selected_projects(ws, sel)?;
+    let Chosen { projects, affected, reads_git } = selected_projects(ws, sel)?;
     let all_names: BTreeSet<&str> = full.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut roots: BTreeSet<NodeIdx> = BTreeSet::new();
     // Roots that only `--affected` brought in: refined per task below.
@@ -155,7 +174,52 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
         }
         roots.extend(by_change);
     }
+    if roots.is_empty() && !reads_git {
+        let why = empty_why(ws, sel, &projects);
+        if !sel.allow_empty {
+            return Err(SelectError::Empty { why });
+        }
+        tracing::warn!("nothing to run: {why}");
+    }
     Ok(closure(full, &roots))
+}
+
+/// Why a selection that read no git holds nothing: no project, or none with the tasks.
+fn empty_why(ws: &Workspace, sel: &Selection, projects: &BTreeSet<usize>) -> String {
+    if projects.is_empty() {
+        let flags: Vec<String> = match &sel.projects {
+            ProjectFilter::Some { filters, .. } => {
+                filters.iter().map(|f| format!("--filter '{f}'")).collect()
+            }
+            _ => Vec::new(),
+        };
+        return format!("the selection matches no project ({})", flags.join(" "));
+    }
+    let tasks: Vec<String> = sel.tasks.iter().map(|t| format!("`{t}`")).collect();
+    let mut names: Vec<&str> =
+        projects.iter().take(5).map(|&p| ws.projects[p].name.as_str()).collect();
+    let more = projects.len().saturating_sub(names.len());
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    if names.is_empty() {
+        names.push("none");
+    }
+    let whence = match sel.projects {
+        ProjectFilter::Cwd => ", from the current directory",
+        _ => "",
+    };
+    format!(
+        "no selected project has a task {} (selected: {}{more}{whence})",
+        tasks.join(" or "),
+        names.join(", ")
+    )
+}
+
+/// The projects a selection covers.
+struct Chosen {
+    projects: BTreeSet<usize>,
+    affected: Option<Affected>,
+    /// Git decided part of it (`--affected`, `--filter [ref]`): empty may be the answer.
+    reads_git: bool,
 }
 
 /// What `--affected` found: the changed files, and the projects named otherwise (by `-p`
@@ -192,13 +256,11 @@ pub fn closure(full: &TaskGraph, roots: &BTreeSet<NodeIdx>) -> TaskGraph {
     g
 }
 
-fn selected_projects(
-    ws: &Workspace,
-    sel: &Selection,
-) -> Result<(BTreeSet<usize>, Option<Affected>), SelectError> {
+fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<Chosen, SelectError> {
     let all = || (0..ws.projects.len()).collect();
+    let chosen = |projects| Chosen { projects, affected: None, reads_git: false };
     match &sel.projects {
-        ProjectFilter::All => Ok((all(), None)),
+        ProjectFilter::All => Ok(chosen(all())),
         ProjectFilter::Cwd => {
             // The deepest non-root project containing the cwd.
             let found = ws
@@ -209,14 +271,14 @@ fn selected_projects(
                     !p.dir.is_empty() && prova_protocol::globs::is_within(&sel.cwd, &p.dir)
                 })
                 .max_by_key(|(_, p)| p.dir.len());
-            Ok((found.map_or_else(all, |(i, _)| BTreeSet::from([i])), None))
+            Ok(chosen(found.map_or_else(all, |(i, _)| BTreeSet::from([i]))))
         }
-        ProjectFilter::Some { names, globs, affected: since } => {
-            let mut out = BTreeSet::new();
+        ProjectFilter::Some { all: every, names, filters, affected: since } => {
+            let mut base: BTreeSet<usize> = if *every { all() } else { BTreeSet::new() };
             for name in names {
                 match ws.projects.iter().position(|p| &p.name == name || &p.dir == name) {
                     Some(i) => {
-                        out.insert(i);
+                        base.insert(i);
                     }
                     None => {
                         return Err(SelectError::UnknownProject {
@@ -227,45 +289,40 @@ fn selected_projects(
                     }
                 }
             }
-            if !globs.is_empty() {
-                let mut b = GlobSetBuilder::new();
-                for g in globs {
-                    let glob = GlobBuilder::new(g.trim_end_matches('/'))
-                        .literal_separator(true)
-                        .build()
-                        .map_err(|e| SelectError::BadFilter {
-                            glob: g.clone(),
-                            reason: e.kind().to_string(),
-                        })?;
-                    // A glob that selects nothing is most likely a typo: say so (the run
-                    // itself goes on and exits 0 when nothing at all is selected).
-                    let one = glob.compile_matcher();
-                    if !ws.projects.iter().any(|p| one.is_match(&p.dir) || one.is_match(&p.name)) {
-                        tracing::warn!("--filter `{g}` matches no project (by directory or name)");
-                    }
-                    b.add(glob);
-                }
-                let set = b.build().map_err(|e| SelectError::BadFilter {
-                    glob: globs.join(" "),
-                    reason: e.to_string(),
-                })?;
-                for (i, p) in ws.projects.iter().enumerate() {
-                    if set.is_match(&p.dir) || set.is_match(&p.name) {
-                        out.insert(i);
-                    }
-                }
+            let selectors = filters
+                .iter()
+                .map(|f| Selector::parse(f, &sel.cwd))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut changes = |range: &GitRange| {
+                let asker =
+                    affected::Asker { what: format!("--filter [{range}]"), flag: "--filter" };
+                let files =
+                    affected::changed_in(&ws.root, &range.from, range.to.as_deref(), &asker)?;
+                Ok(affected::owners(ws, &files))
+            };
+            let resolved = filter::resolve(ws, &selectors, &mut changes)?;
+            // A glob that selects nothing is most likely a typo: say so (a literal name that
+            // is no project is an error, above).
+            for raw in &resolved.unmatched {
+                tracing::warn!("--filter `{raw}` matches no project (by directory or name)");
             }
-            let Some(git_ref) = since else { return Ok((out, None)) };
+            let base_given = *every || !names.is_empty() || since.is_some();
+            let explicit = resolved.apply(&base, base_given, ws.projects.len());
+            let reads_git = resolved.reads_git || since.is_some();
+            let Some(git_ref) = since else {
+                return Ok(Chosen { projects: explicit, affected: None, reads_git });
+            };
             let files = affected::changed_files(&ws.root, git_ref)?;
-            let projects = affected::projects_for_files(ws, &files);
+            let mut projects = affected::projects_for_files(ws, &files);
             if projects.is_empty() {
                 tracing::warn!("--affected {git_ref}: no project changed since {git_ref}");
             }
-            let explicit = out.clone();
+            projects.retain(|p| !resolved.excluded.contains(p));
+            let mut out = explicit.clone();
             out.extend(&projects);
             let found =
                 Affected { git_ref: git_ref.clone(), files, explicit, projects: projects.len() };
-            Ok((out, Some(found)))
+            Ok(Chosen { projects: out, affected: Some(found), reads_git })
         }
     }
 }

@@ -14,6 +14,7 @@ use prova_protocol::spec::CommandLine;
 use tempfile::TempDir;
 
 use super::affected::{self, AffectedError};
+use super::filter::FilterError;
 use super::select::{SelectError, closure};
 use super::{GraphError, ProjectFilter, Selection, TaskGraph, build_graph, render, select};
 use crate::config::{Located, Location};
@@ -30,7 +31,7 @@ fn loc(file: &str, line: u32, col: u32) -> Location {
 
 /// A task as a workspace default would give it: each dep located on its own line of the root
 /// `prova.toml`.
-fn task(name: &str, deps: &[&str]) -> TaskDef {
+pub(super) fn task(name: &str, deps: &[&str]) -> TaskDef {
     let mut t = TaskDef::new(name, loc("prova.toml", 1, 1));
     t.deps = deps
         .iter()
@@ -46,7 +47,7 @@ fn own(mut t: TaskDef) -> TaskDef {
     t
 }
 
-fn project(name: &str, dir: &str, deps: &[&str], tasks: Vec<TaskDef>) -> Project {
+pub(super) fn project(name: &str, dir: &str, deps: &[&str], tasks: Vec<TaskDef>) -> Project {
     let file = format!("{dir}/prova.toml");
     Project {
         name: name.to_owned(),
@@ -57,7 +58,7 @@ fn project(name: &str, dir: &str, deps: &[&str], tasks: Vec<TaskDef>) -> Project
     }
 }
 
-fn workspace(mut projects: Vec<Project>) -> Workspace {
+pub(super) fn workspace(mut projects: Vec<Project>) -> Workspace {
     projects.sort_by(|a, b| a.dir.cmp(&b.dir));
     Workspace {
         root: PathBuf::from(ROOT),
@@ -72,12 +73,12 @@ fn id(s: &str) -> TaskId {
 }
 
 /// Node ids in node order.
-fn ids(g: &TaskGraph) -> Vec<&str> {
+pub(super) fn ids(g: &TaskGraph) -> Vec<&str> {
     g.nodes.iter().map(|n| n.id.as_str()).collect()
 }
 
 /// Ids of the requested nodes, in node order.
-fn requested(g: &TaskGraph) -> Vec<&str> {
+pub(super) fn requested(g: &TaskGraph) -> Vec<&str> {
     g.nodes.iter().filter(|n| n.requested).map(|n| n.id.as_str()).collect()
 }
 
@@ -89,7 +90,7 @@ fn deps_of<'g>(g: &'g TaskGraph, task: &str) -> Vec<&'g str> {
 
 /// Checks the graph's own invariants: the index agrees with the nodes, `dep_at` is parallel
 /// to `deps`, and deps are sorted without duplicates.
-fn check_consistent(g: &TaskGraph) {
+pub(super) fn check_consistent(g: &TaskGraph) {
     assert_eq!(g.index.len(), g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
         assert_eq!(g.index.get(&n.id), Some(&i), "index of {}", n.id);
@@ -99,7 +100,7 @@ fn check_consistent(g: &TaskGraph) {
     }
 }
 
-fn graph(ws: &Workspace) -> TaskGraph {
+pub(super) fn graph(ws: &Workspace) -> TaskGraph {
     let g = build_graph(ws).unwrap_or_else(|e| panic!("graph failed: {e}"));
     check_consistent(&g);
     g
@@ -488,6 +489,7 @@ fn run(
         tasks: tasks.iter().map(|t| (*t).to_owned()).collect(),
         projects,
         cwd: cwd.to_owned(),
+        allow_empty: false,
     };
     let g = select(ws, &full, &sel)?;
     check_consistent(&g);
@@ -501,7 +503,8 @@ fn ok(ws: &Workspace, tasks: &[&str], projects: ProjectFilter, cwd: &str) -> Tas
 fn some(names: &[&str], globs: &[&str]) -> ProjectFilter {
     ProjectFilter::Some {
         names: names.iter().map(|s| (*s).to_owned()).collect(),
-        globs: globs.iter().map(|s| (*s).to_owned()).collect(),
+        all: false,
+        filters: globs.iter().map(|s| (*s).to_owned()).collect(),
         affected: None,
     }
 }
@@ -576,9 +579,9 @@ fn filter_globs_match_dirs_and_names() {
         assert_eq!(requested(&g), ["core#build", "ui#build"], "{glob}");
         assert_eq!(ids(&g), ["core#build", "ui#build"], "{glob}");
     }
-    // A glob matches a whole dir or name, not a prefix of one.
-    let g = ok(&ws, &["build"], some(&[], &["libs"]), "");
-    assert!(g.is_empty());
+    // A glob matches a whole dir or name, not a prefix of one: `libs` names no project.
+    let err = run(&ws, &["build"], some(&[], &["libs"]), "").expect_err("no project `libs`");
+    assert!(matches!(err, SelectError::Filter(FilterError::NoSuchProject { .. })), "{err:?}");
     // By name, scoped names included.
     let g = ok(&ws, &["build"], some(&[], &["@acme/*"]), "");
     assert_eq!(requested(&g), ["@acme/cli#build"]);
@@ -590,7 +593,10 @@ fn filter_globs_match_dirs_and_names() {
     assert_eq!(requested(&g), ["docs#build", "core#build"]);
     // A glob that does not compile.
     let err = run(&ws, &["build"], some(&[], &["libs/[a"]), "").expect_err("bad glob");
-    assert!(matches!(&err, SelectError::BadFilter { glob, .. } if glob == "libs/[a"), "{err:?}");
+    assert!(
+        matches!(&err, SelectError::Filter(FilterError::BadGlob { glob, .. }) if glob == "libs/[a"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -804,7 +810,7 @@ fn json_lists_tasks_in_topological_order() {
 
 /// A git repository in a temporary directory, isolated from the user's and the system's git
 /// configuration; the workspace lives at `ws` below it.
-struct Repo {
+pub(super) struct Repo {
     dir: TempDir,
     ws: String,
 }
@@ -822,7 +828,7 @@ deps = [\"^build\"]
 impl Repo {
     /// docs (alone), utils (alone), web -> ui -> core; committed, with the ref `base` at
     /// that commit.
-    fn new(ws: &str) -> Self {
+    pub(super) fn new(ws: &str) -> Self {
         let repo = Self { dir: tempfile::tempdir().unwrap(), ws: ws.to_owned() };
         repo.file("prova.toml", AFFECTED_ROOT)
             .file(".gitignore", "*.log\n")
@@ -843,7 +849,7 @@ impl Repo {
         repo
     }
 
-    fn ws_path(&self) -> PathBuf {
+    pub(super) fn ws_path(&self) -> PathBuf {
         if self.ws.is_empty() {
             self.dir.path().to_path_buf()
         } else {
@@ -852,14 +858,14 @@ impl Repo {
     }
 
     /// Writes `rel` (workspace-relative).
-    fn file(&self, rel: &str, text: &str) -> &Self {
+    pub(super) fn file(&self, rel: &str, text: &str) -> &Self {
         let path = self.ws_path().join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
         self
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(super) fn git(&self, args: &[&str]) -> String {
         let out = Command::new("git")
             .arg("-C")
             .arg(self.dir.path())
@@ -881,12 +887,12 @@ impl Repo {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    fn commit_all(&self, msg: &str) {
+    pub(super) fn commit_all(&self, msg: &str) {
         self.git(&["add", "-A"]);
         self.git(&["commit", "-q", "-m", msg]);
     }
 
-    fn load(&self) -> Workspace {
+    pub(super) fn load(&self) -> Workspace {
         Workspace::load(&self.ws_path()).unwrap_or_else(|e| panic!("load failed: {e}"))
     }
 
@@ -920,10 +926,12 @@ fn affected_is_the_changed_project_and_its_dependents() {
         tasks: vec!["build".to_owned()],
         projects: ProjectFilter::Some {
             names: Vec::new(),
-            globs: Vec::new(),
+            all: false,
+            filters: Vec::new(),
             affected: Some("base".to_owned()),
         },
         cwd: String::new(),
+        allow_empty: false,
     };
     let g = select(&ws, &full, &sel).unwrap();
     assert_eq!(requested(&g), ["web#build", "core#build", "ui#build"]);
@@ -1016,7 +1024,7 @@ fn affected_bad_ref_names_the_ref() {
     let ws = repo.load();
     let err = affected::affected_projects(&ws, "no-such-ref").expect_err("bad ref");
     assert!(
-        matches!(&err, AffectedError::UnknownRef { git_ref } if git_ref == "no-such-ref"),
+        matches!(&err, AffectedError::UnknownRef { git_ref, .. } if git_ref == "no-such-ref"),
         "{err:?}"
     );
     assert!(err.to_string().starts_with("--affected no-such-ref: git knows no commit"), "{err}");
@@ -1026,10 +1034,12 @@ fn affected_bad_ref_names_the_ref() {
         tasks: vec!["build".to_owned()],
         projects: ProjectFilter::Some {
             names: Vec::new(),
-            globs: Vec::new(),
+            all: false,
+            filters: Vec::new(),
             affected: Some("no-such-ref".to_owned()),
         },
         cwd: String::new(),
+        allow_empty: false,
     };
     let err = select(&ws, &full, &sel).expect_err("bad ref");
     assert!(matches!(err, SelectError::Affected(_)), "{err:?}");
@@ -1072,10 +1082,12 @@ impl Repo {
             tasks: tasks.iter().map(|t| (*t).to_owned()).collect(),
             projects: ProjectFilter::Some {
                 names: names.iter().map(|n| (*n).to_owned()).collect(),
-                globs: Vec::new(),
+                all: false,
+                filters: Vec::new(),
                 affected: Some("base".to_owned()),
             },
             cwd: String::new(),
+            allow_empty: false,
         };
         requested(&select(&ws, &full, &sel).unwrap()).into_iter().map(str::to_owned).collect()
     }

@@ -1,7 +1,15 @@
 // The dashboard's only script: swaps in the server-rendered (escaped) content every 2 s.
-// A token given as ?token=T in the page's address is sent as a bearer header.
+// A token given as ?token=T in the page's address is sent as a bearer header, decoded as
+// the server decodes it (percent escapes only: a raw `+` stays a `+`, unlike
+// URLSearchParams, which would make it a space).
 (function () {
-  const token = new URLSearchParams(location.search).get("token");
+  const raw = location.search.slice(1).split("&").find((kv) => kv.startsWith("token="));
+  let token = raw ? raw.slice("token=".length) : null;
+  try {
+    token = token && decodeURIComponent(token);
+  } catch (e) {
+    // A malformed escape: the server keeps it as written, so does the page.
+  }
   const headers = token ? { Authorization: "Bearer " + token } : {};
   const main = document.getElementById("farm");
   async function refresh() {

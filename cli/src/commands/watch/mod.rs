@@ -287,6 +287,9 @@ impl Watch {
             name(a.output.to_possible_value()),
             "--output-logs".into(),
             name(a.output_logs.to_possible_value()),
+            // The children write to the watch's own stdout: the same colour choice.
+            "--color".into(),
+            name(crate::color::choice().to_possible_value()),
         ];
         if let Some(j) = a.concurrency {
             out.extend(["-j".into(), j.to_string()]);

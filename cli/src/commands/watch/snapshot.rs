@@ -193,6 +193,7 @@ mod tests {
             projects: Vec::new(),
             filters: Vec::new(),
             affected: None,
+            allow_empty: false,
         };
         let snap = Snapshot::load(dir.path(), &select).unwrap();
         (dir, snap)

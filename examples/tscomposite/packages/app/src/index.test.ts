@@ -1,0 +1,5 @@
+import test from "node:test";
+import assert from "node:assert/strict";
+import { main } from "./index";
+
+test("main", () => assert.ok(main().startsWith("============\n"), main()));
