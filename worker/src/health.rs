@@ -11,7 +11,8 @@
 //!   the floor the worker hands the assignment back (`HandBack::NoDisk`: the coordinator
 //!   requeues it elsewhere, free) and evicts its blob cache; a task that failed while the work
 //!   dir was below the floor (an `ENOSPC` mid-write) is handed back the same way, not failed —
-//!   below it at the end, or at any point while it ran ([`DiskHealth::watch`]) — and so is an
+//!   below it at the end, or at any point while it ran ([`DiskHealth::watch`]: its own samples
+//!   or any other measure taken meanwhile, such as another task's end) — and so is an
 //!   exec root that could not be built, or outputs that could not be packed, for a full disk
 //!   ([`is_disk_full`]). Crossing the floor either way is logged once. The worker reports its
 //!   health ([`DiskHealth::report`]) when it registers and in every heartbeat: the
@@ -19,7 +20,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prova_protocol::artifact::nofollow;
@@ -107,12 +108,31 @@ pub struct DiskHealth {
     dir: PathBuf,
     floor: DiskFloor,
     short: AtomicBool,
+    /// Every measure that found the work dir short, whoever took it (a check before an
+    /// assignment, a heartbeat, a task's end, a watch's sample), and the last one's words: a
+    /// [`DiskWatch`] counts the dips seen while its task ran, not only its own samples.
+    dips: AtomicU64,
+    last_dip: Mutex<Option<String>>,
 }
 
 impl DiskHealth {
     /// Watches `dir` against `floor`.
     pub fn new(dir: &Path, floor: DiskFloor) -> Self {
-        Self { dir: dir.to_owned(), floor, short: AtomicBool::new(false) }
+        Self {
+            dir: dir.to_owned(),
+            floor,
+            short: AtomicBool::new(false),
+            dips: AtomicU64::new(0),
+            last_dip: Mutex::new(None),
+        }
+    }
+
+    /// Notes a measure that found the work dir short (`why`).
+    fn dipped_to(&self, why: &str) {
+        if let Ok(mut g) = self.last_dip.lock() {
+            *g = Some(why.to_owned());
+        }
+        self.dips.fetch_add(1, Ordering::AcqRel);
     }
 
     /// What the work dir lacks now, or `None` when it has enough (or cannot be measured: a
@@ -125,6 +145,9 @@ impl DiskHealth {
                 None
             }
         };
+        if let Some(why) = &why {
+            self.dipped_to(why);
+        }
         let was = self.short.swap(why.is_some(), Ordering::Relaxed);
         match (&why, was) {
             (Some(why), false) => tracing::warn!(
@@ -157,8 +180,10 @@ impl DiskHealth {
 
     /// Watches the work dir's free space while a task runs (every [`WATCH_EVERY`]), so a
     /// task whose writes met `ENOSPC` is known to have failed for want of disk even when it
-    /// removed what it wrote before it exited. Stops when dropped.
+    /// removed what it wrote before it exited — or when another task's end freed the space
+    /// first: any measure's dip after the watch began is the task's too. Stops when dropped.
     pub fn watch(self: &Arc<Self>) -> DiskWatch {
+        let since = self.dips.load(Ordering::Acquire);
         let low = Arc::new(Mutex::new(None::<Free>));
         let (me, l) = (self.clone(), low.clone());
         let task = OwnedTask::spawn("worker.disk-watch", async move {
@@ -171,6 +196,9 @@ impl DiskHealth {
                 else {
                     continue;
                 };
+                if let Some(why) = me.floor.shortfall(free) {
+                    me.dipped_to(&why);
+                }
                 if let Ok(mut g) = l.lock() {
                     *g = Some(match *g {
                         Some(m) => Free {
@@ -183,24 +211,33 @@ impl DiskHealth {
                 }
             }
         });
-        DiskWatch { floor: self.floor, low, _task: task }
+        DiskWatch { health: self.clone(), since, low, _task: task }
     }
 }
 
 /// How often a running task's work dir is measured ([`DiskHealth::watch`]).
 pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The lowest free space seen while a task ran.
+/// The lowest free space seen while a task ran, and the dips any other measure saw meanwhile.
 pub struct DiskWatch {
-    floor: DiskFloor,
+    health: Arc<DiskHealth>,
+    /// [`DiskHealth::dips`] when the watch began.
+    since: u64,
     low: Arc<Mutex<Option<Free>>>,
     _task: OwnedTask<()>,
 }
 
 impl DiskWatch {
-    /// What the work dir lacked at its lowest against the floor, if it ever went below it.
+    /// What the work dir lacked against the floor, if it went below it since the watch began:
+    /// at its lowest in the watch's own samples, else as the last other measure saw it.
     pub fn dipped(&self) -> Option<String> {
-        self.floor.shortfall(self.lowest()?)
+        if let Some(why) = self.lowest().and_then(|low| self.health.floor.shortfall(low)) {
+            return Some(why);
+        }
+        if self.health.dips.load(Ordering::Acquire) == self.since {
+            return None;
+        }
+        self.health.last_dip.lock().ok().and_then(|g| g.clone())
     }
 
     /// The lowest free space seen so far (`None` before the first measure).
@@ -533,6 +570,25 @@ mod tests {
             std::io::Error::other("writing `p/dist/a`: No space left on device (os error 28)");
         assert!(is_disk_full(&texted));
         assert!(!is_disk_full(&std::io::Error::from_raw_os_error(libc::EACCES)));
+    }
+
+    #[tokio::test]
+    async fn a_dip_another_measure_saw_while_the_task_ran_is_the_tasks_too() {
+        // Two tasks fill the disk together; the first to end measures it short, hands back and
+        // frees its root before the second ends, whose own samples (every `WATCH_EVERY`) fell
+        // before and after the dip. On this current-thread runtime the watch's sampler never
+        // runs (the test never yields): only the other measure saw the dip.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let health = Arc::new(DiskHealth::new(dir.path(), DiskFloor::bytes(u64::MAX)));
+        assert!(health.check().is_some(), "short before the task started");
+        let w = health.watch();
+        assert_eq!(w.dipped(), None, "a dip before the task started is not the task's");
+        assert!(health.report().unfit.is_some(), "a heartbeat measures it short");
+        let why = w.dipped().expect("the dip the heartbeat saw while the task ran");
+        assert!(why.contains("free, floor"), "{why}");
+        assert_eq!(w.lowest(), None, "the watch itself never measured");
+        // A second task's watch starts after these dips: none of them is its.
+        assert_eq!(health.watch().dipped(), None);
     }
 
     #[tokio::test]
