@@ -303,6 +303,16 @@ pub enum FarmCommand {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Let a quarantined worker take work again (an admin certificate). A worker is
+    /// quarantined when the farm refused its results too often (outputs outside the task's
+    /// declared ones); the quarantine outlives its reconnects and the coordinator's restarts.
+    Release {
+        /// The worker's name (as `farm status` lists it).
+        worker: String,
+        /// The farm.
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 /// Which task outputs a remote run brings back into the workspace.
@@ -725,6 +735,13 @@ pub struct RunArgs {
     /// and refuses is never a reason to fall back.
     #[arg(long, value_enum, value_name = "MODE", env = "PROVA_FALLBACK")]
     pub fallback: Option<Fallback>,
+
+    /// With --remote: how long, in seconds, a run whose coordinator went away mid-run
+    /// redials it (a restart, a rolling upgrade) before it gives up; once back, the run is
+    /// submitted again: what was saved is a hit, what workers still run is adopted, nothing
+    /// runs twice. `0` gives up at once.
+    #[arg(long, value_name = "SECS", env = "PROVA_REATTACH_TIMEOUT", default_value_t = 120)]
+    pub reattach_timeout: u64,
 
     /// With --remote: a farm that cannot be reached fails the run (exit 2) instead of the run
     /// going on locally (as `--fallback none`; wins over `--fallback` and PROVA_FALLBACK).

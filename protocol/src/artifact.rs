@@ -201,6 +201,15 @@ pub enum ArtifactError {
     /// The archive (or a manifest) is malformed: bad zstd, bad tar header, truncated data.
     #[error("corrupt artifact: {0}")]
     Corrupt(String),
+    /// Writing a pack's archive failed (a full disk, a quota, an I/O error): where it was
+    /// written failed, the bytes are not at fault — never a "corrupt artifact".
+    #[error("writing the archive failed at {what}: {source}")]
+    Write {
+        /// Where in the archive: `` `p/dist/a.js` ``, `its end`.
+        what: String,
+        /// What the write met.
+        source: io::Error,
+    },
 }
 
 impl ArtifactError {

@@ -85,6 +85,25 @@ pub struct WorkerInfo {
     /// Attempts the worker still runs from before a reconnect (their reports follow).
     #[serde(default)]
     pub running: Vec<AttemptId>,
+    /// Its health when it registers (absent from an older worker: healthy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<WorkerHealth>,
+}
+
+/// What a worker says of its own health, at registration and with every heartbeat: the
+/// coordinator offers no work to a worker that is not fit, and `farm status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerHealth {
+    /// Free bytes of its work dir's file system (`None`: not measured).
+    #[serde(default)]
+    pub disk_free: Option<u64>,
+    /// The free bytes it keeps (`--min-free-disk`).
+    #[serde(default)]
+    pub disk_floor: Option<u64>,
+    /// Why it takes no work now (`None`: it does), e.g. `disk low: 800.0 KiB free, floor
+    /// 1.0 MiB`.
+    #[serde(default)]
+    pub unfit: Option<String>,
 }
 
 /// Worker → coordinator, on the control stream after the handshake.
@@ -98,6 +117,9 @@ pub enum WorkerMsg {
     Heartbeat {
         /// Attempts still running.
         running: Vec<AttemptId>,
+        /// Its health now (absent from an older worker: unchanged).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        health: Option<WorkerHealth>,
     },
     /// The worker is leaving (SIGTERM): give it no more work; what it held is handed back
     /// (requeued elsewhere, not counted as a loss). It closes the connection next.
@@ -332,6 +354,11 @@ pub enum ClientMsg {
         /// Which.
         worker: WorkerId,
     },
+    /// Let a quarantined worker take work again (admin).
+    Release {
+        /// Which.
+        worker: WorkerId,
+    },
 }
 
 /// What a task produced, for the client to download.
@@ -402,6 +429,11 @@ pub enum CoordinatorReply {
     Draining {
         /// Tasks it still runs.
         running: u32,
+    },
+    /// A release was taken: the worker may be given work again.
+    Released {
+        /// Why it had been quarantined (`None`: it was not).
+        was: Option<String>,
     },
 }
 
@@ -507,6 +539,12 @@ pub struct WorkerStatus {
     /// Its build version (empty from an older coordinator).
     #[serde(default)]
     pub version: String,
+    /// Its health as it last said (absent: it said nothing, an older worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<WorkerHealth>,
+    /// Why it gets no work: its reports were refused too often (`prova farm release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<String>,
 }
 
 #[cfg(test)]

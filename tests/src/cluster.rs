@@ -139,7 +139,12 @@ struct ClusterOptions {
     /// Variables set in every worker's own environment (what the worker process has, not
     /// what a client asks for).
     worker_env: Vec<(String, String)>,
+    /// Extra flags and own-environment variables of one worker (by index), on every start.
+    per_worker: BTreeMap<usize, WorkerExtras>,
 }
+
+/// One worker's extra flags and own-environment variables.
+type WorkerExtras = (Vec<String>, Vec<(String, String)>);
 
 impl ClusterBuilder {
     /// Number of workers (`w1` … `wN`); default 2.
@@ -188,6 +193,24 @@ impl ClusterBuilder {
     /// Sets `name=value` in every worker's own process environment, on every start of it.
     pub fn worker_env(mut self, name: &str, value: &str) -> Self {
         self.options.worker_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Extra flags of worker `i` (0-based), on every start of it (e.g. `--min-free-disk`).
+    pub fn worker_args<I, S>(mut self, i: usize, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let slot = self.options.per_worker.entry(i).or_default();
+        slot.0.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets `name=value` in worker `i`'s own environment only (after the cluster-wide ones).
+    pub fn worker_env_of(mut self, i: usize, name: &str, value: &str) -> Self {
+        let slot = self.options.per_worker.entry(i).or_default();
+        slot.1.push((name.to_owned(), value.to_owned()));
         self
     }
 
@@ -535,6 +558,16 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("farm status is not JSON: {e}\n{out}"))
     }
 
+    /// `prova farm status` (with the `ci` bundle), in its text form.
+    #[track_caller]
+    pub fn status_text(&self) -> String {
+        let mut args = vec!["farm".to_owned(), "status".to_owned()];
+        args.extend(self.remote_args(&self.ci_certs()));
+        let out = ProvaCmd::new(&self.root, args).run();
+        assert_eq!(out.code(), Some(0), "farm status failed\n{out}\n{}", self.logs());
+        out.stdout
+    }
+
     /// Polls `farm status` until `pred` holds (returning that status); panics, naming
     /// `what`, after `timeout`.
     #[track_caller]
@@ -816,14 +849,14 @@ impl Cluster {
         for (k, v) in &w.spec.labels {
             args.extend(["--label".to_owned(), format!("{k}={v}")]);
         }
-        let (daemon, first) = Daemon::spawn(
-            &format!("worker {name}"),
-            &self.root,
-            &args,
-            &self.options.worker_env,
-            &log,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut env = self.options.worker_env.clone();
+        if let Some((extra, own)) = self.options.per_worker.get(&i) {
+            args.extend(extra.iter().cloned());
+            env.extend(own.iter().cloned());
+        }
+        let (daemon, first) =
+            Daemon::spawn(&format!("worker {name}"), &self.root, &args, &env, &log)
+                .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             first.starts_with(&format!("prova worker {name} joining ")),
             "unexpected first line of worker {name}: {first:?}"

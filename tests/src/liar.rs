@@ -176,6 +176,7 @@ async fn serve(
         labels: BTreeMap::new(),
         sandbox: "none: it never runs anything".to_owned(),
         running: Vec::new(),
+        health: None,
     };
     frame::write_msg(&mut send, &WorkerMsg::Register(info)).await.map_err(|e| e.to_string())?;
     let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
@@ -183,7 +184,7 @@ async fn serve(
         tokio::select! {
             () = stop.cancelled() => break,
             _ = heartbeat.tick() => {
-                let beat = WorkerMsg::Heartbeat { running: Vec::new() };
+                let beat = WorkerMsg::Heartbeat { running: Vec::new(), health: None };
                 if frame::write_msg(&mut send, &beat).await.is_err() {
                     break;
                 }

@@ -31,6 +31,8 @@
 //!   for the installed-tree and sandboxed-output suites.
 //! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
 //!   which of its tasks ran.
+//! - [`hostile_reapi`]: a REAPI server (raw gRPC over HTTP/2) that declares and streams
+//!   artifacts of any size.
 //! - [`tscomposite`]: `examples/tscomposite` (composite `tsc -b` packages, per-package
 //!   `node_modules`) copied with its trees installed, and the sha256 of its outputs.
 //!
@@ -70,6 +72,7 @@ pub mod cache;
 pub mod cluster;
 pub mod docs;
 pub mod flood;
+pub mod hostile_reapi;
 pub mod http;
 pub mod inproc;
 pub mod liar;

@@ -61,6 +61,17 @@ impl TempWorkspace {
         self
     }
 
+    /// Writes `bytes` to `rel` (parents created): a binary file.
+    pub fn bytes(self, rel: &str, bytes: &[u8]) -> Self {
+        let path = self.path(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
+        }
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
+        self
+    }
+
     /// Creates directory `rel` (and parents): a project with no files of its own.
     pub fn dir(self, rel: &str) -> Self {
         std::fs::create_dir_all(self.path(rel))

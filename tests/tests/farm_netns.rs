@@ -387,7 +387,9 @@ fn a_coordinator_killed_mid_run_is_reported_and_its_restart_serves_what_was_save
     let mut farm = NetFarm::builder().start();
     let addr = farm.addr().to_owned();
     let ws = workspace();
-    let mut run = farm.run_cmd(&ws, ["late", "--all", "--json"]).timeout(RUN_TIMEOUT).spawn();
+    // Not re-attaching (`farm_restart` covers that): the loss itself is what is reported.
+    let args = ["late", "--all", "--json", "--reattach-timeout", "0"];
+    let mut run = farm.run_cmd(&ws, args).timeout(RUN_TIMEOUT).spawn();
     run.wait_for_lines("gate#hold to block", 1, waiting_line);
     run.wait_for_lines("the early tasks", PROJECTS + 1, |l| {
         l.contains("\"task_finished\"") && l.contains("#early")

@@ -1,8 +1,10 @@
-//! The farm under faults, recovery half (issue 13): a client whose coordinator goes away says
-//! so within seconds, in one line that says what a re-run will reuse (exit 2, an
-//! infrastructure error); workers rejoin a restarted coordinator within seconds, and a re-run
-//! hits what the lost run saved; a worker stopped with SIGTERM leaves the farm at once and its
-//! task runs elsewhere; Ctrl-C lists the tasks still queued on the farm as skipped.
+//! The farm under faults, recovery half (issue 13): a client whose coordinator goes away and
+//! stays away past its `--reattach-timeout` says so within seconds of that, in one line that
+//! says what a re-run will reuse (exit 2, an infrastructure error); workers rejoin a restarted
+//! coordinator within seconds, and a re-run hits what the lost run saved; a worker stopped with
+//! SIGTERM leaves the farm at once and its task runs elsewhere; Ctrl-C lists the tasks still
+//! queued on the farm as skipped. (A client re-attaching to a restarted coordinator:
+//! `farm_restart`.)
 //!
 //! Every bound here is a test deadline, not a measurement: a client or worker that waited out
 //! its 30 s idle timeout (the pause tolerance) instead of probing the closed port or taking
@@ -42,19 +44,22 @@ fn workspace(with_slow: bool) -> TempWorkspace {
     if with_slow { ws.file("slow/src.txt", "slow\n").file("slow/hold", "") } else { ws }
 }
 
+/// How long these clients redial a lost coordinator: briefly (a coordinator that is not
+/// coming back is reported), or not at all where it comes back (the loss is the subject).
+const REATTACH: &str = "2";
+
 /// Starts `build --all` on `farm`, waits until `slow#build` blocks and (when `fast` is in the
 /// plan) `fast#build` finished; then `lose` takes the coordinator away. Returns the client's
-/// end.
+/// end. The client re-attaches for `reattach` seconds.
 fn lose_coordinator_mid_run(
     farm: &mut Cluster,
     ws: &TempWorkspace,
     fast_done: bool,
+    reattach: &str,
     lose: impl FnOnce(&mut Cluster),
 ) -> prova_tests::Output {
-    let mut run = farm
-        .run_cmd(ws, &farm.ci_certs(), ["build", "--all", "--json"])
-        .timeout(LOST_RUN_TIMEOUT)
-        .spawn();
+    let args = ["build", "--all", "--json", "--reattach-timeout", reattach];
+    let mut run = farm.run_cmd(ws, &farm.ci_certs(), args).timeout(LOST_RUN_TIMEOUT).spawn();
     run.wait_for_lines("slow#build to block", 1, waiting_line);
     if fast_done {
         run.wait_for_lines("fast#build to finish", 1, |l| {
@@ -75,7 +80,7 @@ fn a_coordinator_killed_mid_run_is_one_line_naming_what_was_saved() {
     let mut farm = Cluster::start(1);
     let addr = farm.addr().to_owned();
     let ws = workspace(true);
-    let out = lose_coordinator_mid_run(&mut farm, &ws, true, Cluster::stop_coordinator);
+    let out = lose_coordinator_mid_run(&mut farm, &ws, true, REATTACH, Cluster::stop_coordinator);
     assert_eq!(out.code(), Some(2), "a lost coordinator is an infrastructure error: {out}");
     assert_eq!(
         went_away_lines(&out),
@@ -91,7 +96,8 @@ fn a_coordinator_stopped_mid_run_is_the_same_line() {
     let mut farm = Cluster::start(1);
     let addr = farm.addr().to_owned();
     let ws = workspace(true);
-    let out = lose_coordinator_mid_run(&mut farm, &ws, true, Cluster::terminate_coordinator);
+    let out =
+        lose_coordinator_mid_run(&mut farm, &ws, true, REATTACH, Cluster::terminate_coordinator);
     assert_eq!(out.code(), Some(2), "{out}");
     assert_eq!(
         went_away_lines(&out),
@@ -113,7 +119,7 @@ fn a_coordinator_lost_before_anything_was_saved_says_none_was() {
             ),
         )
         .file("slow/src.txt", "slow\n");
-    let out = lose_coordinator_mid_run(&mut farm, &ws, false, Cluster::stop_coordinator);
+    let out = lose_coordinator_mid_run(&mut farm, &ws, false, REATTACH, Cluster::stop_coordinator);
     assert_eq!(out.code(), Some(2), "{out}");
     assert_eq!(
         went_away_lines(&out),
@@ -125,11 +131,12 @@ fn a_coordinator_lost_before_anything_was_saved_says_none_was() {
 #[test]
 fn a_coordinator_restarted_on_its_address_meets_the_run_it_lost() {
     // The coordinator dies and a new one takes its address while the client still waits: the
-    // new one knows nothing of the connection (a stateless reset, or silence) — the same line.
+    // new one knows nothing of the connection (a stateless reset, or silence) — the same line
+    // for a client that does not re-attach.
     let mut farm = Cluster::start(1);
     let addr = farm.addr().to_owned();
     let ws = workspace(true);
-    let out = lose_coordinator_mid_run(&mut farm, &ws, true, |farm| {
+    let out = lose_coordinator_mid_run(&mut farm, &ws, true, "0", |farm| {
         farm.kill_coordinator_expecting_rejoin_within(REJOIN_TIMEOUT);
     });
     assert_eq!(out.code(), Some(2), "{out}");
@@ -144,7 +151,7 @@ fn a_coordinator_restarted_on_its_address_meets_the_run_it_lost() {
 fn workers_rejoin_a_restarted_coordinator_and_a_rerun_hits_what_was_saved() {
     let mut farm = Cluster::start(2);
     let ws = workspace(true);
-    let lost = lose_coordinator_mid_run(&mut farm, &ws, true, |farm| {
+    let lost = lose_coordinator_mid_run(&mut farm, &ws, true, "0", |farm| {
         farm.kill_coordinator_expecting_rejoin_within(REJOIN_TIMEOUT);
     });
     assert_eq!(lost.code(), Some(2), "{lost}");

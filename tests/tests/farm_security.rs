@@ -259,6 +259,7 @@ fn a_client_certificate_cannot_register_as_a_worker() {
         labels: BTreeMap::new(),
         sandbox: "none".to_owned(),
         running: Vec::new(),
+        health: None,
     };
     let ended = rt.block_on(async {
         frame::write_msg(&mut d.send, &WorkerMsg::Register(info))

@@ -76,6 +76,18 @@ impl Message<Running> for WorkerActor {
     }
 }
 
+/// The worker's health for its registration and heartbeats (`None` without a disk floor:
+/// local mode).
+pub struct Health;
+
+impl Message<Health> for WorkerActor {
+    type Reply = Result<Option<prova_protocol::wire::WorkerHealth>, Infallible>;
+
+    async fn handle(&mut self, _: Health, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        Ok(self.context.disk.as_ref().map(|d| d.report()))
+    }
+}
+
 /// An attempt's task ended; forget it.
 struct Done(AttemptId);
 

@@ -39,10 +39,20 @@ pub enum OutputError {
     /// project): saving them would make an entry that is "corrupt" on every hit.
     #[error("{0}; not saved, a restore would refuse it")]
     Unconfined(#[from] artifact::confine::ConfineError),
-    /// Writing the archive failed (a full disk, an unwritable staging dir): a failure of
-    /// where it was packed, not of the task's outputs. The partial archive is removed.
+    /// Writing the archive failed (an unwritable staging dir): a failure of where it was
+    /// packed, not of the task's outputs. The partial archive is removed.
     #[error("packing the outputs failed: {0}")]
     Pack(Box<OutputError>),
+    /// The disk filled up while the archive was written (`ENOSPC`, `EDQUOT`): the worker's
+    /// fault, never the task's — and never a "corrupt artifact". The partial archive is
+    /// removed.
+    #[error("disk full while packing outputs to {} ({what})", path.display())]
+    DiskFull {
+        /// The archive being written.
+        path: PathBuf,
+        /// What the write met: `No space left on device`, `Disk quota exceeded`.
+        what: &'static str,
+    },
     /// The outputs' globs match a file no clean may delete ([`ProtectedPath`]); nothing was
     /// deleted.
     #[error(
@@ -203,7 +213,10 @@ pub fn collect(
                 // Nothing half-written is left behind to fill the disk further.
                 let _ = fs::remove_file(path);
             }
-            Some(packed.map_err(|e| OutputError::Pack(Box::new(e)))?)
+            Some(packed.map_err(|e| match crate::health::disk_full(&e) {
+                Some(what) => OutputError::DiskFull { path: path.to_owned(), what },
+                None => OutputError::Pack(Box::new(e)),
+            })?)
         }
         _ => None,
     };
@@ -347,6 +360,52 @@ mod tests {
         clean(&root, &globs, &[]).unwrap();
         assert_eq!(files_under(outside.path()), canary);
         assert_eq!(files_under(&root.join("p/dist")), ["keep", "keep/k"]);
+    }
+
+    #[test]
+    fn a_full_disk_while_packing_says_disk_full_not_corrupt() {
+        // A 64 KiB tmpfs for the archive (tests run as root; skipped where mount is refused):
+        // the disk fills up mid-pack.
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        std::fs::create_dir_all(&small).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&small)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here");
+            return;
+        }
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg("-l").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(&small);
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("p/dist")).unwrap();
+        // Incompressible bytes, well over the tmpfs.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let bytes: Vec<u8> = (0..400_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(root.join("p/dist/out.bin"), bytes).unwrap();
+        let globs = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
+        let pack = small.join("artifact-1.tar.zst");
+        let err = collect(&root, &globs, "p", Some(&pack)).expect_err("nothing fits");
+        assert!(matches!(err, OutputError::DiskFull { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with("disk full while packing outputs"), "{text}");
+        assert!(!text.contains("corrupt"), "{text}");
+        assert!(!pack.exists(), "the partial archive is removed");
     }
 
     fn protect(path: &str, why: &str) -> ProtectedPath {

@@ -140,12 +140,7 @@ pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbatio
     }
     match creation_order_fs(bytes) {
         Some(fs) => {
-            // Per uid: /dev/shm is shared by every user of the machine. The worker's own
-            // path follows, so a root still says which worker (and work dir) it belongs to.
-            // SAFETY: getuid cannot fail.
-            let uid = unsafe { libc::getuid() };
-            let own = default.strip_prefix("/").unwrap_or(&default);
-            let parent = fs.join(format!("prova-rerun-roots-{uid}")).join(own);
+            let parent = shm_rerun_roots(&fs, work_dir);
             out.applied("exec-root-path", parent.display().to_string());
             out.applied("dir-order", "inputs created in a shuffled order on a tmpfs");
             RootPlan { parent, shuffle: true }
@@ -159,6 +154,24 @@ pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbatio
             RootPlan { parent: default, shuffle: true }
         }
     }
+}
+
+/// The directory under `fs` (a tmpfs, `/dev/shm`) that holds the shuffled re-run roots of the
+/// worker whose work dir is `work_dir`. Per uid: `/dev/shm` is shared by every user of the
+/// machine. The worker's own path follows, so a root still says which worker (and work dir)
+/// it belongs to — and a worker starting again finds what it left there
+/// (`crate::health::clean_exec_roots`).
+pub fn shm_rerun_roots(fs: &Path, work_dir: &Path) -> PathBuf {
+    let default = work_dir.join("rerun-roots");
+    let own = default.strip_prefix("/").unwrap_or(&default);
+    fs.join(shm_owner_dir()).join(own)
+}
+
+/// `prova-rerun-roots-<uid>`: this user's directory on a shared tmpfs.
+pub fn shm_owner_dir() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("prova-rerun-roots-{uid}")
 }
 
 /// A re-run's own `TMPDIR`, removed with the exec root.

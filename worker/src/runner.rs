@@ -142,7 +142,16 @@ pub async fn run_assignment(
                 perturbed = wrapped.perturbed;
                 (p.root.path().to_owned(), p.root.cwd(), Some(p), isolation, wrapped.trace)
             }
-            Err(e) => return fail(e.to_string()),
+            Err(e) => {
+                // Fetching inputs or building the root on a full disk is this worker's
+                // failure, not the task's: it runs elsewhere.
+                if let Some(why) = no_disk(ctx, &e, "preparing the exec root") {
+                    let mut back = fail(String::new());
+                    hand_back(&mut back, why);
+                    return back;
+                }
+                return fail(e.to_string());
+            }
         },
     };
     set_markers(&mut env, &a, &root);
@@ -164,6 +173,9 @@ pub async fn run_assignment(
     let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
     report.isolation = isolation;
     report.perturbed = perturbed;
+    // The work dir's lowest free space while the task runs (a farm worker's): a task whose
+    // writes met ENOSPC may have removed them before it exited.
+    let watch = ctx.disk.as_ref().filter(|_| ctx.remote.is_some()).map(|d| d.watch());
     let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
     for try_no in 1..=max_tries {
         if a.clean_outputs
@@ -201,18 +213,27 @@ pub async fn run_assignment(
         }
     }
     report.exit_detail = exit_detail(&report.exit, &env);
-    // A task that failed while the work dir is below its floor (its writes met ENOSPC, most
-    // likely) failed for want of disk here, not of its own: it runs again elsewhere.
+    // A task that failed while the work dir was below its floor — at its end, or at any
+    // moment while it ran (its writes met ENOSPC, most likely) — failed for want of disk
+    // here, not of its own: it runs again elsewhere.
     if !report.exit.success()
         && !matches!(report.exit, ExitKind::Aborted)
         && !cancel.is_cancelled()
         && ctx.remote.is_some()
-        && let Some(why) = ctx.disk.as_ref().and_then(|d| d.check())
+        && let Some(why) = ctx
+            .disk
+            .as_ref()
+            .and_then(|d| d.check())
+            .or_else(|| watch.as_ref().and_then(|w| w.dipped()))
     {
-        hand_back(&mut report, HandBack::NoDisk(why));
+        hand_back(
+            &mut report,
+            HandBack::NoDisk(format!("the work dir ran short while the task ran ({why})")),
+        );
         drop(exec_root);
         return report;
     }
+    drop(watch);
     if a.trace_reads {
         report.reads = Some(match (&trace_file, &exec_root) {
             (Some(t), Some(p)) => {
@@ -325,6 +346,11 @@ async fn collect(
             hand_back(report, HandBack::Outputs(e.to_string()));
             return;
         }
+        // A full disk is this worker's health, not the outputs': said as such.
+        Ok(Err(e @ outputs::OutputError::DiskFull { .. })) if farm => {
+            hand_back(report, HandBack::NoDisk(e.to_string()));
+            return;
+        }
         Ok(Err(e)) => {
             report.output_error = Some(e.to_string());
             return;
@@ -363,6 +389,21 @@ async fn collect(
     }
     report.outputs = Some(outs);
     report.missing_literals = missing;
+}
+
+/// Why `e` is this worker's want of disk (a full disk or quota in what it meets, or its work
+/// dir below the floor now), for a farm worker; `None` otherwise.
+fn no_disk(
+    ctx: &WorkerContext,
+    e: &(dyn std::error::Error + 'static),
+    doing: &str,
+) -> Option<HandBack> {
+    ctx.remote.as_ref()?;
+    if crate::health::is_disk_full(e) {
+        return Some(HandBack::NoDisk(format!("disk full {doing}: {e}")));
+    }
+    let why = ctx.disk.as_ref()?.check()?;
+    Some(HandBack::NoDisk(format!("{why} after {doing} failed: {e}")))
 }
 
 /// Turns `report` into a hand-back: the task ran, but nothing of it is a result here.

@@ -1,8 +1,12 @@
 //! A farm worker's link to the coordinator: dial (QUIC, mTLS), `Hello` as a worker, `Register`,
 //! then relay: assignments and cancels in, reports and heartbeats out. A lost connection is
 //! not fatal: the session redials with backoff, re-registers with the attempts still running,
-//! and the coordinator refuses reports for leases it has since given away. Blob transfers
-//! ([`QuicBlobs`]) ride their own streams on the current connection.
+//! and the coordinator refuses reports for leases it has since given away. The `Finished`
+//! reports of the last minutes are resent after every reconnect ([`Recent`]): a coordinator
+//! that restarted before it saved one adopts it instead of running the task again. Blob
+//! transfers ([`QuicBlobs`]) ride their own streams on the current connection.
+
+use std::collections::VecDeque;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,7 +26,7 @@ use prova_protocol::{AttemptId, Digest};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::{Running, WorkerActor};
+use crate::actor::{Health, Running, WorkerActor};
 use crate::blobcache::BlobCache;
 use crate::remote::{BlobError, BlobFuture, RemoteBlobs};
 
@@ -48,6 +52,53 @@ pub const BLOB_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 pub const MAX_BLOB: u64 = 8 * 1024 * 1024 * 1024;
 /// The build version sent in `Hello`.
 pub const BUILD_VERSION: &str = concat!("prova ", env!("CARGO_PKG_VERSION"));
+/// How long a sent `Finished` report is kept for a resend after a reconnect: the time a
+/// restarted coordinator may take to be back, and its client to re-submit.
+pub const RECENT_FOR: Duration = Duration::from_secs(300);
+/// At most this many kept reports…
+pub const RECENT_REPORTS: usize = 256;
+/// …holding at most this many bytes of logs.
+pub const RECENT_BYTES: usize = 64 << 20;
+
+/// The `Finished` reports sent lately, oldest first, bounded by [`RECENT_FOR`],
+/// [`RECENT_REPORTS`] and [`RECENT_BYTES`].
+#[derive(Default)]
+pub struct Recent {
+    reports: VecDeque<(tokio::time::Instant, FromWorker)>,
+    bytes: usize,
+}
+
+impl Recent {
+    /// Keeps `msg` if it is a `Finished` report.
+    pub fn keep(&mut self, msg: &FromWorker) {
+        let FromWorker::Finished(f) = msg else { return };
+        self.bytes += f.log.len();
+        self.reports.push_back((tokio::time::Instant::now(), msg.clone()));
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        let now = tokio::time::Instant::now();
+        while let Some((at, msg)) = self.reports.front() {
+            let over = self.reports.len() > RECENT_REPORTS
+                || self.bytes > RECENT_BYTES
+                || now.duration_since(*at) > RECENT_FOR;
+            if !over {
+                break;
+            }
+            if let FromWorker::Finished(f) = msg {
+                self.bytes = self.bytes.saturating_sub(f.log.len());
+            }
+            self.reports.pop_front();
+        }
+    }
+
+    /// The reports to resend now, oldest first.
+    pub fn to_resend(&mut self) -> Vec<FromWorker> {
+        self.trim();
+        self.reports.iter().map(|(_, m)| m.clone()).collect()
+    }
+}
 
 /// Where and how to reach the coordinator.
 #[derive(Clone)]
@@ -68,13 +119,76 @@ pub struct QuicBlobs {
     conn: watch::Receiver<Option<quinn::Connection>>,
 }
 
+/// Times a blob transfer is tried again on the next connection after the one it used died
+/// under it (a coordinator restarting): the attempt survives the restart instead of failing.
+pub const LINK_RETRIES: u32 = 3;
+
 impl QuicBlobs {
+    /// The current connection, once there is a live one (at most [`BLOB_CONNECTION_WAIT`]).
     async fn connection(&self) -> Result<quinn::Connection, BlobError> {
         let mut rx = self.conn.clone();
-        let wait = rx.wait_for(Option::is_some);
+        let wait = rx.wait_for(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none()));
         match tokio::time::timeout(BLOB_CONNECTION_WAIT, wait).await {
             Ok(Ok(c)) => c.clone().ok_or(BlobError::NoConnection),
             _ => Err(BlobError::Unreachable),
+        }
+    }
+
+    /// Whether a transfer on `conn` that failed with `e` goes again on the next connection:
+    /// the connection itself died (not a refusal or a local error), within the retries.
+    fn again(conn: &quinn::Connection, e: &BlobError, tried: u32) -> bool {
+        let again = conn.close_reason().is_some() && tried < LINK_RETRIES;
+        if again {
+            tracing::info!(
+                "a blob transfer lost its connection ({e}); trying again on the next one"
+            );
+        }
+        again
+    }
+
+    async fn fetch_on(
+        conn: &quinn::Connection,
+        digest: Digest,
+        into: &BlobCache,
+    ) -> Result<(), BlobError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
+        let _ = send.finish();
+        match frame::read_msg::<_, BlobAck>(&mut recv).await? {
+            Some(BlobAck::Stored) => {}
+            Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
+            None => return Err(BlobError::Closed),
+        }
+        let (path, file) = into.stage_file()?;
+        let mut file = tokio::fs::File::from_std(file);
+        let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
+        drop(file);
+        if let Err(e) = got {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+        let into = into.clone();
+        OwnedTask::spawn_blocking("worker.blob-insert", move || into.insert_file(&path, &digest))
+            .join()
+            .await??;
+        Ok(())
+    }
+
+    async fn upload_on(
+        conn: &quinn::Connection,
+        path: &Path,
+        digest: Digest,
+        size: u64,
+    ) -> Result<(), BlobError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+        let file = tokio::fs::File::open(path).await?;
+        transport::send_blob(&mut send, digest, size, file).await?;
+        let _ = send.finish();
+        match frame::read_msg::<_, BlobAck>(&mut recv).await? {
+            Some(BlobAck::Stored) => Ok(()),
+            Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
+            None => Err(BlobError::Closed),
         }
     }
 }
@@ -82,48 +196,29 @@ impl QuicBlobs {
 impl RemoteBlobs for QuicBlobs {
     fn fetch<'a>(&'a self, digest: Digest, into: &'a BlobCache) -> BlobFuture<'a> {
         Box::pin(async move {
-            if into.has(&digest) {
-                return Ok(());
+            let mut tried = 0;
+            loop {
+                if into.has(&digest) {
+                    return Ok(());
+                }
+                let conn = self.connection().await?;
+                match Self::fetch_on(&conn, digest, into).await {
+                    Err(e) if Self::again(&conn, &e, tried) => tried += 1,
+                    r => return r,
+                }
             }
-            let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await?;
-            frame::write_msg(&mut send, &BlobRequest::Get { digest }).await?;
-            let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-                Some(BlobAck::Stored) => {}
-                Some(BlobAck::Refused { reason }) => return Err(BlobError::Refused(reason)),
-                None => return Err(BlobError::Closed),
-            }
-            let (path, file) = into.stage_file()?;
-            let mut file = tokio::fs::File::from_std(file);
-            let got = transport::recv_blob(&mut recv, &mut file, Some(digest), MAX_BLOB).await;
-            drop(file);
-            if let Err(e) = got {
-                let _ = std::fs::remove_file(&path);
-                return Err(e.into());
-            }
-            let into = into.clone();
-            OwnedTask::spawn_blocking("worker.blob-insert", move || {
-                into.insert_file(&path, &digest)
-            })
-            .join()
-            .await??;
-            Ok(())
         })
     }
 
     fn upload<'a>(&'a self, path: &'a Path, digest: Digest, size: u64) -> BlobFuture<'a> {
         Box::pin(async move {
-            let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await?;
-            frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
-            let file = tokio::fs::File::open(path).await?;
-            transport::send_blob(&mut send, digest, size, file).await?;
-            let _ = send.finish();
-            match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-                Some(BlobAck::Stored) => Ok(()),
-                Some(BlobAck::Refused { reason }) => Err(BlobError::Refused(reason)),
-                None => Err(BlobError::Closed),
+            let mut tried = 0;
+            loop {
+                let conn = self.connection().await?;
+                match Self::upload_on(&conn, path, digest, size).await {
+                    Err(e) if Self::again(&conn, &e, tried) => tried += 1,
+                    r => return r,
+                }
             }
         })
     }
@@ -209,6 +304,7 @@ pub async fn run(
     let mut backoff = Backoff::standard();
     // A report that could not be sent when a connection died is sent on the next one.
     let mut unsent: Option<FromWorker> = None;
+    let mut recent = Recent::default();
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
@@ -220,7 +316,9 @@ pub async fn run(
                 let addr = cfg.addr;
                 let _watch = liveness::watch(conn.clone(), move |l| say_liveness(addr, l));
                 let _ = conn_tx.send(Some(conn.clone()));
-                serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
+                let mut link =
+                    Link { reports: &mut reports, unsent: &mut unsent, recent: &mut recent };
+                serve(&conn, send, recv, &worker, &mut link, &shutdown).await;
                 let _ = conn_tx.send(None);
                 if shutdown.is_cancelled() {
                     // Leaving: `serve` said so; the coordinator ends the session once it has
@@ -338,10 +436,19 @@ async fn connect(
     }
     let mut info = cfg.info.clone();
     info.running = worker.ask(Running).await.unwrap_or_default();
+    info.health = worker.ask(Health).await.ok().flatten();
     frame::write_msg(&mut send, &WorkerMsg::Register(info))
         .await
         .map_err(|e| retry(e.to_string()))?;
     Ok((conn, send, recv))
+}
+
+/// What goes up a connection: reports from the worker actor, the one a dead connection did
+/// not take, and the ones sent lately.
+struct Link<'a> {
+    reports: &'a mut mpsc::Receiver<FromWorker>,
+    unsent: &'a mut Option<FromWorker>,
+    recent: &'a mut Recent,
 }
 
 async fn serve(
@@ -349,8 +456,7 @@ async fn serve(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     worker: &ActorRef<WorkerActor>,
-    reports: &mut mpsc::Receiver<FromWorker>,
-    unsent: &mut Option<FromWorker>,
+    link: &mut Link<'_>,
     shutdown: &CancellationToken,
 ) {
     // Reader: work from the coordinator to the worker actor.
@@ -373,7 +479,8 @@ async fn serve(
                     }
                 }
                 Ok(Some(CoordinatorMsg::Refused { attempt, reason })) => {
-                    tracing::info!(%attempt, "report refused: {reason}; cancelling it here");
+                    // (A resent report of a lease the coordinator is done with lands here too.)
+                    tracing::debug!(%attempt, "report refused: {reason}; cancelling it here");
                     let _ = w.tell(ToWorker::Cancel { attempt }).await;
                 }
                 Ok(Some(CoordinatorMsg::Leave)) => {
@@ -386,11 +493,19 @@ async fn serve(
         }
     });
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    if let Some(msg) = unsent.take()
-        && frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err()
-    {
-        *unsent = Some(msg);
-        return;
+    // What was sent lately may not have been taken (a coordinator that died and restarted):
+    // once more. A coordinator that has it refuses it.
+    for msg in link.recent.to_resend() {
+        if frame::write_msg(&mut send, &WorkerMsg::Report(msg)).await.is_err() {
+            return;
+        }
+    }
+    if let Some(msg) = link.unsent.take() {
+        if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
+            *link.unsent = Some(msg);
+            return;
+        }
+        link.recent.keep(&msg);
     }
     loop {
         tokio::select! {
@@ -408,17 +523,20 @@ async fn serve(
             }
             () = reader_done.cancelled() => break,
             _ = conn.closed() => break,
-            report = reports.recv() => {
+            report = link.reports.recv() => {
                 let Some(msg) = report else { break };
                 trace_report(&msg);
                 if frame::write_msg(&mut send, &WorkerMsg::Report(msg.clone())).await.is_err() {
-                    *unsent = Some(msg);
+                    *link.unsent = Some(msg);
                     break;
                 }
+                link.recent.keep(&msg);
             }
             _ = heartbeat.tick() => {
                 let running: Vec<AttemptId> = worker.ask(Running).await.unwrap_or_default();
-                if frame::write_msg(&mut send, &WorkerMsg::Heartbeat { running }).await.is_err() {
+                let health = worker.ask(Health).await.ok().flatten();
+                let beat = WorkerMsg::Heartbeat { running, health };
+                if frame::write_msg(&mut send, &beat).await.is_err() {
                     break;
                 }
             }

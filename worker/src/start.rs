@@ -147,6 +147,9 @@ pub async fn run_worker(
     crate::health::clean_staging(&work_dir);
     let blobs = BlobCache::open(&work_dir.join("blobs"), s.blob_cache_size)
         .map_err(|cause| StartError::BlobCache { dir: work_dir.display().to_string(), cause })?;
+    // The blob cache's lock is held: no other worker runs tasks in this work dir, so what its
+    // per-task directories hold was left by a worker that died mid-task.
+    crate::health::clean_exec_roots(&work_dir);
     let disk = Arc::new(DiskHealth::new(&work_dir, DiskFloor::bytes(s.min_free_disk)));
     if let Some(why) = disk.check() {
         // It joins all the same (and says so, above): work resumes once space returns.
@@ -173,6 +176,7 @@ pub async fn run_worker(
         labels: s.labels,
         sandbox: s.sandbox_desc.clone(),
         running: Vec::new(),
+        health: None,
     };
     announce(&format!(
         "prova worker {name} joining {} ({} slots, sandbox {})\n",

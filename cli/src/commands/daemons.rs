@@ -144,7 +144,7 @@ pub async fn bind_coordinator(s: CoordinatorSettings) -> anyhow::Result<BoundCoo
         Some(h) => Some(prova_coordinator::http::bind(h.addr, h.token).await?),
         None => None,
     };
-    let farm = FarmActor::spawn(());
+    let farm = FarmActor::spawn(Some(store.clone()));
     let endpoint = endpoint::server(s.listen, &s.bundle)?;
     let addr = endpoint.local_addr()?;
     let shared = Arc::new(Shared {

@@ -1,5 +1,6 @@
-//! `prova farm status`: the farm's workers, slots, queue and running tasks; `prova farm drain
-//! WORKER`: take a worker out once its running tasks finish.
+//! `prova farm status`: the farm's workers, slots, queue and running tasks, each worker's
+//! health and quarantine; `prova farm drain WORKER`: take a worker out once its running tasks
+//! finish; `prova farm release WORKER`: end a worker's quarantine.
 
 use std::fmt::Write as _;
 
@@ -16,6 +17,7 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
     let (remote, json) = match cmd {
         FarmCommand::Status { remote, json } => (remote, json),
         FarmCommand::Drain { worker, remote } => return drain(worker, &remote),
+        FarmCommand::Release { worker, remote } => return release(worker, &remote),
     };
     let rt = common::runtime()?;
     let status = rt.block_on(async {
@@ -59,6 +61,12 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
             w.version,
             labels.join(",")
         );
+        if let Some(why) = &w.quarantined {
+            let _ = writeln!(out, "      quarantined: {why} (`prova farm release {}`)", w.id.0);
+        }
+        if let Some(h) = &w.health {
+            let _ = writeln!(out, "      {}", health_line(h));
+        }
         for t in &w.running {
             let _ = writeln!(out, "      running {t}");
         }
@@ -80,6 +88,15 @@ fn coordinator_line(c: &prova_protocol::wire::CoordinatorFacts) -> String {
         c.cache_entries,
         bytes(c.cache_bytes)
     )
+}
+
+/// `health: disk low: 800.0 KiB free, floor 1.0 MiB` or `health: ok (12.3 GiB free)`.
+fn health_line(h: &prova_protocol::wire::WorkerHealth) -> String {
+    match (&h.unfit, h.disk_free) {
+        (Some(why), _) => format!("health: {why}, no work for it"),
+        (None, Some(free)) => format!("health: ok ({} free)", bytes(free)),
+        (None, None) => "health: ok".to_owned(),
+    }
 }
 
 fn bytes(n: u64) -> String {
@@ -116,6 +133,35 @@ fn drain(worker: String, remote: &crate::args::RemoteArgs) -> anyhow::Result<Cod
         "draining {worker}: no new work; it leaves the farm once its {running} running {tasks} finish\n"
     ))?;
     Ok(Code::Ok)
+}
+
+/// `prova farm release WORKER`: the coordinator ends the worker's quarantine.
+fn release(worker: String, remote: &crate::args::RemoteArgs) -> anyhow::Result<Code> {
+    let rt = common::runtime()?;
+    let was = rt.block_on(async {
+        let mut s = crate::remote::connect(remote).await?;
+        let msg = ClientMsg::Release { worker: WorkerId(worker.clone()) };
+        frame::write_msg(&mut s.send, &msg).await?;
+        let reply = frame::read_msg::<_, CoordinatorReply>(&mut s.recv).await?;
+        s.close(b"done").await;
+        match reply {
+            Some(CoordinatorReply::Released { was }) => Ok(was),
+            Some(CoordinatorReply::Error { message }) => {
+                anyhow::bail!("the coordinator: {message}")
+            }
+            other => anyhow::bail!("unexpected reply: {other:?}"),
+        }
+    })?;
+    match was {
+        Some(why) => {
+            common::print(&format!("released {worker} (it was quarantined: {why})\n"))?;
+            Ok(Code::Ok)
+        }
+        None => {
+            common::print(&format!("{worker} is not quarantined\n"))?;
+            Ok(Code::Ok)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -619,8 +619,21 @@ async fn remote_run(
         let wanted = rrun::wanted(&tasks, args.download);
         let inputs = options.verify.contains(&prova_protocol::wire::Proof::Inputs);
         let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared, inputs);
-        let mut outcome =
-            rrun::submit(&mut session, tasks, options, events.clone(), &mut judge).await?;
+        let re = crate::remote::reattach::Resubmit {
+            args: &args.remote,
+            root,
+            trees: &prepared.trees,
+            window: std::time::Duration::from_secs(args.reattach_timeout),
+        };
+        let mut outcome = crate::remote::reattach::submit_reattaching(
+            &mut session,
+            &re,
+            tasks,
+            options,
+            events.clone(),
+            &mut judge,
+        )
+        .await?;
         judge.summary(&mut outcome.summary);
         let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)

@@ -1,11 +1,13 @@
 //! Farm mode, client side: dial the coordinator as this bundle's role, then submit a run
 //! ([`run`]) or ask for status; bring outputs back through the local layer ([`download`]).
 //! A coordinator that goes away mid-session (crashed, stopped, restarted, or silent past the
-//! client endpoint's idle bound, the 30 s pause tolerance) is one line, [`CoordinatorLost`],
-//! counting what the farm saved before it went; a silence shorter than that is waited out,
-//! and said after a few seconds ([`say_liveness`]).
+//! client endpoint's idle bound, the 30 s pause tolerance) is redialled and the run submitted
+//! again ([`reattach`]); one that stays away past `--reattach-timeout` is one line,
+//! [`CoordinatorLost`], counting what the farm saved before it went. A silence shorter than
+//! the tolerance is waited out, and said after a few seconds ([`say_liveness`]).
 
 pub mod download;
+pub mod reattach;
 pub mod run;
 
 use std::path::Path;
@@ -153,6 +155,9 @@ impl Session {
     /// `e` as the user should read it: [`CoordinatorLost`] when the connection is gone the way
     /// a vanished coordinator leaves it, else `e` itself.
     pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
+        if e.is::<CoordinatorLost>() {
+            return e; // said already (by the re-attaching loop, counting every session)
+        }
         match self.conn.close_reason() {
             Some(why) if went_away(&why) || self.liveness.gone() => {
                 tracing::info!(coordinator = %self.remote, "connection ended: {why} ({e:#})");

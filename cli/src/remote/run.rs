@@ -167,13 +167,15 @@ pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 /// Submits `tasks` and relays the run's events to `events` until it is done. A Ctrl-C sends
 /// `Interrupt` (the farm cancels the run's tasks) and waits for the summary — at most
 /// [`INTERRUPT_GRACE`], or until a second Ctrl-C: a coordinator that does not answer cannot
-/// hold the client (closing the connection interrupts the run on its side too).
-pub async fn submit(
+/// hold the client (closing the connection interrupts the run on its side too). Events pass
+/// through `merge` (a re-submitted run's repeats are dropped: `super::reattach`).
+pub async fn submit_merged(
     s: &mut Session,
     tasks: Vec<RemoteTask>,
     options: RunOptionsWire,
-    events: mpsc::Sender<RunEvent>,
+    events: &mpsc::Sender<RunEvent>,
     judge: &mut Judge,
+    merge: &mut super::reattach::Merge,
 ) -> anyhow::Result<RemoteOutcome> {
     // Listening from before the run exists: a Ctrl-C while it is submitted is not lost.
     let mut interrupt = Box::pin(crate::local::signal_listener());
@@ -190,6 +192,7 @@ pub async fn submit(
         let reply = tokio::select! {
             () = &mut interrupt, if !interrupted => {
                 interrupted = true;
+                merge.interrupted = true;
                 // Listening before the `Interrupt` goes out: a second Ctrl-C right after it
                 // must not be missed.
                 let again = crate::local::signal_listener();
@@ -233,7 +236,9 @@ pub async fn submit(
                     }
                     other => other,
                 };
-                let _ = events.send(ev).await;
+                if let Some(ev) = merge.filter(ev) {
+                    let _ = events.send(ev).await;
+                }
             }
             Some(CoordinatorReply::Artifact(a)) => artifacts.push(a),
             Some(CoordinatorReply::Done(summary)) => {

@@ -5,6 +5,7 @@
 //! - [`store`]: [`Store`] — opening (layout, pragmas, `quick_check`, migrations) and entries.
 //! - [`blobs`]: blob files: staged writes (temp → fsync → rename), verified reads, quarantine.
 //! - [`memo`]: the file-digest memo and the durations history.
+//! - [`farm_state`]: a farm coordinator's leases and quarantines, kept across its restart.
 //! - [`ledger`]: the fingerprint ledger: every execution's fingerprint per key and worker.
 //! - [`maintenance`]: `stats`, `prune` (LRU to a byte bound), `clean`, `clean_dir` (a
 //!   directory whose index cannot be opened).
@@ -48,6 +49,7 @@
 
 pub mod blobs;
 pub mod error;
+pub mod farm_state;
 pub mod ledger;
 pub mod maintenance;
 pub mod memo;
@@ -67,6 +69,7 @@ use prova_protocol::Digest;
 
 pub use blobs::MAX_BLOB_READ_BYTES;
 pub use error::CacheError;
+pub use farm_state::{FarmWrites, StoredLease};
 pub use ledger::Execution;
 pub use maintenance::{CleanedDir, PruneStats, Stats};
 pub use store::Store;

@@ -44,10 +44,34 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, sql: V3 },
     Migration { version: 4, sql: V4 },
     Migration { version: 5, sql: V5 },
+    Migration { version: 6, sql: V6 },
 ];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
+
+/// Version 6: a farm coordinator's own state that must outlive a restart (`farm_state.rs`).
+/// `farm_leases`: every keyed lease placed, until it ended without a result or the run that
+/// got its result is over — a restarted coordinator adopts what its workers still run.
+/// `incarnation` is the coordinator start that placed it (run ids restart per start).
+/// `farm_quarantine`: workers quarantined for lying, until released.
+const V6: &str = "
+CREATE TABLE farm_leases (
+    lease       INTEGER PRIMARY KEY,
+    worker      TEXT    NOT NULL,
+    key         BLOB    NOT NULL CHECK (length(key) = 32),
+    task        TEXT    NOT NULL,
+    incarnation INTEGER NOT NULL,
+    run         INTEGER NOT NULL,
+    placed_ms   INTEGER NOT NULL
+);
+CREATE INDEX farm_leases_by_run ON farm_leases (incarnation, run);
+CREATE TABLE farm_quarantine (
+    worker      TEXT    PRIMARY KEY,
+    reason      TEXT    NOT NULL,
+    since_ms    INTEGER NOT NULL
+) WITHOUT ROWID;
+";
 
 /// Version 5: what a determinism proof compares. `compared` is the fingerprint of an
 /// execution's outputs without its task's `verify_ignore` matches (NULL when it ignores

@@ -17,7 +17,9 @@ use kameo::prelude::*;
 use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
-use prova_protocol::wire::{CoordinatorMsg, FarmStatus, WorkerInfo, WorkerMsg, WorkerStatus};
+use prova_protocol::wire::{
+    CoordinatorMsg, FarmStatus, WorkerHealth, WorkerInfo, WorkerMsg, WorkerStatus,
+};
 use prova_protocol::work::{Assignment, FromWorker, Placement};
 use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
 use tokio::sync::mpsc;
@@ -26,6 +28,8 @@ use tokio::time::Instant;
 use super::clock::RunningClock;
 use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
 use super::forward::{Traced, forward};
+use super::persist::Persist;
+use crate::cache::CacheThread;
 use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
 
 /// How often leases are checked for expiry and unplaceable items for their wait.
@@ -36,6 +40,8 @@ struct Link {
     tx: mpsc::Sender<CoordinatorMsg>,
     info: WorkerInfo,
     version: String,
+    /// What it last said of its health.
+    health: Option<WorkerHealth>,
 }
 
 /// A run, as the actor knows it: its reports go through a queue of its own to a forwarder
@@ -63,13 +69,16 @@ pub struct FarmActor {
     links: HashMap<WorkerId, Link>,
     runs: HashMap<RunId, RunLink>,
     next_run: u64,
+    /// Where leases and quarantines are kept across restarts (`None`: nowhere, in tests).
+    persist: Option<Persist>,
 }
 
 impl Actor for FarmActor {
-    type Args = ();
+    /// The farm's store: its leases and quarantines outlive a restart there.
+    type Args = Option<CacheThread>;
     type Error = Infallible;
 
-    async fn on_start((): Self::Args, me: ActorRef<Self>) -> Result<Self, Self::Error> {
+    async fn on_start(store: Self::Args, me: ActorRef<Self>) -> Result<Self, Self::Error> {
         // The ticker stops when the actor does (its sends fail).
         let weak = me.downgrade();
         drop(
@@ -85,13 +94,35 @@ impl Actor for FarmActor {
             })
             .detach(),
         );
+        let base = lease_base();
+        let mut core = FarmCore::with_first_lease(base);
+        let persist = match store {
+            Some(store) => {
+                // What an earlier incarnation left: its workers may still run those leases.
+                let (leases, quarantine) = super::persist::load(&store).await;
+                if !leases.is_empty() {
+                    tracing::info!(
+                        leases = leases.len(),
+                        "adopting the leases of the coordinator's last start"
+                    );
+                }
+                for (worker, reason) in &quarantine {
+                    tracing::warn!(%worker, "worker still quarantined: {reason}");
+                }
+                core.restore(std::time::Duration::ZERO, leases);
+                core.restore_quarantine(quarantine);
+                Some(Persist::start(store, base))
+            }
+            None => None,
+        };
         Ok(Self {
-            core: FarmCore::with_first_lease(lease_base()),
+            core,
             started: Instant::now(),
             clock: RunningClock::default(),
             links: HashMap::new(),
             runs: HashMap::new(),
             next_run: 1,
+            persist,
         })
     }
 }
@@ -123,6 +154,10 @@ impl FarmActor {
         if after.requeues > before.requeues {
             let n = after.requeues - before.requeues;
             tracing::info!(items = n, total = after.requeues, "requeued");
+        }
+        let journal = self.core.take_journal();
+        if let Some(p) = &self.persist {
+            p.journal(journal);
         }
         for cmd in cmds {
             self.apply(cmd).await;
@@ -160,6 +195,12 @@ impl FarmActor {
                 if let Some(l) = self.links.get(&worker) {
                     let _ = send_within_bound(&l.tx, CoordinatorMsg::Leave, "worker").await;
                 }
+            }
+            FarmCommand::Distrust { worker, task, reason } => {
+                tracing::warn!(%worker, %task, "refused what the worker returned: {reason}; the task runs elsewhere");
+            }
+            FarmCommand::Quarantined { worker, reason } => {
+                tracing::warn!(%worker, "worker quarantined, it gets no more work until `prova farm release {worker}`: {reason}");
             }
         }
     }
@@ -230,8 +271,13 @@ impl Message<WorkerUp> for FarmActor {
         };
         tracing::info!(worker = %m.id, slots = m.info.slots, sandbox = %m.info.sandbox, version = %m.version, "worker joined");
         let running = m.info.running.clone();
-        self.links.insert(m.id.clone(), Link { tx: m.tx, info: m.info, version: m.version });
-        self.feed(FarmEvent::WorkerJoined { id: m.id, caps, running }).await;
+        let health = m.info.health.clone();
+        let link = Link { tx: m.tx, info: m.info, version: m.version, health: health.clone() };
+        self.links.insert(m.id.clone(), link);
+        self.feed(FarmEvent::WorkerJoined { id: m.id.clone(), caps, running }).await;
+        if let Some(h) = health {
+            self.feed(FarmEvent::Health { id: m.id, unfit: h.unfit }).await;
+        }
     }
 }
 
@@ -268,8 +314,24 @@ impl Message<FromWorkerSession> for FarmActor {
     async fn handle(&mut self, m: FromWorkerSession, _ctx: &mut Context<Self, ()>) {
         match m.msg {
             WorkerMsg::Register(_) => {} // handled by the session before WorkerUp
-            WorkerMsg::Heartbeat { running } => {
-                self.feed(FarmEvent::Heartbeat { id: m.id, running }).await
+            WorkerMsg::Heartbeat { running, health } => {
+                self.feed(FarmEvent::Heartbeat { id: m.id.clone(), running }).await;
+                if let Some(h) = health {
+                    let changed = self.links.get_mut(&m.id).map(|l| {
+                        let changed = l.health.as_ref().map(|o| &o.unfit) != Some(&h.unfit);
+                        l.health = Some(h.clone());
+                        changed
+                    });
+                    if changed == Some(true) {
+                        match &h.unfit {
+                            Some(why) => {
+                                tracing::warn!(worker = %m.id, "worker unfit, no work for it: {why}")
+                            }
+                            None => tracing::info!(worker = %m.id, "worker fit again"),
+                        }
+                        self.feed(FarmEvent::Health { id: m.id, unfit: h.unfit }).await;
+                    }
+                }
             }
             WorkerMsg::Leaving => {
                 tracing::info!(worker = %m.id, "worker leaving (drain)");
@@ -339,6 +401,9 @@ impl Message<DetachRun> for FarmActor {
     type Reply = ();
     async fn handle(&mut self, m: DetachRun, _ctx: &mut Context<Self, ()>) {
         self.runs.remove(&m.0);
+        if let Some(p) = &self.persist {
+            p.run_over(m.0);
+        }
     }
 }
 
@@ -448,6 +513,26 @@ impl Message<DrainWorker> for FarmActor {
     }
 }
 
+/// `prova farm release`: a quarantined worker may take work again; the reply is why it had
+/// been quarantined (`None`: it was not).
+pub struct ReleaseWorker(pub WorkerId);
+
+impl Message<ReleaseWorker> for FarmActor {
+    type Reply = Result<Option<String>, Infallible>;
+    async fn handle(
+        &mut self,
+        ReleaseWorker(id): ReleaseWorker,
+        _ctx: &mut Context<Self, Self::Reply>,
+    ) -> Self::Reply {
+        let was = self.core.quarantined().find(|(w, _)| **w == id).map(|(_, r)| r.to_owned());
+        if was.is_some() {
+            tracing::info!(worker = %id, "worker released from quarantine");
+        }
+        self.feed(FarmEvent::Release { id }).await;
+        Ok(was)
+    }
+}
+
 /// The farm's state.
 pub struct GetStatus;
 
@@ -461,6 +546,7 @@ impl Message<GetStatus> for FarmActor {
             running.entry(worker).or_default().push(task.clone());
         }
         running.values_mut().for_each(|v| v.sort());
+        let quarantined: HashMap<&WorkerId, &str> = self.core.quarantined().collect();
         let workers = self
             .core
             .workers()
@@ -475,6 +561,8 @@ impl Message<GetStatus> for FarmActor {
                     sandbox: link.map(|l| l.info.sandbox.clone()).unwrap_or_default(),
                     running: running.remove(id).unwrap_or_default(),
                     version: link.map(|l| l.version.clone()).unwrap_or_default(),
+                    health: link.and_then(|l| l.health.clone()),
+                    quarantined: quarantined.get(id).map(|r| (*r).to_owned()),
                 }
             })
             .collect();

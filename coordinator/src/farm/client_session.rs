@@ -18,7 +18,8 @@ use prova_protocol::{Digest, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::actor::{
-    AttachRun, DetachRun, DrainWorker, FarmSink, GetHeld, GetStatus, NewRunId, report_reserve,
+    AttachRun, DetachRun, DrainWorker, FarmSink, GetHeld, GetStatus, NewRunId, ReleaseWorker,
+    report_reserve,
 };
 use super::error::EdgeError;
 use super::forward::{Stream, forward};
@@ -139,6 +140,21 @@ pub async fn run(
                     }
                 }
             }
+            ClientMsg::Release { worker } => {
+                if identity.role != Role::Admin {
+                    CoordinatorReply::Error {
+                        message: format!(
+                            "a `{}` certificate cannot release workers",
+                            identity.role
+                        ),
+                    }
+                } else {
+                    match shared.farm.ask(ReleaseWorker(worker)).await {
+                        Ok(was) => CoordinatorReply::Released { was },
+                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+                    }
+                }
+            }
             ClientMsg::Hermeticity => {
                 match shared.store.call(|s| crate::hermeticity::report(s, HERMETICITY_LIMIT)).await
                 {
@@ -177,6 +193,7 @@ fn client_msg_kind(msg: &ClientMsg) -> &'static str {
         ClientMsg::Status => "Status",
         ClientMsg::Hermeticity => "Hermeticity",
         ClientMsg::Drain { .. } => "Drain",
+        ClientMsg::Release { .. } => "Release",
     }
 }
 

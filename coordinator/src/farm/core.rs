@@ -33,12 +33,28 @@
 //! - **No worker**: an item no connected worker could ever run fails after a bounded wait.
 //! - **Drain** (`prova farm drain`): a draining worker gets no new work; once it holds no
 //!   lease it is told to leave ([`FarmCommand::Dismiss`]). Nothing it ran is lost or charged.
+//! - **Health**: a worker that says it is unfit (its work dir below its disk floor) gets no
+//!   work until it says otherwise; an item only unfit workers could run fails after
+//!   [`NO_WORKER_WAIT`] of that.
+//! - **Lying workers** (`trust.rs`): a result outside the task's declared outputs is refused
+//!   before any run sees it; the item runs elsewhere and the worker is quarantined after
+//!   [`QUARANTINE_AFTER`] refusals.
+//! - **A restart** (`adopt.rs`): keyed leases are persisted ([`Journal`]); a restarted
+//!   coordinator adopts what its workers still run, and the re-submitted run follows it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use prova_protocol::work::{Assignment, FromWorker, ToWorker};
+use prova_protocol::work::{Assignment, Finished, FromWorker, ToWorker};
 use prova_protocol::{AttemptId, Digest, RunId, WorkerId};
+
+#[path = "adopt.rs"]
+mod adopt;
+#[path = "trust.rs"]
+mod trust;
+
+pub use adopt::{ADOPT_GRACE, ADOPT_KEEP, Journal, LeaseRecord};
+pub use trust::{QUARANTINE_AFTER, QUARANTINE_WINDOW};
 
 /// How long a lease lives without a heartbeat.
 pub const LEASE_TTL: Duration = Duration::from_secs(15);
@@ -186,6 +202,18 @@ pub enum FarmEvent {
         /// Which.
         id: WorkerId,
     },
+    /// A worker said how it is: `unfit` is why it takes no work now (`None`: it does).
+    Health {
+        /// Which.
+        id: WorkerId,
+        /// Why not, e.g. its disk is below its floor.
+        unfit: Option<String>,
+    },
+    /// `prova farm release`: a quarantined worker may take work again.
+    Release {
+        /// Which.
+        id: WorkerId,
+    },
 }
 
 /// What the shell must do.
@@ -228,6 +256,22 @@ pub enum FarmCommand {
         /// Which.
         worker: WorkerId,
     },
+    /// A worker's result was refused (see `trust.rs`): warn, count.
+    Distrust {
+        /// Whose.
+        worker: WorkerId,
+        /// For which task.
+        task: prova_protocol::TaskId,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A worker was quarantined: it gets no work until `prova farm release`.
+    Quarantined {
+        /// Which.
+        worker: WorkerId,
+        /// Why.
+        reason: String,
+    },
 }
 
 struct Worker {
@@ -243,6 +287,10 @@ struct Worker {
     backoff_until: Duration,
     /// Drained: no new work; `Some(true)` once told to leave.
     draining: Option<bool>,
+    /// Why it said it takes no work now (its disk), until it says otherwise.
+    unfit: Option<String>,
+    /// Quarantined (`trust.rs`): no work.
+    quarantined: bool,
 }
 
 impl Worker {
@@ -253,7 +301,11 @@ impl Worker {
 
     /// Whether it may be given an assignment now: a free slot, no hand-back backoff.
     fn open(&self, now: Duration) -> bool {
-        self.taken() < self.caps.slots && self.backoff_until <= now && self.draining.is_none()
+        self.taken() < self.caps.slots
+            && self.backoff_until <= now
+            && self.draining.is_none()
+            && self.unfit.is_none()
+            && !self.quarantined
     }
 }
 
@@ -294,6 +346,8 @@ struct Lease {
     losses: u32,
     handbacks: u32,
     cancelled: bool,
+    /// Workers whose result for it was refused: never placed there again.
+    refused_by: Vec<WorkerId>,
 }
 
 /// The losses an item (by origin) was present at: the evidence for a crash loop.
@@ -312,6 +366,25 @@ struct Queued {
     handbacks: u32,
     since: Duration,
     last_error: Option<String>,
+    /// Workers whose result for it was refused: never placed there again.
+    refused_by: Vec<WorkerId>,
+    /// Since when only unfit workers could run it (they may recover: its own wait).
+    unfit_since: Option<Duration>,
+}
+
+impl Queued {
+    /// A fresh item, or one starting over.
+    fn new(item: Item, since: Duration) -> Self {
+        Self {
+            item,
+            losses: 0,
+            handbacks: 0,
+            since,
+            last_error: None,
+            refused_by: Vec::new(),
+            unfit_since: None,
+        }
+    }
 }
 
 /// The core.
@@ -331,6 +404,12 @@ pub struct FarmCore {
     losses: u64,
     /// Events counted for operators (`/metrics`); nothing decides on them.
     counts: FarmCounts,
+    /// Leases of an earlier incarnation (`adopt.rs`).
+    orphans: adopt::Orphans,
+    /// What the shell must persist (`adopt.rs`).
+    journal: Journal,
+    /// Refusals and quarantines (`trust.rs`).
+    trust: trust::Trust,
 }
 
 /// What the core counted since it started: read by the coordinator's `/metrics`.
@@ -378,9 +457,18 @@ impl FarmCore {
         self.workers.iter().map(|(id, w)| (id, &w.caps, w.taken()))
     }
 
-    /// The task of every live lease, with the worker holding it.
+    /// The task of every live lease, with the worker holding it (adopted attempts of an
+    /// earlier incarnation included).
     pub fn running(&self) -> impl Iterator<Item = (&WorkerId, &prova_protocol::TaskId)> {
-        self.leases.values().map(|l| (&l.worker, &l.item.assignment.spec.id))
+        self.leases
+            .values()
+            .map(|l| (&l.worker, &l.item.assignment.spec.id))
+            .chain(self.orphans_running())
+    }
+
+    /// Orphans of an earlier incarnation not yet claimed (adopted or waiting).
+    pub fn orphans(&self) -> usize {
+        self.orphans.len()
     }
 
     /// Lease expiries and requeues so far.
@@ -428,12 +516,15 @@ impl FarmCore {
                     .collect();
                 let why = format!("worker {id} registered again without it (restarted)");
                 self.lose_together(now, lost, &why, &mut out);
+                // Attempts of an earlier incarnation it still runs are adopted.
+                let adopted = self.adopt_on_join(now, &id, &running);
                 // Attempts it runs that are no live lease of it will be refused when they
                 // report: stop them now.
                 let stale: HashSet<AttemptId> = running
                     .iter()
                     .copied()
                     .filter(|a| self.leases.get(a).is_none_or(|l| l.worker != id))
+                    .filter(|a| !self.is_orphan_of(*a, &id))
                     .collect();
                 for &attempt in &stale {
                     out.push(FarmCommand::Send {
@@ -441,7 +532,7 @@ impl FarmCore {
                         msg: ToWorker::Cancel { attempt },
                     });
                 }
-                let busy = self.leases.values().filter(|l| l.worker == id).count() as u32;
+                let busy = self.leases.values().filter(|l| l.worker == id).count() as u32 + adopted;
                 let w = Worker {
                     caps,
                     busy,
@@ -450,6 +541,8 @@ impl FarmCore {
                     silent: false,
                     backoff_until: now,
                     draining: None,
+                    unfit: None,
+                    quarantined: self.trust.is_quarantined(&id),
                 };
                 self.workers.insert(id, w);
             }
@@ -472,6 +565,7 @@ impl FarmCore {
                     w.silent = false;
                     w.stale.retain(|a| running.contains(a));
                 }
+                self.renew_orphans(now, &id, &running);
             }
             FarmEvent::Holds { id, blobs } => {
                 if let Some(w) = self.workers.get_mut(&id) {
@@ -479,7 +573,10 @@ impl FarmCore {
                 }
             }
             FarmEvent::Submit(item) => {
-                let item = *item;
+                let Some(item) = self.claim_orphan(now, *item, &mut out) else {
+                    self.place(now, &mut out);
+                    return out;
+                };
                 if let Some(key) = item.key
                     && let Some(leader) = self.by_key.get(&key).copied()
                     && leader.run != item.origin.run
@@ -489,13 +586,7 @@ impl FarmCore {
                     if let Some(key) = item.key {
                         self.by_key.insert(key, item.origin);
                     }
-                    self.queue.push(Queued {
-                        item,
-                        losses: 0,
-                        handbacks: 0,
-                        since: now,
-                        last_error: None,
-                    });
+                    self.queue.push(Queued::new(item, now));
                 }
             }
             FarmEvent::Cancel(origin) => self.cancel(origin, &mut out),
@@ -528,12 +619,21 @@ impl FarmCore {
                     let why = format!("lease on worker {w} expired (no heartbeat)");
                     self.lose_together(now, leases, &why, &mut out);
                 }
+                self.expire_orphans(now, &mut out);
                 self.expire_unplaceable(now, &mut out);
             }
             FarmEvent::Drain { id } => {
                 if let Some(w) = self.workers.get_mut(&id) {
                     w.draining.get_or_insert(false);
                 }
+            }
+            FarmEvent::Health { id, unfit } => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.unfit = unfit;
+                }
+            }
+            FarmEvent::Release { id } => {
+                self.release(&id);
             }
         }
         self.place(now, &mut out);
@@ -568,6 +668,14 @@ impl FarmCore {
                 l.item.origin = next;
                 if let Some(key) = l.item.key {
                     self.by_key.insert(key, next);
+                    // Its row now serves the run that leads it.
+                    self.journal.placed.push(LeaseRecord {
+                        lease,
+                        worker: l.worker.clone(),
+                        key,
+                        task: l.item.assignment.spec.id.clone(),
+                        run: next.run,
+                    });
                 }
             }
             if let Some(p) = self.presence.remove(&origin) {
@@ -607,7 +715,7 @@ impl FarmCore {
         if !fs.is_empty() {
             self.followers.insert(next, fs);
         }
-        self.queue.push(Queued { item, losses: 0, handbacks: 0, since, last_error: None });
+        self.queue.push(Queued::new(item, since));
     }
 
     /// The item is done with (finished, failed, cancelled): its key and its loss evidence go.
@@ -641,6 +749,9 @@ impl FarmCore {
             }
         }
         let live = self.leases.get(&lease).is_some_and(|l| l.worker == worker);
+        if !live && self.orphan_report(now, &worker, lease, &msg) {
+            return;
+        }
         if !live {
             out.push(FarmCommand::Refuse {
                 worker,
@@ -653,6 +764,13 @@ impl FarmCore {
             && let Some(why) = &f.handback
         {
             self.hand_back(now, lease, &worker, why, out);
+            return;
+        }
+        if let FromWorker::Finished(f) = &msg
+            && let Some(why) =
+                self.leases.get(&lease).and_then(|l| refusal_of(&l.item.assignment.spec, f))
+        {
+            self.refuse_result(now, lease, &worker, why, out);
             return;
         }
         let Some(l) = self.leases.get_mut(&lease) else { return };
@@ -739,7 +857,7 @@ impl FarmCore {
             self.requeue_as(now, lease, reason, false, out);
             return;
         }
-        let Some(l) = self.leases.remove(&lease) else { return };
+        let Some(l) = self.end_lease(lease) else { return };
         let handbacks = l.handbacks + 1;
         if handbacks > HANDBACK_LIMIT {
             self.forget_key(&l.item);
@@ -758,6 +876,8 @@ impl FarmCore {
             handbacks,
             since: now,
             last_error: Some(reason),
+            refused_by: l.refused_by,
+            unfit_since: None,
         });
     }
 
@@ -771,7 +891,7 @@ impl FarmCore {
         charge: bool,
         out: &mut Vec<FarmCommand>,
     ) {
-        let Some(l) = self.leases.remove(&lease) else { return };
+        let Some(l) = self.end_lease(lease) else { return };
         if l.cancelled {
             // The run no longer wants it: report it aborted to the run (and followers).
             self.forget_key(&l.item);
@@ -812,6 +932,8 @@ impl FarmCore {
             handbacks,
             since: now,
             last_error: Some(reason),
+            refused_by: l.refused_by,
+            unfit_since: None,
         });
     }
 
@@ -819,27 +941,63 @@ impl FarmCore {
         let mut i = 0;
         while i < self.queue.len() {
             let q = &self.queue[i];
-            let can_ever = self.workers.values().any(|w| q.item.reqs.fits(&w.caps));
-            if !can_ever && now.saturating_sub(q.since) >= NO_WORKER_WAIT {
-                let q = self.queue.remove(i);
-                self.forget_key(&q.item);
-                let mut reason = format!(
+            // Connected workers that could run it (a worker that refused a result of it, or
+            // is quarantined, never will); of them, those fit to now.
+            let could: Vec<&Worker> = self
+                .workers
+                .iter()
+                .filter(|(id, w)| {
+                    !w.quarantined && !q.refused_by.contains(id) && q.item.reqs.fits(&w.caps)
+                })
+                .map(|(_, w)| w)
+                .collect();
+            let fit_now = could.iter().any(|w| w.unfit.is_none());
+            let why = if could.is_empty() && now.saturating_sub(q.since) >= NO_WORKER_WAIT {
+                Some(format!(
                     "no connected worker can run it (needs {}) after waiting {}s",
                     q.item.reqs.describe(),
                     NO_WORKER_WAIT.as_secs()
-                );
-                if let Some(e) = q.last_error {
-                    reason.push_str(&format!("; last error: {e}"));
-                }
-                for t in std::iter::once(q.item.origin)
-                    .chain(self.followers.remove(&q.item.origin).unwrap_or_default())
-                {
-                    out.push(FarmCommand::Fail { origin: t, reason: reason.clone() });
-                }
+                ))
+            } else if !could.is_empty() && !fit_now {
+                // Only workers that said they are unfit could: they may recover, so the wait
+                // counts from when that began.
+                let since = *self.queue[i].unfit_since.get_or_insert(now);
+                let unfit: Vec<&str> = could.iter().filter_map(|w| w.unfit.as_deref()).collect();
+                (now.saturating_sub(since) >= NO_WORKER_WAIT).then(|| {
+                    format!(
+                        "every worker that could run it is unfit ({}) after waiting {}s",
+                        unfit.join("; "),
+                        NO_WORKER_WAIT.as_secs()
+                    )
+                })
+            } else {
+                self.queue[i].unfit_since = None;
+                None
+            };
+            let Some(mut reason) = why else {
+                i += 1;
                 continue;
+            };
+            let q = self.queue.remove(i);
+            self.forget_key(&q.item);
+            if let Some(e) = q.last_error {
+                reason.push_str(&format!("; last error: {e}"));
             }
-            i += 1;
+            for t in std::iter::once(q.item.origin)
+                .chain(self.followers.remove(&q.item.origin).unwrap_or_default())
+            {
+                out.push(FarmCommand::Fail { origin: t, reason: reason.clone() });
+            }
         }
+    }
+
+    /// Removes `lease`; its row goes too (it ended without a result any run needs).
+    fn end_lease(&mut self, lease: AttemptId) -> Option<Lease> {
+        let l = self.leases.remove(&lease)?;
+        if l.item.key.is_some() {
+            self.journal.ended.push(lease);
+        }
+        Some(l)
     }
 
     fn place(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
@@ -852,7 +1010,7 @@ impl FarmCore {
         self.queue.sort_by_key(|q| std::cmp::Reverse(q.item.priority));
         let mut i = 0;
         while i < self.queue.len() && self.any_free_slot(now) {
-            let Some(worker) = self.choose(now, &self.queue[i].item) else {
+            let Some(worker) = self.choose(now, &self.queue[i]) else {
                 i += 1;
                 continue;
             };
@@ -869,6 +1027,15 @@ impl FarmCore {
                 worker: worker.clone(),
                 msg: ToWorker::Assign(Box::new(assignment)),
             });
+            if let Some(key) = q.item.key {
+                self.journal.placed.push(LeaseRecord {
+                    lease,
+                    worker: worker.clone(),
+                    key,
+                    task: q.item.assignment.spec.id.clone(),
+                    run: q.item.origin.run,
+                });
+            }
             self.leases.insert(
                 lease,
                 Lease {
@@ -878,6 +1045,7 @@ impl FarmCore {
                     losses: q.losses,
                     handbacks: q.handbacks,
                     cancelled: false,
+                    refused_by: q.refused_by,
                 },
             );
         }
@@ -887,13 +1055,15 @@ impl FarmCore {
         self.workers.values().any(|w| w.open(now))
     }
 
-    fn choose(&self, now: Duration, item: &Item) -> Option<WorkerId> {
+    fn choose(&self, now: Duration, q: &Queued) -> Option<WorkerId> {
+        let item = &q.item;
         // The worker to avoid, and silent ones, only when no other could ever take the item.
         let shunned = |id: &WorkerId, w: &Worker| w.silent || item.avoid.as_ref() == Some(id);
         let fitting: Vec<(&WorkerId, &Worker)> = self
             .workers
             .iter()
             .filter(|(_, w)| w.open(now) && item.reqs.fits(&w.caps))
+            .filter(|(id, _)| !q.refused_by.contains(id))
             .filter(|(id, _)| !self.runs_a_co_suspect(item, id))
             .collect();
         let preferred: Vec<&(&WorkerId, &Worker)> =
@@ -901,10 +1071,13 @@ impl FarmCore {
         let pool: Vec<&(&WorkerId, &Worker)> = if preferred.is_empty() {
             // Only shunned workers fit now: take one only if no other worker could ever run
             // the item (a single-machine farm); otherwise wait for another.
-            let others_exist = self
-                .workers
-                .iter()
-                .any(|(id, w)| !shunned(id, w) && w.draining.is_none() && item.reqs.fits(&w.caps));
+            let others_exist = self.workers.iter().any(|(id, w)| {
+                !shunned(id, w)
+                    && w.draining.is_none()
+                    && !w.quarantined
+                    && !q.refused_by.contains(id)
+                    && item.reqs.fits(&w.caps)
+            });
             if others_exist {
                 return None;
             }
@@ -972,6 +1145,16 @@ fn charged_at_loss(counts: &[u32]) -> Vec<bool> {
         .collect()
 }
 
+/// Why the farm refuses what a worker returned for a task of `spec` (see `trust.rs`):
+/// outputs outside the task's declared outputs, or a fingerprint that is not its manifest's
+/// (the run's own check, `run::core::refusal`). `None`: it may be delivered.
+fn refusal_of(spec: &prova_protocol::spec::TaskSpec, f: &Finished) -> Option<String> {
+    let outputs = f.outputs.as_ref()?;
+    let globs = prova_protocol::globs::PathGlobs::new(&spec.project_dir, &spec.outputs)
+        .unwrap_or_else(|_| prova_protocol::globs::PathGlobs::empty());
+    crate::run::refusal(outputs, &globs, &spec.project_dir)
+}
+
 /// The same report with another attempt id.
 fn retarget(msg: &FromWorker, attempt: AttemptId) -> FromWorker {
     match msg {
@@ -1003,3 +1186,11 @@ fn aborted_unrun(origin: Origin) -> FarmCommand {
 #[cfg(test)]
 #[path = "core_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "adopt_tests.rs"]
+mod adopt_tests;
+
+#[cfg(test)]
+#[path = "trust_tests.rs"]
+mod trust_tests;

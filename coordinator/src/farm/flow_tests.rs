@@ -60,6 +60,7 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
         labels: Default::default(),
         sandbox: "none: test".into(),
         running: vec![],
+        health: None,
     };
     farm.tell(WorkerUp { id: id.clone(), info, version: "test".into(), tx })
         .await
@@ -135,7 +136,7 @@ async fn start_run(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_ready_tasks_with_instant_reports_do_not_stall_the_farm() {
-    let farm = FarmActor::spawn(());
+    let farm = FarmActor::spawn(None);
     instant_worker(&farm, "w1", 16).await;
     instant_worker(&farm, "w2", 16).await;
     let n = 3_000;
@@ -148,7 +149,7 @@ async fn thousands_of_ready_tasks_with_instant_reports_do_not_stall_the_farm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_at_once_both_finish() {
-    let farm = FarmActor::spawn(());
+    let farm = FarmActor::spawn(None);
     instant_worker(&farm, "w1", 8).await;
     let (a, b) = tokio::join!(run_through_farm(&farm, 1_500), run_through_farm(&farm, 1_500));
     for statuses in [a, b] {
@@ -160,7 +161,7 @@ async fn two_runs_at_once_both_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_client_stops_reading_does_not_stall_another() {
-    let farm = FarmActor::spawn(());
+    let farm = FarmActor::spawn(None);
     instant_worker(&farm, "w1", 8).await;
     // Its client never reads an event: the run stops at its first few.
     let (events, _unread) = mpsc::channel(4);

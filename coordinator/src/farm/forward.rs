@@ -125,6 +125,7 @@ impl Traced for CoordinatorReply {
             Self::Hermeticity(_) => "Hermeticity",
             Self::Error { .. } => "Error",
             Self::Draining { .. } => "Draining",
+            Self::Released { .. } => "Released",
         }
     }
 }

@@ -7,6 +7,8 @@
 //! ([`worker_session`], [`client_session`]). `flow_tests` runs the real farm and run
 //! actors against an instant worker: large runs, concurrent runs and a stalled client must
 //! not stall the farm. [`observe`]: counters and the book of runs the HTTP listener shows.
+//! [`persist`]: the core's journal written to the store (leases a restarted coordinator
+//! adopts, quarantined workers).
 
 pub mod actor;
 pub mod admission;
@@ -16,6 +18,7 @@ pub mod core;
 pub mod error;
 pub mod forward;
 pub mod observe;
+pub mod persist;
 pub mod server;
 pub mod worker_session;
 

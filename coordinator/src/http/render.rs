@@ -136,6 +136,21 @@ pub fn metrics(s: &State, o: &Observer) -> String {
     let _ = writeln!(out, "prova_runs_finished_total {}", c.runs_finished.load(Ordering::Relaxed));
     family(&mut out, "prova_workers", "gauge", "Connected workers.");
     let _ = writeln!(out, "prova_workers {}", s.status.workers.len());
+    family(
+        &mut out,
+        "prova_workers_unavailable",
+        "gauge",
+        "Connected workers given no work, by why.",
+    );
+    let quarantined = s.status.workers.iter().filter(|w| w.quarantined.is_some()).count();
+    let unfit = s
+        .status
+        .workers
+        .iter()
+        .filter(|w| w.health.as_ref().is_some_and(|h| h.unfit.is_some()))
+        .count();
+    let _ = writeln!(out, "prova_workers_unavailable{{why=\"quarantined\"}} {quarantined}");
+    let _ = writeln!(out, "prova_workers_unavailable{{why=\"unfit\"}} {unfit}");
     family(&mut out, "prova_worker_slots", "gauge", "Worker slots, by state.");
     let total: u32 = s.status.workers.iter().map(|w| w.slots).sum();
     let busy: u32 = s.status.workers.iter().map(|w| w.busy).sum();
@@ -270,14 +285,16 @@ pub fn body(s: &State) -> String {
     }
     h.push_str("</p></section>");
     tiers(&mut h, s);
-    h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>version</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
+    h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>state</th><th>version</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
     for w in &s.status.workers {
         let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let running: Vec<String> = w.running.iter().map(ToString::to_string).collect();
+        let (class, state) = worker_state(w);
         let _ = write!(
             h,
-            "<tr class=\"worker\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"worker {class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
             esc(&w.id.to_string()),
+            esc(&state),
             esc(&w.version),
             esc(&w.platform),
             esc(&w.sandbox),
@@ -423,6 +440,18 @@ fn timeline(h: &mut String, r: &crate::farm::observe::RunRow) {
         );
     }
     h.push_str("</div>");
+}
+
+/// A worker's state on the dashboard: (row class, words): quarantined (with why), unfit
+/// (its health's reason) or ok.
+fn worker_state(w: &prova_protocol::wire::WorkerStatus) -> (&'static str, String) {
+    if let Some(why) = &w.quarantined {
+        return ("quarantined", format!("quarantined: {why}"));
+    }
+    match w.health.as_ref().and_then(|h| h.unfit.as_deref()) {
+        Some(why) => ("unfit", format!("unfit: {why}")),
+        None => ("ok", "ok".to_owned()),
+    }
 }
 
 #[cfg(test)]

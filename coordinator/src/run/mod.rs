@@ -41,6 +41,9 @@ use prova_protocol::AttemptId;
 use prova_protocol::work::{Assignment, ToWorker};
 use tokio::sync::mpsc;
 
+/// The check of a worker's result against the task's declared outputs: the farm refuses a
+/// lie before any run sees it (`farm/trust.rs`), a run refuses one the farm let through.
+pub(crate) use self::core::refusal;
 pub use crate::plan;
 pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
 pub use actor::{Begin, FromFarm, Interrupt, RunActor, live_run_actors};

@@ -89,6 +89,12 @@ impl Stat {
 #[derive(Debug)]
 pub struct DirFd(OwnedFd);
 
+impl AsFd for DirFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }

@@ -39,9 +39,12 @@ pub fn pack(
     out: impl Write,
     level: i32,
 ) -> Result<PackStats, ArtifactError> {
-    let corrupt = |e: io::Error| ArtifactError::Corrupt(format!("writing archive: {e}"));
-    let encoder =
-        zstd::Encoder::new(CountingWriter { inner: out, count: 0 }, level).map_err(corrupt)?;
+    let failed = |what: &str| {
+        let what = what.to_owned();
+        move |source| ArtifactError::Write { what, source }
+    };
+    let encoder = zstd::Encoder::new(CountingWriter { inner: out, count: 0 }, level)
+        .map_err(failed("its start"))?;
     let mut builder = Builder::new(CountingWriter { inner: encoder, count: 0 });
     let mut stats = PackStats::default();
     for entry in &manifest.entries {
@@ -51,9 +54,9 @@ pub fn pack(
     }
     // Finish the tar (end-of-archive blocks), then the zstd frame: either one missing
     // truncates the archive.
-    let tar_out = builder.into_inner().map_err(corrupt)?;
+    let tar_out = builder.into_inner().map_err(failed("its end"))?;
     stats.tar_bytes = tar_out.count;
-    let out = tar_out.inner.finish().map_err(corrupt)?;
+    let out = tar_out.inner.finish().map_err(failed("its end"))?;
     stats.compressed_bytes = out.count;
     Ok(stats)
 }
@@ -79,7 +82,8 @@ fn append<W: Write>(
     let path = entry.path.as_str();
     let abs = root.join(path);
     let changed = || ArtifactError::ChangedWhilePacking { path: path.to_owned() };
-    let corrupt = |e: io::Error| ArtifactError::Corrupt(format!("writing `{path}`: {e}"));
+    // A failed append is the archive's write failing, unless reading the file did.
+    let failed = |source| ArtifactError::Write { what: format!("`{path}`"), source };
     match entry.kind {
         EntryKind::File => {
             let want = entry.digest.ok_or_else(|| {
@@ -105,10 +109,16 @@ fn append<W: Write>(
                 inner: file.take(entry.size),
                 hasher: blake3::Hasher::new(),
                 count: 0,
+                error: None,
             };
             // A file that shrank meanwhile leaves the entry short; the digest check below
             // catches it and the half-written archive is discarded.
-            builder.append_data(&mut h, path, &mut reader).map_err(corrupt)?;
+            if let Err(e) = builder.append_data(&mut h, path, &mut reader) {
+                return Err(match reader.error.take() {
+                    Some(source) => ArtifactError::Io { path: abs, source },
+                    None => failed(e),
+                });
+            }
             let got = Digest(*reader.hasher.finalize().as_bytes());
             if reader.count != entry.size || got != want {
                 return Err(changed());
@@ -131,11 +141,11 @@ fn append<W: Write>(
                 Err(e) => return Err(ArtifactError::Io { path: abs, source: e }),
             }
             let mut h = header(EntryType::Symlink, entry.mode, 0);
-            append_symlink(builder, &mut h, path, want).map_err(corrupt)?;
+            append_symlink(builder, &mut h, path, want).map_err(failed)?;
         }
         EntryKind::Dir => {
             let mut h = header(EntryType::Directory, entry.mode, 0);
-            builder.append_data(&mut h, path, io::empty()).map_err(corrupt)?;
+            builder.append_data(&mut h, path, io::empty()).map_err(failed)?;
         }
     }
     Ok(())
@@ -165,16 +175,26 @@ fn append_symlink<W: Write>(
 }
 
 /// Hashes and counts what is read through it, so a file is read once for both the archive
-/// and the integrity check.
+/// and the integrity check; keeps its first read error (an append's error is otherwise the
+/// archive's write).
 struct HashingReader<R> {
     inner: R,
     hasher: blake3::Hasher,
     count: u64,
+    error: Option<io::Error>,
 }
 
 impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
+        let n = match self.inner.read(buf) {
+            Ok(n) => n,
+            Err(e) => {
+                if self.error.is_none() && e.kind() != io::ErrorKind::Interrupted {
+                    self.error = Some(io::Error::new(e.kind(), e.to_string()));
+                }
+                return Err(e);
+            }
+        };
         self.hasher.update(&buf[..n]);
         self.count += n as u64;
         Ok(n)
@@ -309,6 +329,51 @@ mod tests {
         symlink("bin/run", root.join("p/dist/a.js")).unwrap();
         let err = pack(root, &m, Vec::new(), 3).unwrap_err();
         assert!(matches!(err, ArtifactError::ChangedWhilePacking { .. }), "{err}");
+    }
+
+    /// A writer whose writes fail with `errno` once `room` bytes went through.
+    struct Failing {
+        room: usize,
+        errno: i32,
+    }
+
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::from_raw_os_error(self.errno));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_that_fails_is_said_as_such_never_a_corrupt_artifact() {
+        // A full disk (or quota, an I/O error, a file too large) under the archive is where it
+        // was written, not bad bytes: the caller tells a full disk by the OS error it carries.
+        let ws = tempfile::tempdir().unwrap();
+        tree(ws.path());
+        let m = collect_outputs(ws.path(), &globs("p", &["dist"])).unwrap();
+        for errno in [libc::ENOSPC, libc::EDQUOT, libc::EIO, libc::EFBIG] {
+            // At the first write, and once some bytes went through (the tree packs to a few
+            // hundred).
+            for room in [0, 64] {
+                let err = pack(ws.path(), &m, Failing { room, errno }, 3).unwrap_err();
+                let text = err.to_string();
+                assert!(matches!(err, ArtifactError::Write { .. }), "{errno}/{room}: {text}");
+                assert!(text.starts_with("writing the archive failed"), "{text}");
+                assert!(!text.contains("corrupt"), "{text}");
+                let os = std::error::Error::source(&err)
+                    .and_then(|s| s.downcast_ref::<io::Error>())
+                    .and_then(io::Error::raw_os_error);
+                assert_eq!(os, Some(errno), "{text}");
+            }
+        }
     }
 
     #[test]

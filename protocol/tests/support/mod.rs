@@ -173,6 +173,7 @@ impl Message {
                 ClientMsg::Status => "ClientMsg::Status".into(),
                 ClientMsg::Hermeticity => "ClientMsg::Hermeticity".into(),
                 ClientMsg::Drain { .. } => "ClientMsg::Drain".into(),
+                ClientMsg::Release { .. } => "ClientMsg::Release".into(),
             },
             Message::CoordinatorReply(r) => match r {
                 CoordinatorReply::Missing { .. } => "CoordinatorReply::Missing".into(),
@@ -191,6 +192,7 @@ impl Message {
                 CoordinatorReply::Hermeticity(_) => "CoordinatorReply::Hermeticity".into(),
                 CoordinatorReply::Error { .. } => "CoordinatorReply::Error".into(),
                 CoordinatorReply::Draining { .. } => "CoordinatorReply::Draining".into(),
+                CoordinatorReply::Released { .. } => "CoordinatorReply::Released".into(),
             },
         }
     }
@@ -226,6 +228,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "ClientMsg::Status",
     "ClientMsg::Hermeticity",
     "ClientMsg::Drain",
+    "ClientMsg::Release",
     "CoordinatorReply::Missing",
     "CoordinatorReply::Accepted",
     "CoordinatorReply::Event::TaskStarted",
@@ -240,6 +243,7 @@ pub const EVERY_VARIANT: &[&str] = &[
     "CoordinatorReply::Hermeticity",
     "CoordinatorReply::Error",
     "CoordinatorReply::Draining",
+    "CoordinatorReply::Released",
 ];
 
 /// Decodes `payload` as every message type (for robustness tests: results are ignored, only
@@ -769,6 +773,15 @@ fn remote_tasks() -> Vec<RemoteTask> {
     vec![full, group, persistent]
 }
 
+/// A worker short of disk.
+fn health() -> prova_protocol::wire::WorkerHealth {
+    prova_protocol::wire::WorkerHealth {
+        disk_free: Some(819_200),
+        disk_floor: Some(1_048_576),
+        unfit: Some("disk low: 800.0 KiB free, floor 1.0 MiB".into()),
+    }
+}
+
 /// Every fixture, in a stable order. File names are `<type>.<variant>[.<inner>]`.
 pub fn goldens() -> Vec<Golden> {
     use Message as M;
@@ -788,6 +801,7 @@ pub fn goldens() -> Vec<Golden> {
         ]),
         sandbox: "bwrap 0.8.0".into(),
         running: vec![AttemptId(7), AttemptId(9)],
+        health: Some(health()),
     };
     let exec_root = Placement::ExecRoot {
         inputs: input_refs(),
@@ -826,6 +840,8 @@ pub fn goldens() -> Vec<Golden> {
                 sandbox: "bwrap 0.8.0".into(),
                 running: vec![task("@acme/web", "build"), task("lib", "test")],
                 version: "0.1.0".into(),
+                health: Some(health()),
+                quarantined: None,
             },
             WorkerStatus {
                 id: WorkerId("mac-1".into()),
@@ -836,6 +852,8 @@ pub fn goldens() -> Vec<Golden> {
                 sandbox: "none".into(),
                 running: Vec::new(),
                 version: "0.1.0".into(),
+                health: None,
+                quarantined: Some("3 reports refused within 600 s; last: a forged manifest".into()),
             },
         ],
         queued: 3,
@@ -892,7 +910,10 @@ pub fn goldens() -> Vec<Golden> {
         },
         Golden {
             name: "worker_msg.heartbeat",
-            msg: M::WorkerMsg(WorkerMsg::Heartbeat { running: vec![AttemptId(42), AttemptId(43)] }),
+            msg: M::WorkerMsg(WorkerMsg::Heartbeat {
+                running: vec![AttemptId(42), AttemptId(43)],
+                health: Some(health()),
+            }),
         },
         Golden { name: "worker_msg.leaving", msg: M::WorkerMsg(WorkerMsg::Leaving) },
         Golden {
@@ -962,6 +983,16 @@ pub fn goldens() -> Vec<Golden> {
         Golden {
             name: "coordinator_reply.draining",
             msg: reply(CoordinatorReply::Draining { running: 3 }),
+        },
+        Golden {
+            name: "client_msg.release",
+            msg: M::ClientMsg(ClientMsg::Release { worker: WorkerId("w3".into()) }),
+        },
+        Golden {
+            name: "coordinator_reply.released",
+            msg: reply(CoordinatorReply::Released {
+                was: Some("3 reports refused within 600 s".into()),
+            }),
         },
         Golden { name: "coordinator_msg.leave", msg: M::CoordinatorMsg(CoordinatorMsg::Leave) },
         Golden {

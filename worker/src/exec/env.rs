@@ -3,57 +3,61 @@
 //! A task never inherits prova's environment: it gets a short baseline of variables that
 //! ordinary tools need to work at all, then the variables it declared. The baseline is not
 //! part of any cache key (a task that depends on one of these must declare it, and then the
-//! declared value is what counts), so the list stays small: each entry is something whose
-//! absence breaks common tools, or whose value only shapes presentation.
+//! declared value is what counts), so whatever shapes a task's output in it is **fixed**: the
+//! same on every machine, farm worker or developer's laptop, whatever that machine's own
+//! environment says ([`FIXED_VARS`]). Only what locates things on a machine — its programs,
+//! its user's tool configuration, its temporary space — comes from the host
+//! ([`HOST_VARS`]): those differ between machines by design, and a task whose outputs embed
+//! them is one the determinism re-run (`USER`) or the cross-machine ledger catches.
 
 /// The names taken from the host into every task's environment.
 ///
-/// - `PATH`: where programs are found; without it even `sh -c 'node …'` fails.
+/// - `PATH`: where programs are found; without it even `sh -c 'node …'` fails. (A farm
+///   task's program is checked against the client's build: `TaskSpec.programs`.)
 /// - `HOME`: tools keep their caches and config there (npm, cargo, git); many refuse to
 ///   start without it.
 /// - `USER`, `LOGNAME`: who is running; some tools (ssh, git, some test runners) look them up
 ///   and fail when they are missing.
-/// - `SHELL`: the user's shell, for tools that spawn one.
 /// - `TMPDIR`: where temporary files go; a sandbox or CI machine often moves it.
-/// - `LANG`, `LC_ALL`, `LC_CTYPE`: the locale; without them tools fall back to ASCII and
-///   mangle UTF-8 file names and messages. Output-affecting, so a determinism re-run perturbs
-///   them when undeclared.
-/// - `TZ`: the time zone; same reasoning as the locale.
-/// - `TERM`, `COLORTERM`, `NO_COLOR`: the terminal's capabilities and colour preference; they
-///   change only how output looks.
 ///
 /// Deliberately absent: `CI` (tools change behaviour under it, e.g. test watchers, so a task
 /// that cares must declare it) and anything project- or tool-specific.
-pub const BASELINE_VARS: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "TMPDIR",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TERM",
-    "COLORTERM",
-    "NO_COLOR",
-];
+pub const HOST_VARS: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "TMPDIR"];
+
+/// The names every task gets with the same value everywhere, whatever the host has: they
+/// change what a tool prints (dates, sort order, messages, colours), so a worker's own `TZ`
+/// or locale must never reach a task that did not declare it — two workers in different
+/// zones would produce different bytes under one key.
+///
+/// - `TZ=UTC`: an unset `TZ` is not neutral, it reads the machine's `/etc/localtime`.
+/// - `LANG=C.UTF-8`: UTF-8 file names and messages, the C collation and formats. `LC_ALL`,
+///   `LC_CTYPE` and the other `LC_*` are never set (they would override it per machine).
+/// - `TERM=dumb`: a task's output is a pipe into a log, not a terminal.
+/// - `SHELL=/bin/sh`: the shell a tool spawns when it asks for "the user's shell".
+///
+/// `COLORTERM` and `NO_COLOR` are never passed: colour is presentation, and the log is not a
+/// terminal. A determinism re-run still perturbs `TZ` and the locale when undeclared.
+pub const FIXED_VARS: &[(&str, &str)] =
+    &[("TZ", "UTC"), ("LANG", "C.UTF-8"), ("TERM", "dumb"), ("SHELL", "/bin/sh")];
+
+/// Every name the baseline may hold: [`HOST_VARS`], then [`FIXED_VARS`].
+pub fn baseline_names() -> impl Iterator<Item = &'static str> {
+    HOST_VARS.iter().copied().chain(FIXED_VARS.iter().map(|(k, _)| *k))
+}
 
 /// `PATH` when the host has none: the usual system directories.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The baseline environment: the host's values for [`BASELINE_VARS`] (in that order; unset
-/// ones are left out), with `PATH` defaulting to [`DEFAULT_PATH`]. `host` looks a name up,
-/// e.g. `|k| std::env::var(k).ok()`.
+/// The baseline environment: the host's values for [`HOST_VARS`] (in that order; unset ones
+/// are left out, `PATH` defaulting to [`DEFAULT_PATH`]), then [`FIXED_VARS`] with their fixed
+/// values. `host` looks a name up, e.g. `|k| std::env::var(k).ok()`; it is never asked for a
+/// fixed name.
 pub fn baseline_env(host: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    BASELINE_VARS
-        .iter()
-        .filter_map(|&name| {
-            let value = host(name).or_else(|| (name == "PATH").then(|| DEFAULT_PATH.to_owned()));
-            value.map(|v| (name.to_owned(), v))
-        })
-        .collect()
+    let from_host = HOST_VARS.iter().filter_map(|&name| {
+        let value = host(name).or_else(|| (name == "PATH").then(|| DEFAULT_PATH.to_owned()));
+        value.map(|v| (name.to_owned(), v))
+    });
+    from_host.chain(FIXED_VARS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))).collect()
 }
 
 /// The baseline with a task's variables laid over it. A task value replaces the baseline's in
@@ -86,32 +90,59 @@ mod tests {
         v.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
+    /// The fixed part of every baseline.
+    fn fixed() -> Vec<(String, String)> {
+        FIXED_VARS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
     #[test]
-    fn baseline_takes_host_values_in_list_order() {
+    fn baseline_takes_host_values_in_list_order_then_the_fixed_ones() {
         let host = |k: &str| match k {
-            "TZ" => Some("UTC".to_owned()),
+            "TZ" => Some("Asia/Tokyo".to_owned()),
+            "LANG" => Some("ja_JP.UTF-8".to_owned()),
+            "LC_ALL" => Some("ja_JP.UTF-8".to_owned()),
             "HOME" => Some("/home/u".to_owned()),
             "PATH" => Some("/opt/bin".to_owned()),
             "SECRET" => Some("no".to_owned()),
             _ => None,
         };
-        assert_eq!(
-            baseline_env(host),
-            pairs(&[("PATH", "/opt/bin"), ("HOME", "/home/u"), ("TZ", "UTC")])
-        );
+        let mut want = pairs(&[("PATH", "/opt/bin"), ("HOME", "/home/u")]);
+        want.extend(fixed());
+        assert_eq!(baseline_env(host), want);
+    }
+
+    #[test]
+    fn two_hosts_in_other_zones_and_locales_give_one_baseline_but_where_things_are() {
+        // The worker's own TZ and locale never reach a task that did not declare them.
+        let jst = |k: &str| match k {
+            "TZ" => Some("Asia/Tokyo".to_owned()),
+            "LANG" | "LC_ALL" | "LC_CTYPE" => Some("ja_JP.UTF-8".to_owned()),
+            "TERM" => Some("xterm-256color".to_owned()),
+            "COLORTERM" => Some("truecolor".to_owned()),
+            "SHELL" => Some("/usr/bin/zsh".to_owned()),
+            _ => None,
+        };
+        let utc = |k: &str| (k == "TZ").then(|| "UTC".to_owned());
+        assert_eq!(baseline_env(jst), baseline_env(utc));
+        let names: Vec<String> = baseline_env(jst).into_iter().map(|(k, _)| k).collect();
+        for never in ["LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR"] {
+            assert!(!names.iter().any(|n| n == never), "{never} in {names:?}");
+        }
     }
 
     #[test]
     fn baseline_path_has_a_default() {
-        assert_eq!(baseline_env(|_| None), pairs(&[("PATH", DEFAULT_PATH)]));
+        let mut want = pairs(&[("PATH", DEFAULT_PATH)]);
+        want.extend(fixed());
+        assert_eq!(baseline_env(|_| None), want);
     }
 
     #[test]
     fn baseline_list_has_no_duplicates() {
-        let mut names = BASELINE_VARS.to_vec();
+        let mut names: Vec<&str> = baseline_names().collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), BASELINE_VARS.len());
+        assert_eq!(names.len(), HOST_VARS.len() + FIXED_VARS.len());
     }
 
     #[test]

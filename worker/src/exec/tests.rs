@@ -142,16 +142,22 @@ async fn child_sees_only_the_given_environment() {
     let out = text(&result.log);
     let names: BTreeSet<&str> =
         out.lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k).collect();
-    // …and the tree marker, which prova always sets.
-    assert_eq!(
-        names,
-        BTreeSet::from(["PATH", "PROVA_DECLARED", super::tree::MARKER_VAR]),
-        "child env:\n{out}"
-    );
+    // …the fixed baseline (the same everywhere), and the tree marker, which prova always sets.
+    let fixed = env::FIXED_VARS.iter().map(|(k, _)| *k);
+    let expected: BTreeSet<&str> =
+        ["PATH", "PROVA_DECLARED", super::tree::MARKER_VAR].into_iter().chain(fixed).collect();
+    assert_eq!(names, expected, "child env:\n{out}");
     assert!(out.contains("PROVA_DECLARED=yes\n"));
-    // e.g. CARGO_PKG_NAME, set for us by cargo, must not leak.
-    for leaked in parent.iter().filter(|k| *k != "PATH") {
-        assert!(!out.contains(&format!("{leaked}=")), "{leaked} leaked into the child");
+    for (k, v) in env::FIXED_VARS {
+        assert!(out.lines().any(|l| l == format!("{k}={v}")), "{k} is not {v}:\n{out}");
+    }
+    // e.g. CARGO_PKG_NAME, set for us by cargo, must not leak; nor the parent's own TZ, TERM.
+    for (leaked, value) in std::env::vars().filter(|(k, _)| k != "PATH") {
+        assert!(
+            !out.lines().any(|l| l == format!("{leaked}={value}"))
+                || env::FIXED_VARS.contains(&(leaked.as_str(), value.as_str())),
+            "{leaked} leaked into the child"
+        );
     }
 }
 

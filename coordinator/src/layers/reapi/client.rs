@@ -4,13 +4,19 @@
 //! (a busy server's concurrency limit: the call is retried after a short backoff and the
 //! client keeps one call fewer in flight from then on). Blobs go through `FindMissingBlobs` then
 //! `BatchUpdateBlobs` (small) or ByteStream `Write` (large); reads through `BatchReadBlobs`
-//! or ByteStream `Read`; every blob read is checked against its SHA-256 digest.
+//! or ByteStream `Read`; every blob read is checked against its SHA-256 digest. A large blob
+//! (an artifact) is streamed to a file ([`ReapiClient::read_to_file`]), never held whole: the
+//! digest's declared size bounds what is read (a server streaming more is cut off there), and
+//! the bytes are hashed on the way.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use sha2::Digest as _;
+use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -32,6 +38,8 @@ pub const SMALL_BLOB: u64 = 1 << 20;
 const DEFAULT_BATCH: u64 = 4 * 1024 * 1024 - 64 * 1024;
 /// ByteStream write chunk.
 const CHUNK: usize = 1 << 20;
+/// What a download buffers before it writes to its file (the most it holds in memory).
+const WRITE_BUFFER: usize = 4 << 20;
 /// Retries of a call the server refused as busy (`RESOURCE_EXHAUSTED`), each after
 /// [`busy_backoff`]: about 2.5 s in all before the error reaches the layer.
 const BUSY_RETRIES: u32 = 8;
@@ -414,6 +422,20 @@ impl ReapiClient {
     }
 
     async fn stream_read(&self, d: &re::Digest, size: u64) -> Result<Option<Vec<u8>>, ReapiError> {
+        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0).min(64 << 20));
+        let read = self.stream_into(d, size, &mut Sink::Memory(&mut out)).await?;
+        Ok(read.map(|_| out))
+    }
+
+    /// Streams blob `d` (`size` bytes as its digest declares) into `sink`, chunk by chunk;
+    /// a server that sends more than `size` is cut off at once (a `Mismatch`). The bytes
+    /// read, or `Ok(None)`: the server does not have it.
+    async fn stream_into(
+        &self,
+        d: &re::Digest,
+        size: u64,
+        sink: &mut Sink<'_>,
+    ) -> Result<Option<u64>, ReapiError> {
         let name = self.resource(format!("blobs/{}/{}", d.hash, d.size_bytes));
         let r = self
             .call(|| {
@@ -432,21 +454,141 @@ impl ReapiClient {
             Err(s) if s.code() == Code::NotFound => return Ok(None),
             Err(s) => return Err(self.err("ByteStream.Read", s)),
         };
-        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0).min(64 << 20));
+        let mut got = 0u64;
         loop {
             match stream.message().await {
                 Ok(Some(m)) => {
-                    out.extend_from_slice(&m.data);
-                    if out.len() as u64 > size {
-                        return Err(ReapiError::Mismatch(d.hash.clone()));
+                    got = got.saturating_add(m.data.len() as u64);
+                    if got > size {
+                        return Err(ReapiError::Mismatch(format!(
+                            "{} (the server sent more than its {size} bytes)",
+                            d.hash
+                        )));
                     }
+                    sink.put(&m.data).await?;
                 }
                 Ok(None) => break,
                 Err(s) if s.code() == Code::NotFound => return Ok(None),
                 Err(s) => return Err(self.err("ByteStream.Read", s)),
             }
         }
-        Ok(Some(out))
+        Ok(Some(got))
+    }
+
+    /// Reads blob `d` (at most `max` bytes, and never more than its digest declares) into a
+    /// new file in `dir`, hashing it (SHA-256, checked against `d`, and BLAKE3, for the
+    /// caller) as it streams — never holding it whole. `Ok(None)` when the server does not
+    /// have it. The file is removed when the result is dropped, or on any failure.
+    pub async fn read_to_file(
+        &self,
+        d: &re::Digest,
+        max: u64,
+        dir: &Path,
+    ) -> Result<Option<Downloaded>, ReapiError> {
+        let size = u64::try_from(d.size_bytes).map_err(|_| ReapiError::Mismatch(d.hash.clone()))?;
+        if size > max {
+            return Err(ReapiError::Mismatch(format!(
+                "{} ({size} bytes, over the {max}-byte bound)",
+                d.hash
+            )));
+        }
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ReapiError::Io { path, source }
+        };
+        let named = tempfile::Builder::new()
+            .prefix(".reapi-download-")
+            .tempfile_in(dir)
+            .map_err(io(dir))?;
+        let (file, path) = named.into_parts();
+        // From here the file is the guard's to remove.
+        let mut dl = Downloaded {
+            path: path.keep().map_err(|e| io(dir)(e.error))?,
+            size: 0,
+            blake3: prova_protocol::Digest([0; 32]),
+        };
+        // Written in large pieces: each write of a tokio file is a trip to a blocking thread.
+        let mut out =
+            tokio::io::BufWriter::with_capacity(WRITE_BUFFER, tokio::fs::File::from_std(file));
+        let mut sha = sha2::Sha256::new();
+        let mut b3 = blake3::Hasher::new();
+        let mut sink = Sink::File { out: &mut out, path: &dl.path, sha: &mut sha, b3: &mut b3 };
+        let read = if size <= SMALL_BLOB.min(self.max_batch.load(Ordering::Relaxed)) {
+            match self.batch_read(d).await? {
+                Some(bytes) if bytes.len() as u64 <= size => {
+                    sink.put(&bytes).await?;
+                    Some(bytes.len() as u64)
+                }
+                Some(_) => return Err(ReapiError::Mismatch(d.hash.clone())),
+                None => None,
+            }
+        } else {
+            self.stream_into(d, size, &mut sink).await?
+        };
+        let Some(read) = read else { return Ok(None) };
+        dl.size = read;
+        out.flush().await.map_err(io(&dl.path))?;
+        drop(out);
+        let hash: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if dl.size != size || hash != d.hash {
+            return Err(ReapiError::Mismatch(d.hash.clone()));
+        }
+        dl.blake3 = prova_protocol::Digest(*b3.finalize().as_bytes());
+        Ok(Some(dl))
+    }
+}
+
+/// Where a streamed read goes: memory (small, bounded blobs: entry records, logs) or a file,
+/// hashed on the way.
+enum Sink<'a> {
+    Memory(&'a mut Vec<u8>),
+    File {
+        out: &'a mut tokio::io::BufWriter<tokio::fs::File>,
+        path: &'a Path,
+        sha: &'a mut sha2::Sha256,
+        b3: &'a mut blake3::Hasher,
+    },
+}
+
+impl Sink<'_> {
+    async fn put(&mut self, chunk: &[u8]) -> Result<(), ReapiError> {
+        match self {
+            Self::Memory(v) => v.extend_from_slice(chunk),
+            Self::File { out, path, sha, b3 } => {
+                sha.update(chunk);
+                b3.update(chunk);
+                out.write_all(chunk)
+                    .await
+                    .map_err(|source| ReapiError::Io { path: path.to_path_buf(), source })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A blob downloaded into a file by [`ReapiClient::read_to_file`]; the file is removed when
+/// this is dropped (filing it into the store renames it away first).
+#[derive(Debug)]
+pub struct Downloaded {
+    path: PathBuf,
+    /// Its size.
+    pub size: u64,
+    /// Its BLAKE3 digest (prova's).
+    pub blake3: prova_protocol::Digest,
+}
+
+impl Downloaded {
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Downloaded {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -145,13 +145,20 @@ impl ReapiLayer {
                 if u64::try_from(d.size_bytes).ok() != Some(size) {
                     return Err(malformed("prova/artifact's size differs from the entry's"));
                 }
-                let Some(bytes) = self.client.read(&d, MAX_ARTIFACT_BYTES).await? else {
+                // Streamed into the store's tmp/ (never held whole), bounded by the size the
+                // entry declares, hashed on the way; filed below by a rename.
+                let tmp = self.inner.tmp_dir().await.map_err(|e| ReapiError::Io {
+                    path: PathBuf::from("(local cache tmp)"),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+                let Some(file) = self.client.read_to_file(&d, MAX_ARTIFACT_BYTES, &tmp).await?
+                else {
                     return Ok(false);
                 };
-                if Digest::of(&bytes) != digest {
+                if file.blake3 != digest {
                     return Err(ReapiError::Mismatch(format!("the artifact of {}", remote.task)));
                 }
-                Some(bytes)
+                Some(file)
             }
         };
         let log = match &result.stdout_digest {
@@ -171,10 +178,8 @@ impl ReapiLayer {
             .cache()
             .call(move |s| -> Result<(), crate::cache::CacheError> {
                 let artifact = match artifact {
-                    Some(bytes) => {
-                        let len = bytes.len() as u64;
-                        Some((s.put_blob_bytes(&bytes)?, len))
-                    }
+                    // Renamed into the store (checked as it streamed: its digest is trusted).
+                    Some(file) => Some(s.put_blob_file(file.path(), Some(&file.blake3))?),
                     None => None,
                 };
                 let log = match log {
