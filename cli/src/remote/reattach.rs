@@ -28,8 +28,8 @@ use crate::args::RemoteArgs;
 /// in which it finished first.
 #[derive(Debug, Default)]
 pub struct Merge {
-    /// The first report of each task that finished, by task.
-    finished: HashMap<TaskId, TaskReport>,
+    /// The first report of each task that finished, by task, with the session it finished in.
+    finished: HashMap<TaskId, (TaskReport, u32)>,
     /// Set when the user interrupted the run (no re-attaching then).
     pub interrupted: bool,
     /// Sessions the run was submitted in.
@@ -38,7 +38,8 @@ pub struct Merge {
 
 impl Merge {
     /// `ev` as the user should see it, or `None` when it repeats what an earlier session
-    /// already said of a task that finished there.
+    /// already said of a task that finished there. A task's events after its report in the
+    /// same session (its proofs' verdicts) go through.
     pub fn filter(&mut self, ev: RunEvent) -> Option<RunEvent> {
         let task = match &ev {
             RunEvent::TaskStarted { task, .. }
@@ -49,19 +50,20 @@ impl Merge {
                 if self.finished.contains_key(&r.task) {
                     return None;
                 }
-                self.finished.insert(r.task.clone(), r.clone());
+                self.finished.insert(r.task.clone(), (r.clone(), self.sessions));
                 return Some(ev);
             }
             RunEvent::Notice { .. } => return Some(ev),
         };
-        (!self.finished.contains_key(task)).then_some(ev)
+        let earlier = self.finished.get(task).is_some_and(|(_, s)| *s < self.sessions);
+        (!earlier).then_some(ev)
     }
 
     /// The last session's summary with each task's first report put back (a task saved in
     /// the first session is `saved`, not the `hit` its re-submission found), `ok` recomputed.
     pub fn summary(&self, mut s: RunSummary, wall: Duration) -> RunSummary {
         for r in &mut s.tasks {
-            if let Some(first) = self.finished.get(&r.task) {
+            if let Some((first, _)) = self.finished.get(&r.task) {
                 *r = first.clone();
             }
         }
@@ -77,7 +79,7 @@ impl Merge {
 
     /// Tasks the farm reported saved, across sessions.
     pub fn saved(&self) -> usize {
-        self.finished.values().filter(|r| r.cache == CacheStatus::Saved).count()
+        self.finished.values().filter(|(r, _)| r.cache == CacheStatus::Saved).count()
     }
 
     /// Tasks finished, across sessions.
@@ -233,12 +235,19 @@ mod tests {
         };
         assert!(m.filter(started(&a)).is_some());
         assert!(m.filter(RunEvent::TaskFinished(report("a#build", CacheStatus::Saved))).is_some());
+        // Its proof's verdict comes after its report, in the same session: it goes through.
+        let verdict = |task: &TaskId| RunEvent::Verdict {
+            task: task.clone(),
+            verdict: prova_protocol::events::Verdict::ProvenComplete,
+        };
+        assert!(m.filter(verdict(&a)).is_some(), "a verdict after the report is shown");
         assert!(m.filter(started(&b)).is_some());
         // The coordinator went away; the re-submission says it all again.
         m.sessions = 2;
         assert!(m.filter(started(&a)).is_none());
         assert!(m.filter(RunEvent::Output { task: a.clone(), text: b"x".to_vec() }).is_none());
         assert!(m.filter(RunEvent::TaskFinished(report("a#build", hit()))).is_none());
+        assert!(m.filter(verdict(&a)).is_none(), "said in the first session");
         // b had not finished: its events go through, once.
         assert!(m.filter(started(&b)).is_some());
         assert!(m.filter(RunEvent::TaskFinished(report("b#build", CacheStatus::Saved))).is_some());
