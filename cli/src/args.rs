@@ -714,6 +714,13 @@ pub struct RunArgs {
     #[command(flatten)]
     pub remote: RemoteArgs,
 
+    /// Execute the tasks on a REAPI farm (Bazel remote execution: BuildGrid, Buildbarn,
+    /// BuildBuddy) at `grpc://HOST:PORT` or `grpcs://HOST:PORT`; auth and TLS from
+    /// `[exec.reapi]` (which alone also turns it on). `local` runs here despite
+    /// `[exec.reapi]`. Results are saved in the local cache and restored into the workspace.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["no_cache", "remote"])]
+    pub remote_exec: Option<String>,
+
     /// With --remote: which outputs to bring back.
     #[arg(long, value_enum, default_value_t)]
     pub download: DownloadMode,

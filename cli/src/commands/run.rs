@@ -44,6 +44,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
     };
     let remote = session.is_some();
+    // `--remote-exec` / `[exec.reapi]`: the tasks execute on a REAPI farm (one clear error,
+    // before anything runs, when that cannot be).
+    let remote_exec = if args.dry_run {
+        None
+    } else {
+        crate::reapi_exec::config(&ws.root, args.remote_exec.as_deref())?
+    };
+    if remote_exec.is_some()
+        && let Some(why) =
+            crate::reapi_exec::refusal(!args.no_cache && args.cache.is_none_or(|c| c.write), remote)
+    {
+        anyhow::bail!("{why}");
+    }
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
     // see the files the previous writer left; a dry run and a remote run that brings nothing
     // back write neither outputs nor the local cache.
@@ -295,6 +308,13 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 None => std::sync::Arc::new(layer),
             };
             let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+            if let Some(cfg) = &remote_exec {
+                let (plan, root) = (prepared.plan, ws.root.clone());
+                let r = crate::reapi_exec::run(plan, options.clone(), tx, run_cache, weights, cfg, root, blobs_dir.clone());
+                let summary = r.await;
+                let timeline = render.join().await.unwrap_or_default();
+                return Ok(Some((summary?, key_stats, timeline)));
+            }
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),
