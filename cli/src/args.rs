@@ -280,6 +280,17 @@ pub struct WorkerArgs {
     /// The name the coordinator's certificate must carry (default: the host of --join).
     #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,
+    /// Join a REAPI farm (BuildGrid) as bots at `grpc://HOST:PORT` or `grpcs://HOST:PORT`,
+    /// speaking the Remote Workers API, instead of a prova coordinator (no --join, --certs).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["join", "certs"])]
+    pub reapi_bot: Option<String>,
+    /// With --reapi-bot: the REAPI instance name (default: empty).
+    #[arg(long, value_name = "NAME", default_value = "", requires = "reapi_bot")]
+    pub reapi_instance: String,
+    /// With --reapi-bot: the bot's name, reported as the executing worker (default: the
+    /// host name).
+    #[arg(long, value_name = "NAME", requires = "reapi_bot")]
+    pub bot_name: Option<String>,
 }
 
 /// `prova farm ...`.
