@@ -67,6 +67,7 @@ pub mod liar;
 pub mod locate;
 pub mod netns;
 pub mod procs;
+pub mod reapi_farm;
 pub mod run;
 pub mod schema;
 pub mod tscomposite;

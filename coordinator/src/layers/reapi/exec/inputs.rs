@@ -173,14 +173,17 @@ impl Sources {
         let hexd = d.to_hex();
         let blob = self.blobs.join(&hexd[..2]).join(&hexd);
         let dest = self.unpack_dir.join(&hexd);
-        if dest.exists() {
-            std::fs::remove_dir_all(&dest).map_err(|e| bad(e.to_string()))?;
-        }
-        std::fs::create_dir_all(&dest).map_err(|e| bad(e.to_string()))?;
+        // Unpacked into a directory of this call's own, then renamed into place: two tasks
+        // with the same upstream may get here at once (the loser's copy is removed).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.unpack_dir.join(format!("{hexd}.tmp{n}"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| bad(e.to_string()))?;
         let file =
             std::fs::File::open(&blob).map_err(|e| bad(format!("{}: {e}", blob.display())))?;
         let unpacked =
-            unpack(std::io::BufReader::new(file), &dest, &UnpackLimits::new(vec![String::new()]))
+            unpack(std::io::BufReader::new(file), &tmp, &UnpackLimits::new(vec![String::new()]))
                 .map_err(|e| bad(e.to_string()))?;
         let mut out = Vec::new();
         for e in unpacked {
@@ -191,12 +194,16 @@ impl Sources {
                     out.push((e.path, Node::Symlink { target }, None));
                 }
                 EntryKind::File => {
-                    let file = dest.join(&e.path);
-                    let h = self.hash(&file, e.digest, &e.path)?;
+                    let h = self.hash(&tmp.join(&e.path), e.digest, &e.path)?;
                     let exec = e.mode & 0o100 != 0;
+                    let file = dest.join(&e.path);
                     out.push((e.path, Node::File { digest: h.digest, exec }, Some(file)));
                 }
             }
+        }
+        if std::fs::rename(&tmp, &dest).is_err() {
+            // Another task's copy is in place: the same bytes.
+            let _ = std::fs::remove_dir_all(&tmp);
         }
         let out = Arc::new(out);
         if let Ok(mut m) = self.artifacts.lock() {
