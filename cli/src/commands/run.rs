@@ -167,7 +167,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         prova_coordinator::scheduler::defaults::apply(&mut prepared.plan, &ws, &defaults);
         let run_id = prova_coordinator::scheduler::defaults::new_run_id();
         prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
-        if remote_exec.is_some() && !(options.verify.any() || !sandboxed.is_empty()) {
+        if remote_exec.is_some() && !options.verify.any() && sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root); // exec roots on the REAPI farm
         }
         if options.verify.any() || !sandboxed.is_empty() {

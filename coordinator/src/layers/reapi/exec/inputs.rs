@@ -61,6 +61,10 @@ struct Hashed {
     file: PathBuf,
 }
 
+/// Entries read once per run (an upstream artifact's, an installed tree's): path, node, and
+/// the file behind a file node.
+type Entries = Arc<Vec<(String, Node, Option<PathBuf>)>>;
+
 /// What every execution of a run shares: where things are, and what was hashed or unpacked
 /// already.
 #[derive(Clone, Debug)]
@@ -69,8 +73,8 @@ pub struct Sources {
     blobs: PathBuf,
     unpack_dir: PathBuf,
     sha: Arc<Mutex<HashMap<Digest, re::Digest>>>,
-    artifacts: Arc<Mutex<HashMap<Digest, Arc<Vec<(String, Node, Option<PathBuf>)>>>>>,
-    trees: Arc<Mutex<HashMap<Digest, Arc<Vec<(String, Node, Option<PathBuf>)>>>>>,
+    artifacts: Arc<Mutex<HashMap<Digest, Entries>>>,
+    trees: Arc<Mutex<HashMap<Digest, Entries>>>,
 }
 
 /// The entries and the blobs behind them.
@@ -162,10 +166,7 @@ impl Sources {
     }
 
     /// The entries of upstream artifact `d`, unpacked once.
-    fn artifact(
-        &self,
-        d: &Digest,
-    ) -> Result<Arc<Vec<(String, Node, Option<PathBuf>)>>, InputError> {
+    fn artifact(&self, d: &Digest) -> Result<Entries, InputError> {
         if let Some(e) = self.artifacts.lock().ok().and_then(|m| m.get(d).cloned()) {
             return Ok(e);
         }
@@ -214,7 +215,7 @@ impl Sources {
 
     /// The entries of installed tree `t` (its manifest from `.prova/trees`, its files from
     /// the workspace, each checked against the manifest), read once.
-    fn tree(&self, t: &InputRef) -> Result<Arc<Vec<(String, Node, Option<PathBuf>)>>, InputError> {
+    fn tree(&self, t: &InputRef) -> Result<Entries, InputError> {
         if let Some(e) = self.trees.lock().ok().and_then(|m| m.get(&t.digest).cloned()) {
             return Ok(e);
         }
