@@ -3,6 +3,8 @@
 //! first runs, or a try that failed before a retry passed with the same key (flaky) — with
 //! the workers on each side and the files that differ. A determinism re-run that failed is
 //! not flakiness (its environment was perturbed): it is listed apart (`rerun_failed_on`).
+//! Fingerprints are of what the determinism proof compares (the ledger's `compared`): a task
+//! whose outputs differ only in what its `verify_ignore` leaves out is not reported.
 
 use std::collections::BTreeMap;
 
@@ -56,7 +58,8 @@ pub struct KeyReport {
 /// The executions that produced one fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FingerprintGroup {
-    /// The output fingerprint.
+    /// The output fingerprint — of what a determinism proof compares: for a task with
+    /// `verify_ignore`, of its outputs without the ignored ones.
     pub fingerprint: Digest,
     /// Workers that produced it.
     pub workers: Vec<String>,
@@ -83,7 +86,9 @@ pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheErr
                     retried_on.push(e.worker.clone());
                 }
             }
-            match (e.ok, e.fingerprint) {
+            // What the determinism proof compares: without the task's `verify_ignore`
+            // outputs (issue 27), so executions that differ only there agree.
+            match (e.ok, e.fingerprint.and(e.compared.or(e.fingerprint))) {
                 (true, Some(fp)) => {
                     let g = groups.entry(fp).or_insert_with(|| {
                         let group = FingerprintGroup {
@@ -145,4 +150,45 @@ pub fn report(store: &Store, limit: usize) -> Result<HermeticityReport, CacheErr
 
 fn decode(bytes: &Option<Vec<u8>>) -> Option<OutputManifest> {
     bytes.as_ref().and_then(|b| rmp_serde::from_slice(b).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Execution;
+
+    fn exec(worker: &str, full: &[u8], compared: Option<&[u8]>, t: i64) -> Execution {
+        Execution {
+            key: Digest::of(b"k"),
+            task: "p#build".into(),
+            worker: worker.into(),
+            platform: "linux/x86_64".into(),
+            rerun: t > 1,
+            ok: true,
+            fingerprint: Some(Digest::of(full)),
+            compared: compared.map(Digest::of),
+            manifest: None,
+            artifact: None,
+            time_ms: t,
+            failed_tries: 0,
+        }
+    }
+
+    #[test]
+    fn outputs_that_differ_only_where_the_proof_ignores_them_are_no_defect() {
+        // Issue 27: a `verify_ignore` task proven by `--verify` was reported nondeterministic.
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.record_execution(&exec("w1", b"stamp1", Some(b"c"), 1)).unwrap();
+        s.record_execution(&exec("w2", b"stamp2", Some(b"c"), 2)).unwrap();
+        assert_eq!(report(&s, 10).unwrap(), HermeticityReport::default());
+        // What is compared differing is reported, one group per compared fingerprint.
+        s.record_execution(&exec("w3", b"stamp3", Some(b"d"), 3)).unwrap();
+        let r = report(&s, 10).unwrap();
+        let [k] = r.keys.as_slice() else { panic!("{r:?}") };
+        assert!(k.nondeterministic && !k.flaky);
+        let groups: Vec<(Digest, usize)> =
+            k.fingerprints.iter().map(|g| (g.fingerprint, g.executions)).collect();
+        assert_eq!(groups, vec![(Digest::of(b"c"), 2), (Digest::of(b"d"), 1)]);
+    }
 }

@@ -71,6 +71,12 @@ pub struct Prepared {
     pub input_scopes: std::sync::Arc<HashMap<String, inputs::InputScope>>,
     /// The workspace's installed trees ([`crate::trees`]), sorted by path.
     pub trees: Vec<crate::trees::ScannedTree>,
+    /// By task: what its command may start that no key folds, in words
+    /// ([`keys::binaries::Programs::unkeyed`]; shown by `prova why` and `prova show`).
+    pub unkeyed_programs: HashMap<usize, Vec<String>>,
+    /// The files among each task's outputs that no clean or restore may delete, by task id
+    /// ([`inputs::protect`]).
+    pub protected: std::sync::Arc<inputs::protect::Protected>,
 }
 
 impl Prepared {
@@ -143,6 +149,25 @@ impl Prepared {
             .collect()
     }
 
+    /// The workspace as the inputs proof judges a traced run of this plan against it.
+    pub fn workspace_view(&self, ws: &Workspace) -> crate::run::undeclared::WorkspaceView {
+        let installed = self
+            .trees
+            .iter()
+            .map(|t| {
+                let project = crate::trees::holder_project(&ws.projects, &t.path);
+                (t.path.clone(), project.map(str::to_owned))
+            })
+            .collect();
+        crate::run::undeclared::WorkspaceView {
+            root: ws.root.clone(),
+            files: self.files.clone(),
+            scopes: self.input_scopes.clone(),
+            trees: std::sync::Arc::new(self.tree_paths()),
+            installed: std::sync::Arc::new(installed),
+        }
+    }
+
     /// Fills every planned task's `inputs` (what its exec root holds).
     pub fn fill_inputs(&mut self, root: &std::path::Path) {
         let refs = self.input_refs(root);
@@ -200,6 +225,7 @@ pub async fn prepare(
     let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
     let files = with_unlisted_inputs(ws, &plan, files, &tree_dirs);
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
+    let protected = inputs::protect::protected(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
     needed.extend(&sets.fingerprint);
@@ -240,7 +266,7 @@ pub async fn prepare(
         env,
         salt.as_ref(),
         &tree_pass.trees,
-        &programs,
+        &programs.pairs,
     );
     tracing::info!(elapsed = ?started.elapsed(), "keys computed");
     if !pass.updates.is_empty() {
@@ -256,7 +282,9 @@ pub async fn prepare(
     let input_scopes =
         std::sync::Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(sets.scopes).collect());
     Ok(Prepared {
+        protected: std::sync::Arc::new(protected),
         trees: tree_pass.trees,
+        unkeyed_programs: programs.unkeyed,
         salted: salt.is_some(),
         input_scopes,
         plan,
@@ -269,40 +297,73 @@ pub async fn prepare(
     })
 }
 
-/// The default runtime input of every task whose command starts a program outside the
-/// workspace ([`keys::binaries`]): by task, the `binary:<word>` config pair (path and digest,
-/// memoised by stat in the cache's memo). Empty with `[workspace] runtime_binary = false`.
+/// What the programs a plan's commands start contribute ([`keys::binaries`]).
+#[derive(Default)]
+struct ProgramPass {
+    /// By task: the `binary:<word>` config pairs (path and digest, memoised by stat in the
+    /// cache's memo).
+    pairs: HashMap<usize, Vec<(String, String)>>,
+    /// By task: what is not keyed, in words.
+    unkeyed: HashMap<usize, Vec<String>>,
+}
+
+/// The default runtime input of every task whose command starts programs outside the
+/// workspace ([`keys::binaries`]). Nothing with `[workspace] runtime_binary = false`.
 async fn program_pairs(
     ws: &Workspace,
     plan: &RunPlan,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
     cache: &CacheThread,
     now_ns: i64,
-) -> Result<HashMap<usize, (String, String)>, PrepareError> {
+) -> Result<ProgramPass, PrepareError> {
     use keys::binaries;
     if !ws.settings.runtime_binary {
-        return Ok(HashMap::new());
+        return Ok(ProgramPass::default());
     }
-    let path_var = env("PATH").map(std::ffi::OsString::from);
-    let mut words: HashMap<(String, String), Option<PathBuf>> = HashMap::new();
-    let mut wanted: Vec<(usize, String, String)> = Vec::new();
-    for (ti, t) in plan.tasks.iter().enumerate() {
-        if plan.def(ws, ti).is_none_or(|d| d.command.is_none() || d.portable) {
-            continue;
-        }
-        let Some(word) = binaries::first_word(&t.spec.command) else { continue };
-        // A relative path resolves from the task's directory; a bare name the same anywhere.
-        let from = if word.contains('/') { t.spec.project_dir.clone() } else { String::new() };
-        words.entry((from.clone(), word.clone())).or_insert_with(|| {
-            binaries::resolve(&ws.root, &ws.root.join(&from), &word, path_var.as_deref())
-        });
-        wanted.push((ti, from, word));
-    }
-    let mut paths: Vec<PathBuf> = words.values().flatten().cloned().collect();
+    let path_var = env("PATH");
+    let commands: Vec<(usize, PathBuf, prova_protocol::spec::CommandLine)> = plan
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|&(ti, _)| plan.def(ws, ti).is_some_and(|d| d.command.is_some() && !d.portable))
+        .map(|(ti, t)| (ti, ws.root.join(&t.spec.project_dir), t.spec.command.clone()))
+        .collect();
+    let root = ws.root.clone();
+    // Reading a command and resolving what it starts stats files: on the blocking pool, each
+    // distinct (directory, command) once.
+    let found: Vec<(usize, binaries::Programs)> =
+        OwnedTask::spawn_blocking("prepare.programs", move || {
+            let mut resolver = binaries::Resolver::new(&root);
+            let mut seen: HashMap<(PathBuf, String), binaries::Programs> = HashMap::new();
+            commands
+                .into_iter()
+                .map(|(ti, cwd, command)| {
+                    let id = (cwd.clone(), format!("{command:?}"));
+                    let p = seen
+                        .entry(id)
+                        .or_insert_with(|| resolver.programs(&cwd, &command, path_var.as_deref()));
+                    (ti, p.clone())
+                })
+                .collect()
+        })
+        .join()
+        .await
+        .map_err(|e| inputs::files::FilesError::Walk {
+            dir: String::new(),
+            message: e.to_string(),
+        })?;
+    let mut paths: Vec<PathBuf> =
+        found.iter().flat_map(|(_, p)| p.found.iter().map(|(_, path)| path.clone())).collect();
     paths.sort();
     paths.dedup();
+    let mut pass = ProgramPass::default();
+    for (ti, p) in &found {
+        if !p.unkeyed.is_empty() {
+            pass.unkeyed.insert(*ti, p.unkeyed.clone());
+        }
+    }
     if paths.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(pass);
     }
     let names: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let memo = cache.call(move |s| s.memo_get(binaries::SCOPE, &names)).await??;
@@ -315,13 +376,17 @@ async fn program_pairs(
     if !store.is_empty() {
         cache.call(move |s| s.memo_store(binaries::SCOPE, &store)).await??;
     }
-    Ok(wanted
-        .into_iter()
-        .filter_map(|(ti, from, word)| {
-            let path = words.get(&(from, word.clone()))?.as_ref()?;
-            Some((ti, binaries::pair(&word, path, digests.get(path)?)))
-        })
-        .collect())
+    for (ti, p) in found {
+        let pairs: Vec<(String, String)> = p
+            .found
+            .iter()
+            .filter_map(|(word, path)| Some(binaries::pair(word, path, digests.get(path)?)))
+            .collect();
+        if !pairs.is_empty() {
+            pass.pairs.insert(ti, pairs);
+        }
+    }
+    Ok(pass)
 }
 
 /// Each plan task's input rules, by plan index, and the workspace's file list, without keying

@@ -10,12 +10,17 @@
 //!   [`TreeManifest`]; file bytes are hashed through the stat memo (scope [`memo_scope`]), so a
 //!   warm scan only stats. The manifest is written to `.prova/trees/<digest>` (where a
 //!   remote run uploads it from).
-//! - **Who folds it** ([`visible_to`]): the tasks of projects at or under the directory that
-//!   holds the tree — Node's resolution walks up from a file's directory to every enclosing
-//!   `node_modules`, and a root `.venv` serves every project. The digest enters the key as the
-//!   config pair `tree:<path>`, and the tree is one of the task's inputs (an `InputRef` with
-//!   `tree` set), so its exec roots mount it and the inputs proof counts reads inside it as
-//!   declared.
+//! - **Who folds it** ([`visible_to`], [`reach`]): the tasks of projects at or under the
+//!   directory that holds the tree — Node's resolution walks up from a file's directory to
+//!   every enclosing `node_modules`, and a root `.venv` serves every project — and the tasks
+//!   of every project that reaches such a project upstream, transitively (issue 27): a task
+//!   that requires workspace package `b` runs `b`'s code, which resolves `b`'s own
+//!   dependencies from `packages/b/node_modules` (npm's un-hoisted versions, pnpm's links).
+//!   The digest enters the key as the config pair `tree:<path>`, and the tree is one of the
+//!   task's inputs (an `InputRef` with `tree` set), so its exec roots mount it and the inputs
+//!   proof counts reads inside it as declared. A read inside a tree a task does not see
+//!   cannot be declared in `inputs` (an input never lies inside a tree): the proof says which
+//!   project's dependency would bring it ([`holder_project`]).
 
 use std::collections::HashMap;
 use std::fs;
@@ -174,8 +179,63 @@ pub const KEY_PREFIX: &str = "tree:";
 
 /// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
 pub fn visible_to(tree: &str, project_dir: &str) -> bool {
-    let holder = tree.rsplit_once('/').map_or("", |(d, _)| d);
+    let holder = holder(tree);
     holder.is_empty() || is_within(project_dir, holder)
+}
+
+/// The directory holding the tree at `tree` (`""`: the workspace root).
+pub fn holder(tree: &str) -> &str {
+    tree.rsplit_once('/').map_or("", |(d, _)| d)
+}
+
+/// The project whose directory holds the tree at `tree` (its own `node_modules`), if any.
+pub fn holder_project<'a>(
+    ws_projects: &'a [crate::workspace::Project],
+    tree: &str,
+) -> Option<&'a str> {
+    let dir = holder(tree);
+    ws_projects.iter().find(|p| p.dir == dir).map(|p| p.name.as_str())
+}
+
+/// For each task of `plan`, the project directories whose trees it sees ([`visible_to`]
+/// each): its own project's, and every project it reaches upstream — the projects of the
+/// tasks it depends on, transitively, and the workspace dependencies (`[project] deps`,
+/// `package.json` dependencies naming workspace projects) of each, transitively. Sorted.
+pub fn reach(ws: &crate::workspace::Workspace, plan: &crate::plan::RunPlan) -> Vec<Vec<String>> {
+    use std::collections::BTreeSet;
+    let by_name: HashMap<&str, usize> =
+        ws.projects.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
+    (0..plan.tasks.len())
+        .map(|ti| {
+            let mut projects: BTreeSet<usize> = BTreeSet::new();
+            let mut seen_tasks: BTreeSet<usize> = BTreeSet::new();
+            let mut tasks = vec![ti];
+            while let Some(i) = tasks.pop() {
+                if seen_tasks.insert(i) {
+                    projects.insert(plan.tasks[i].project);
+                    tasks.extend(&plan.tasks[i].deps);
+                }
+            }
+            let mut stack: Vec<usize> =
+                projects.iter().copied().filter(|&p| p < ws.projects.len()).collect();
+            projects.clear();
+            while let Some(p) = stack.pop() {
+                if projects.insert(p) {
+                    let deps = ws.projects[p].deps.iter();
+                    stack.extend(deps.filter_map(|d| by_name.get(d.value.as_str()).copied()));
+                }
+            }
+            let mut dirs: Vec<String> =
+                projects.into_iter().map(|p| ws.projects[p].dir.clone()).collect();
+            dirs.sort();
+            dirs
+        })
+        .collect()
+}
+
+/// Whether a task that [`reach`]es the project directories `dirs` sees the tree at `tree`.
+pub fn visible_to_any(tree: &str, dirs: &[String]) -> bool {
+    dirs.iter().any(|d| visible_to(tree, d))
 }
 
 /// Scans every tree in `dirs` under `root`, hashing through `memo` (scope [`memo_scope`]),

@@ -116,6 +116,9 @@ pub struct TaskDef {
     pub inputs: Option<Vec<String>>,
     /// Output globs.
     pub outputs: Vec<String>,
+    /// Where each output glob was written, in the same order (empty for a task no config
+    /// table gave outputs, e.g. one inferred from `package.json`).
+    pub outputs_at: Vec<Location>,
     /// Environment variables read: keyed and passed.
     pub env: Vec<String>,
     /// Environment variables passed through, not keyed.
@@ -155,6 +158,7 @@ impl TaskDef {
             deps_from_project: false,
             inputs: None,
             outputs: Vec::new(),
+            outputs_at: Vec::new(),
             env: Vec::new(),
             pass_env: Vec::new(),
             timeout: None,

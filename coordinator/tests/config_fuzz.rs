@@ -28,7 +28,7 @@ const LIB: &str = "[project]\nname = \"core\"\n\n[tasks.build]\noutputs = [\"dis
 env = [\"NODE_ENV\"]\ntimeout = \"1m\"\n";
 
 const APP: &str = "[project]\nname = \"web\"\ndeps = [\"core\"]\n\n[tasks.gen]\ncommand = \"sh gen.sh\"\n\
-outputs = [\"src/generated/**\"]\n";
+outputs = [\"src/generated/**\"]\n\n[tasks.build]\ndeps = [\"^build\", \"gen\"]\n";
 
 /// Fragments spliced in at random line starts.
 const FRAGMENTS: &[&str] = &[
@@ -67,6 +67,18 @@ const FRAGMENTS: &[&str] = &[
     "[[tasks]]\n",
     "ready_when = \"(\"\n",
     "persistent = true\ncache = true\n",
+    // Outputs against inputs (issue 27): none may be able to match a declared input of a
+    // task that does not depend on the producer.
+    "inputs = [\"dist/**\"]\n",
+    "inputs = [\"**/*\", \"!dist/**\"]\n",
+    "inputs = [\"**/*.ts\"]\n",
+    "inputs = [\"//libs/core/dist/**\"]\n",
+    "inputs = [\"//apps/web/src/**\"]\n",
+    "outputs = [\"src/**\"]\n",
+    "outputs = [\"src/index.ts\"]\n",
+    "outputs = [\"//lock.txt\"]\n",
+    "deps = [\"gen\"]\n",
+    "[tasks.gen]\ncommand = \"true\"\noutputs = [\"gen/**\"]\n",
 ];
 
 struct Rng(u64);
@@ -143,7 +155,74 @@ fn forbidden(ws: &Workspace, dir: &str) -> Vec<String> {
     paths
 }
 
+/// Paths an output and a declared input might share.
+fn shared_candidates(ws: &Workspace) -> Vec<String> {
+    let mut paths = vec!["lock.txt".to_owned(), "x.ts".to_owned()];
+    for p in &ws.projects {
+        for rel in [
+            "src/index.ts",
+            "src/a.ts",
+            "src/generated/x.ts",
+            "dist/a.js",
+            "dist/keep",
+            "dist/a.d.ts",
+            "gen/x.ts",
+            "lock.txt",
+            "a.ts",
+        ] {
+            paths.push(if p.dir.is_empty() { rel.to_owned() } else { format!("{}/{rel}", p.dir) });
+        }
+    }
+    paths
+}
+
+/// No output of an accepted config matches a declared input of a task that does not depend
+/// on its producer, nor a `[workspace]` input (issue 27).
+fn check_no_overlap(ws: &Workspace, case: &str) {
+    let Ok(graph) = prova_coordinator::graph::build_graph(ws) else { return };
+    let upstream = |n: usize| {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = graph.nodes[n].deps.clone();
+        while let Some(d) = stack.pop() {
+            if seen.insert(d) {
+                stack.extend(graph.nodes[d].deps.iter().copied());
+            }
+        }
+        seen
+    };
+    let everyone: Vec<PathGlobs> = [&ws.settings.inputs, &ws.settings.fingerprint]
+        .into_iter()
+        .filter_map(|l| PathGlobs::new("", l).ok())
+        .collect();
+    let paths = shared_candidates(ws);
+    for (a, node) in graph.nodes.iter().enumerate() {
+        let p = &ws.projects[node.project];
+        let Some(task) = p.tasks.get(&node.name) else { continue };
+        let Ok(outs) = PathGlobs::new(&p.dir, &task.outputs) else { continue };
+        for path in paths.iter().filter(|x| outs.includes_match(x)) {
+            for g in &everyone {
+                assert!(
+                    !g.is_match(path),
+                    "{case}: {} writes `{path}`, a [workspace] input",
+                    node.id
+                );
+            }
+            for (b, reader) in graph.nodes.iter().enumerate() {
+                let q = &ws.projects[reader.project];
+                let Some(list) = q.tasks.get(&reader.name).and_then(|t| t.inputs.as_ref()) else {
+                    continue;
+                };
+                let Ok(ins) = PathGlobs::new(&q.dir, list) else { continue };
+                if ins.is_match(path) && !upstream(b).contains(&a) {
+                    panic!("{case}: {} writes `{path}`, an input of {}", node.id, reader.id);
+                }
+            }
+        }
+    }
+}
+
 fn check_accepted(ws: &Workspace, case: &str) {
+    check_no_overlap(ws, case);
     for p in &ws.projects {
         for (name, task) in &p.tasks {
             if task.outputs.is_empty() {

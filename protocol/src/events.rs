@@ -132,8 +132,13 @@ pub struct TaskReport {
     pub verdicts: Vec<Verdict>,
 }
 
-/// Most paths an [`Verdict::UndeclaredInputs`] names; the rest are counted in `more`.
+/// Most paths the text of a verdict names (the first ones; then "and N more"): the JSON
+/// carries up to [`MAX_CARRIED_PATHS`].
 pub const MAX_NAMED_PATHS: usize = 50;
+
+/// Most paths an [`Verdict::UndeclaredInputs`] or [`Verdict::UndeclaredOutputs`] carries;
+/// the rest are counted in `more` (a frame and a terminal stay bounded).
+pub const MAX_CARRIED_PATHS: usize = 10_000;
 
 /// Most log lines a failed sandboxed run's verdict carries.
 pub const LOG_TAIL_LINES: usize = 12;
@@ -177,7 +182,7 @@ pub enum Verdict {
     /// stat or probed them (`dir/`: listed the directory, whose entries it does not all
     /// declare).
     UndeclaredInputs {
-        /// Workspace-relative paths, sorted, at most [`MAX_NAMED_PATHS`] (empty when strace
+        /// Workspace-relative paths, sorted, at most [`MAX_CARRIED_PATHS`] (empty when strace
         /// was not available).
         paths: Vec<String>,
         /// Whether a tracer named the paths.
@@ -197,12 +202,21 @@ pub enum Verdict {
         /// itself.
         #[serde(default)]
         suggest: Vec<String>,
+        /// What to do about the paths `inputs` cannot declare (inside an installed tree the
+        /// task does not see: which project to depend on), one sentence each.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        advice: Vec<String>,
+        /// On a farm, what the traced run touched, for the client to judge against its
+        /// workspace (the coordinator has none); the client replaces this verdict with its
+        /// judgement, so it never reaches a renderer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<Box<crate::work::ReadsReport>>,
     },
     /// The task wrote (or tried to write) workspace paths outside its declared outputs:
     /// created, opened for writing, renamed, removed. A cache hit would not reproduce them,
     /// and a later run reads them back (incremental build state beside `dist/`).
     UndeclaredOutputs {
-        /// Workspace-relative paths, sorted, at most [`MAX_NAMED_PATHS`].
+        /// Workspace-relative paths, sorted, at most [`MAX_CARRIED_PATHS`].
         paths: Vec<String>,
         /// Paths beyond `paths` (reported as "and N more").
         #[serde(default)]

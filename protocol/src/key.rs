@@ -14,7 +14,12 @@ use crate::digest::{Digest, Fold};
 /// v3: a dependency that is cached and declares outputs is folded by the fingerprint of its
 /// outputs ([`KeyComponents::upstream_outputs`]), not its key: a dependent whose upstream
 /// re-ran with byte-identical outputs keeps its key (early cutoff).
-pub const KEY_VERSION: u32 = 3;
+/// v4: a dependent folds every upstream's output fingerprint (`cache = false` ones too) and,
+/// unless it is confined (`sandbox = true`), every upstream's key — its direct
+/// dependencies', which fold theirs ([`KeyComponents::upstream`]): in place it can read an
+/// upstream's sources, so only a confined task is cut off. Every program a command starts is folded, not only its
+/// first word.
+pub const KEY_VERSION: u32 = 4;
 
 /// The key salt of a cache: 32 random bytes each cache index holds (`meta.key_salt`); a farm
 /// hands its salt to its clients in `Welcome`, so every client's keys agree.
@@ -70,13 +75,15 @@ pub struct KeyComponents {
     pub inputs: Vec<InputFile>,
     /// Workspace-wide inputs: `[workspace] fingerprint` and `inputs` files.
     pub workspace: Vec<InputFile>,
-    /// Keys of the tasks this one depends on that are folded by key: those whose outputs it
-    /// cannot observe as bytes (no declared outputs, or never cached).
+    /// Keys of upstream tasks, whose sources it can read in place: its direct dependencies
+    /// (each folds its own upstreams'), and the upstreams a confined dependency leaves out of
+    /// its key; for a confined task (`sandbox = true`) only its direct dependencies without
+    /// declared outputs.
     pub upstream: Vec<(String, Digest)>,
-    /// Output fingerprints (the content fingerprint of the output tree) of the tasks this one
-    /// depends on that are cached and declare outputs: what a dependent can read of them.
-    /// Known only once they are resolved (a hit's entry, or an execution), so such a key is
-    /// computed during the run.
+    /// Output fingerprints (the content fingerprint of the output tree) of every upstream
+    /// task (direct or transitive) that declares outputs: the bytes it produced or restored
+    /// in this run. Known only once they are resolved (a hit's entry, or an execution), so
+    /// such a key is computed during the run.
     #[serde(default)]
     pub upstream_outputs: Vec<(String, Digest)>,
     /// Forwarded arguments.

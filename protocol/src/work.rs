@@ -21,6 +21,11 @@ pub enum Placement {
     InPlace {
         /// The workspace root on this machine.
         workspace_root: PathBuf,
+        /// Workspace files among the task's outputs that its clean must never delete: git
+        /// tracks them, or a task declares them as inputs. A clean that meets one deletes
+        /// nothing and fails the attempt (issue 27). Never on the wire.
+        #[serde(skip)]
+        protected: Vec<ProtectedPath>,
     },
     /// In a fresh exec root holding only the declared inputs and the upstream artifacts
     /// (farm workers; local proof runs), sandboxed where the worker can.
@@ -37,6 +42,16 @@ pub enum Placement {
         #[serde(default)]
         local_blobs: Option<PathBuf>,
     },
+}
+
+/// A workspace file no clean or restore of a task may delete or overwrite, whatever its
+/// outputs say, and why (`git tracks it`, `it is an input of task p#lint`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtectedPath {
+    /// Workspace-relative.
+    pub path: String,
+    /// Why, as a clause.
+    pub why: String,
 }
 
 /// Perturbations of a determinism re-run (brief §7): what no declared input may depend on.

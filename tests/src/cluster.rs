@@ -45,7 +45,9 @@
 //! have taken it meanwhile, the harness falls back to a fresh port and restarts every worker
 //! with the new `--join` (the test still gets a working farm, and `addr()` changes). A
 //! coordinator that is SIGKILLed instead ([`Cluster::kill_coordinator`]) closes nothing: its
-//! workers notice at their client endpoint's idle timeout (4 s, keep-alive 1 s).
+//! workers notice within a few seconds: their closed-port probe (see
+//! `prova_protocol::transport::liveness`) or, once the new coordinator listens, its stateless
+//! reset (their idle timeout is the 30 s pause tolerance).
 //! [`Cluster::kill_coordinator_expecting_rejoin_within`] bounds how long they may take.
 //!
 //! # What a SIGKILLed worker looks like to the coordinator
@@ -679,7 +681,8 @@ impl Cluster {
     }
 
     /// SIGKILLs the coordinator and starts a new one (same cache dir and port); its workers
-    /// notice at their idle timeout (4 s) and redial; this waits up to 60 s for them.
+    /// notice within seconds (a probe of the closed port, then the new one's stateless reset)
+    /// and redial; this waits up to 60 s for them.
     pub fn kill_coordinator(&mut self) {
         if let Some(mut d) = self.coordinator.take() {
             d.kill();

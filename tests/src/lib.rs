@@ -18,10 +18,17 @@
 //!   readers for verdicts (`--json`, the `Verify:` line) and the ledger (`prova hermeticity`).
 //! - [`netns`]: [`netns::NetFarm`], a farm on separate hosts (network namespaces on a bridge):
 //!   stall or cut one host's link, tmpfs work dirs.
+//! - [`flood`]: a bounded QUIC handshake flood (real client Initials, answered or not), sent
+//!   from another namespaced host.
 //! - [`inproc`]: [`inproc::InProcessFarm`], the same farm inside the test process: a
 //!   coordinator and N workers as tasks of one runtime (stop and restart a worker).
+//! - [`docs`]: the documentation as a test: every command block of `README.md` and
+//!   `docs/*.md` run in a fresh workspace (info-string words: `no-run REASON`, `continue`,
+//!   `daemons`, `in=…`, `exit=N`, `requires=TOOL`), links and anchors.
 //! - [`cache`]: the local cache from the outside: keys and components (`prova show --json`),
 //!   entry counts, and the file facts a restore must reproduce (bytes, modes, links, inodes).
+//! - [`monorepo`]: hand-written npm-workspace repos (workspace links, per-package trees)
+//!   for the installed-tree and sandboxed-output suites.
 //! - [`tsmono`]: `examples/tsmono` copied with its `node_modules` installed, and readers of
 //!   which of its tasks ran.
 //! - [`tscomposite`]: `examples/tscomposite` (composite `tsc -b` packages, per-package
@@ -61,10 +68,13 @@
 pub mod buildgrid;
 pub mod cache;
 pub mod cluster;
+pub mod docs;
+pub mod flood;
 pub mod http;
 pub mod inproc;
 pub mod liar;
 pub mod locate;
+pub mod monorepo;
 pub mod netns;
 pub mod procs;
 pub mod reapi_farm;

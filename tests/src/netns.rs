@@ -146,6 +146,22 @@ impl Lab {
         &self.hosts[i]
     }
 
+    /// Gives host `i` `n` more addresses on its link (`10.<a>.<b>.100` onwards, `n` ≤ 100):
+    /// several sources on one host, e.g. for a flood from many addresses.
+    #[track_caller]
+    pub fn add_addresses(&self, i: usize, n: usize) -> Vec<String> {
+        assert!(n <= 100, "at most 100 extra addresses per lab");
+        let host = &self.hosts[i];
+        let prefix = host.addr.rsplit_once('.').map_or("", |(p, _)| p);
+        (0..n)
+            .map(|k| {
+                let addr = format!("{prefix}.{}", 100 + k);
+                ip_ok(&["-n", &host.ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]);
+                addr
+            })
+            .collect()
+    }
+
     /// Takes host `i`'s link down: from now on its packets are lost, both ways.
     #[track_caller]
     pub fn cut(&self, i: usize) {
@@ -299,9 +315,16 @@ pub struct NetFarmBuilder {
     slots: u32,
     tmpfs: Vec<(usize, String)>,
     worker_args: Vec<(usize, Vec<String>)>,
+    spare_hosts: usize,
 }
 
 impl NetFarmBuilder {
+    /// Hosts on the lab that run nothing of the farm (an attacker, say): [`NetFarm::spare`].
+    pub fn spare_hosts(mut self, n: usize) -> Self {
+        self.spare_hosts = n;
+        self
+    }
+
     /// Number of workers (`w1` … `wN`), each on its own host; default 3.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
@@ -334,7 +357,8 @@ impl NetFarmBuilder {
     /// until `farm status` lists them all. Panics when namespaces cannot be made: call
     /// [`unavailable`] first.
     pub fn start(self) -> NetFarm {
-        let lab = Lab::new(self.workers + 2).unwrap_or_else(|e| panic!("the lab: {e}"));
+        let lab = Lab::new(self.workers + 2 + self.spare_hosts)
+            .unwrap_or_else(|e| panic!("the lab: {e}"));
         let dir = tempfile::Builder::new().prefix("prova-netns-").tempdir().expect("a temp dir");
         let root = dir.path().canonicalize().expect("canonicalising the farm directory");
         for sub in ["logs", "workers"] {
@@ -411,7 +435,13 @@ pub struct NetFarm {
 impl NetFarm {
     /// Three workers, two slots each; see [`NetFarmBuilder`].
     pub fn builder() -> NetFarmBuilder {
-        NetFarmBuilder { workers: 3, slots: 2, tmpfs: Vec::new(), worker_args: Vec::new() }
+        NetFarmBuilder {
+            workers: 3,
+            slots: 2,
+            tmpfs: Vec::new(),
+            worker_args: Vec::new(),
+            spare_hosts: 0,
+        }
     }
 
     /// The coordinator's `IP:PORT`.
@@ -440,6 +470,21 @@ impl NetFarm {
 
     fn client(&self) -> &Host {
         self.lab.host(self.workers.len() + 1)
+    }
+
+    /// Spare host `i` (see [`NetFarmBuilder::spare_hosts`]).
+    pub fn spare(&self, i: usize) -> &Host {
+        self.lab.host(self.workers.len() + 2 + i)
+    }
+
+    /// Gives spare host `i` `n` more addresses (see [`Lab::add_addresses`]).
+    pub fn spare_addresses(&self, i: usize, n: usize) -> Vec<String> {
+        self.lab.add_addresses(self.workers.len() + 2 + i, n)
+    }
+
+    /// The client host's address: where every `farm` command and run comes from.
+    pub fn client_addr(&self) -> &str {
+        &self.client().addr
     }
 
     fn certs(&self, bundle: &str) -> String {

@@ -49,6 +49,12 @@ impl TempWorkspace {
         ws
     }
 
+    /// Copies the directory `src` to `rel` inside the workspace, skipping directories named
+    /// in `skip`.
+    pub fn copy_dir(&self, src: &Path, rel: &str, skip: &[&str]) {
+        copy_tree(src, &self.path(rel), skip);
+    }
+
     /// Writes `contents` to `rel` (parents created); builder form of [`Self::write`].
     pub fn file(self, rel: &str, contents: &str) -> Self {
         self.write(rel, contents);

@@ -49,8 +49,8 @@ fn show_cmd(ws: &TempWorkspace, task: &str) -> ProvaCmd {
         .env("PASSED", "one")
 }
 
-/// `app#build`'s key folds lib's output fingerprint (early cutoff): known once lib's entry
-/// for its current key is in the cache, so lib is built (or hits) first.
+/// `app#build`'s key folds lib's key and output fingerprint: known once lib's entry for its
+/// current key is in the cache, so lib is built (or hits) first.
 fn app(ws: &TempWorkspace) -> Shown {
     prime(ws);
     Shown::of(show_cmd(ws, "app#build"))
@@ -196,8 +196,8 @@ fn a_workspace_fingerprint_file_moves_every_key() {
     let ws = ws();
     let (app_before, other_before) = (app(&ws), Shown::of(show_cmd(&ws, "other#build")));
     ws.write("toolchain.txt", "toolchain 2\n");
-    // lib re-runs with the same bytes: app's key moves only by its own workspace files.
-    assert_moved(&app_before, &app(&ws), &["workspace"]);
+    // lib re-runs with the same bytes, but its key moved, and app (not confined) folds it.
+    assert_moved(&app_before, &app(&ws), &["workspace", "upstream"]);
     assert_moved(&other_before, &Shown::of(show_cmd(&ws, "other#build")), &["workspace"]);
 }
 
@@ -227,8 +227,8 @@ fn an_upstream_input_moves_the_downstream_key_through_the_upstream_outputs() {
     ws.write("lib/src/l.txt", "lib v2\n");
     let (app_after, lib_after) = (app(&ws), Shown::of(show_cmd(&ws, "lib#build")));
     assert_moved(&lib_before, &lib_after, &["inputs"]);
-    // app reads no lib file itself: only the fingerprint of lib's outputs it folds moved.
-    assert_moved(&app_before, &app_after, &["upstream_outputs"]);
+    // app reads no lib file itself: what it folds of lib moved, its key and its outputs.
+    assert_moved(&app_before, &app_after, &["upstream", "upstream_outputs"]);
     // A lib edit that leaves its outputs as they were (an input its command ignores) does
     // not move app's key at all.
     ws.write("lib/src/l.txt", "lib v2\n");
@@ -276,8 +276,9 @@ fn portable_drops_the_platform() {
     assert!(platform.contains('/'), "a non-portable key folds os/arch: {platform:?}");
     edit(&ws, "prova.toml", "retries = 0\n", "retries = 0\nportable = true\n");
     let after = app(&ws);
-    // `portable` is also part of the hashed config; the platform is gone.
-    assert_moved(&before, &after, &["config", "platform"]);
+    // `portable` is also part of the hashed config; the platform is gone (lib's too, whose key
+    // app folds).
+    assert_moved(&before, &after, &["config", "upstream", "platform"]);
     assert!(after.component("platform").is_null(), "{}", after.json);
 }
 
@@ -287,10 +288,11 @@ fn placement_labels_move_the_config_component() {
     let before = app(&ws);
     edit(&ws, "prova.toml", "retries = 0\n", "retries = 0\nlabels = { pool = \"gpu\" }\n");
     let after = app(&ws);
-    assert_moved(&before, &after, &["config"]);
+    // lib's labels moved its key, which app folds.
+    assert_moved(&before, &after, &["config", "upstream"]);
     assert!(after.component("config").to_string().contains("pool=gpu"), "{}", after.json);
     edit(&ws, "prova.toml", "pool = \"gpu\"", "pool = \"cpu\"");
-    assert_moved(&after, &app(&ws), &["config"]);
+    assert_moved(&after, &app(&ws), &["config", "upstream"]);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The JSON Schema of `prova.toml` (`schemas/prova.toml.json`, issue 16) says what the parser
 //! says: each table's property names are the parser's accepted keys (the lists behind
 //! "unknown key … did you mean", `TableKind::keys`), tables nest as the parser nests them,
-//! every example `prova.toml` (in `examples/` and the README) and every file `prova init`
+//! every example `prova.toml` (in `examples/`, the README and docs/) and every file `prova init`
 //! writes validates, and a few broken
 //! configs are refused by the schema and by `prova run` alike.
 
@@ -142,20 +142,27 @@ fn every_example_validates() {
     }
 }
 
-/// The README's example files (its TOML blocks with a `[workspace]` or `[project]` table; the
-/// others are fragments) validate: the documented keys are the schema's.
+/// The documentation's example files (the TOML blocks of README.md and docs/*.md with a
+/// `[workspace]` or `[project]` table; the others are fragments) validate: the documented
+/// keys are the schema's.
 #[test]
-fn the_readme_examples_validate() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+fn the_documented_examples_validate() {
     let mut checked = 0;
-    for block in readme.split("```toml\n").skip(1) {
-        let text = block.split("```").next().unwrap_or_default();
-        if text.lines().any(|l| l.starts_with("[workspace]") || l.starts_with("[project]")) {
-            assert_valid(text, "a README example");
-            checked += 1;
+    for page in prova_tests::docs::markdown::pages() {
+        let text = prova_tests::docs::markdown::read(&page);
+        for block in prova_tests::docs::markdown::blocks(&page, &text) {
+            if block.lang == "toml"
+                && block
+                    .body
+                    .lines()
+                    .any(|l| l.starts_with("[workspace]") || l.starts_with("[project]"))
+            {
+                assert_valid(&block.body, &block.at);
+                checked += 1;
+            }
         }
     }
-    assert!(checked >= 3, "the README's example files: {checked}");
+    assert!(checked >= 3, "the documented example files: {checked}");
 }
 
 /// What `prova init` wrote, checked: the `#:schema` first line, the schema file it names,

@@ -41,7 +41,8 @@ impl Scene {
     fn new(root_toml: &str, web: Option<&str>) -> Self {
         let mut ws = TempWorkspace::new()
             .file("prova.toml", root_toml)
-            .file(".gitignore", ".prova/\n")
+            // The stale output is not committed: a file git tracks is never cleaned (issue 27).
+            .file(".gitignore", ".prova/\napps/web/dist/\n")
             .file("apps/web/src/index.ts", "export {}\n")
             .file("apps/web/dist/old.js", "old\n")
             .file("apps/web/plugins/p/src/p.ts", "p\n")

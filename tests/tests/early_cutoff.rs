@@ -1,14 +1,17 @@
-//! Early cutoff (issue 15): a dependent is keyed by its upstream's output bytes, not the
-//! upstream's key. An upstream that re-ran with byte-identical outputs leaves its dependents
-//! hits; one byte of difference moves them; an upstream without declared outputs is folded by
-//! its key. Local mode and the farm, `--dry-run`, `show` and `why`.
+//! Early cutoff (issue 15): a confined dependent (`sandbox = true`: it can read nothing of its
+//! upstreams but their declared outputs, issue 27) is keyed by its upstream's output bytes,
+//! not the upstream's key. An upstream that re-ran with byte-identical outputs leaves it a
+//! hit; one byte of difference moves it; an upstream without declared outputs is folded by its
+//! key. Local mode and the farm, `--dry-run`, `show` and `why`. What is not confined is never
+//! cut off: `cutoff_sound.rs`.
 
 use prova_tests::cluster::Cluster;
+use prova_tests::verify::sandbox_or_skip;
 use prova_tests::{Output, TempWorkspace};
 
 /// `gen#build` strips comment lines from its source (a comment edit re-runs it with the same
-/// bytes out); `app#build` reads gen's output; `app#check` has no outputs and `app#report`
-/// depends on it.
+/// bytes out); `app#build` reads gen's output, confined; `app#report` depends on `gen#lint`,
+/// which has no outputs.
 const CONFIG: &str = r#"[workspace]
 projects = ["gen", "app"]
 
@@ -31,6 +34,7 @@ command = "mkdir -p dist && cat ../gen/dist/out.txt src/in.txt > dist/app.txt"
 deps = ["^build"]
 inputs = ["src/**"]
 outputs = ["dist/**"]
+sandbox = true
 
 [tasks.report]
 command = "mkdir -p out && echo reported > out/r.txt"
@@ -59,6 +63,9 @@ fn hit(out: &Output, task: &str) {
 
 #[test]
 fn a_dependent_hits_after_its_upstream_re_ran_with_identical_bytes() {
+    if !sandbox_or_skip() {
+        return;
+    }
     let ws = ws();
     let first = ws.prova(["run", "build", "--all", "--json"]).run();
     first.assert_code(0);
@@ -119,6 +126,9 @@ fn an_upstream_without_outputs_is_folded_by_its_key() {
 
 #[test]
 fn a_failed_upstream_never_yields_a_cutoff_hit() {
+    if !sandbox_or_skip() {
+        return;
+    }
     let ws = ws();
     ws.prova(["run", "build", "--all", "--json"]).run().assert_code(0);
     // gen's source vanishes: its command fails; app must not hit on gen's old bytes.
@@ -131,6 +141,9 @@ fn a_failed_upstream_never_yields_a_cutoff_hit() {
 
 #[test]
 fn dry_run_show_and_why_name_a_pending_key_and_the_moved_outputs() {
+    if !sandbox_or_skip() {
+        return;
+    }
     let ws = ws();
     ws.prova(["run", "build", "--all"]).run().assert_code(0);
     ws.write("gen/src/in.txt", "# header\nvalue 2\n");
@@ -164,6 +177,9 @@ fn dry_run_show_and_why_name_a_pending_key_and_the_moved_outputs() {
 
 #[test]
 fn the_farm_keys_dependents_by_their_upstreams_bytes() {
+    if !sandbox_or_skip() {
+        return;
+    }
     let farm = Cluster::start(2);
     let ws = ws();
     let first = farm.run(&ws, ["build", "--all", "--json"]);
@@ -206,6 +222,9 @@ outputs = ["dist/**"]
 
 #[test]
 fn a_transitive_upstreams_new_bytes_re_run_the_dependent_when_the_direct_one_held() {
+    if !sandbox_or_skip() {
+        return;
+    }
     let ws = TempWorkspace::new()
         .file("prova.toml", CHAIN)
         .file("gen/src/in.txt", "value 1\n")
@@ -213,7 +232,7 @@ fn a_transitive_upstreams_new_bytes_re_run_the_dependent_when_the_direct_one_hel
         .file("mid/src/in.txt", "mid\n")
         .file(
             "top/prova.toml",
-            "[project]\ndeps = [\"mid\"]\n\n[tasks.build]\ncommand = \"mkdir -p dist && cat ../gen/dist/out.txt ../mid/dist/out.txt > dist/top.txt\"\n",
+            "[project]\ndeps = [\"mid\"]\n\n[tasks.build]\ncommand = \"mkdir -p dist && cat ../gen/dist/out.txt ../mid/dist/out.txt > dist/top.txt\"\nsandbox = true\n",
         );
     ws.prova(["run", "build", "--all"]).run().assert_code(0);
     assert_eq!(ws.read("top/dist/top.txt"), "value 1\nmid\n");
@@ -237,6 +256,9 @@ const BY_WORKER: &str = "mkdir -p dist && case $(pwd) in */workers/w1/*) echo on
 
 #[test]
 fn in_a_trusted_run_a_nondeterministic_upstream_is_never_served_and_dependents_follow_its_bytes() {
+    if !sandbox_or_skip() {
+        return;
+    }
     // Under --trust proven a trusted run is served only what the ledger proves. gen's key
     // has two fingerprints (one per worker): its verdict is nondeterministic and its entry is
     // never promoted, so every trusted run executes gen again; app is keyed by the bytes gen

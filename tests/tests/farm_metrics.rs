@@ -98,7 +98,7 @@ fn metrics_move_by_what_a_run_did() {
 fn off_loopback_the_token_is_required_and_checked() {
     let secrets = tempfile::tempdir().expect("a temp dir");
     let token_file = secrets.path().join("token");
-    std::fs::write(&token_file, "tok-3f9a1c\n").expect("writing the token");
+    std::fs::write(&token_file, "tok-3f9a1c7e55b2d094\n").expect("writing the token");
     let farm = Cluster::builder()
         .workers(1)
         .sandbox(Sandbox::None)
@@ -114,13 +114,21 @@ fn off_loopback_the_token_is_required_and_checked() {
 
     for path in ["/metrics", "/api/state", "/api/fragment", "/"] {
         assert_eq!(get(&http, path, None).0, 401, "{path} without a token");
-        assert_eq!(get(&http, path, Some("tok-3f9a1d")).0, 401, "{path} with a wrong token");
-        assert_eq!(get(&http, path, Some("tok-3f9a1")).0, 401, "{path} with a prefix of it");
-        assert_eq!(get(&http, path, Some("tok-3f9a1c")).0, 200, "{path} with the token");
+        assert_eq!(
+            get(&http, path, Some("tok-3f9a1c7e55b2d095")).0,
+            401,
+            "{path} with a wrong token"
+        );
+        assert_eq!(
+            get(&http, path, Some("tok-3f9a1c7e55b2d09")).0,
+            401,
+            "{path} with a prefix of it"
+        );
+        assert_eq!(get(&http, path, Some("tok-3f9a1c7e55b2d094")).0, 200, "{path} with the token");
     }
     assert_eq!(get(&http, "/healthz", None).0, 200, "the liveness probe stays open");
     assert_eq!(get(&http, "/readyz", None).0, 200, "the readiness probe stays open");
-    let (code, body) = get(&http, "/metrics", Some("tok-3f9a1c"));
+    let (code, body) = get(&http, "/metrics", Some("tok-3f9a1c7e55b2d094"));
     assert_eq!((code, metric(&body, "prova_workers")), (200, 1.0), "{body}");
 }
 

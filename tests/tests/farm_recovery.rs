@@ -5,7 +5,8 @@
 //! task runs elsewhere; Ctrl-C lists the tasks still queued on the farm as skipped.
 //!
 //! Every bound here is a test deadline, not a measurement: a client or worker that waited out
-//! the server's 30 s idle timeout (as before) misses it.
+//! its 30 s idle timeout (the pause tolerance) instead of probing the closed port or taking
+//! the new coordinator's stateless reset misses it.
 
 use std::time::Duration;
 
@@ -19,8 +20,8 @@ use prova_tests::cluster::{
 /// under the 30 s the client used to wait.
 const LOST_RUN_TIMEOUT: Duration = Duration::from_secs(25);
 
-/// How long workers may take to rejoin a coordinator restarted after a SIGKILL (they used to
-/// wait out the 30 s idle timeout).
+/// How long workers may take to rejoin a coordinator restarted after a SIGKILL (not the 30 s
+/// idle timeout: the restarted coordinator resets their old connections).
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Projects `fast` and `slow`; `build` writes `dist/out.txt`, then, where a `hold` file is (in

@@ -90,13 +90,18 @@ fn only_keys_a_dependent_by_the_dependency_outputs_found_on_disk() {
     let ws = ws();
     ws.prova(["run", "build", "--all"]).run().assert_code(0);
     // gen's inputs move: it is not cached for them, and --only does not run it. Its old
-    // outputs are on disk, so app reads exactly what it read before: a hit.
+    // outputs are on disk and app reads them; but gen's sources moved, which app (not
+    // confined) could read in place, so its key folds gen's key too: it runs.
     ws.write("gen/src/in.txt", "value 2\n");
     let out = ws.prova(["run", "build", "-p", "app", "--only", "--json"]).run();
     out.assert_code(0);
     not_run(&out, "gen#build", "outputs on disk were used");
-    assert_eq!(out.cache_of("app#build"), "hit", "{out}");
+    assert_eq!(out.cache_of("app#build"), "saved", "{out}");
     assert_eq!(ws.read("gen/dist/out.txt"), "value 1\n", "gen's outputs were not touched");
+    assert_eq!(ws.read("app/dist/app.txt"), "value 1\napp\n");
+    // The same again: a hit.
+    let again = ws.prova(["run", "build", "-p", "app", "--only", "--json"]).run();
+    assert_eq!(again.cache_of("app#build"), "hit", "{again}");
 
     // Outputs changed by hand: app's key folds them, so app runs on what it reads.
     ws.write("gen/dist/out.txt", "by hand\n");

@@ -166,7 +166,10 @@ mod tests {
         ToWorker::Assign(Box::new(Assignment {
             attempt: AttemptId(attempt),
             spec: TaskSpec::new(TaskId::new("p", "t"), "", CommandLine::Argv(vec!["true".into()])),
-            placement: Placement::InPlace { workspace_root: root.to_owned() },
+            placement: Placement::InPlace {
+                workspace_root: root.to_owned(),
+                protected: Vec::new(),
+            },
             clean_outputs: false,
             collect_outputs: false,
             pack_to: None,

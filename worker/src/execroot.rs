@@ -12,8 +12,10 @@
 //! - each upstream artifact (`tar.zst`) is unpacked with the protocol's safe
 //!   [`unpack`](prova_protocol::artifact::unpack) into a staging directory beside the root and
 //!   [`place`](prova_protocol::artifact::place)d into it;
-//! - the output directories and the task's working directory are created, so they can be
-//!   bind-mounted writable;
+//! - the output directories and the task's working directory are created, and where the
+//!   sandbox makes the outputs writable is laid out ([`OutputLayout`]): each directory
+//!   holding an output is bound writable with its other entries bound read-only again, so an
+//!   output can be removed and made again while the sources beside it stay as they are;
 //! - an installed tree ([`RootTree`], e.g. `node_modules`) is not copied in: with the sandbox
 //!   its path is an empty directory that the sandbox bind-mounts the tree's one materialised
 //!   copy onto, read-only ([`ExecRoot::tree_mounts`]); without one, its path is a directory
@@ -40,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::time::TimeSpec;
 use prova_protocol::Digest;
 use prova_protocol::artifact::{self, ArtifactError, UnpackLimits};
-use prova_protocol::globs::{GlobError, PathGlobs, is_clean_relative, is_within};
+use prova_protocol::globs::{GlobError, is_clean_relative, is_within};
 use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
 
 use crate::blobcache::{
@@ -185,7 +187,9 @@ pub struct ExecRoot {
     path: PathBuf,
     cwd: PathBuf,
     writable: Vec<PathBuf>,
+    readonly: Vec<PathBuf>,
     tree_mounts: Vec<(PathBuf, PathBuf)>,
+    trees: Vec<RootTree>,
     _pins: PinGuard,
 }
 
@@ -211,7 +215,7 @@ impl ExecRoot {
                 return Err(ExecRootError::DuplicatePath { path: input.path.clone() });
             }
         }
-        let writable_rel = writable_dirs_for(&spec.project_dir, &spec.outputs)?;
+        let layout = OutputLayout::new(&spec.project_dir, &spec.outputs)?;
         let blob_digests: Vec<Digest> = spec
             .inputs
             .iter()
@@ -239,14 +243,16 @@ impl ExecRoot {
                 ));
             }
         }
-        let root = ExecRoot {
+        let mut root = ExecRoot {
             cwd: rel_path(&spec.project_dir),
-            writable: writable_rel.iter().map(|w| rel_path(w)).collect(),
+            writable: layout.binds().iter().map(|w| rel_path(w)).collect(),
+            readonly: Vec::new(),
             tree_mounts: if spec.mount_trees {
                 spec.trees.iter().map(|t| (t.source.clone(), rel_path(&t.path))).collect()
             } else {
                 Vec::new()
             },
+            trees: spec.trees.clone(),
             path: path.clone(),
             _pins: pins,
         };
@@ -256,8 +262,7 @@ impl ExecRoot {
             b.artifact(&parent, i, art)?;
         }
         for input in spec.inputs.iter().filter(|i| i.symlink.is_none()) {
-            let under_writable = writable_rel.iter().any(|w| is_within(&input.path, w));
-            b.file(input, under_writable, blobs)?;
+            b.file(input, layout.writable(&input.path), blobs)?;
         }
         b.symlinks(&spec.inputs)?;
         for t in &spec.trees {
@@ -269,10 +274,24 @@ impl ExecRoot {
                 b.mirror(&t.path, &t.source, true)?;
             }
         }
-        for w in &writable_rel {
-            b.dir(w)?;
+        for w in layout.dirs() {
+            b.dir(&w)?;
         }
         b.dir(&spec.project_dir)?;
+        // In each open directory, everything but the outputs is bound read-only again.
+        let trees: Vec<String> = spec.trees.iter().map(|t| t.path.clone()).collect();
+        for o in &layout.open {
+            let dir = rel_path(o);
+            for e in fs::read_dir(&dir).map_err(io_err(&dir))? {
+                let e = e.map_err(io_err(&dir))?;
+                let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+                let rel = if o.is_empty() { name } else { format!("{o}/{name}") };
+                if layout.readonly_entry(&rel, &trees) {
+                    root.readonly.push(rel_path(&rel));
+                }
+            }
+        }
+        root.readonly.sort();
         Ok(root)
     }
 
@@ -292,10 +311,32 @@ impl ExecRoot {
         self.tree_mounts.clone()
     }
 
-    /// The directories to bind-mount writable: the output globs' roots (a literal output's
-    /// parent). Each exists and is a real directory.
+    /// The installed trees in the root (mounted or mirrored), with their directories here.
+    pub fn trees(&self) -> &[RootTree] {
+        &self.trees
+    }
+
+    /// The directories to bind-mount writable ([`OutputLayout::binds`]): each directory
+    /// holding an output, or a glob root holding the task's own directory. Each exists and
+    /// is a real directory.
     pub fn writable_dirs(&self) -> Vec<PathBuf> {
         self.writable.clone()
+    }
+
+    /// The entries of the writable directories that are not outputs, to bind read-only
+    /// again over them ([`OutputLayout::readonly_entry`]), sorted.
+    pub fn readonly_entries(&self) -> Vec<PathBuf> {
+        self.readonly.clone()
+    }
+
+    /// The sandbox of a task in this root: the root read-only, the output arrangement, the
+    /// installed trees; no network, the caller's hostname and ids.
+    pub fn sandbox(&self) -> crate::sandbox::SandboxConfig {
+        let mut cfg = crate::sandbox::SandboxConfig::new(&self.path, self.cwd());
+        cfg.writable = self.writable_dirs();
+        cfg.readonly = self.readonly_entries();
+        cfg.trees = self.tree_mounts();
+        cfg
     }
 }
 
@@ -305,32 +346,6 @@ impl Drop for ExecRoot {
             tracing::warn!(path = %self.path.display(), error = %e, "could not remove an exec root");
         }
     }
-}
-
-/// The workspace-relative directories a task with `outputs` may write: each glob's literal
-/// root, or for a literal output (which may be a file) its parent. Nested ones are dropped.
-pub fn writable_dirs_for(project_dir: &str, outputs: &[String]) -> Result<Vec<String>, GlobError> {
-    let globs = PathGlobs::new(project_dir, outputs)?;
-    let mut dirs: Vec<String> = globs
-        .roots()
-        .iter()
-        .map(|r| {
-            if globs.literals().contains(r) {
-                r.rsplit_once('/').map_or(String::new(), |(parent, _)| parent.to_owned())
-            } else {
-                r.clone()
-            }
-        })
-        .collect();
-    dirs.sort();
-    dirs.dedup();
-    let mut kept: Vec<String> = Vec::new();
-    for d in dirs {
-        if !kept.iter().any(|k| is_within(&d, k)) {
-            kept.push(d);
-        }
-    }
-    Ok(kept)
 }
 
 /// What an upstream artifact put at a path.
@@ -685,6 +700,9 @@ fn resolve_link(link_path: &str, target: &str, links: &HashMap<String, String>) 
     }
     Some(parts.join("/"))
 }
+
+mod layout;
+pub use layout::OutputLayout;
 
 #[cfg(test)]
 mod tests;

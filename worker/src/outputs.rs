@@ -10,6 +10,7 @@
 //! link, outside what prova cleans, collects and restores. A symlink the globs select is an
 //! output itself and is removed (the link, not its target).
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use prova_protocol::artifact::nofollow::{self, DirFd, Kind, Parent};
 use prova_protocol::artifact::{self, ArtifactError};
 use prova_protocol::globs::{PathGlobs, join_rel};
-use prova_protocol::work::Outputs;
+use prova_protocol::work::{Outputs, ProtectedPath};
 
 /// Collecting or packing failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,18 +43,54 @@ pub enum OutputError {
     /// where it was packed, not of the task's outputs. The partial archive is removed.
     #[error("packing the outputs failed: {0}")]
     Pack(Box<OutputError>),
+    /// The outputs' globs match a file no clean may delete ([`ProtectedPath`]); nothing was
+    /// deleted.
+    #[error(
+        "will not delete `{}`: {}{}; prova never deletes a file git tracks or a task's declared \
+         input, whatever `outputs` says — narrow the task's `outputs` to what it writes (or \
+         stop tracking a generated file: `git rm --cached`)",
+        first.path, first.why, more_files(*more)
+    )]
+    Protected {
+        /// The first protected file the clean met (by path).
+        first: ProtectedPath,
+        /// How many more.
+        more: usize,
+    },
+}
+
+fn more_files(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        1 => " (and 1 more file)".to_owned(),
+        n => format!(" (and {n} more files)"),
+    }
 }
 
 /// Removes every existing path that matches `globs` under `root` (files, symlinks, and
 /// directories left empty), without following symlinks in any component; a symlinked
-/// directory on the way to a root is refused (see the module doc).
-pub fn clean(root: &Path, globs: &PathGlobs) -> Result<(), OutputError> {
+/// directory on the way to a root is refused (see the module doc). When `globs` match an
+/// existing `protected` path, nothing is removed at all ([`OutputError::Protected`]); the
+/// walk itself never unlinks one either.
+pub fn clean(
+    root: &Path,
+    globs: &PathGlobs,
+    protected: &[ProtectedPath],
+) -> Result<(), OutputError> {
     let io_at = |rel: &str| {
         let path = root.join(rel);
         move |source| OutputError::Io { path, source }
     };
+    let mut met = protected
+        .iter()
+        .filter(|p| globs.is_match(&p.path))
+        .filter(|p| matches!(nofollow::lstat_beneath(root, &p.path), Ok(Some(_))));
+    if let Some(first) = met.next() {
+        return Err(OutputError::Protected { first: first.clone(), more: met.count() });
+    }
+    let keep: HashSet<&str> = protected.iter().map(|p| p.path.as_str()).collect();
     let top = DirFd::open_root(root).map_err(io_at(""))?;
-    let c = Cleaner { root, globs };
+    let c = Cleaner { root, globs, keep };
     for r in globs.roots() {
         if r.is_empty() {
             // The whole workspace: never removed itself.
@@ -80,6 +117,8 @@ pub fn clean(root: &Path, globs: &PathGlobs) -> Result<(), OutputError> {
 struct Cleaner<'a> {
     root: &'a Path,
     globs: &'a PathGlobs,
+    /// Never unlinked, whatever the globs say.
+    keep: HashSet<&'a str>,
 }
 
 impl Cleaner<'_> {
@@ -113,7 +152,7 @@ impl Cleaner<'_> {
                 Err(e) => return Err(self.io(rel)(e)),
             }
         }
-        if self.globs.is_match(rel) {
+        if self.globs.is_match(rel) && !self.keep.contains(rel) {
             dir.unlink(name).map_err(self.io(rel))?;
             Ok(true)
         } else {
@@ -285,13 +324,13 @@ mod tests {
             let globs =
                 PathGlobs::new("p", &pats.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                     .unwrap();
-            let err = clean(&root, &globs).unwrap_err();
+            let err = clean(&root, &globs, &[]).unwrap_err();
             assert!(err.to_string().contains("`p/dist` is a symlink"), "{pats:?}: {err}");
             assert_eq!(files_under(outside.path()), canary);
         }
         // A selected link is removed itself.
         let globs = PathGlobs::new("p", &["dist".to_owned()]).unwrap();
-        clean(&root, &globs).unwrap();
+        clean(&root, &globs, &[]).unwrap();
         assert!(std::fs::symlink_metadata(root.join("p/dist")).is_err());
         assert_eq!(files_under(outside.path()), canary);
 
@@ -301,12 +340,48 @@ mod tests {
         std::fs::write(root.join("p/dist/x.js"), "x").unwrap();
         symlink(outside.path().join("gen"), root.join("p/dist/gen")).unwrap();
         let globs = PathGlobs::new("p", &["dist/gen/deep/**".to_owned()]).unwrap();
-        let err = clean(&root, &globs).unwrap_err();
+        let err = clean(&root, &globs, &[]).unwrap_err();
         assert!(err.to_string().contains("`p/dist/gen` is a symlink"), "{err}");
         let globs =
             PathGlobs::new("p", &["dist/**".to_owned(), "!dist/keep/**".to_owned()]).unwrap();
-        clean(&root, &globs).unwrap();
+        clean(&root, &globs, &[]).unwrap();
         assert_eq!(files_under(outside.path()), canary);
         assert_eq!(files_under(&root.join("p/dist")), ["keep", "keep/k"]);
+    }
+
+    fn protect(path: &str, why: &str) -> ProtectedPath {
+        ProtectedPath { path: path.to_owned(), why: why.to_owned() }
+    }
+
+    #[test]
+    fn a_clean_that_meets_a_protected_file_deletes_nothing() {
+        // Issue 27: `outputs = ["dist/**", "src/**"]` deleted the sources before the task ran.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for f in ["p/src/a.txt", "p/src/new.txt", "p/dist/old.js"] {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), f).unwrap();
+        }
+        let before = files_under(&root);
+        let globs = PathGlobs::new("p", &["dist/**".to_owned(), "src/**".to_owned()]).unwrap();
+        let protected = [
+            protect("p/src/a.txt", "git tracks it"),
+            protect("p/src/new.txt", "it is an input of task `p#lint`"),
+        ];
+        let err = clean(&root, &globs, &protected).unwrap_err();
+        assert!(matches!(err, OutputError::Protected { more: 1, .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("will not delete `p/src/a.txt`: git tracks it (and 1 more file)"),
+            "{msg}"
+        );
+        assert_eq!(files_under(&root), before, "not even the stale output was deleted");
+        // A protected path the globs do not match, or one that is gone, is no obstacle.
+        let dist = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
+        clean(&root, &dist, &protected).unwrap();
+        assert!(!root.join("p/dist/old.js").exists());
+        let gone = [protect("p/src/gone.txt", "git tracks it")];
+        clean(&root, &globs, &gone).unwrap();
+        assert!(!root.join("p/src/a.txt").exists());
     }
 }

@@ -13,7 +13,7 @@ use prova_protocol::work::{Assignment, Placement};
 use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree};
 use crate::remote::BlobError;
 use crate::runner::WorkerContext;
-use crate::sandbox::{self, SandboxConfig};
+use crate::sandbox;
 
 /// A materialised exec root (removed when dropped).
 pub struct PreparedRoot {
@@ -298,9 +298,7 @@ pub fn wrap(
 ) -> (Wrapped, String) {
     let mut argv = argv;
     let isolation = if ctx.sandbox {
-        let mut cfg = SandboxConfig::new(p.root.path(), p.root.cwd());
-        cfg.writable = p.root.writable_dirs();
-        cfg.trees = p.root.tree_mounts();
+        let mut cfg = p.root.sandbox();
         cfg.network = a.spec.network;
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
@@ -308,17 +306,16 @@ pub fn wrap(
             // The re-run's own TMPDIR, writable at its host path.
             cfg.writable.push(s.0.clone());
         }
-        if cfg.uid.is_some() || cfg.hostname.is_some() {
-            // The perturbed user and hostname exist inside (`whoami`, resolving the host).
-            let user = a
-                .perturb
-                .as_ref()
-                .and_then(|x| x.env.iter().find(|(k, _)| k == "USER").map(|(_, v)| v.clone()))
-                .unwrap_or_else(|| "prova".to_owned());
-            match sandbox::identity_overlays(&ctx.work_dir.join("identity"), &cfg, &user) {
-                Ok(o) => cfg.overlays = o,
-                Err(e) => tracing::warn!("writing the sandbox's passwd and hosts failed: {e}"),
-            }
+        // The perturbed user and hostname exist inside (`whoami`, resolving the host), and
+        // the machine's identity files are there (perturbed for a re-run).
+        let user = a
+            .perturb
+            .as_ref()
+            .and_then(|x| x.env.iter().find(|(k, _)| k == "USER").map(|(_, v)| v.clone()))
+            .unwrap_or_else(|| "prova".to_owned());
+        match sandbox::identity_overlays(&ctx.work_dir.join("identity"), &cfg, &user) {
+            Ok(o) => cfg.overlays = o,
+            Err(e) => tracing::warn!("writing the sandbox's passwd and hosts failed: {e}"),
         }
         argv = sandbox::bwrap_argv(&cfg, &argv);
         // The host's HOME and TMPDIR do not exist inside the sandbox; its /tmp is private.

@@ -128,7 +128,7 @@ pub async fn run_assignment(
     // outputs are collected).
     let mut perturbed = None;
     let (root, cwd, exec_root, isolation, trace_file) = match &a.placement {
-        Placement::InPlace { workspace_root } => {
+        Placement::InPlace { workspace_root, .. } => {
             let cwd = join(workspace_root, &a.spec.project_dir);
             (workspace_root.clone(), cwd, None, "in-place".to_owned(), None)
         }
@@ -165,7 +165,7 @@ pub async fn run_assignment(
     for try_no in 1..=max_tries {
         if a.clean_outputs
             && !globs.is_empty()
-            && let Err(e) = outputs::clean(&root, &globs)
+            && let Err(e) = outputs::clean(&root, &globs, protected(&a.placement))
         {
             report.exit = ExitKind::SpawnFailed(format!("could not clean outputs: {e}"));
             return report;
@@ -226,6 +226,8 @@ pub async fn run_assignment(
                 }
                 match reads {
                     Ok(mut reads) => {
+                        // Lookups inside installed trees, settled against the trees here.
+                        crate::trees::settle_reads(&mut reads, p.root.trees());
                         if let Some(s) = survey {
                             crate::sandbox::survey::merge(&mut reads, s);
                         }
@@ -245,6 +247,14 @@ pub async fn run_assignment(
     }
     drop(exec_root);
     report
+}
+
+/// The files an in-place clean must not delete (none in an exec root: it holds no sources).
+fn protected(placement: &Placement) -> &[prova_protocol::work::ProtectedPath] {
+    match placement {
+        Placement::InPlace { protected, .. } => protected,
+        Placement::ExecRoot { .. } => &[],
+    }
 }
 
 fn join(root: &Path, rel: &str) -> PathBuf {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::liveness::{self, Liveness};
 use prova_protocol::transport::{self, Bundle, endpoint, frame};
 use prova_protocol::wire::{
     BlobAck, BlobRequest, CoordinatorMsg, Hello, HelloReply, PROTOCOL_VERSION, WorkerInfo,
@@ -37,6 +38,10 @@ pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a leaving worker waits for the coordinator to take its `Leaving` (and close the
 /// connection) before it goes anyway.
 pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a worker waits before it dials again when a certificate's dates did not hold at
+/// a clock (its own or the coordinator's): retrying sooner cannot help, but a clock set right
+/// (NTP catching up after boot) heals it without a restart.
+pub const CLOCK_RETRY: Duration = Duration::from_secs(30);
 /// How long a blob transfer waits for a connection while the session redials.
 pub const BLOB_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 /// The largest blob a worker accepts (an input or an upstream artifact).
@@ -212,6 +217,8 @@ pub async fn run(
             Ok((conn, send, recv)) => {
                 tracing::info!(coordinator = %cfg.addr, "connected");
                 backoff.reset();
+                let addr = cfg.addr;
+                let _watch = liveness::watch(conn.clone(), move |l| say_liveness(addr, l));
                 let _ = conn_tx.send(Some(conn.clone()));
                 serve(&conn, send, recv, &worker, &mut reports, &mut unsent, &shutdown).await;
                 let _ = conn_tx.send(None);
@@ -228,6 +235,10 @@ pub async fn run(
                 delay
             }
             Err(ConnectError::Rejected(reason)) => return Err(SessionError::Rejected(reason)),
+            Err(ConnectError::Clock(why)) => {
+                tracing::error!(coordinator = %cfg.addr, "cannot connect: {why}; retrying in {CLOCK_RETRY:?}");
+                CLOCK_RETRY
+            }
             Err(ConnectError::Retry(e)) => {
                 let delay = backoff.next_delay();
                 tracing::warn!(coordinator = %cfg.addr, "cannot reach the coordinator: {e}; retrying in {delay:?}");
@@ -244,6 +255,28 @@ pub async fn run(
 enum ConnectError {
     Rejected(String),
     Retry(String),
+    /// A certificate's dates did not hold at a clock: say so, retry slowly.
+    Clock(String),
+}
+
+/// The session's words on the coordinator's liveness (see [`liveness`]).
+fn say_liveness(coordinator: SocketAddr, l: Liveness) {
+    let tolerance = endpoint::CLIENT_IDLE_TIMEOUT.as_secs();
+    match l {
+        Liveness::Quiet(d) => tracing::warn!(
+            %coordinator,
+            "the coordinator has not answered for {} s; waiting up to {tolerance} s for it \
+             (a paused coordinator keeps its workers and their tasks)",
+            d.as_secs()
+        ),
+        Liveness::Back(d) => {
+            tracing::info!(%coordinator, "the coordinator answers again after {} s", d.as_secs());
+        }
+        Liveness::Gone => tracing::warn!(
+            %coordinator,
+            "nothing listens on the coordinator's port any more: it is gone; redialling"
+        ),
+    }
 }
 
 async fn connect(
@@ -254,18 +287,29 @@ async fn connect(
     let ep = endpoint::client(&cfg.bundle, cfg.addr).map_err(|e| retry(e.to_string()))?;
     let conn = endpoint::connect_within(&ep, cfg.addr, &cfg.server_name, DIAL_TIMEOUT)
         .await
-        .map_err(|e| match endpoint::name_mismatch_hint(&e, &cfg.server_name) {
-            // Retrying cannot help: the certificate names other hosts.
-            Some(hint) => ConnectError::Rejected(format!("{e} ({hint}, or pass --server-name)")),
-            None => retry(e.to_string()),
+        .map_err(|e| {
+            if let Some(hint) = endpoint::name_mismatch_hint(&e, &cfg.server_name) {
+                // Retrying cannot help: the certificate names other hosts.
+                return ConnectError::Rejected(format!("{e} ({hint}, or pass --server-name)"));
+            }
+            match endpoint::clock_hint(&e) {
+                Some(hint) => ConnectError::Clock(format!("{hint} ({e})")),
+                None => retry(e.to_string()),
+            }
         })?;
     // Under TLS 1.3 a refused certificate surfaces after the handshake, on the first stream
     // operation (STACK pitfall 3): a TLS alert in the close frame is a refusal, not a blip.
-    let failed = |e: String| match conn.close_reason() {
-        Some(quinn::ConnectionError::ConnectionClosed(c)) if is_tls_alert(c.error_code) => {
-            ConnectError::Rejected(format!("handshake failed: {c}"))
+    let failed = |e: String| {
+        let why = conn.close_reason();
+        if let Some(hint) = why.as_ref().and_then(endpoint::connection_clock_hint) {
+            return ConnectError::Clock(format!("{hint} ({e})"));
         }
-        _ => retry(e),
+        match why {
+            Some(quinn::ConnectionError::ConnectionClosed(c)) if is_tls_alert(c.error_code) => {
+                ConnectError::Rejected(format!("handshake failed: {c}"))
+            }
+            _ => retry(e),
+        }
     };
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| failed(e.to_string()))?;
     let hello = Hello {
@@ -284,7 +328,13 @@ async fn connect(
             ));
         }
         // A refused certificate shows here, on the first exchange (STACK pitfall 3).
-        Err(e) => return Err(ConnectError::Rejected(format!("handshake failed: {e}"))),
+        Err(e) => {
+            let clock = conn.close_reason().and_then(|why| endpoint::connection_clock_hint(&why));
+            return Err(match clock {
+                Some(hint) => ConnectError::Clock(format!("{hint} ({e})")),
+                None => ConnectError::Rejected(format!("handshake failed: {e}")),
+            });
+        }
     }
     let mut info = cfg.info.clone();
     info.running = worker.ask(Running).await.unwrap_or_default();

@@ -20,6 +20,7 @@ use prova_protocol::Digest;
 use prova_protocol::tree::{TreeKind, TreeManifest};
 
 use crate::blobcache::BlobCache;
+use crate::execroot::RootTree;
 
 /// Why a tree could not be materialised.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +138,108 @@ fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache) -> Result<(), TreeError
     Ok(())
 }
 
+/// Most links one path's resolution follows (Linux's `ELOOP` limit).
+const MAX_HOPS: usize = 40;
+
+/// What a failed lookup inside a mounted tree was.
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// It led out of every tree (through a link such as an npm workspace's
+    /// `node_modules/@s/a -> ../../packages/a`): this workspace path.
+    Out(String),
+    /// It stays inside a tree, which holds nothing there: an absence the tree's digest keys.
+    Absent,
+    /// It stays inside a tree, which holds it: the tree was not where the task looked.
+    Held(String),
+}
+
+/// `reads` (a traced run in an exec root mounting `trees`) with each failed lookup inside a
+/// tree settled against the tree's own directory on this machine: one that leads out of the
+/// trees through their links becomes the workspace path it designates (judged like any
+/// other), one the tree does not hold is dropped (the tree is in the task's key, absences
+/// included), one the tree holds stays (the tree was missing: never proven). Listings inside
+/// a tree are dropped: the tree, not the workspace, decides what they hold. The same on a
+/// farm worker and in a local proof, so both name the same paths.
+pub fn settle_reads(reads: &mut prova_protocol::work::ReadsReport, trees: &[RootTree]) {
+    use prova_protocol::globs::is_within;
+    if trees.is_empty() {
+        return;
+    }
+    let in_tree = |p: &str| trees.iter().any(|t| is_within(p, &t.path));
+    let mut missing: Vec<String> = Vec::with_capacity(reads.missing.len());
+    for p in &reads.missing {
+        if !in_tree(p) {
+            missing.push(p.clone());
+            continue;
+        }
+        match resolve(p, trees) {
+            Lookup::Out(r) | Lookup::Held(r) => missing.push(r),
+            Lookup::Absent => {}
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    reads.missing = missing;
+    reads.listed.retain(|l| !in_tree(&l.dir));
+}
+
+/// Where `p` leads, following the links of `trees` (each read from its directory on this
+/// machine) component by component, as the kernel would.
+fn resolve(p: &str, trees: &[RootTree]) -> Lookup {
+    use prova_protocol::globs::is_within;
+    let host = |rel: &str| -> Option<PathBuf> {
+        let t = trees.iter().find(|t| is_within(rel, &t.path))?;
+        let rest = rel[t.path.len()..].trim_start_matches('/');
+        Some(if rest.is_empty() { t.source.clone() } else { t.source.join(rest) })
+    };
+    let mut queue: std::collections::VecDeque<String> = p.split('/').map(str::to_owned).collect();
+    let mut parts: Vec<String> = Vec::new();
+    let (mut hops, mut found) = (0, true);
+    while let Some(c) = queue.pop_front() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                if parts.pop().is_none() {
+                    return Lookup::Out(p.to_owned());
+                }
+                continue;
+            }
+            _ => parts.push(c),
+        }
+        if !found {
+            continue; // past a missing component: the rest is lexical
+        }
+        let rel = parts.join("/");
+        let Some(on_disk) = host(&rel) else { continue };
+        match fs::symlink_metadata(&on_disk) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = fs::read_link(&on_disk).ok();
+                let Some(t) = target.as_ref().and_then(|t| t.to_str()) else {
+                    return Lookup::Out(p.to_owned());
+                };
+                hops += 1;
+                if hops > MAX_HOPS || t.starts_with('/') {
+                    return Lookup::Out(p.to_owned());
+                }
+                parts.pop();
+                for tc in t.split('/').rev() {
+                    queue.push_front(tc.to_owned());
+                }
+            }
+            Ok(_) => {}
+            Err(_) => found = false,
+        }
+    }
+    let resolved = parts.join("/");
+    if !trees.iter().any(|t| is_within(&resolved, &t.path)) {
+        Lookup::Out(resolved)
+    } else if found {
+        Lookup::Held(resolved)
+    } else {
+        Lookup::Absent
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
@@ -184,6 +287,49 @@ mod tests {
         fs::write(at.join("marker"), "x").unwrap();
         let again = store.ensure(&d, "node_modules", &m, &cache).unwrap();
         assert!(again.join("marker").exists());
+    }
+
+    #[test]
+    fn lookups_inside_a_tree_are_settled_against_the_tree() {
+        use prova_protocol::work::{Listing, ReadsReport};
+        let d = tempfile::tempdir().unwrap();
+        let nm = d.path().join("nm");
+        fs::create_dir_all(nm.join("x")).unwrap();
+        fs::write(nm.join("x/index.js"), "x").unwrap();
+        symlink("../packages/b", nm.join("b")).unwrap();
+        symlink("/abs/elsewhere", nm.join("abs")).unwrap();
+        let trees = [RootTree { path: "node_modules".into(), source: nm }];
+        let mut reads = ReadsReport {
+            traced: true,
+            missing: [
+                "node_modules/b/dist/y.js", // through the workspace link: a workspace path
+                "node_modules/x/nope.js",   // the tree holds nothing there: keyed
+                "node_modules/x/index.js",  // the tree holds it: the tree was not there
+                "node_modules/b/../x/a.js", // `..` after a link is the link target's parent
+                "node_modules/abs/q",       // an absolute link: as it is
+                "src/a.ts",                 // outside every tree: as it is
+            ]
+            .map(String::from)
+            .to_vec(),
+            listed: vec![
+                Listing { dir: "node_modules/x".into(), entries: vec![], complete: true },
+                Listing { dir: "src".into(), entries: vec![], complete: true },
+            ],
+            ..Default::default()
+        };
+        settle_reads(&mut reads, &trees);
+        assert_eq!(
+            reads.missing,
+            [
+                "node_modules/abs/q",
+                "node_modules/x/index.js",
+                "packages/b/dist/y.js",
+                "packages/x/a.js",
+                "src/a.ts"
+            ]
+        );
+        assert_eq!(reads.listed.len(), 1);
+        assert_eq!(reads.listed[0].dir, "src");
     }
 
     #[test]

@@ -220,6 +220,10 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
                         *line = outputs_line(task, paths);
                     }
                 }
+                let blocked = prova_coordinator::keys::progressive::blocked_cutoff(now, &old);
+                if !blocked.is_empty() {
+                    d.push(blocked_line(&args.task, &blocked));
+                }
                 ("changed since its newest entry", d)
             }
             None => {
@@ -227,18 +231,37 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
             }
         },
     };
+    let unkeyed = i.prepared.unkeyed_programs.get(&i.node).cloned().unwrap_or_default();
     if args.json {
         let v = serde_json::json!({ "task": args.task, "key": key, "verdict": verdict, "changes": changes,
-            "entry_key": i.entry.as_ref().map(|e| e.key) });
+            "entry_key": i.entry.as_ref().map(|e| e.key), "not_keyed": unkeyed });
         common::print(&format!("{v}\n"))?;
     } else {
         let mut s = format!("{}: {verdict}\n", args.task);
         for c in &changes {
             let _ = writeln!(s, "  - {c}");
         }
+        for u in &unkeyed {
+            let _ = writeln!(s, "  not keyed: {u}");
+        }
         common::print(&s)?;
     }
     Ok(Code::Ok)
+}
+
+/// Why a task whose upstreams kept their bytes still moved: it is not confined.
+fn blocked_line(task: &str, upstreams: &[String]) -> String {
+    let named: Vec<String> = upstreams.iter().map(|t| format!("`{t}`")).collect();
+    format!(
+        "no early cutoff: {} kept {} outputs byte-identical, but in place `{task}` can read \
+         more of {} than {} declared outputs (sources), so its key folds {} key; `sandbox = \
+         true` confines it and cuts it off",
+        named.join(", "),
+        if named.len() == 1 { "its" } else { "their" },
+        if named.len() == 1 { "it" } else { "them" },
+        if named.len() == 1 { "its" } else { "their" },
+        if named.len() == 1 { "its" } else { "their" },
+    )
 }
 
 /// `prova show`: the key, every component, and the inputs with digests.
@@ -259,7 +282,8 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
             })
             .collect();
         let v = serde_json::json!({ "task": args.task, "key": key, "cached": cached,
-            "components": c, "externals": externals });
+            "components": c, "externals": externals,
+            "not_keyed": i.prepared.unkeyed_programs.get(&i.node) });
         common::print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
         return Ok(Code::Ok);
     }
@@ -282,6 +306,9 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
     let _ = writeln!(s, "platform  {}", c.platform.as_deref().unwrap_or("(portable)"));
     for (k, v) in &c.config {
         let _ = writeln!(s, "config    {k} = {}", v.replace('\0', ", "));
+    }
+    for u in i.prepared.unkeyed_programs.get(&i.node).into_iter().flatten() {
+        let _ = writeln!(s, "not keyed {u}");
     }
     for (k, v) in &c.env {
         let _ = writeln!(

@@ -172,16 +172,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
         if options.verify.any() || !sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root);
-            options.verify.workspace_files = Some(std::sync::Arc::new(prepared.files.all().iter().cloned().collect()));
-            options.verify.workspace = Some(std::sync::Arc::new(prova_coordinator::run::undeclared::WorkspaceView {
-                root: ws.root.clone(),
-                files: prepared.files.clone(),
-                scopes: prepared.input_scopes.clone(),
-                trees: std::sync::Arc::new(prepared.tree_paths()),
-            }));
+            options.verify.workspace = Some(std::sync::Arc::new(prepared.workspace_view(&ws)));
         }
         let layer = LocalLayer::new(cache.clone(), prova_coordinator::cache::TRUSTED, &ws.root)
-            .with_input_scopes(prepared.input_scopes.clone());
+            .with_input_scopes(prepared.input_scopes.clone())
+            .with_protected(prepared.protected.clone());
         let reapi = if remote || args.no_cache {
             None
         } else {
@@ -302,7 +297,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         };
         let summary = if let Some(session) = session {
             let wire = wire_options(&args, farm_policy(&args), &options);
-            remote_run(session, &args, &ws.root, &prepared, &cache, &layer, wire, tx).await
+            remote_run(session, &args, &ws, &prepared, &cache, &layer, wire, tx).await
         } else {
             let staging = layer.tmp_dir().await?;
             let weights = prepared.weights();
@@ -310,7 +305,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                 Some(r) => std::sync::Arc::new(r),
                 None => std::sync::Arc::new(layer),
             };
-            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging };
+            let protected = prepared.protected.clone();
+            let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging, protected };
             if let Some(cfg) = &remote_exec {
                 let (plan, root) = (prepared.plan, ws.root.clone());
                 let r = crate::reapi_exec::run(plan, options.clone(), tx, run_cache, weights, cfg, root, blobs_dir.clone());
@@ -617,7 +613,7 @@ fn dry_run(
 async fn remote_run(
     mut session: crate::remote::Session,
     args: &RunArgs,
-    root: &Path,
+    ws: &prova_coordinator::workspace::Workspace,
     prepared: &Prepared,
     cache: &prova_coordinator::cache::CacheThread,
     layer: &LocalLayer,
@@ -627,6 +623,7 @@ async fn remote_run(
     use crate::remote::{download, run as rrun};
     // Counted on the way: a coordinator lost mid-run is one line saying what was saved.
     let events = session.counting_saves(events);
+    let root = ws.root.as_path();
     let result: anyhow::Result<prova_protocol::events::RunSummary> = async {
         let tasks = rrun::remote_tasks(root, prepared);
         let up = rrun::upload_missing(&mut session, root, &tasks, &prepared.trees).await?;
@@ -643,11 +640,10 @@ async fn remote_run(
         let _ =
             events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
         let wanted = rrun::wanted(&tasks, args.download);
-        let files: std::collections::HashSet<String> =
-            prepared.files.all().iter().cloned().collect();
+        let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared);
         let mut outcome =
-            rrun::submit(&mut session, tasks, options, events.clone(), &files).await?;
-        rrun::filter_verdicts(&mut outcome.summary, &files);
+            rrun::submit(&mut session, tasks, options, events.clone(), &mut judge).await?;
+        judge.summary(&mut outcome.summary);
         let mut got =
             download::download(&session.conn, cache, layer, prepared, &outcome.artifacts, &wanted)
                 .await?;

@@ -1,8 +1,9 @@
 //! Farm mode, client side: dial the coordinator as this bundle's role, then submit a run
 //! ([`run`]) or ask for status; bring outputs back through the local layer ([`download`]).
 //! A coordinator that goes away mid-session (crashed, stopped, restarted, or silent past the
-//! client endpoint's few-second idle bound) is one line, [`CoordinatorLost`], counting what
-//! the farm saved before it went.
+//! client endpoint's idle bound, the 30 s pause tolerance) is one line, [`CoordinatorLost`],
+//! counting what the farm saved before it went; a silence shorter than that is waited out,
+//! and said after a few seconds ([`say_liveness`]).
 
 pub mod download;
 pub mod run;
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::Context as _;
 use prova_protocol::events::{CacheStatus, RunEvent};
 use prova_protocol::task::OwnedTask;
+use prova_protocol::transport::liveness::{self, Liveness, Watch};
 use prova_protocol::transport::{Bundle, Role, endpoint, frame};
 use prova_protocol::wire::{Hello, HelloReply, PROTOCOL_VERSION};
 
@@ -112,6 +114,8 @@ pub struct Session {
     /// Tasks the farm reported saved so far (see [`Session::counting_saves`]).
     saved: Arc<AtomicUsize>,
     endpoint: quinn::Endpoint,
+    /// Says a silent coordinator, and ends the connection when its port is found closed.
+    liveness: Watch,
 }
 
 impl Session {
@@ -150,7 +154,7 @@ impl Session {
     /// a vanished coordinator leaves it, else `e` itself.
     pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
         match self.conn.close_reason() {
-            Some(why) if went_away(&why) => {
+            Some(why) if went_away(&why) || self.liveness.gone() => {
                 tracing::info!(coordinator = %self.remote, "connection ended: {why} ({e:#})");
                 CoordinatorLost { addr: self.remote.clone(), saved: self.saved() }.into()
             }
@@ -193,7 +197,9 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         // certificate): a real misconfiguration, never a reason to fall back.
         Err(e) => {
             let hint = endpoint::name_mismatch_hint(&e, &server_name)
-                .map_or_else(String::new, |h| format!(" ({h}, or pass --server-name)"));
+                .map(|h| format!(" ({h}, or pass --server-name)"))
+                .or_else(|| endpoint::clock_hint(&e).map(|h| format!(" ({h})")))
+                .unwrap_or_default();
             return Err(
                 anyhow::Error::new(e).context(format!("cannot reach {remote} securely{hint}"))
             );
@@ -202,6 +208,9 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
     // Under TLS 1.3 a refused client certificate surfaces after the handshake, on the first
     // stream operation (STACK pitfall 3): whichever step meets it reports the refusal.
     let refused = |e: &dyn std::fmt::Display| {
+        if let Some(hint) = conn.close_reason().and_then(|r| endpoint::connection_clock_hint(&r)) {
+            return anyhow::anyhow!("{remote} refused the connection: {hint}");
+        }
         let why = conn.close_reason().map(|r| r.to_string()).unwrap_or_else(|| e.to_string());
         anyhow::anyhow!(
             "{remote} refused the connection ({why}): is {} a bundle of this cluster?",
@@ -224,6 +233,8 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         Ok(None) => anyhow::bail!("{remote} closed the connection during the handshake"),
         Err(e) => return Err(refused(&e)),
     };
+    let said = remote.to_owned();
+    let liveness = liveness::watch(conn.clone(), move |l| say_liveness(&said, l));
     Ok(Session {
         conn,
         send,
@@ -233,5 +244,23 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         remote: remote.to_owned(),
         saved: Arc::new(AtomicUsize::new(0)),
         endpoint: ep,
+        liveness,
     })
+}
+
+/// A silent coordinator, said on stderr: once after a few seconds, and when it answers again.
+/// (Its going away for good is [`CoordinatorLost`], said by the caller.)
+fn say_liveness(remote: &str, l: Liveness) {
+    let tolerance = endpoint::CLIENT_IDLE_TIMEOUT.as_secs();
+    match l {
+        Liveness::Quiet(d) => crate::stdio::eprint_line(&format!(
+            "prova: coordinator {remote} not answering for {} s; waiting up to {tolerance} s",
+            d.as_secs()
+        )),
+        Liveness::Back(d) => crate::stdio::eprint_line(&format!(
+            "prova: coordinator {remote} answering again after {} s",
+            d.as_secs()
+        )),
+        Liveness::Gone => {}
+    }
 }

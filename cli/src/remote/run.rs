@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use prova_coordinator::prepare::Prepared;
 use prova_coordinator::run::TaskKind;
-use prova_protocol::events::{RunEvent, RunSummary};
+use prova_coordinator::run::undeclared::{self, WorkspaceView};
+use prova_protocol::events::{RunEvent, RunSummary, Verdict};
 use prova_protocol::transport::{self, frame};
 use prova_protocol::wire::{
     BlobAck, BlobRequest, ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire,
@@ -171,7 +172,7 @@ pub async fn submit(
     tasks: Vec<RemoteTask>,
     options: RunOptionsWire,
     events: mpsc::Sender<RunEvent>,
-    files: &HashSet<String>,
+    judge: &mut Judge,
 ) -> anyhow::Result<RemoteOutcome> {
     // Listening from before the run exists: a Ctrl-C while it is submitted is not lost.
     let mut interrupt = Box::pin(crate::local::signal_listener());
@@ -221,9 +222,14 @@ pub async fn submit(
             Some(CoordinatorReply::Accepted { run }) => tracing::info!(%run, "run accepted"),
             Some(CoordinatorReply::Event(ev)) => {
                 let ev = match ev {
-                    RunEvent::Verdict { task, mut verdict } => {
-                        filter_verdict(&mut verdict, files);
-                        RunEvent::Verdict { task, verdict }
+                    RunEvent::Verdict { task, verdict } => match judge.event(&task, verdict) {
+                        Some(verdict) => RunEvent::Verdict { task, verdict },
+                        None => continue,
+                    },
+                    RunEvent::TaskFinished(mut report) => {
+                        let task = report.task.clone();
+                        judge.report(&task, &mut report.verdicts);
+                        RunEvent::TaskFinished(report)
                     }
                     other => other,
                 };
@@ -256,35 +262,92 @@ pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet
         .collect()
 }
 
-/// The coordinator names every lookup under the exec root that found nothing; an undeclared
-/// input is one that exists in this workspace. Paths that do not are dropped (a verdict left
-/// with none is `proven-complete` — unless the sandboxed run failed: then `sandbox-failed`).
-pub fn filter_verdict(v: &mut prova_protocol::events::Verdict, files: &HashSet<String>) {
-    use prova_protocol::events::Verdict;
-    if let Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, .. } = v {
-        paths.retain(|p| files.contains(p));
-        if paths.is_empty() && *more == 0 {
-            *v = match failed.take() {
-                Some(reason) => Verdict::SandboxFailed {
-                    reason,
-                    traced: true,
-                    log_tail: std::mem::take(log_tail),
-                },
-                None => Verdict::ProvenComplete,
+/// Judges a farm run's inputs proofs against this workspace: the coordinator has none, so
+/// its inputs verdicts carry what each traced run touched (`evidence`), and the client
+/// decides exactly as a local run decides ([`WorkspaceView::judge`],
+/// [`undeclared::inputs_verdict`]) — same paths, patterns and advice. Every copy of a
+/// verdict is judged before anything renders it: the task's report (`TaskFinished`), its
+/// `Verdict` events, and the summary (whose copies the coordinator sends without their
+/// evidence: they are replaced by the report's judgement).
+pub struct Judge {
+    view: WorkspaceView,
+    /// Each task's project directory, by id.
+    dirs: HashMap<TaskId, String>,
+    /// What each task's evidence verdict became (`None`: nothing; its writes were the
+    /// finding), judged once from its report.
+    judged: HashMap<TaskId, Option<Verdict>>,
+}
+
+impl Judge {
+    /// A judge of the tasks of `prepared` against `view`.
+    pub fn new(view: WorkspaceView, prepared: &Prepared) -> Self {
+        let dirs = prepared
+            .plan
+            .tasks
+            .iter()
+            .map(|t| (t.id.clone(), t.spec.project_dir.clone()))
+            .collect();
+        Self { view, dirs, judged: HashMap::new() }
+    }
+
+    /// `verdicts` (task `task`'s, in its report) with its evidence judged.
+    pub fn report(&mut self, task: &TaskId, verdicts: &mut Vec<Verdict>) {
+        let wrote_outside = verdicts.iter().any(|v| matches!(v, Verdict::UndeclaredOutputs { .. }));
+        let mut out = Vec::with_capacity(verdicts.len());
+        for v in verdicts.drain(..) {
+            if !has_evidence(&v) {
+                out.push(v);
+                continue;
+            }
+            let judged = match self.judged.get(task) {
+                Some(j) => j.clone(),
+                None => {
+                    let j = self.decide(task, v, wrote_outside);
+                    self.judged.insert(task.clone(), j.clone());
+                    j
+                }
             };
+            out.extend(judged);
         }
+        *verdicts = out;
+    }
+
+    /// One verdict event of `task`, judged; `None`: it says nothing (drop the event).
+    pub fn event(&mut self, task: &TaskId, v: Verdict) -> Option<Verdict> {
+        if !has_evidence(&v) {
+            return Some(v);
+        }
+        if let Some(j) = self.judged.get(task) {
+            return j.clone();
+        }
+        let j = self.decide(task, v, false);
+        self.judged.insert(task.clone(), j.clone());
+        j
+    }
+
+    /// Every report of `s` judged ([`Self::report`]), then whether the run is green
+    /// recomputed.
+    pub fn summary(&mut self, s: &mut RunSummary) {
+        for t in &mut s.tasks {
+            let task = t.task.clone();
+            self.report(&task, &mut t.verdicts);
+        }
+        let tasks_ok =
+            s.tasks.iter().all(|t| t.status == prova_protocol::events::TaskStatus::Succeeded);
+        let proofs_ok = s.tasks.iter().all(|t| !t.verdicts.iter().any(|v| v.fails()));
+        s.ok = tasks_ok && proofs_ok && !s.interrupted;
+    }
+
+    fn decide(&self, task: &TaskId, v: Verdict, wrote_outside: bool) -> Option<Verdict> {
+        let Verdict::UndeclaredInputs { failed, log_tail, evidence: Some(reads), .. } = v else {
+            return Some(v);
+        };
+        let dir = self.dirs.get(task).map_or("", String::as_str);
+        let judged = self.view.judge(task.as_str(), dir, &reads);
+        undeclared::inputs_verdict(judged, wrote_outside, failed, log_tail)
     }
 }
 
-/// [`filter_verdict`] over a summary, then whether the run is green recomputed.
-pub fn filter_verdicts(s: &mut RunSummary, files: &HashSet<String>) {
-    for t in &mut s.tasks {
-        for v in &mut t.verdicts {
-            filter_verdict(v, files);
-        }
-    }
-    let tasks_ok =
-        s.tasks.iter().all(|t| t.status == prova_protocol::events::TaskStatus::Succeeded);
-    let proofs_ok = s.tasks.iter().all(|t| !t.verdicts.iter().any(|v| v.fails()));
-    s.ok = tasks_ok && proofs_ok && !s.interrupted;
+fn has_evidence(v: &Verdict) -> bool {
+    matches!(v, Verdict::UndeclaredInputs { evidence: Some(_), .. })
 }

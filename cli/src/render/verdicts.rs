@@ -75,34 +75,36 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             push_failure(&mut s, None, log_tail);
             s
         }
-        Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest } => {
+        Verdict::UndeclaredInputs {
+            paths,
+            traced: true,
+            more,
+            failed,
+            log_tail,
+            suggest,
+            advice,
+            ..
+        } => {
             let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
+            push_paths(&mut s, paths, *more);
             if paths.iter().any(|p| p.ends_with('/')) {
                 s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
             }
-            if suggest.is_empty() {
-                s.push_str("  add them to the task's inputs\n");
-            } else {
+            if !suggest.is_empty() {
                 let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
                 s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
+            } else if advice.is_empty() {
+                s.push_str("  add them to the task's inputs\n");
+            }
+            for a in advice {
+                s.push_str(&format!("  {a}\n"));
             }
             push_failure(&mut s, failed.as_deref(), log_tail);
             s
         }
         Verdict::UndeclaredOutputs { paths, more } => {
             let mut s = format!("{}\n", paint("31", "verify: wrote outside its declared outputs:"));
-            for p in paths {
-                s.push_str(&format!("  {p}\n"));
-            }
-            if *more > 0 {
-                s.push_str(&format!("  and {more} more\n"));
-            }
+            push_paths(&mut s, paths, *more);
             s.push_str("  declare them in outputs (a cache hit would not restore them), or stop writing them\n");
             s
         }
@@ -153,6 +155,19 @@ fn short_reason(p: &prova_protocol::events::Perturbations, ignored: &[String]) -
         s.push_str(&format!("; not compared (verify_ignore): {}{more}", named.join(", ")));
     }
     s
+}
+
+/// The first [`MAX_NAMED_PATHS`] of a verdict's paths, one a line, then how many more
+/// (all of them are in `--json`).
+fn push_paths(s: &mut String, paths: &[String], more: usize) {
+    use prova_protocol::events::MAX_NAMED_PATHS;
+    for p in paths.iter().take(MAX_NAMED_PATHS) {
+        s.push_str(&format!("  {p}\n"));
+    }
+    let hidden = more + paths.len().saturating_sub(MAX_NAMED_PATHS);
+    if hidden > 0 {
+        s.push_str(&format!("  and {hidden} more (every path is in --json)\n"));
+    }
 }
 
 /// The outputs `verify_ignore` left out of a comparison, under its verdict.

@@ -6,6 +6,10 @@
 //! It is also the evidence of `--trust proven` ([`Store::proves`]): a trusted entry is a proof
 //! only while the ledger holds two distinct workers that produced its fingerprint, in
 //! successful executions, and no successful execution of its key that produced another one.
+//! "Produced its fingerprint" means what the determinism proof compares: for a task with
+//! `verify_ignore`, each row also keeps the fingerprint of its outputs without the ignored
+//! ones (`compared`), and two executions that differ only in an ignored file agree (issue 27:
+//! such a task, proven by `--verify`, was otherwise never trusted and always "nondeterministic").
 //! A nondeterministic verdict is not stored apart: it means a re-run's fingerprint differed
 //! from the first execution's, and both executions are recorded here, so the disagreement is
 //! the evidence. Promotion checks the rule, and so does every read of the trusted tier
@@ -20,6 +24,21 @@ use super::store::Store;
 
 /// Rows kept; older ones are dropped on insert (a ledger is evidence of recent behaviour).
 pub const LEDGER_MAX_ROWS: i64 = 200_000;
+
+/// What a row's proof compares, in SQL: the `compared` fingerprint where the task ignores
+/// outputs (`verify_ignore`), else the full one.
+const COMPARED: &str = "coalesce(compared, fingerprint)";
+
+/// The schema that added `compared` ([`super::schema`]).
+const COMPARED_SINCE: i64 = 5;
+
+/// Executions measured against one fingerprint ([`Store::proves`]).
+struct Agreement {
+    /// Distinct workers whose successful executions compare equal to it.
+    agreeing: u64,
+    /// Successful executions that compare different.
+    other: u64,
+}
 
 /// One execution.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +57,10 @@ pub struct Execution {
     pub ok: bool,
     /// Its output fingerprint (successful executions).
     pub fingerprint: Option<Digest>,
+    /// The fingerprint of what a determinism proof compares: the outputs without the task's
+    /// `verify_ignore` matches; `None` when it ignores nothing (or for rows written before
+    /// schema 5), where the full `fingerprint` is what is compared.
+    pub compared: Option<Digest>,
     /// Its output manifest, rmp-encoded (successful executions).
     pub manifest: Option<Vec<u8>>,
     /// Its artifact, kept for re-runs (so both sides of a divergence can be shown).
@@ -56,8 +79,8 @@ impl Store {
         }
         let tx = self.conn_mut().transaction().map_err(sql("record execution"))?;
         tx.execute(
-            "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries, compared) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 e.key.0,
                 e.task,
@@ -69,7 +92,8 @@ impl Store {
                 e.manifest,
                 e.artifact.map(|d| d.0),
                 e.time_ms,
-                i64::from(e.failed_tries)
+                i64::from(e.failed_tries),
+                e.compared.map(|d| d.0)
             ],
         )
         .map_err(sql("record execution"))?;
@@ -86,17 +110,19 @@ impl Store {
         self.select_executions("WHERE key = ?1 ORDER BY time_ms, id", params![key.0])
     }
 
-    /// The keys whose executions disagree (two successful fingerprints, or success and
-    /// failure, or a try that failed before a retry passed), newest first, at most `limit`.
+    /// The keys whose executions disagree (two successful fingerprints of what a proof
+    /// compares, or success and failure, or a try that failed before a retry passed), newest
+    /// first, at most `limit`.
     pub fn disagreeing_keys(&self, limit: usize) -> Result<Vec<Digest>, CacheError> {
+        let compared = self.compared_column()?.0;
         let mut stmt = self
             .conn()
-            .prepare(
+            .prepare(&format!(
                 "SELECT key FROM executions GROUP BY key \
-                 HAVING count(DISTINCT fingerprint) > 1 OR count(DISTINCT ok) > 1 \
+                 HAVING count(DISTINCT {compared}) > 1 OR count(DISTINCT ok) > 1 \
                  OR max(failed_tries) > 0 \
-                 ORDER BY max(time_ms) DESC LIMIT ?1",
-            )
+                 ORDER BY max(time_ms) DESC LIMIT ?1"
+            ))
             .map_err(sql("disagreeing keys"))?;
         let rows = stmt
             .query_map([limit as i64], |r| r.get::<_, [u8; 32]>(0).map(Digest))
@@ -104,12 +130,15 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(sql("disagreeing keys"))
     }
 
-    /// The newest key of `task` whose executions disagree on the fingerprint.
+    /// The newest key of `task` whose executions disagree on what a proof compares.
     pub fn latest_divergent_key(&self, task: &str) -> Result<Option<Digest>, CacheError> {
+        let compared = self.compared_column()?.0;
         self.conn()
             .query_row(
-                "SELECT key FROM executions WHERE task = ?1 GROUP BY key \
-                 HAVING count(DISTINCT fingerprint) > 1 ORDER BY max(time_ms) DESC LIMIT 1",
+                &format!(
+                    "SELECT key FROM executions WHERE task = ?1 GROUP BY key \
+                     HAVING count(DISTINCT {compared}) > 1 ORDER BY max(time_ms) DESC LIMIT 1"
+                ),
                 [task],
                 |r| r.get::<_, [u8; 32]>(0).map(Digest),
             )
@@ -117,34 +146,56 @@ impl Store {
             .map_err(sql("latest divergence"))
     }
 
-    /// How many distinct workers produced `fingerprint` for `key`.
+    /// How many distinct workers agree with the execution that produced `fingerprint` for
+    /// `key`, on what a proof compares.
     pub fn agreeing_workers(&self, key: &Digest, fingerprint: &Digest) -> Result<u64, CacheError> {
-        self.conn()
-            .query_row(
-                "SELECT count(DISTINCT worker) FROM executions WHERE key = ?1 AND fingerprint = ?2 AND ok = 1",
-                params![key.0, fingerprint.0],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n.max(0) as u64)
-            .map_err(sql("agreeing workers"))
+        Ok(self.agreement(key, fingerprint)?.map_or(0, |a| a.agreeing))
     }
 
     /// Whether the ledger proves `fingerprint` for `key` (`--trust proven`): at least two
-    /// distinct workers produced it in successful executions, and no successful execution of
-    /// `key` produced another fingerprint (a nondeterministic verdict is two such executions).
-    /// Failed executions count for neither side.
+    /// distinct workers produced what a proof compares of it in successful executions, and no
+    /// successful execution of `key` produced something else (a nondeterministic verdict is
+    /// two such executions). Failed executions count for neither side. What is compared is
+    /// the `compared` fingerprint where the row has one (a task with `verify_ignore`: the
+    /// proof left those outputs out, so executions that differ only there agree), else the
+    /// full one; `fingerprint` (an entry's, full) stands for the compared fingerprint its own
+    /// executions recorded, and is no proof when none recorded it or they recorded several.
     pub fn proves(&self, key: &Digest, fingerprint: &Digest) -> Result<bool, CacheError> {
-        let (agreeing, other): (i64, i64) = self
+        Ok(self.agreement(key, fingerprint)?.is_some_and(|a| a.agreeing >= 2 && a.other == 0))
+    }
+
+    /// The successful executions of `key` measured against the one(s) that produced
+    /// `fingerprint`; `None` when none did, or they disagree among themselves on what was
+    /// compared (the ignore patterns changed: no proof either way).
+    fn agreement(
+        &self,
+        key: &Digest,
+        fingerprint: &Digest,
+    ) -> Result<Option<Agreement>, CacheError> {
+        let compared = self.compared_column()?.0;
+        let mut stmt = self
             .conn()
-            .query_row(
-                "SELECT count(DISTINCT CASE WHEN fingerprint = ?2 THEN worker END), \
-                 coalesce(sum(CASE WHEN fingerprint IS NOT NULL AND fingerprint != ?2 THEN 1 ELSE 0 END), 0) \
-                 FROM executions WHERE key = ?1 AND ok = 1",
-                params![key.0, fingerprint.0],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .prepare(&format!(
+                "SELECT worker, fingerprint, {compared} FROM executions \
+                 WHERE key = ?1 AND ok = 1 AND fingerprint IS NOT NULL"
+            ))
             .map_err(sql("proof of an entry"))?;
-        Ok(agreeing >= 2 && other == 0)
+        let rows: Vec<(String, [u8; 32], [u8; 32])> = stmt
+            .query_map([key.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(sql("proof of an entry"))?
+            .collect::<Result<_, _>>()
+            .map_err(sql("proof of an entry"))?;
+        let mut own = rows.iter().filter(|(_, fp, _)| *fp == fingerprint.0).map(|(_, _, c)| c);
+        let Some(compared) = own.next() else { return Ok(None) };
+        if own.any(|c| c != compared) {
+            return Ok(None);
+        }
+        let mut workers: Vec<&str> =
+            rows.iter().filter(|(_, _, c)| c == compared).map(|(w, _, _)| w.as_str()).collect();
+        workers.sort_unstable();
+        workers.dedup();
+        let other = rows.iter().filter(|(_, _, c)| c != compared).count() as u64;
+        Ok(Some(Agreement { agreeing: workers.len() as u64, other }))
     }
 
     /// Moves every entry of `keys` in namespace `trusted` that the ledger does not prove
@@ -202,13 +253,24 @@ impl Store {
         Ok(moved)
     }
 
+    /// What a row's proof compares and the `compared` column, as SQL: an index opened
+    /// read-only is never migrated (`prova hermeticity` on a cache an older prova wrote), and
+    /// without the column every row compares in full.
+    fn compared_column(&self) -> Result<(&'static str, &'static str), CacheError> {
+        if self.is_read_only() && super::schema::user_version(self.conn())? < COMPARED_SINCE {
+            return Ok(("fingerprint", "NULL"));
+        }
+        Ok((COMPARED, "compared"))
+    }
+
     fn select_executions(
         &self,
         tail: &str,
         args: impl rusqlite::Params,
     ) -> Result<Vec<Execution>, CacheError> {
+        let compared = self.compared_column()?.1;
         let q = format!(
-            "SELECT key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries FROM executions {tail}"
+            "SELECT key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries, {compared} FROM executions {tail}"
         );
         let mut stmt = self.conn().prepare(&q).map_err(sql("read the ledger"))?;
         let rows = stmt
@@ -225,6 +287,7 @@ impl Store {
                     artifact: r.get::<_, Option<[u8; 32]>>(8)?.map(Digest),
                     time_ms: r.get(9)?,
                     failed_tries: u32::try_from(r.get::<_, i64>(10)?).unwrap_or(u32::MAX),
+                    compared: r.get::<_, Option<[u8; 32]>>(11)?.map(Digest),
                 })
             })
             .map_err(sql("read the ledger"))?;
@@ -246,6 +309,7 @@ mod tests {
             rerun: false,
             ok,
             fingerprint: fp.map(Digest::of),
+            compared: None,
             manifest: None,
             artifact: None,
             time_ms: t,
@@ -334,6 +398,81 @@ mod tests {
         assert!(s.proves(&k, &f).unwrap());
         // Another key's executions are not evidence about this one.
         assert!(!s.proves(&Digest::of(b"other"), &f).unwrap());
+    }
+
+    /// `exec` whose outputs differ in an ignored file: full fingerprint `fp`, compared `c`.
+    fn ignoring(key: &[u8], worker: &str, fp: &[u8], c: &[u8], t: i64) -> Execution {
+        Execution { compared: Some(Digest::of(c)), ..exec(key, worker, Some(fp), true, t) }
+    }
+
+    #[test]
+    fn executions_that_differ_only_in_ignored_outputs_agree() {
+        // Issue 27: a `verify_ignore` task (a timestamp file) proven by `--verify` has two full
+        // fingerprints; the ledger must judge what the proof compared.
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let k = Digest::of(b"k");
+        s.record_execution(&ignoring(b"k", "w1", b"stamp1", b"c", 1)).unwrap();
+        s.record_execution(&ignoring(b"k", "w2", b"stamp2", b"c", 2)).unwrap();
+        assert!(s.proves(&k, &Digest::of(b"stamp1")).unwrap(), "the first execution's entry");
+        assert!(s.proves(&k, &Digest::of(b"stamp2")).unwrap(), "either side's bytes");
+        assert!(s.disagreeing_keys(10).unwrap().is_empty(), "not a hermeticity defect");
+        assert_eq!(s.latest_divergent_key("a#build").unwrap(), None);
+        assert_eq!(s.agreeing_workers(&k, &Digest::of(b"stamp1")).unwrap(), 2);
+        assert_eq!(s.executions_of(&k).unwrap()[0].compared, Some(Digest::of(b"c")));
+        // A fingerprint no execution produced proves nothing.
+        assert!(!s.proves(&k, &Digest::of(b"forged")).unwrap());
+        // What the proof compares differing is a disagreement, as before.
+        s.record_execution(&ignoring(b"k", "w3", b"stamp3", b"d", 3)).unwrap();
+        assert!(!s.proves(&k, &Digest::of(b"stamp1")).unwrap());
+        assert_eq!(s.disagreeing_keys(10).unwrap(), vec![k]);
+        assert_eq!(s.latest_divergent_key("a#build").unwrap(), Some(k));
+    }
+
+    #[test]
+    fn rows_without_a_compared_fingerprint_compare_in_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let k = Digest::of(b"k");
+        // Written before schema 5 (or by a task that ignores nothing): the full fingerprint.
+        s.record_execution(&exec(b"k", "w1", Some(b"stamp1"), true, 1)).unwrap();
+        s.record_execution(&exec(b"k", "w2", Some(b"stamp2"), true, 2)).unwrap();
+        assert_eq!(s.disagreeing_keys(10).unwrap(), vec![k]);
+        // A row that ignores outputs does not outvote them: the old rows still disagree.
+        s.record_execution(&ignoring(b"k", "w3", b"stamp3", b"stamp1", 3)).unwrap();
+        assert!(!s.proves(&k, &Digest::of(b"stamp1")).unwrap());
+        // One full fingerprint whose rows compared different things (the ignore patterns
+        // changed between them) is no proof either.
+        let k2 = Digest::of(b"k2");
+        s.record_execution(&ignoring(b"k2", "w1", b"f", b"c1", 4)).unwrap();
+        s.record_execution(&ignoring(b"k2", "w2", b"f", b"c2", 5)).unwrap();
+        assert!(!s.proves(&k2, &Digest::of(b"f")).unwrap());
+    }
+
+    #[test]
+    fn a_cache_from_before_the_compared_column_reads_read_only() {
+        // `prova hermeticity` opens the index read-only, so an index an older prova wrote is
+        // not migrated: its rows compare in full.
+        let dir = tempfile::tempdir().unwrap();
+        let (k, f, g) = (Digest::of(b"k"), Digest::of(b"f"), Digest::of(b"g"));
+        {
+            let index = dir.path().join(crate::cache::INDEX_FILE);
+            let mut conn = rusqlite::Connection::open(index).unwrap();
+            super::super::schema::migrate(&mut conn, &super::super::schema::MIGRATIONS[..4])
+                .unwrap();
+            for (w, fp) in [("w1", f), ("w2", g)] {
+                conn.execute(
+                    "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, \
+                     time_ms) VALUES (?1, 'a#build', ?2, 'x', 'run', 1, ?3, 1)",
+                    params![k.0, w, fp.0],
+                )
+                .unwrap();
+            }
+        }
+        let s = Store::open_read_only(dir.path()).unwrap();
+        assert_eq!(s.disagreeing_keys(10).unwrap(), vec![k]);
+        assert!(s.executions_of(&k).unwrap().iter().all(|e| e.compared.is_none()));
+        assert!(!s.proves(&k, &f).unwrap());
     }
 
     #[test]

@@ -64,6 +64,7 @@ fn reads_entries_and_memo_and_writes_nothing() {
         rerun: false,
         ok: true,
         fingerprint: None,
+        compared: None,
         manifest: None,
         artifact: None,
         time_ms: 1,

@@ -43,10 +43,19 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, sql: V2 },
     Migration { version: 3, sql: V3 },
     Migration { version: 4, sql: V4 },
+    Migration { version: 5, sql: V5 },
 ];
 
 /// The version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
+
+/// Version 5: what a determinism proof compares. `compared` is the fingerprint of an
+/// execution's outputs without its task's `verify_ignore` matches (NULL when it ignores
+/// nothing, and on older rows): the ledger's agreement (`--trust proven`, `hermeticity`) is
+/// judged on `coalesce(compared, fingerprint)`, the same thing the proof compared.
+const V5: &str = "
+ALTER TABLE executions ADD COLUMN compared BLOB CHECK (compared IS NULL OR length(compared) = 32);
+";
 
 /// Version 3: who uploaded which blob (a farm's record, so a `client` may fetch back what it
 /// uploaded and no more, and its stored bytes are bounded by a quota; rows go with their

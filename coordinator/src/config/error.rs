@@ -267,6 +267,27 @@ pub enum ConfigError {
         help: Option<String>,
     },
 
+    /// An output pattern that can match a declared input (see [`super::overlap`]): the
+    /// clean before the task runs, or a restore, would delete or overwrite that input.
+    #[error(
+        "{at}: output `{pattern}` of task `{task}` can match {input}: prova deletes a task's \
+         outputs before it runs and replaces them on a cache hit, so it would delete that \
+         input{}",
+        help_line(help)
+    )]
+    OutputOverlapsInput {
+        /// The output pattern.
+        at: Box<Location>,
+        /// As written.
+        pattern: String,
+        /// `project#task`.
+        task: String,
+        /// The input it can match and whose it is.
+        input: String,
+        /// What to write instead.
+        help: Option<String>,
+    },
+
     /// A value of the right type that is still not allowed.
     #[error("{at}: `{field}`: {message}{}", help_line(help))]
     InvalidValue {
@@ -306,6 +327,7 @@ impl ConfigError {
             | Self::MisplacedProjectTable { at, .. }
             | Self::NoSuchProjectDir { at, .. }
             | Self::UnconfinedOutput { at, .. }
+            | Self::OutputOverlapsInput { at, .. }
             | Self::InvalidValue { at, .. } => Some(at),
         }
     }
@@ -326,6 +348,7 @@ impl ConfigError {
             | Self::MisplacedProjectTable { help, .. }
             | Self::NoSuchProjectDir { help, .. }
             | Self::UnconfinedOutput { help, .. }
+            | Self::OutputOverlapsInput { help, .. }
             | Self::InvalidValue { help, .. } => help.as_deref(),
             Self::Io { .. }
             | Self::Walk { .. }

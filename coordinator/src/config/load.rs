@@ -130,7 +130,9 @@ fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigErr
         });
     }
     count(&src);
-    Ok(Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects })
+    let ws = Workspace { root: root.clone(), config_file: config_file.clone(), settings, projects };
+    super::overlap::check(&ws)?;
+    Ok(ws)
 }
 
 /// Reads the (non-root) projects at `dirs`, on a few threads when there are many (each

@@ -17,13 +17,17 @@
 //! - [`policy`]: the knobs never keyed (`verify`, `verify_ignore`, `side_effects`) and
 //!   the `runtime` commands a task declares.
 //! - [`outputs`]: the rule that confines every output pattern to its task's project.
+//! - [`overlap`]: no output may be able to match a declared input ([`intersect`]: whether
+//!   two globs can match one path).
 //! - [`error`]: [`ConfigError`]; [`suggest()`]: the did-you-mean helper.
 
 pub mod discover;
 pub mod error;
+pub mod intersect;
 pub mod js;
 pub mod load;
 pub mod outputs;
+pub mod overlap;
 pub mod package_json;
 pub mod parse;
 pub mod policy;

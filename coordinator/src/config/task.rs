@@ -135,6 +135,7 @@ fn resolve(
     task.inputs = field!(inputs);
     let outputs = own.and_then(|l| l.outputs.as_ref()).or(default.and_then(|l| l.outputs.as_ref()));
     task.outputs = outputs.map(|v| v.iter().map(|o| o.value.clone()).collect()).unwrap_or_default();
+    task.outputs_at = outputs.map(|v| v.iter().map(|o| o.at.clone()).collect()).unwrap_or_default();
     task.env = field!(env).unwrap_or_default();
     task.pass_env = field!(pass_env).unwrap_or_default();
     task.timeout = field!(timeout);

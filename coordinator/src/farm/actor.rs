@@ -23,6 +23,7 @@ use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::clock::RunningClock;
 use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
 use super::forward::{Traced, forward};
 use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
@@ -57,6 +58,8 @@ pub const OUTPUT_ALLOWANCE: usize = 4096;
 pub struct FarmActor {
     core: FarmCore,
     started: Instant,
+    /// Time as leases count it: a stall of this process does not count (see [`RunningClock`]).
+    clock: RunningClock,
     links: HashMap<WorkerId, Link>,
     runs: HashMap<RunId, RunLink>,
     next_run: u64,
@@ -85,6 +88,7 @@ impl Actor for FarmActor {
         Ok(Self {
             core: FarmCore::with_first_lease(lease_base()),
             started: Instant::now(),
+            clock: RunningClock::default(),
             links: HashMap::new(),
             runs: HashMap::new(),
             next_run: 1,
@@ -104,7 +108,7 @@ fn lease_base() -> u64 {
 
 impl FarmActor {
     async fn feed(&mut self, event: FarmEvent) {
-        let now = self.started.elapsed();
+        let now = self.clock.running(self.started.elapsed());
         let before = self.core.counts();
         let cmds = self.core.handle(now, event);
         let after = self.core.counts();

@@ -8,18 +8,33 @@
 //! incident), of workers (a restarting worker re-registering) or of CI. Within a role, one
 //! certificate identity holds at most its share, so one developer's client cannot starve the
 //! others. Before a certificate is known, a connection is a handshake: those are bounded
-//! separately by the server ([`MAX_HANDSHAKES`]), and refused rather than queued when full.
+//! separately ([`Handshakes`]: [`MAX_HANDSHAKES`] in all, [`HANDSHAKES_PER_SOURCE`] per source
+//! address, [`KNOWN_RESERVE`] kept for addresses a cluster peer connected from), and refused
+//! rather than queued when full.
 //!
 //! Plain data and a mutex: decided without I/O, tested below without sockets.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prova_protocol::transport::{Identity, Role};
 
 /// QUIC handshakes in progress at once; beyond this a new connection is refused at once (a
 /// refusal costs one packet; queueing would hold memory for peers that may never finish).
+/// Only sources whose address QUIC validated (a stateless retry answered) get this far.
 pub const MAX_HANDSHAKES: usize = 128;
+/// Of [`MAX_HANDSHAKES`], the slots only *known* sources may take: addresses from which a
+/// peer with a certificate of the cluster connected before (workers, admins, CI). Unknown
+/// sources share the rest, so a flood from addresses never seen cannot keep a worker, an
+/// admin or CI from its handshake.
+pub const KNOWN_RESERVE: usize = 32;
+/// Handshakes one unknown source (an IPv4 address, an IPv6 /64) may have in progress.
+pub const HANDSHAKES_PER_SOURCE: usize = 8;
+/// Handshakes one known source may have in progress (CI runners behind one NAT address).
+pub const HANDSHAKES_PER_KNOWN_SOURCE: usize = 32;
+/// Known sources remembered, the least recently seen forgotten first.
+pub const KNOWN_SOURCES: usize = 4096;
 
 /// The bounds, per role.
 #[derive(Clone, Debug)]
@@ -265,6 +280,161 @@ impl Drop for UploadTicket {
     }
 }
 
+/// Why a handshake was refused (logged; the peer only sees a refused connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeRefusal {
+    /// The source holds its share of handshakes.
+    #[error("{from} already has {limit} handshakes in progress")]
+    Source {
+        /// The source (an IPv4 address or an IPv6 /64).
+        from: IpAddr,
+        /// Its share.
+        limit: usize,
+    },
+    /// Every slot this source may take is held.
+    #[error("{limit} handshakes in progress")]
+    Full {
+        /// The slots this source could have taken.
+        limit: usize,
+    },
+}
+
+/// The bounds on handshakes in progress.
+#[derive(Clone, Copy, Debug)]
+pub struct HandshakeLimits {
+    /// In all.
+    pub total: usize,
+    /// Kept for known sources.
+    pub known_reserve: usize,
+    /// Per unknown source.
+    pub per_source: usize,
+    /// Per known source.
+    pub per_known_source: usize,
+    /// Known sources remembered.
+    pub known_sources: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        Self {
+            total: MAX_HANDSHAKES,
+            known_reserve: KNOWN_RESERVE,
+            per_source: HANDSHAKES_PER_SOURCE,
+            per_known_source: HANDSHAKES_PER_KNOWN_SOURCE,
+            known_sources: KNOWN_SOURCES,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct HandshakeState {
+    total: usize,
+    by_source: HashMap<IpAddr, usize>,
+    /// Known source → when it was last seen (a counter), and the reverse for forgetting.
+    known: HashMap<IpAddr, u64>,
+    by_age: BTreeMap<u64, IpAddr>,
+    seen: u64,
+}
+
+/// Handshakes in progress, per source address. Plain data and a mutex, like [`Admission`].
+#[derive(Debug)]
+pub struct Handshakes {
+    limits: HandshakeLimits,
+    state: Mutex<HandshakeState>,
+}
+
+/// A handshake slot; dropping it gives it back.
+#[derive(Debug)]
+pub struct HandshakeTicket {
+    gate: Arc<Handshakes>,
+    source: IpAddr,
+}
+
+/// The source a handshake counts against: an IPv4 address, or an IPv6 address's /64 (one
+/// host commonly holds a whole /64). An IPv4-mapped IPv6 address is its IPv4 address.
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+impl Handshakes {
+    /// Handshake bookkeeping with `limits`.
+    pub fn new(limits: HandshakeLimits) -> Arc<Self> {
+        Arc::new(Self { limits, state: Mutex::new(HandshakeState::default()) })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HandshakeState> {
+        // Counters only (see `Admission::state`).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for a handshake from `ip` (a validated address), or why not.
+    pub fn begin(self: &Arc<Self>, ip: IpAddr) -> Result<HandshakeTicket, HandshakeRefusal> {
+        let source = source_of(ip);
+        let l = self.limits;
+        let mut st = self.state();
+        let known = st.known.contains_key(&source);
+        let (per_source, total) = if known {
+            (l.per_known_source, l.total)
+        } else {
+            (l.per_source, l.total.saturating_sub(l.known_reserve))
+        };
+        let held = st.by_source.get(&source).copied().unwrap_or(0);
+        if held >= per_source {
+            return Err(HandshakeRefusal::Source { from: source, limit: per_source });
+        }
+        if st.total >= total {
+            return Err(HandshakeRefusal::Full { limit: total });
+        }
+        st.total += 1;
+        *st.by_source.entry(source).or_default() += 1;
+        Ok(HandshakeTicket { gate: self.clone(), source })
+    }
+
+    /// A peer with a certificate of the cluster connected from `ip`: its source is known.
+    pub fn authenticated(&self, ip: IpAddr) {
+        let source = source_of(ip);
+        let mut st = self.state();
+        st.seen += 1;
+        let seen = st.seen;
+        if let Some(old) = st.known.insert(source, seen) {
+            st.by_age.remove(&old);
+        }
+        st.by_age.insert(seen, source);
+        while st.known.len() > self.limits.known_sources {
+            let Some((_, oldest)) = st.by_age.pop_first() else { break };
+            st.known.remove(&oldest);
+        }
+    }
+
+    /// Handshakes in progress (in all, from `ip`'s source).
+    pub fn in_progress(&self, ip: IpAddr) -> (usize, usize) {
+        let st = self.state();
+        (st.total, st.by_source.get(&source_of(ip)).copied().unwrap_or(0))
+    }
+}
+
+impl Drop for HandshakeTicket {
+    fn drop(&mut self) {
+        let mut st = self.gate.state();
+        st.total = st.total.saturating_sub(1);
+        if let Some(n) = st.by_source.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.by_source.remove(&self.source);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +528,80 @@ mod tests {
             assert!((l.role_connections)(role) > 0, "{role}");
         }
         assert_eq!((l.identity_uploads)(Role::Admin), 0, "admins never upload");
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn gate() -> Arc<Handshakes> {
+        Handshakes::new(HandshakeLimits {
+            total: 10,
+            known_reserve: 4,
+            per_source: 2,
+            per_known_source: 5,
+            known_sources: 3,
+        })
+    }
+
+    #[test]
+    fn one_source_holds_at_most_its_share_of_handshakes() {
+        let g = gate();
+        let a = ip("10.0.0.9");
+        let held: Vec<_> = (0..2).map(|_| g.begin(a).unwrap()).collect();
+        assert_eq!(g.begin(a).unwrap_err(), HandshakeRefusal::Source { from: a, limit: 2 });
+        // Others still get in; a slot given back is free again.
+        let _b = g.begin(ip("10.0.0.10")).unwrap();
+        drop(held);
+        assert_eq!(g.in_progress(a), (1, 0));
+        let _again = g.begin(a).unwrap();
+    }
+
+    #[test]
+    fn a_flood_from_unknown_sources_leaves_the_reserve_to_known_ones() {
+        let g = gate();
+        let admin = ip("10.0.0.2");
+        g.authenticated(admin);
+        // Three unknown hosts take every slot they may: 10 - 4 reserved.
+        let flood: Vec<_> = (0..3)
+            .flat_map(|h| {
+                let g = g.clone();
+                (0..2).map(move |_| g.begin(ip(&format!("10.0.1.{h}"))))
+            })
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(g.begin(ip("10.0.3.1")).unwrap_err(), HandshakeRefusal::Full { limit: 6 });
+        // The known source still gets its handshakes.
+        let known: Vec<_> = (0..4).map(|_| g.begin(admin).unwrap()).collect();
+        assert_eq!(g.begin(admin).unwrap_err(), HandshakeRefusal::Full { limit: 10 });
+        drop((flood, known));
+        assert_eq!(g.in_progress(admin), (0, 0));
+        assert!(g.state().by_source.is_empty());
+    }
+
+    #[test]
+    fn known_sources_are_bounded_and_the_least_recent_forgotten() {
+        let g = gate();
+        for h in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+            g.authenticated(ip(h));
+        }
+        g.authenticated(ip("10.0.0.1")); // seen again: now the most recent
+        g.authenticated(ip("10.0.0.4"));
+        let st = g.state();
+        assert_eq!(st.known.len(), 3);
+        assert!(!st.known.contains_key(&ip("10.0.0.2")), "{:?}", st.known);
+        assert!(st.known.contains_key(&ip("10.0.0.1")));
+        assert_eq!(st.by_age.len(), 3);
+    }
+
+    #[test]
+    fn an_ipv6_host_is_its_64_and_a_mapped_ipv4_address_is_itself() {
+        assert_eq!(source_of(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(source_of(ip("2001:db8:1:2:ffff::9")), ip("2001:db8:1:2::"));
+        assert_eq!(source_of(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
+        let g = gate();
+        let _a = g.begin(ip("2001:db8::1")).unwrap();
+        let _b = g.begin(ip("2001:db8::2")).unwrap();
+        assert!(g.begin(ip("2001:db8::3")).is_err(), "one /64, one share");
     }
 }

@@ -264,8 +264,7 @@ async fn start(
                 determinism: options.verify.contains(&Proof::Determinism),
                 inputs: options.verify.contains(&Proof::Inputs),
                 allow: options.verify_allow.iter().cloned().collect(),
-                // The client keeps the undeclared paths that exist in its workspace.
-                workspace_files: None,
+                // The client judges what a traced run touched against its workspace.
                 workspace: None,
                 sample: options.verify_sample,
             },
@@ -277,7 +276,14 @@ async fn start(
         events: events_tx,
         done: done_tx,
         first_attempt: 1,
-        cache: Some(RunCache { layer: Arc::new(layer), policy, keys, hits, staging: tmp }),
+        cache: Some(RunCache {
+            layer: Arc::new(layer),
+            policy,
+            keys,
+            hits,
+            staging: tmp,
+            protected: Arc::default(),
+        }),
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
     });
@@ -366,9 +372,23 @@ async fn start(
                 }
             }
         }
-        let _ = out.send(CoordinatorReply::Done(summary)).await;
+        let _ = out.send(CoordinatorReply::Done(without_evidence(summary))).await;
     });
     Ok((actor, relay))
+}
+
+/// `summary` with the evidence of its inputs verdicts emptied: the client judged each one
+/// from the task's report already (`TaskFinished`), so the summary, one frame holding every
+/// task, carries only the marker that says which verdict to replace.
+fn without_evidence(
+    mut summary: prova_protocol::events::RunSummary,
+) -> prova_protocol::events::RunSummary {
+    for v in summary.tasks.iter_mut().flat_map(|t| t.verdicts.iter_mut()) {
+        if let prova_protocol::events::Verdict::UndeclaredInputs { evidence: Some(e), .. } = v {
+            **e = Default::default();
+        }
+    }
+    summary
 }
 
 /// The namespace a run of `identity` writes: a `ci` certificate's are trusted, a `client`'s

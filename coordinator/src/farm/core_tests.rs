@@ -863,3 +863,93 @@ fn a_leader_cancelled_by_its_run_keeps_running_for_the_runs_that_follow_it() {
     );
     assert_eq!(finishes(&cmds), [(RunId(1), AttemptId(10), ExitKind::Aborted)], "{cmds:?}");
 }
+
+use crate::farm::clock::RunningClock;
+
+/// The farm actor's composition: every event's time read through a [`RunningClock`].
+fn fed(
+    f: &mut FarmCore,
+    clock: &mut RunningClock,
+    wall: Duration,
+    ev: FarmEvent,
+) -> Vec<FarmCommand> {
+    let now = clock.running(wall);
+    f.handle(now, ev)
+}
+
+fn expired(cmds: &[FarmCommand]) -> bool {
+    cmds.iter().any(|c| matches!(c, FarmCommand::Send { msg: ToWorker::Cancel { .. }, .. }))
+}
+
+#[test]
+fn a_coordinator_stall_longer_than_a_lease_expires_nothing() {
+    let s = Duration::from_secs;
+    let mut clock = RunningClock::default();
+    let mut f = FarmCore::new();
+    fed(
+        &mut f,
+        &mut clock,
+        s(0),
+        FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] },
+    );
+    let lease =
+        assigned(&fed(&mut f, &mut clock, s(0), FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    for t in 1..=5 {
+        if t % 3 == 0 {
+            fed(
+                &mut f,
+                &mut clock,
+                s(t),
+                FarmEvent::Heartbeat { id: w("a"), running: vec![lease] },
+            );
+        }
+        assert!(!expired(&fed(&mut f, &mut clock, s(t), FarmEvent::Tick)), "t={t}");
+    }
+    // The coordinator is stopped from 5 s to 25 s: no tick, no heartbeat read. On waking,
+    // its first tick comes before the heartbeats that queued up meanwhile.
+    let woke = fed(&mut f, &mut clock, s(25), FarmEvent::Tick);
+    assert!(!expired(&woke), "the stall counted against the lease: {woke:?}");
+    assert_eq!(f.leases().count(), 1);
+    // Wall time alone would have expired it (the bug this guards against).
+    let mut wall_only = FarmCore::new();
+    wall_only.handle(s(0), FarmEvent::WorkerJoined { id: w("a"), caps: caps(2), running: vec![] });
+    let l = assigned(&wall_only.handle(s(0), FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    wall_only.handle(s(3), FarmEvent::Heartbeat { id: w("a"), running: vec![l] });
+    assert!(expired(&wall_only.handle(s(25), FarmEvent::Tick)));
+    // The queued heartbeats are read; the lease lives on.
+    fed(&mut f, &mut clock, s(25), FarmEvent::Heartbeat { id: w("a"), running: vec![lease] });
+    let cmds = fed(
+        &mut f,
+        &mut clock,
+        s(26),
+        FarmEvent::Report { worker: w("a"), msg: finished(lease, true) },
+    );
+    assert_eq!(finishes(&cmds), [(RunId(1), AttemptId(1), ExitKind::Code(0))], "{cmds:?}");
+}
+
+#[test]
+fn a_worker_that_died_during_a_stall_is_still_found_out_by_running_time() {
+    let s = Duration::from_secs;
+    let mut clock = RunningClock::default();
+    let mut f = FarmCore::new();
+    fed(
+        &mut f,
+        &mut clock,
+        s(0),
+        FarmEvent::WorkerJoined { id: w("a"), caps: caps(1), running: vec![] },
+    );
+    let lease =
+        assigned(&fed(&mut f, &mut clock, s(0), FarmEvent::Submit(Box::new(item(1, 1, 1)))))[0].1;
+    fed(&mut f, &mut clock, s(3), FarmEvent::Heartbeat { id: w("a"), running: vec![lease] });
+    // Stalled from 3 s to 30 s; then ticks every second and not a word from the worker.
+    let mut first_expiry = None;
+    for t in 30..120 {
+        if expired(&fed(&mut f, &mut clock, s(t), FarmEvent::Tick)) {
+            first_expiry = Some(t);
+            break;
+        }
+    }
+    let t = first_expiry.expect("the silent worker's lease expires");
+    // 15 s of running time after its last heartbeat: the stall's 3 s counted, the rest not.
+    assert_eq!(s(t) - clock.stalled(), s(3) + LEASE_TTL, "expired at wall {t} s");
+}

@@ -1,4 +1,5 @@
-//! Farm mode, coordinator side: the sans-IO placement and lease [`core`], and the
+//! Farm mode, coordinator side: the sans-IO placement and lease [`core`] (its time read
+//! through [`clock`], which does not count the coordinator's own stalls), and the
 //! [`actor`] that wraps it (worker links, run routing, `FarmSink`); [`forward`], the one
 //! bounded forwarder every queued hop goes through; the QUIC [`server`]
 //! (mTLS, `Hello`, role authorisation, blob streams), its [`admission`] bounds (per-role
@@ -10,6 +11,7 @@
 pub mod actor;
 pub mod admission;
 pub mod client_session;
+pub mod clock;
 pub mod core;
 pub mod error;
 pub mod forward;

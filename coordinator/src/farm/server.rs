@@ -1,4 +1,5 @@
-//! The coordinator's QUIC server: accept (handshakes capped, refused when full), authenticate
+//! The coordinator's QUIC server: accept (unvalidated addresses retried, handshakes capped per
+//! source and in all, refused when full: [`admit_handshake`]), authenticate
 //! (mTLS, then `Hello` whose role must match the certificate's), admit (per-role pools and
 //! per-identity shares, [`super::admission`]), authorise by role, and hand the connection to
 //! the role's session. Blob streams of a connection are served beside its control stream;
@@ -6,7 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kameo::prelude::*;
@@ -15,11 +16,12 @@ use prova_protocol::transport::{self, Identity, Role, endpoint, frame};
 use prova_protocol::wire::{
     BlobAck, BlobRequest, Hello, HelloReply, PROTOCOL_VERSION, Reject, Welcome,
 };
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::actor::FarmActor;
-use super::admission::{Admission, Limits, MAX_HANDSHAKES};
+use super::admission::{
+    Admission, HandshakeLimits, HandshakeRefusal, HandshakeTicket, Handshakes, Limits,
+};
 use super::error::{EdgeError, HelloRefusal};
 use super::{client_session, worker_session};
 use crate::cache::CacheThread;
@@ -66,29 +68,39 @@ pub async fn serve_with(
     admission: Arc<Admission>,
     shutdown: CancellationToken,
 ) {
-    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let handshakes = Handshakes::new(HandshakeLimits::default());
+    let log = Arc::new(HandshakeLog::default());
+    let mut summary = tokio::time::interval(HANDSHAKE_LOG_EVERY);
     let mut conns: Vec<OwnedTask<()>> = Vec::new();
     loop {
         let incoming = tokio::select! {
             () = shutdown.cancelled() => break,
+            _ = summary.tick() => {
+                log.summarise();
+                continue;
+            }
             i = endpoint.accept() => match i { Some(i) => i, None => break },
         };
-        // Never wait for a handshake slot: the accept loop would stall every peer behind
-        // ones that may never finish. Refusing costs one packet; the peer may retry.
-        let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
-            tracing::info!(remote = %incoming.remote_address(), "refused: {MAX_HANDSHAKES} handshakes in progress");
-            incoming.refuse();
+        let Some((incoming, ticket)) = admit_handshake(incoming, &handshakes, &log) else {
             continue;
         };
         conns.retain(|t| !t.is_finished());
-        let (shared, admission) = (shared.clone(), admission.clone());
+        let (shared, admission, gate) = (shared.clone(), admission.clone(), handshakes.clone());
+        let log = log.clone();
         conns.push(OwnedTask::spawn("coordinator.connection", async move {
             let remote = incoming.remote_address();
             let accepted = endpoint::accept(incoming).await;
-            drop(handshake);
+            drop(ticket);
             match accepted {
-                Ok((conn, identity)) => serve_connection(conn, identity, shared, admission).await,
-                Err(e) => tracing::info!(%remote, "connection refused: {e}"),
+                Ok((conn, identity)) => {
+                    // A peer of the cluster connects from here: its source is known.
+                    gate.authenticated(remote.ip());
+                    serve_connection(conn, identity, shared, admission).await;
+                }
+                Err(e) => match endpoint::accept_clock_hint(&e) {
+                    Some(hint) => tracing::warn!(%remote, "connection refused: {e} ({hint})"),
+                    None => log.failed(remote, &e),
+                },
             }
         }));
     }
@@ -96,6 +108,82 @@ pub async fn serve_with(
     // Let the CONNECTION_CLOSE frames go out before the process exits: without them every
     // peer (a client waiting for its run, a worker) only notices at the idle timeout.
     let _ = tokio::time::timeout(CLOSE_FLUSH, endpoint.wait_idle()).await;
+}
+
+/// The first step of every incoming connection, decided at once (never waiting: the accept
+/// loop would stall every peer behind ones that may never finish):
+/// - a source address QUIC has not validated gets a stateless retry: it costs no state and
+///   no handshake slot, and a sender that spoofs its address never sees the retry token, so
+///   a flood of Initials (spoofed or not) takes nothing;
+/// - a validated source takes a handshake slot ([`Handshakes`]: a share per source, a reserve
+///   for known sources), or is refused (one packet) when it may take none.
+fn admit_handshake(
+    incoming: quinn::Incoming,
+    handshakes: &Arc<Handshakes>,
+    log: &HandshakeLog,
+) -> Option<(quinn::Incoming, HandshakeTicket)> {
+    let remote = incoming.remote_address();
+    if !incoming.remote_address_validated() {
+        log.retried.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = incoming.retry() {
+            // Only an Incoming that already carries a retry token cannot be retried, and such
+            // a one is validated: not reached. Refuse rather than accept unvalidated.
+            e.into_incoming().refuse();
+        }
+        return None;
+    }
+    match handshakes.begin(remote.ip()) {
+        Ok(ticket) => Some((incoming, ticket)),
+        Err(why) => {
+            log.refused(remote, why);
+            incoming.refuse();
+            None
+        }
+    }
+}
+
+/// How often the accept loop sums up the handshakes it retried, refused or saw fail.
+pub const HANDSHAKE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Handshakes retried, refused and failed, counted so that a flood does not become a flood of
+/// log lines: the first refusal and the first failure of each [`HANDSHAKE_LOG_EVERY`] are
+/// logged as they happen, the rest summed up at its end.
+#[derive(Debug, Default)]
+struct HandshakeLog {
+    retried: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl HandshakeLog {
+    fn refused(&self, remote: std::net::SocketAddr, why: HandshakeRefusal) {
+        if self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::info!(%remote, "handshake refused: {why} (more are summed up every {HANDSHAKE_LOG_EVERY:?})");
+        }
+    }
+
+    fn failed(&self, remote: std::net::SocketAddr, e: &transport::TransportError) {
+        if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::info!(%remote, "connection refused: {e} (more are summed up every {HANDSHAKE_LOG_EVERY:?})");
+        }
+    }
+
+    fn summarise(&self) {
+        let retried = self.retried.swap(0, Ordering::Relaxed);
+        let refused = self.refused.swap(0, Ordering::Relaxed);
+        let failed = self.failed.swap(0, Ordering::Relaxed);
+        if refused + failed > 1 {
+            tracing::info!(
+                retried,
+                refused,
+                failed,
+                "handshakes refused (over their source's share or the coordinator's) or failed \
+                 (bad certificate, timed out) in the last {HANDSHAKE_LOG_EVERY:?}"
+            );
+        } else if retried > 0 {
+            tracing::debug!(retried, "address validations (stateless retries) sent");
+        }
+    }
 }
 
 async fn serve_connection(

@@ -1,7 +1,16 @@
 //! The coordinator's read-only HTTP listener (`prova coordinator --http ADDR`), separate from
 //! the QUIC port: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/api/state` (JSON),
 //! the dashboard (`/`, refreshed from `/api/fragment`). A plain HTTP/1.1 server: `GET` and
-//! `HEAD` only, one request per connection, bounded head (8 KiB) and time (5 s).
+//! `HEAD` only, one request per connection (never kept alive), no request body read.
+//!
+//! Slow clients (issue 29): the whole request head must arrive within [`HEAD_TIMEOUT`] (8 KiB
+//! at most; 408 past it) and the whole answer be taken within [`WRITE_TIMEOUT`]; a connection
+//! whose head is not in after [`gate::GRACE`] is *slow* and takes a place in [`gate::Book`] (a
+//! share per source address, its oldest slow connection closed to make room), so a slowloris
+//! cannot keep `/healthz` from answering — a probe sends its head at once and never needs a
+//! place. The probes are answered as soon as their head is read; the pages that gather data
+//! take one of [`RENDERS`] places (503 when all are taken) and `/readyz` waits at most
+//! [`READY_TIMEOUT`].
 //!
 //! Access: a listener bound anywhere but 127.0.0.1 or ::1 needs a bearer token
 //! ([`HttpError::NeedsToken`]); with a token every path but the probes asks for
@@ -9,6 +18,7 @@
 //! [`render`] holds the pages; the data comes from the farm actor (asked, never told) and
 //! [`crate::farm::observe::Observer`].
 
+pub mod gate;
 pub mod render;
 
 use std::net::SocketAddr;
@@ -25,10 +35,16 @@ use crate::farm::server::Shared;
 
 /// Most bytes of a request head.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// How long a peer has to send its request and read the answer.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
+/// How long a peer has to send its whole request head, from its connection's accept.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer has to take the whole answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Answers that gather the farm's data (`/metrics`, `/api/*`, `/`) being made at once.
+pub const RENDERS: usize = 8;
+/// How long `/readyz` waits for the cache thread before it answers "not ready".
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Fewest bytes of a bearer token (after trimming): a guessable token guards nothing.
+pub const MIN_TOKEN_BYTES: usize = 16;
 
 /// Why the listener cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +57,15 @@ pub enum HttpError {
     /// The token file is empty.
     #[error("the HTTP token file {0} is empty")]
     EmptyToken(String),
+    /// The token is too short to be secret.
+    #[error(
+        "the HTTP token (--http-token-file) is {len} bytes: use at least {MIN_TOKEN_BYTES} random \
+         bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`"
+    )]
+    WeakToken {
+        /// Its length after trimming.
+        len: usize,
+    },
     /// Binding or reading failed.
     #[error("--http {addr}: {source}")]
     Io {
@@ -72,6 +97,9 @@ pub struct HttpListener {
 pub async fn bind(addr: SocketAddr, token: Option<String>) -> Result<HttpListener, HttpError> {
     let token = match token {
         Some(t) if t.trim().is_empty() => return Err(HttpError::EmptyToken(addr.to_string())),
+        Some(t) if t.trim().len() < MIN_TOKEN_BYTES => {
+            return Err(HttpError::WeakToken { len: t.trim().len() });
+        }
         Some(t) => Some(Arc::from(t.trim())),
         None if !loopback_only(&addr) => return Err(HttpError::NeedsToken(addr)),
         None => None,
@@ -90,31 +118,40 @@ pub fn token_matches(given: &[u8], want: &[u8]) -> bool {
     given.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
+/// What every connection of a listener shares: the bounds of [`gate`], the renders.
+struct Bounds {
+    young: Arc<Semaphore>,
+    slow: Arc<gate::Book>,
+    answering: Arc<Semaphore>,
+    renders: Semaphore,
+}
+
 impl HttpListener {
     /// Serves until `shutdown`.
     pub async fn serve(self, shared: Arc<Shared>, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let bounds = Arc::new(Bounds {
+            young: Arc::new(Semaphore::new(gate::MAX_YOUNG)),
+            slow: gate::Book::new(gate::MAX_SLOW, gate::MAX_SLOW_PER_SOURCE),
+            answering: Arc::new(Semaphore::new(gate::MAX_ANSWERING)),
+            renders: Semaphore::new(RENDERS),
+        });
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
                 a = self.listener.accept() => a,
             };
-            let Ok((stream, _peer)) = accepted else { continue };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let Ok((stream, peer)) = accepted else { continue };
+            // Only a flood of connections fills this; a slow one moves to the book.
+            let Ok(young) = bounds.young.clone().try_acquire_owned() else {
                 drop(stream);
                 continue;
             };
-            let shared = shared.clone();
+            let (shared, bounds) = (shared.clone(), bounds.clone());
             let token = self.token.clone();
-            // Bounded by IO_TIMEOUT on each side and by the permit count.
+            // Bounded by the head and write deadlines, the readiness wait and the bounds.
             drop(
                 OwnedTask::spawn("http.conn", async move {
-                    let _permit = permit;
-                    let _ = tokio::time::timeout(
-                        IO_TIMEOUT * 2,
-                        serve_one(stream, &shared, token.as_deref()),
-                    )
-                    .await;
+                    serve_one(stream, peer, young, &bounds, &shared, token.as_deref()).await;
                 })
                 .detach(),
             );
@@ -210,31 +247,84 @@ fn reason(status: u16) -> &'static str {
         401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         503 => "Service Unavailable",
         _ => "Error",
     }
 }
 
-async fn read_head(stream: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(1024);
+/// Why no request head was read.
+enum NoHead {
+    /// Not HTTP, too long, or the peer closed: 400.
+    Bad,
+    /// Not in within [`HEAD_TIMEOUT`]: 408.
+    Late,
+    /// Closed to make room for another slow connection: no answer.
+    Evicted,
+}
+
+/// Reads into `buf` until it holds a whole head; `None` on EOF, an error or [`MAX_HEAD`].
+/// Cancel-safe: a read that is dropped loses nothing already in `buf`.
+async fn fill_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
         if buf.len() >= MAX_HEAD {
             return None;
         }
-        let n = tokio::time::timeout(IO_TIMEOUT, stream.read(&mut chunk)).await.ok()?.ok()?;
+        let n = stream.read(&mut chunk).await.ok()?;
         if n == 0 {
             return None;
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    String::from_utf8(buf).ok()
+    Some(())
 }
 
-async fn serve_one(mut stream: TcpStream, shared: &Shared, token: Option<&str>) {
-    let (response, head_only) = match read_head(&mut stream).await.as_deref().and_then(parse_head) {
-        None => (Response::text(400, "bad request\n"), false),
-        Some(req) => (respond(&req, shared, token).await, req.method == "HEAD"),
+/// The request head: within [`gate::GRACE`] holding only the `young` permit, else as a slow
+/// connection booked in `slow`, within [`HEAD_TIMEOUT`] in all.
+async fn read_head(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    young: tokio::sync::OwnedSemaphorePermit,
+    slow: &Arc<gate::Book>,
+) -> Result<String, NoHead> {
+    let started = tokio::time::Instant::now();
+    let mut buf = Vec::with_capacity(1024);
+    let text = |buf: Vec<u8>| String::from_utf8(buf).map_err(|_| NoHead::Bad);
+    match tokio::time::timeout(gate::GRACE, fill_head(stream, &mut buf)).await {
+        Ok(Some(())) => return text(buf),
+        Ok(None) => return Err(NoHead::Bad),
+        Err(_) => drop(young),
+    }
+    let Some(ticket) = slow.admit(peer.ip()) else { return Err(NoHead::Evicted) };
+    let left = HEAD_TIMEOUT.saturating_sub(started.elapsed());
+    tokio::select! {
+        () = ticket.evicted.cancelled() => Err(NoHead::Evicted),
+        got = tokio::time::timeout(left, fill_head(stream, &mut buf)) => match got {
+            Ok(Some(())) => text(buf),
+            Ok(None) => Err(NoHead::Bad),
+            Err(_) => Err(NoHead::Late),
+        },
+    }
+}
+
+async fn serve_one(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    young: tokio::sync::OwnedSemaphorePermit,
+    bounds: &Bounds,
+    shared: &Shared,
+    token: Option<&str>,
+) {
+    let head = read_head(&mut stream, peer, young, &bounds.slow).await;
+    let Ok(_answering) = bounds.answering.clone().try_acquire_owned() else { return };
+    let (response, head_only) = match head.as_ref().map(|h| parse_head(h)) {
+        Err(NoHead::Evicted) => return,
+        Err(NoHead::Late) => (Response::text(408, "the request head took too long\n"), false),
+        Err(NoHead::Bad) | Ok(None) => (Response::text(400, "bad request\n"), false),
+        Ok(Some(req)) => {
+            (respond_first(&req, shared, &bounds.renders, token).await, req.method == "HEAD")
+        }
     };
     let mut out = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
@@ -253,8 +343,29 @@ async fn serve_one(mut stream: TcpStream, shared: &Shared, token: Option<&str>) 
     if !head_only {
         bytes.extend_from_slice(&response.body);
     }
-    let _ = tokio::time::timeout(IO_TIMEOUT, stream.write_all(&bytes)).await;
-    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, async {
+        stream.write_all(&bytes).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// The probes first: `/healthz` is answered on the spot, `/readyz` within [`READY_TIMEOUT`];
+/// every other page takes one of [`RENDERS`] places, or is answered 503 at once.
+async fn respond_first(
+    req: &Request,
+    shared: &Shared,
+    renders: &Semaphore,
+    token: Option<&str>,
+) -> Response {
+    match req.path.as_str() {
+        "/healthz" | "/readyz" => respond(req, shared, token).await,
+        _ if !authorised(req, token) => respond(req, shared, token).await,
+        _ => match renders.try_acquire() {
+            Ok(_permit) => respond(req, shared, token).await,
+            Err(_) => Response::text(503, "busy: too many pages being made; try again\n"),
+        },
+    }
 }
 
 /// Whether `req` may see `path`: the probes always; the rest needs the token when one is set.
@@ -279,7 +390,8 @@ async fn respond(req: &Request, shared: &Shared, token: Option<&str>) -> Respons
     match req.path.as_str() {
         "/healthz" => json(200, &serde_json::json!({"status": "up"})),
         "/readyz" => {
-            let cache = shared.store.call(|_| ()).await.is_ok();
+            let asked = tokio::time::timeout(READY_TIMEOUT, shared.store.call(|_| ()));
+            let cache = matches!(asked.await, Ok(Ok(())));
             let farm = shared.farm.is_alive();
             let ready = cache && farm;
             let body =
@@ -397,5 +509,17 @@ mod tests {
         assert!(matches!(e, Some(HttpError::NeedsToken(_))), "{e:?}");
         let e = bind("127.0.0.1:0".parse().unwrap(), Some("  \n".into())).await.err();
         assert!(matches!(e, Some(HttpError::EmptyToken(_))), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn a_short_token_is_refused_and_sixteen_bytes_are_enough() {
+        let local = "127.0.0.1:0".parse().unwrap();
+        for short in ["x", "tok-3f9a1c", " 0123456789abcde \n"] {
+            let e = bind(local, Some(short.into())).await.err();
+            assert!(matches!(e, Some(HttpError::WeakToken { .. })), "{short:?}: {e:?}");
+            let text = e.map(|e| e.to_string()).unwrap_or_default();
+            assert!(text.contains("at least 16"), "{text}");
+        }
+        assert!(bind(local, Some("0123456789abcdef\n".into())).await.is_ok());
     }
 }

@@ -181,6 +181,40 @@ pub fn enumerate_under(
     Ok(FileList::from_paths(files).files)
 }
 
+/// The files under `dirs` (workspace-relative) that git tracks — in the workspace's
+/// repository or a nested one ([`enumerate`]'s `nested_repos`) — whatever `.gitignore` says:
+/// what no clean or restore may delete (issue 27). Sorted, de-duplicated.
+pub fn tracked_under(
+    root: &Path,
+    nested_repos: &[String],
+    dirs: &[String],
+) -> Result<Vec<String>, FilesError> {
+    use prova_protocol::globs::is_within;
+    if dirs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut files = git_ls(root, "", dirs, false)?;
+    for repo in nested_repos {
+        files.retain(|f| !is_within(f, repo));
+        let inner: Vec<String> = dirs
+            .iter()
+            .filter_map(|d| {
+                if is_within(repo, d) {
+                    Some(String::new())
+                } else if is_within(d, repo) {
+                    Some(d[repo.len() + 1..].to_owned())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if !inner.is_empty() {
+            files.extend(git_ls(&root.join(repo), repo, &inner, false)?);
+        }
+    }
+    Ok(FileList::from_paths(files).files)
+}
+
 /// Whether git could take `root` for (part of) a work tree: a `.git` at or above it, or git's
 /// own variables set. `false` means git would find no repository, so it is not asked.
 fn may_be_git(root: &Path) -> bool {
@@ -202,6 +236,16 @@ fn in_git_work_tree(root: &Path) -> bool {
 /// `git ls-files` in `dir`, names prefixed with `prefix`; limited to `paths` (relative to
 /// `dir`, taken literally) unless it is empty or holds `""` (everything).
 fn ls_files(dir: &Path, prefix: &str, paths: &[String]) -> Result<Vec<String>, FilesError> {
+    git_ls(dir, prefix, paths, true)
+}
+
+/// [`ls_files`]; `others`: the untracked files git does not ignore too (else tracked only).
+fn git_ls(
+    dir: &Path,
+    prefix: &str,
+    paths: &[String],
+    others: bool,
+) -> Result<Vec<String>, FilesError> {
     let fail = |message: String| FilesError::Git { dir: dir.display().to_string(), message };
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(dir).args([
@@ -211,9 +255,10 @@ fn ls_files(dir: &Path, prefix: &str, paths: &[String]) -> Result<Vec<String>, F
         "ls-files",
         "-z",
         "--cached",
-        "--others",
-        "--exclude-standard",
     ]);
+    if others {
+        cmd.args(["--others", "--exclude-standard"]);
+    }
     if !paths.iter().any(String::is_empty) {
         cmd.arg("--").args(paths);
     }
@@ -371,6 +416,25 @@ mod tests {
         // Ignored, it is no input and nothing is refused.
         std::fs::write(d.path().join(".gitignore"), "bad*\n").unwrap();
         assert_eq!(enumerate(d.path(), &[]).unwrap().all(), [".gitignore", "p/a.txt"]);
+    }
+
+    #[test]
+    fn tracked_under_lists_only_what_git_tracks_ignored_or_not() {
+        let d = tempfile::tempdir().unwrap();
+        tree(d.path());
+        git(d.path(), &["init", "-q"]);
+        git(&d.path().join("n"), &["init", "-q"]);
+        git(d.path(), &["add", "p/a.txt"]);
+        git(d.path(), &["add", "-f", "p/dist/out"]);
+        git(&d.path().join("n"), &["add", "d.txt"]);
+        let nested = ["n".to_owned()];
+        let dirs = ["p".to_owned(), "n".to_owned(), "q".to_owned()];
+        // `p/s[1]/b.txt` and `q/c.txt` are untracked; `p/dist/out` is tracked though ignored.
+        assert_eq!(
+            tracked_under(d.path(), &nested, &dirs).unwrap(),
+            ["n/d.txt", "p/a.txt", "p/dist/out"]
+        );
+        assert!(tracked_under(d.path(), &nested, &[]).unwrap().is_empty());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! What a task reads: the workspace file list ([`files`]), the declared inputs it leaves out
-//! (gitignored, [`unlisted`]), and each task's slice of it ([`select`]).
+//! (gitignored, [`unlisted`]), and each task's slice of it ([`select`]); and what no task's
+//! clean or restore may delete ([`protect`]).
 
 pub mod files;
+pub mod protect;
 pub mod select;
 pub mod unlisted;
 

@@ -1,11 +1,17 @@
-//! The default runtime input: the program a task's command starts. A toolchain upgrade
-//! (`node`, `tsc` installed globally, `rustc`) changes outputs without changing a file the key
-//! sees; declaring `runtime = ["node --version"]` covers it, and by default prova also folds
-//! the **resolved path and content digest of the command's first word** when it is a program
-//! outside the workspace, as the config pair `binary:<word>`. A program inside the workspace
-//! (`./node_modules/.bin/tsc`, `scripts/build.sh`) is a workspace file — its inputs and
-//! installed trees key it. Shell builtins and keywords (`cd`, `echo`, `test`, `if`) start
-//! nothing and are skipped; so are words the shell would expand (`$TOOL`).
+//! The default runtime input: the programs a task's command starts. A toolchain upgrade
+//! (`node`, `tsc` installed globally, `rustc`, `grep`) changes outputs without changing a file
+//! the key sees; declaring `runtime = ["node --version"]` covers it, and by default prova also
+//! folds the **resolved path and content digest of every program the command starts** that
+//! lies outside the workspace, each as a config pair `binary:<word>`. The command is read as
+//! a shell script ([`super::shell`]): every command of a list or pipeline, `sh -c '…'`, `cd
+//! dir && tool`, `env X=1 tool` and the other wrappers, command substitutions, and the tool
+//! of `npx`/`npm exec`/`pnpm exec`/`yarn exec` (looked up in `node_modules/.bin` first); and
+//! the interpreter a program's `#!` line names, one level deep (`tsc` → `node`). A
+//! program inside the workspace (`./node_modules/.bin/tsc`, `scripts/build.sh`) is a
+//! workspace file — its inputs and installed trees key it. Shell builtins start nothing. What
+//! cannot be known without running the command (a program named by a variable, `eval`, a
+//! `package.json` script run by name) is not keyed and is said so ([`Programs::unkeyed`],
+//! shown by `prova why` and `prova show`).
 //!
 //! Digests are memoised in the cache's stat memo (scope [`SCOPE`], by absolute path), so a
 //! warm run stats each program once and reads nothing. `[workspace] runtime_binary = false`
@@ -13,7 +19,6 @@
 //! machine, and a program's bytes differ per platform).
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +26,7 @@ use prova_protocol::Digest;
 use prova_protocol::spec::{CommandLine, ProgramCheck};
 
 use super::digests::{Stamp, memo_row, row_proves_output};
+use super::shell::{self, Invocation, PathDir, Start};
 use crate::cache::MemoRow;
 
 /// The memo scope of program digests (paths in it are absolute).
@@ -29,57 +35,225 @@ pub const SCOPE: &str = "prova:binaries";
 /// The config pair's name prefix.
 pub const PREFIX: &str = "binary:";
 
-/// Words `sh` runs itself: no program starts.
-const BUILTINS: &[&str] = &[
-    ".", ":", "[", "alias", "break", "case", "cd", "command", "continue", "do", "echo", "eval",
-    "exec", "exit", "export", "false", "for", "getopts", "hash", "if", "printf", "pwd", "read",
-    "readonly", "return", "set", "shift", "source", "test", "times", "trap", "true", "type",
-    "ulimit", "umask", "unalias", "unset", "until", "wait", "while", "{", "(", "!",
-];
+/// What one task's command starts, resolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Programs {
+    /// Each program outside the workspace: the pair name's word and its resolved path.
+    pub found: Vec<(String, PathBuf)>,
+    /// What is not keyed, in words (`` `$TOOL`: the program is chosen when the command
+    /// runs``).
+    pub unkeyed: Vec<String>,
+}
 
-/// The word naming the program `command` starts, if it names one a key can fold: an argv's
-/// first element; a shell string's first word after `NAME=value` assignments, unless it is a
-/// builtin or keyword or something the shell would expand.
-pub fn first_word(command: &CommandLine) -> Option<String> {
-    let word = match command {
-        CommandLine::Argv(v) => v.first()?.clone(),
-        CommandLine::Shell(s) => {
-            let w = s.split_whitespace().find(|w| !is_assignment(w))?;
-            if w.contains([
-                '$', '`', '\'', '"', '*', '?', '[', '~', '(', ')', ';', '&', '|', '<', '>',
-            ]) || BUILTINS.contains(&w)
+/// Where one invocation resolves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A program outside the workspace (symlinks followed).
+    Outside(PathBuf),
+    /// A workspace file: its inputs or installed tree key it.
+    Inside(PathBuf),
+    /// Nothing of that name where it is looked up.
+    Missing,
+    /// Where it is looked up is known only when the command runs (the reason).
+    Unknown(String),
+}
+
+/// Reads `command` (run in `cwd`, the task's directory, with `path_var` as its `PATH`) and
+/// resolves every program it starts against the workspace at `root`.
+pub fn programs(
+    root: &Path,
+    cwd: &Path,
+    command: &CommandLine,
+    path_var: Option<&str>,
+) -> Programs {
+    Resolver::new(root).programs(cwd, command, path_var)
+}
+
+/// Resolves the programs of many commands of one workspace, each lookup and each `#!` line
+/// once (a thousand packages' `tsc` are one file).
+#[derive(Debug)]
+pub struct Resolver {
+    /// The workspace root, canonical.
+    root: PathBuf,
+    /// Lookups done: by (word, the directory it resolves from if it matters, PATH, runner).
+    found: HashMap<(String, Option<PathBuf>, Vec<PathDir>, bool), Found>,
+    /// `#!` interpreters read, by program.
+    interpreters: HashMap<PathBuf, Option<String>>,
+}
+
+impl Resolver {
+    /// A resolver for the workspace at `root`.
+    pub fn new(root: &Path) -> Self {
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        Self { root, found: HashMap::new(), interpreters: HashMap::new() }
+    }
+
+    fn resolve(&mut self, inv: &Invocation) -> Found {
+        let dir = (inv.word.contains('/') || inv.node_bin).then(|| inv.cwd.clone()).flatten();
+        let id = (inv.word.clone(), dir, inv.path.clone(), inv.node_bin);
+        let root = &self.root;
+        self.found.entry(id).or_insert_with(|| resolve(root, inv)).clone()
+    }
+
+    fn interpreter(&mut self, program: &Path) -> Option<String> {
+        self.interpreters
+            .entry(program.to_path_buf())
+            .or_insert_with(|| interpreter(program))
+            .clone()
+    }
+
+    /// [`programs`], with this resolver's lookups.
+    pub fn programs(
+        &mut self,
+        cwd: &Path,
+        command: &CommandLine,
+        path_var: Option<&str>,
+    ) -> Programs {
+        let start = Start::new(cwd.to_path_buf(), path_var);
+        let analysis = match command {
+            CommandLine::Shell(s) => shell::analyse(s, &start),
+            CommandLine::Argv(v) => shell::Analysis {
+                invocations: v
+                    .first()
+                    .map(|w| Invocation {
+                        word: w.clone(),
+                        cwd: Some(start.cwd.clone()),
+                        path: start.path.clone(),
+                        path_changed: false,
+                        node_bin: false,
+                        interpreted: false,
+                    })
+                    .into_iter()
+                    .collect(),
+                unkeyed: Vec::new(),
+            },
+        };
+        let mut out = Programs { found: Vec::new(), unkeyed: analysis.unkeyed };
+        let mut invocations = analysis.invocations;
+        let mut i = 0;
+        while let Some(inv) = invocations.get(i).cloned() {
+            i += 1;
+            let found = self.resolve(&inv);
+            // A script's `#!` interpreter runs too (`tsc` is `#!/usr/bin/env node`): one level.
+            if let (Found::Outside(p) | Found::Inside(p), false) = (&found, inv.interpreted)
+                && let Some(word) = self.interpreter(p)
             {
-                return None;
+                invocations.push(Invocation {
+                    word,
+                    node_bin: false,
+                    interpreted: true,
+                    ..inv.clone()
+                });
             }
-            w.to_owned()
+            match found {
+                Found::Outside(path) => {
+                    let name = if inv.word.contains('/') || !inv.path_changed {
+                        inv.word.clone()
+                    } else {
+                        // Looked up on a PATH the command set: named by where it is, which is
+                        // what a farm worker checks.
+                        path.display().to_string()
+                    };
+                    let taken = |n: &str| out.found.iter().any(|(w, _)| w == n);
+                    if out.found.iter().any(|(w, p)| *w == name && *p == path) {
+                        continue;
+                    }
+                    let name = if taken(&name) { path.display().to_string() } else { name };
+                    if !taken(&name) {
+                        out.found.push((name, path));
+                    }
+                }
+                Found::Inside(_) => {}
+                Found::Missing if inv.node_bin => out.unkeyed.push(format!(
+                    "`{}`: not in node_modules/.bin nor on PATH (a package runner would fetch it)",
+                    inv.word
+                )),
+                Found::Missing => {
+                    out.unkeyed.push(format!("`{}`: not found where the command looks", inv.word))
+                }
+                Found::Unknown(why) => out.unkeyed.push(why),
+            }
         }
-    };
-    (!word.is_empty()).then_some(word)
+        out.unkeyed.dedup();
+        out
+    }
 }
 
-fn is_assignment(w: &str) -> bool {
-    w.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !name.starts_with(|c: char| c.is_ascii_digit())
-    })
-}
-
-/// Where `word` resolves for a task running in `cwd` of the workspace at `root` (a path
-/// relative to `cwd`, else the first executable of that name on `path_var`), symlinks
-/// followed — or `None` when it is not found or lies inside the workspace.
-pub fn resolve(root: &Path, cwd: &Path, word: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
-    let found = if word.contains('/') {
-        Some(cwd.join(word))
+/// Where `inv` resolves for the workspace at `root` (canonical): a word with a `/` from its
+/// directory, a package runner's tool from `node_modules/.bin` first, any other on its PATH.
+pub fn resolve(root: &Path, inv: &Invocation) -> Found {
+    let word = inv.word.as_str();
+    let candidate = if word.starts_with('/') {
+        Some(PathBuf::from(word))
+    } else if word.contains('/') {
+        match &inv.cwd {
+            Some(cwd) => Some(cwd.join(word)),
+            None => {
+                return Found::Unknown(format!(
+                    "`{word}`: relative to a directory prova cannot tell (a `cd` to a variable)"
+                ));
+            }
+        }
     } else {
-        std::env::split_paths(path_var?)
-            .filter(|d| d.is_absolute())
-            .map(|d| d.join(word))
-            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0))
-    }?;
-    let real = std::fs::canonicalize(found).ok()?;
-    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    (!real.starts_with(&root)).then_some(real)
+        let mut dirs: Vec<PathDir> = Vec::new();
+        if inv.node_bin {
+            match &inv.cwd {
+                Some(cwd) => {
+                    dirs.extend(shell::node_bin_dirs(cwd).into_iter().map(PathDir::Dir));
+                }
+                None => dirs.push(PathDir::Unknown("node_modules/.bin".to_owned())),
+            }
+        }
+        dirs.extend(inv.path.iter().cloned());
+        let mut hit = None;
+        for d in &dirs {
+            match d {
+                PathDir::Dir(d) if d.is_absolute() => {
+                    let p = d.join(word);
+                    if executable(&p) {
+                        hit = Some(p);
+                        break;
+                    }
+                }
+                PathDir::Dir(_) => {}
+                PathDir::Unknown(what) => {
+                    return Found::Unknown(format!(
+                        "`{word}`: looked up on a PATH holding `{what}`, which is known only \
+                         when the command runs"
+                    ));
+                }
+            }
+        }
+        hit
+    };
+    let Some(found) = candidate.filter(|p| executable(p)) else { return Found::Missing };
+    match std::fs::canonicalize(&found) {
+        Ok(real) if real.starts_with(root) => Found::Inside(real),
+        Ok(real) => Found::Outside(real),
+        Err(_) => Found::Missing,
+    }
+}
+
+fn executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+}
+
+/// The program a script's `#!` line starts (`#!/usr/bin/env node` → `node`, looked up on
+/// PATH; `#!/bin/sh -e` → `/bin/sh`), if it has one. Reads the file's first line only.
+fn interpreter(p: &Path) -> Option<String> {
+    use std::io::Read as _;
+    const HEAD: u64 = 256;
+    let mut head = Vec::new();
+    std::fs::File::open(p).ok()?.take(HEAD).read_to_end(&mut head).ok()?;
+    let line = head.strip_prefix(b"#!")?.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    if first.rsplit('/').next() != Some("env") {
+        return Some(first.to_owned());
+    }
+    // `env [-S] [NAME=value…] program`.
+    words.find(|w| !w.starts_with('-') && !w.contains('=')).map(str::to_owned)
 }
 
 /// Digests `paths`, reusing `memo` rows that are still valid. Returns the digests and the
@@ -134,35 +308,102 @@ pub fn pair(word: &str, path: &Path, digest: &Digest) -> (String, String) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_first_word_is_the_program_unless_the_shell_runs_it_itself() {
-        let sh = |s: &str| first_word(&CommandLine::Shell(s.into()));
-        assert_eq!(sh("tsc -p . && cp a b").as_deref(), Some("tsc"));
-        assert_eq!(sh("NODE_ENV=production node build.js").as_deref(), Some("node"));
-        assert_eq!(sh("./scripts/build.sh").as_deref(), Some("./scripts/build.sh"));
-        for none in ["cd web && tsc", "echo hi", "test -f x", "if true; then :; fi", "$TOOL x", ""]
-        {
-            assert_eq!(sh(none), None, "{none}");
-        }
-        let argv = CommandLine::Argv(vec!["node".into(), "x.js".into()]);
-        assert_eq!(first_word(&argv).as_deref(), Some("node"));
+    fn install(dir: &Path, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tool = dir.join(name);
+        std::fs::create_dir_all(dir).expect("mkdir");
+        // No `#!` line: its interpreter is not looked for.
+        std::fs::write(&tool, "exit 0\n").expect("write");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        tool
+    }
+
+    fn canon(p: &Path) -> PathBuf {
+        std::fs::canonicalize(p).expect("canon")
     }
 
     #[test]
-    fn a_program_inside_the_workspace_is_not_folded_one_on_path_is() {
+    fn every_program_outside_the_workspace_is_found_one_inside_is_not() {
         let ws = tempfile::tempdir().expect("ws");
         let bin = tempfile::tempdir().expect("bin");
-        for dir in [ws.path(), bin.path()] {
-            let tool = dir.join("tool");
-            std::fs::write(&tool, "#!/bin/sh\n").expect("write");
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        install(ws.path(), "tool");
+        install(bin.path(), "tool");
+        install(bin.path(), "other");
+        let path = bin.path().display().to_string();
+        let sh = |s: &str| {
+            programs(ws.path(), ws.path(), &CommandLine::Shell(s.into()), Some(path.as_str()))
+        };
+        let p = sh("./tool && tool | other; absent-tool");
+        let tool = canon(&bin.path().join("tool"));
+        let other = canon(&bin.path().join("other"));
+        assert_eq!(p.found, [("tool".to_owned(), tool.clone()), ("other".to_owned(), other)]);
+        assert_eq!(p.unkeyed, ["`absent-tool`: not found where the command looks"]);
+        // Behind `sh -c`, `cd`, `env`: found all the same.
+        for hidden in ["sh -c 'tool x'", "cd sub && tool", "env X=1 tool", "nohup tool"] {
+            let p = sh(hidden);
+            assert!(p.found.iter().any(|(w, f)| w == "tool" && *f == tool), "{hidden}: {p:?}");
         }
-        let path = std::env::join_paths([bin.path()]).expect("PATH");
-        assert_eq!(resolve(ws.path(), ws.path(), "./tool", Some(&path)), None);
-        let found = resolve(ws.path(), ws.path(), "tool", Some(&path)).expect("on PATH");
-        assert!(found.starts_with(std::fs::canonicalize(bin.path()).expect("canon")));
-        assert_eq!(resolve(ws.path(), ws.path(), "absent-tool", Some(&path)), None);
+    }
+
+    #[test]
+    fn a_package_runners_tool_is_found_in_node_modules_first() {
+        let ws = tempfile::tempdir().expect("ws");
+        let bin = tempfile::tempdir().expect("bin");
+        install(&ws.path().join("node_modules/.bin"), "tsc");
+        install(bin.path(), "tsc");
+        install(bin.path(), "npx");
+        install(bin.path(), "vite");
+        let app = ws.path().join("app");
+        std::fs::create_dir_all(&app).expect("app");
+        let path = bin.path().display().to_string();
+        let sh = |s: &str| programs(ws.path(), &app, &CommandLine::Shell(s.into()), Some(&path));
+        // The workspace's tsc: an installed tree keys it, not a pair.
+        let p = sh("npx tsc -b");
+        let names: Vec<&str> = p.found.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(names, ["npx"], "{p:?}");
+        // Not installed in the workspace: npx takes it from PATH.
+        assert!(sh("npx vite build").found.iter().any(|(w, _)| w == "vite"));
+        let p = sh("npx absent");
+        assert!(p.unkeyed.iter().any(|u| u.contains("would fetch it")), "{p:?}");
+        // The PATH prova's package.json scripts set: node_modules/.bin first.
+        let p = sh(
+            "PATH=\"$PWD/node_modules/.bin:$PWD/../node_modules/.bin:$PATH\"; export PATH; tsc -b && vite",
+        );
+        let names: Vec<&str> = p.found.iter().map(|(w, _)| w.as_str()).collect();
+        let vite = canon(&bin.path().join("vite")).display().to_string();
+        assert_eq!(names, [vite.as_str()], "named by its path: the PATH was the command's\n{p:?}");
+    }
+
+    #[test]
+    fn the_interpreter_a_scripts_first_line_names_is_found_too() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let ws = tempfile::tempdir().expect("ws");
+        let bin = tempfile::tempdir().expect("bin");
+        let fake_node = install(bin.path(), "fakenode");
+        // The workspace's tsc (an installed tree keys it) runs a node from PATH.
+        let tsc = ws.path().join("node_modules/.bin/tsc");
+        std::fs::create_dir_all(tsc.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&tsc, "#!/usr/bin/env -S fakenode --max-old-space-size=4096\n").expect("w");
+        std::fs::set_permissions(&tsc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let path = bin.path().display().to_string();
+        let p = programs(ws.path(), ws.path(), &CommandLine::Shell("npx tsc".into()), Some(&path));
+        assert_eq!(p.found, [("fakenode".to_owned(), canon(&fake_node))], "{p:?}");
+        assert_eq!(interpreter(&fake_node), None);
+        std::fs::write(&fake_node, "#!/bin/sh -e\n").expect("w");
+        assert_eq!(interpreter(&fake_node).as_deref(), Some("/bin/sh"));
+    }
+
+    #[test]
+    fn a_lookup_prova_cannot_follow_is_named_not_guessed() {
+        let ws = tempfile::tempdir().expect("ws");
+        let sh = |s: &str| {
+            programs(ws.path(), ws.path(), &CommandLine::Shell(s.into()), Some("/usr/bin:/bin"))
+        };
+        let p = sh("PATH=$HOME/bin:$PATH tool");
+        assert!(p.found.is_empty());
+        assert!(p.unkeyed[0].contains("`$HOME/bin`"), "{p:?}");
+        let p = sh("cd $DIR && ./x");
+        assert!(p.unkeyed[0].contains("relative to a directory"), "{p:?}");
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! components and their fold (`prova_protocol::key`, shared with the farm), [`compute`],
 //! which folds everything of every task's key that is known before anything runs, and
 //! [`progressive`], which completes a key once its upstreams are resolved (a dependent folds
-//! a cached upstream's output fingerprint, not its key: early cutoff).
+//! its upstreams' output fingerprints, and unless it is confined their keys too: early
+//! cutoff only where nothing but the outputs can be read). [`binaries`] keys the programs a
+//! command starts, read by [`shell`].
 
 pub mod binaries;
 pub mod digests;
 pub mod progressive;
 pub mod runtime;
+pub mod shell;
 
 use prova_protocol::Digest;
 use prova_protocol::spec::CommandLine;
@@ -35,8 +38,9 @@ pub struct PlanKeys {
     /// its resolved externals): not in any key's `workspace` list, but every exec root
     /// holds them, as it holds the workspace inputs.
     pub unfolded: Vec<InputFile>,
-    /// Per task, the upstreams it folds by outputs ([`progressive`]), computed once.
-    pub closures: std::sync::OnceLock<std::sync::Arc<Vec<Vec<u32>>>>,
+    /// Per task, the upstreams it folds by outputs and by key ([`progressive`]), computed
+    /// once.
+    pub closures: std::sync::OnceLock<std::sync::Arc<Vec<progressive::Closure>>>,
 }
 
 /// The platform string folded into non-portable keys.
@@ -62,7 +66,7 @@ pub fn compute(
     env: &dyn Fn(&str) -> Option<String>,
     salt: Option<&KeySalt>,
     trees: &[crate::trees::ScannedTree],
-    programs: &std::collections::HashMap<usize, (String, String)>,
+    programs: &std::collections::HashMap<usize, Vec<(String, String)>>,
 ) -> PlanKeys {
     let to_file = |i: &u32| -> Option<(InputFile, Stamp)> {
         let path = &files.all()[*i as usize];
@@ -92,6 +96,8 @@ pub fn compute(
         workspace.into_iter().partition(|f| locks.is_keyed(&f.path));
 
     let n = plan.tasks.len();
+    // The projects each task reaches: their installed trees are the task's too.
+    let reach = crate::trees::reach(ws, plan);
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
     for ti in topo(plan) {
@@ -133,14 +139,14 @@ pub fn compute(
             config: {
                 let mut c = config_pairs(def);
                 c.extend(runtime::config_pairs(ws, def, salt));
-                c.extend(programs.get(&ti).cloned());
+                c.extend(programs.get(&ti).into_iter().flatten().cloned());
                 if let Some(p) = ws.projects.get(t.project) {
                     c.extend(locks.config_pairs(&p.dir));
                     // Each installed tree the task can resolve into, by its manifest digest.
                     c.extend(
                         trees
                             .iter()
-                            .filter(|tr| crate::trees::visible_to(&tr.path, &p.dir))
+                            .filter(|tr| crate::trees::visible_to_any(&tr.path, &reach[ti]))
                             .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
                     );
                     c.sort();

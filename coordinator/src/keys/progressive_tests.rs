@@ -80,13 +80,13 @@ fn entry(key: Digest, fingerprint: Digest) -> Entry {
 }
 
 #[test]
-fn a_cached_upstream_with_outputs_is_folded_by_its_outputs() {
+fn an_upstream_with_outputs_is_folded_by_its_outputs_cached_or_not() {
     let (plan, _) = chain();
     assert!(folds_outputs(&plan.tasks[0]));
     assert!(!folds_outputs(&plan.tasks[2]), "no declared outputs: folded by key");
     let mut uncached = plan.tasks[0].clone();
     uncached.cacheable = false;
-    assert!(!folds_outputs(&uncached), "never cached: folded by key");
+    assert!(folds_outputs(&uncached), "its key says nothing of what it wrote: its bytes do");
 }
 
 #[test]
@@ -99,22 +99,34 @@ fn before_anything_resolves_only_the_root_is_keyed() {
     assert!(keys.key(3).is_none(), "folds test's key, itself pending");
 }
 
-#[test]
-fn identical_upstream_outputs_keep_the_key_and_one_byte_moves_it() {
-    let (plan, mut keys) = chain();
-    keys.settle_all(&plan, &|_| None);
-    let fp = Digest::of(b"gen outputs");
-    let k1 = keys.settle(&plan, 1, &|_| Some(fp)).expect("keyed");
-    assert_eq!(keys.components[1].upstream_outputs, vec![("p#gen".to_owned(), fp)]);
-    assert!(keys.components[1].upstream.is_empty());
-    // gen re-ran with another key but the same bytes: lib's key is the same.
-    let (plan2, mut keys2) = chain();
-    keys2.components[0].inputs.push(crate::keys::InputFile {
+/// [`chain`] with `lib#build` confined (`sandbox = true`).
+fn confined_chain() -> (RunPlan, PlanKeys) {
+    let (mut plan, keys) = chain();
+    plan.tasks[1].spec.proof.sandbox = true;
+    (plan, keys)
+}
+
+/// `gen` with an edited source: another key, the same outputs.
+fn edited_gen(keys: &mut PlanKeys) {
+    keys.components[0].inputs.push(crate::keys::InputFile {
         path: "gen/src.txt".into(),
         kind: crate::keys::InputKind::File,
         exec: false,
         digest: Digest::of(b"edited"),
     });
+}
+
+#[test]
+fn a_confined_dependent_keeps_its_key_when_its_upstreams_bytes_hold_and_one_byte_moves_it() {
+    let (plan, mut keys) = confined_chain();
+    keys.settle_all(&plan, &|_| None);
+    let fp = Digest::of(b"gen outputs");
+    let k1 = keys.settle(&plan, 1, &|_| Some(fp)).expect("keyed");
+    assert_eq!(keys.components[1].upstream_outputs, vec![("p#gen".to_owned(), fp)]);
+    assert!(keys.components[1].upstream.is_empty(), "gen is folded by its bytes alone");
+    // gen re-ran with another key but the same bytes: lib's key is the same.
+    let (plan2, mut keys2) = confined_chain();
+    edited_gen(&mut keys2);
     keys2.settle_all(&plan2, &|_| None);
     assert_ne!(keys2.key(0), keys.key(0), "gen's own key moved");
     assert_eq!(keys2.settle(&plan2, 1, &|_| Some(fp)), Some(k1), "early cutoff");
@@ -123,30 +135,96 @@ fn identical_upstream_outputs_keep_the_key_and_one_byte_moves_it() {
 }
 
 #[test]
-fn an_upstream_without_outputs_is_folded_by_its_key() {
+fn a_dependent_that_is_not_confined_folds_its_upstreams_keys_and_bytes() {
+    let (plan, mut keys) = chain();
+    keys.settle_all(&plan, &|_| None);
+    let fp = Digest::of(b"gen outputs");
+    let k1 = keys.settle(&plan, 1, &|_| Some(fp)).expect("keyed");
+    let gen_key = keys.key(0).expect("gen keyed");
+    assert_eq!(keys.components[1].upstream, vec![("p#gen".to_owned(), gen_key)]);
+    assert_eq!(keys.components[1].upstream_outputs, vec![("p#gen".to_owned(), fp)]);
+    // In place lib can read gen's sources: gen's edit moves lib though its bytes held.
+    let (plan2, mut keys2) = chain();
+    edited_gen(&mut keys2);
+    keys2.settle_all(&plan2, &|_| None);
+    let k2 = keys2.settle(&plan2, 1, &|_| Some(fp)).expect("keyed");
+    assert_ne!(k2, k1, "no cutoff for what can read its upstream's sources");
+    // What moved is named: only gen's key, its bytes held.
+    assert_eq!(blocked_cutoff(&keys2.components[1], &keys.components[1]), ["p#gen"]);
+    let mut now = keys2.components[1].clone();
+    now.inputs.push(keys2.components[0].inputs[0].clone());
+    assert!(blocked_cutoff(&now, &keys.components[1]).is_empty(), "its own input moved too");
+    // ...and the bytes still count: the same gen key with other bytes (an uncached or
+    // nondeterministic upstream) moves it too.
+    assert_ne!(keys.settle(&plan, 1, &|_| Some(Digest::of(b"other bytes"))), Some(k1));
+    assert!(blocked_cutoff(&keys2.components[1], &keys.components[1]).is_empty(), "bytes moved");
+}
+
+#[test]
+fn every_upstream_key_is_folded_directly_or_through_a_dependency_unless_confined() {
     let (plan, mut keys) = chain();
     keys.settle_all(&plan, &|_| None);
     let fps = |d: usize| Some(Digest::of(format!("outputs of {d}").as_bytes()));
     keys.settle(&plan, 1, &fps);
     let test = keys.settle(&plan, 2, &fps).expect("test keyed");
     let report = keys.settle(&plan, 3, &fps).expect("report keyed");
-    assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), test)]);
-    // What test could read, report can: gen's and lib's outputs are folded too.
+    // What test could read, report can: gen's and lib's outputs are folded too; their keys
+    // through test's, which folds lib's, which folds gen's.
     let names: Vec<&str> =
         keys.components[3].upstream_outputs.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(names, ["p#gen", "p#lib"]);
+    assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), test)]);
     assert_ne!(report, test);
+    // Confined, report folds the key of its direct dependency without outputs only.
+    let (mut plan, mut keys) = chain();
+    plan.tasks[3].spec.proof.sandbox = true;
+    keys.settle_all(&plan, &fps);
+    assert_eq!(keys.components[3].upstream, vec![("p#test".to_owned(), keys.key(2).expect("k"))]);
 }
 
 #[test]
-fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
-    // gen → lib → app, all with outputs: app's exec root holds gen's artifact too, so gen's
-    // bytes are part of what app can read.
+fn a_confined_dependency_does_not_hide_its_upstreams_keys_from_a_dependent_that_is_not() {
+    // gen → lib (confined: its key folds gen's bytes, not gen's key) → app (not confined:
+    // in place it can read gen's sources).
     let tasks = vec![
         task("gen", &["dist/**"], true, vec![]),
         task("lib", &["lib/**"], true, vec![0]),
         task("app", &["app/**"], true, vec![1]),
     ];
+    let mut plan = RunPlan { root: PathBuf::from("/ws"), tasks };
+    plan.tasks[1].spec.proof.sandbox = true;
+    let fps = |_: usize| Some(Digest::of(b"same bytes"));
+    let keyed = |edit: bool| {
+        let mut keys = PlanKeys {
+            keys: vec![None; 3],
+            components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),
+            stamps: vec![Vec::new(); 3],
+            unfolded: vec![],
+            closures: Default::default(),
+        };
+        if edit {
+            edited_gen(&mut keys);
+        }
+        keys.settle_all(&plan, &fps);
+        keys
+    };
+    let (before, after) = (keyed(false), keyed(true));
+    assert_eq!(before.key(1), after.key(1), "lib is cut off");
+    let names: Vec<&str> = after.components[2].upstream.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["p#gen", "p#lib"]);
+    assert_ne!(before.key(2), after.key(2), "app folds gen's key itself");
+}
+
+#[test]
+fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
+    // gen → lib → app, all with outputs: app's exec root holds gen's artifact too, so gen's
+    // bytes are part of what app can read, confined (as here) or not.
+    let mut tasks = vec![
+        task("gen", &["dist/**"], true, vec![]),
+        task("lib", &["lib/**"], true, vec![0]),
+        task("app", &["app/**"], true, vec![1]),
+    ];
+    tasks[2].spec.proof.sandbox = true;
     let mut keys = PlanKeys {
         keys: vec![None; 3],
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),

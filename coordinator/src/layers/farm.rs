@@ -100,12 +100,15 @@ impl FarmLayer {
     ) -> Result<(), LayerError> {
         let (key, fp, ok) = (e.key, e.fingerprint, e.ok);
         self.inner.record(e, staged).await?;
-        if let (Some(trusted), Some(fp), true) = (self.promote.clone(), fp, ok) {
+        if let (Some(trusted), Some(_), true) = (self.promote.clone(), fp, ok) {
             self.inner
                 .cache()
                 .call(move |s| -> Result<(), crate::cache::CacheError> {
-                    if s.proves(&key, &fp)?
-                        && s.get_entry(PENDING, &key)?.is_some_and(|e| e.fingerprint == Some(fp))
+                    // The waiting entry's own fingerprint is what must be proven: a re-run of
+                    // a task with `verify_ignore` agrees with it without the same bytes.
+                    let waiting = s.get_entry(PENDING, &key)?.and_then(|e| e.fingerprint);
+                    if let Some(entry_fp) = waiting
+                        && s.proves(&key, &entry_fp)?
                     {
                         s.promote(&key, PENDING, &trusted)?;
                     }
@@ -193,6 +196,10 @@ impl CacheLayer for FarmLayer {
 
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>> {
         self.inner.entry(key)
+    }
+
+    fn newest_entry(&self, task: String) -> LayerFuture<'_, Option<Entry>> {
+        self.inner.newest_entry(task)
     }
 
     fn lookup(&self, keys: Vec<Digest>) -> LayerFuture<'_, HashMap<Digest, Entry>> {

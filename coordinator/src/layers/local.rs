@@ -42,6 +42,8 @@ pub struct LocalLayer {
     /// Each task's input rules, by task id: before a save its inputs are listed again, and a
     /// file that became an input while it ran withholds the entry.
     scopes: Option<Arc<HashMap<String, InputScope>>>,
+    /// The files no restore of a task may remove or overwrite, by task id (issue 27).
+    protected: Arc<crate::inputs::protect::Protected>,
 }
 
 /// What a restore did.
@@ -95,7 +97,16 @@ impl LocalLayer {
             root: root.to_owned(),
             staging: root.join(".prova").join("tmp"),
             scopes: None,
+            protected: Arc::default(),
         }
+    }
+
+    /// The layer, refusing any restore that would remove or overwrite one of a task's
+    /// protected files (`protected` by task id, from [`crate::prepare::Prepared::protected`]):
+    /// a file git tracks or a task's declared input is never replaced by a cache entry.
+    pub fn with_protected(mut self, protected: Arc<crate::inputs::protect::Protected>) -> Self {
+        self.protected = protected;
+        self
     }
 
     /// The layer, rechecking before each save that no input was added to the task while it
@@ -164,6 +175,14 @@ impl LocalLayer {
             let n = manifest.entries.len() as u64;
             return Ok(Some(Restored { placed: 0, current: n, log }));
         }
+        if let Some(hit) = self.overwrites_protected(&entry.task, &manifest, &extras) {
+            tracing::warn!(task = %entry.task, "refusing to restore over `{}`", hit.path);
+            return Err(LayerError::Refused(format!(
+                "restoring {} would replace `{}`, and {}: prova never overwrites a file git \
+                 tracks or a task's declared input",
+                entry.task, hit.path, hit.why
+            )));
+        }
         let Some((digest, _)) = entry.artifact else {
             // No artifact: the task has no outputs; only remove stale extras.
             let root2 = root.clone();
@@ -200,6 +219,20 @@ impl LocalLayer {
                 Ok(None)
             }
         }
+    }
+
+    /// The first protected file of `task` a restore would remove (`extras`) or write (a file
+    /// or link of `manifest`).
+    fn overwrites_protected(
+        &self,
+        task: &str,
+        manifest: &OutputManifest,
+        extras: &[String],
+    ) -> Option<&prova_protocol::work::ProtectedPath> {
+        let protected = self.protected.get(task)?;
+        let written = manifest.entries.iter().filter(|e| e.kind != EntryKind::Dir).map(|e| &e.path);
+        let touched: HashSet<&String> = written.chain(extras).collect();
+        protected.iter().find(|p| touched.contains(&p.path))
     }
 
     /// [`CacheLayer::resolve_current`](super::CacheLayer::resolve_current): one job on the
@@ -351,15 +384,9 @@ impl super::CacheLayer for LocalLayer {
         Box::pin(async move { Ok(self.cache.call(move |s| s.get_entry(&ns, &key)).await??) })
     }
 
-    fn newest_output_count(&self, task: String) -> super::LayerFuture<'_, Option<usize>> {
+    fn newest_entry(&self, task: String) -> super::LayerFuture<'_, Option<Entry>> {
         let ns = self.namespace.clone();
-        Box::pin(async move {
-            let newest = self.cache.call(move |s| s.latest_for_task(&ns, &task)).await??;
-            // An entry whose manifest does not decode says nothing (its restore refuses it).
-            Ok(newest
-                .and_then(|e| rmp_serde::from_slice::<OutputManifest>(&e.manifest).ok())
-                .map(|m| output_count(&m)))
-        })
+        Box::pin(async move { Ok(self.cache.call(move |s| s.latest_for_task(&ns, &task)).await??) })
     }
 
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> super::LayerFuture<'_, ()> {

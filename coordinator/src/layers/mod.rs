@@ -63,9 +63,11 @@ pub trait CacheLayer: Send + Sync + 'static {
         &self,
         keys: Vec<Digest>,
     ) -> LayerFuture<'_, std::collections::HashMap<Digest, Entry>>;
-    /// How many files (and links) the outputs of `task`'s newest entry hold, to warn when a
-    /// fresh execution produced fewer (`None`: no entry, or the layer does not say).
-    fn newest_output_count(&self, _task: String) -> LayerFuture<'_, Option<usize>> {
+    /// `task`'s newest entry of any key, which a fresh execution's outputs are checked
+    /// against before it is saved: fewer files (a warning), or a declared output emptied
+    /// (not saved); and which of its key's components moved (`None`: no entry, or the layer
+    /// does not say).
+    fn newest_entry(&self, _task: String) -> LayerFuture<'_, Option<Entry>> {
         Box::pin(async { Ok(None) })
     }
     /// Records an execution in the fingerprint ledger; a staged artifact (a local re-run's)

@@ -356,13 +356,20 @@ impl RunActor {
             purpose,
             self.cache_use(node),
             self.cache.is_some(),
+            crate::keys::progressive::folds_outputs(&self.plan.tasks[node]),
             self.farm_worker(),
             &self.exec,
             self.traces_inputs(node),
         );
         let in_place = shape.in_place;
         let placement = if in_place {
-            Placement::InPlace { workspace_root: self.plan.root.clone() }
+            let protected = self
+                .cache
+                .as_ref()
+                .and_then(|c| c.protected.get(self.plan.tasks[node].id.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            Placement::InPlace { workspace_root: self.plan.root.clone(), protected }
         } else {
             self.exec_root_placement(node)
         };

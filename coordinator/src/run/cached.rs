@@ -63,6 +63,11 @@ pub(super) struct SaveDone {
     finished: Box<Finished>,
     /// The outputs came out with fewer files than the task's newest entry: the warning.
     shrunk: Option<String>,
+    /// Declared output patterns no file matched (warned about when the entry is saved).
+    matched_nothing: Vec<String>,
+    /// Upstreams that kept their bytes but moved this task's key (it is not confined, so it
+    /// was not cut off): the note.
+    blocked_cutoff: Vec<String>,
 }
 
 impl RunActor {
@@ -273,24 +278,10 @@ impl RunActor {
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: true });
         }
-        if let Some(outputs) = &f.outputs {
-            let spec = &self.plan.tasks[node].spec;
-            let none = decide::outputs_matching_nothing(
-                &spec.project_dir,
-                &spec.outputs,
-                &outputs.manifest,
-            );
-            if !none.is_empty() {
-                let named: Vec<String> = none.iter().map(|p| format!("`{p}`")).collect();
-                let msg = format!(
-                    "declared output{} {} matched no file after it ran (a typo, or it writes \
-                     elsewhere): the cache entry holds none of it",
-                    if none.len() == 1 { "" } else { "s" },
-                    named.join(", ")
-                );
-                self.notice(node, NoticeLevel::Warn, msg).await;
-            }
-        }
+        let spec = &self.plan.tasks[node].spec;
+        let matched_nothing = f.outputs.as_ref().map_or_else(Vec::new, |o| {
+            decide::outputs_matching_nothing(&spec.project_dir, &spec.outputs, &o.manifest)
+        });
         let farm = self.farm_worker();
         // A local task that ran in an exec root (an inputs proof) must also appear in the
         // workspace: what runs after it in place reads its outputs there.
@@ -322,20 +313,19 @@ impl RunActor {
         let key = req.key;
         let layer = c.layer.clone();
         let me = ctx.actor_ref().clone();
-        let now = crate::layers::local::output_count(&req.manifest);
         let task = req.task.clone();
-        let outputs_list = self.plan.tasks[node].spec.outputs.join(", ");
+        let (project_dir, patterns) = (project.clone(), self.plan.tasks[node].spec.outputs.clone());
         self.side.insert(
             node,
             OwnedTask::spawn("run.save", async move {
                 // Asked before the save (after it, the newest entry is this one).
-                let before = layer.newest_output_count(task).await.ok().flatten();
-                let shrunk = before.filter(|&b| now < b).map(|b| {
-                    format!(
-                        "its outputs ({outputs_list}) came out with {now} files, {b} in its previous entry: unless sources were removed, an incremental build may be skipping work because of state that is not a declared output (e.g. tsconfig.tsbuildinfo)"
-                    )
-                });
-                let mut result = layer.save(req).await.map_err(SaveError::Layer);
+                let newest = layer.newest_entry(task).await.ok().flatten();
+                let (emptied, shrunk, blocked_cutoff) =
+                    against_newest(&project_dir, &patterns, &req, newest.as_ref());
+                let mut result = match decide::emptied_refusal(&emptied) {
+                    Some(reason) => Ok(SaveOutcome::Withheld(reason)),
+                    None => layer.save(req).await.map_err(SaveError::Layer),
+                };
                 if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
                     let restored = match layer.entry(key).await {
                         Ok(Some(entry)) => layer
@@ -350,11 +340,40 @@ impl RunActor {
                         result = Err(SaveError::IntoWorkspace(e));
                     }
                 }
-                let _ = me.tell(SaveDone { node, result, finished: f, shrunk }).await;
+                let done =
+                    SaveDone { node, result, finished: f, shrunk, matched_nothing, blocked_cutoff };
+                let _ = me.tell(done).await;
             }),
         );
         None
     }
+}
+
+/// What `task`'s newest entry says of the execution `req` is about to file: the declared
+/// outputs it emptied (not saved), the fewer-files warning, and the upstreams that kept their
+/// bytes but moved its key ([`crate::keys::progressive::blocked_cutoff`]).
+fn against_newest(
+    project_dir: &str,
+    patterns: &[String],
+    req: &SaveRequest,
+    newest: Option<&crate::cache::Entry>,
+) -> (Vec<(String, usize)>, Option<String>, Vec<String>) {
+    use prova_protocol::key::KeyComponents;
+    use prova_protocol::manifest::OutputManifest;
+    let Some(newest) = newest else { return (Vec::new(), None, Vec::new()) };
+    // An entry whose manifest does not decode says nothing (its restore refuses it).
+    let manifest = rmp_serde::from_slice::<OutputManifest>(&newest.manifest).ok();
+    let emptied = manifest.as_ref().map_or_else(Vec::new, |m| {
+        decide::emptied_outputs(project_dir, patterns, &req.manifest, m)
+    });
+    let now = crate::layers::local::output_count(&req.manifest);
+    let shrunk = manifest
+        .as_ref()
+        .and_then(|m| decide::shrunk_warning(patterns, now, crate::layers::local::output_count(m)));
+    let blocked = rmp_serde::from_slice::<KeyComponents>(&newest.components)
+        .map(|old| crate::keys::progressive::blocked_cutoff(&req.components, &old))
+        .unwrap_or_default();
+    (emptied, shrunk, blocked)
 }
 
 impl RunActor {
@@ -437,14 +456,25 @@ impl Message<SaveDone> for RunActor {
     async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
         let node = msg.node;
         self.side.remove(&node);
+        let saved = matches!(msg.result, Ok(SaveOutcome::Saved));
+        if saved && let Some(w) = decide::matched_nothing_warning(&msg.matched_nothing) {
+            self.notice(node, NoticeLevel::Warn, w).await;
+        }
         if let Some(w) = msg.shrunk
-            && matches!(msg.result, Ok(SaveOutcome::Saved))
+            && saved
         {
             self.notice(node, NoticeLevel::Warn, w).await;
         }
+        if !msg.blocked_cutoff.is_empty() {
+            self.notice(node, NoticeLevel::Info, decide::blocked_cutoff_note(&msg.blocked_cutoff))
+                .await;
+        }
         let (cache, saved) = match msg.result {
             Ok(SaveOutcome::Saved) => (CacheStatus::Saved, true),
-            Ok(SaveOutcome::Withheld(reason)) => (CacheStatus::NotSaved { reason }, false),
+            Ok(SaveOutcome::Withheld(reason)) => {
+                self.discard_staged(msg.finished.attempt);
+                (CacheStatus::NotSaved { reason }, false)
+            }
             Err(e) => {
                 self.discard_staged(msg.finished.attempt);
                 (CacheStatus::NotSaved { reason: format!("saving failed: {e}") }, false)

@@ -267,6 +267,86 @@ pub(crate) fn outputs_matching_nothing(
         .collect()
 }
 
+/// The warning for declared output patterns no file matched in a saved entry (`None`: none).
+pub(crate) fn matched_nothing_warning(patterns: &[String]) -> Option<String> {
+    if patterns.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = patterns.iter().map(|p| format!("`{p}`")).collect();
+    Some(format!(
+        "declared output{} {} matched no file after it ran (a typo, or it writes elsewhere): \
+         the cache entry holds none of it",
+        if named.len() == 1 { "" } else { "s" },
+        named.join(", ")
+    ))
+}
+
+/// The note of a task that ran though its upstreams' outputs held (`upstreams`): it is not
+/// confined, so its key folds their keys too.
+pub(crate) fn blocked_cutoff_note(upstreams: &[String]) -> String {
+    let named: Vec<String> = upstreams.iter().map(|t| format!("`{t}`")).collect();
+    format!(
+        "ran though {} re-ran with identical outputs: in place it can read more of its \
+         upstreams than their declared outputs (their sources), so its key folds their keys \
+         and it is not cut off; `sandbox = true` confines it to its declared inputs and \
+         upstream outputs, and cuts it off",
+        named.join(", ")
+    )
+}
+
+/// The declared output patterns that matched no file after an execution although the task's
+/// newest entry (of any key) held files for them, each with how many it held. An
+/// incremental tool whose state is not a declared output (`tsc -b` and its
+/// `tsconfig.tsbuildinfo`) sees that state say "up to date" after prova cleaned the outputs,
+/// writes nothing and exits 0: saving that would serve empty outputs from then on.
+pub(crate) fn emptied_outputs(
+    project_dir: &str,
+    patterns: &[String],
+    now: &OutputManifest,
+    newest: &OutputManifest,
+) -> Vec<(String, usize)> {
+    outputs_matching_nothing(project_dir, patterns, now)
+        .into_iter()
+        .filter_map(|p| {
+            let g = PathGlobs::new(project_dir, std::slice::from_ref(&p)).ok()?;
+            let held = newest.entries.iter().filter(|e| g.is_match(&e.path)).count();
+            (held > 0).then_some((p, held))
+        })
+        .collect()
+}
+
+/// Why an execution with [`emptied_outputs`] is not saved (`None`: none emptied). The task
+/// itself succeeded — its tool exited 0 — but its entry would be a lie.
+pub(crate) fn emptied_refusal(emptied: &[(String, usize)]) -> Option<String> {
+    let ((first, held), more) = emptied.split_first()?;
+    let others = if more.is_empty() {
+        String::new()
+    } else {
+        let named: Vec<String> = more.iter().map(|(p, _)| format!("`{p}`")).collect();
+        format!(" (and {})", named.join(", "))
+    };
+    Some(format!(
+        "declared output `{first}`{others} matched no file, though the task's previous entry \
+         held {held} there: a build that keeps state outside its declared outputs (e.g. \
+         tsconfig.tsbuildinfo) may have skipped its work after prova cleaned them; not saved, \
+         so no empty entry is served (declare that state in `outputs`, or delete it and run \
+         again)"
+    ))
+}
+
+/// The warning when an execution's outputs hold fewer files (`now`) than the task's newest
+/// entry (`before`): an incremental build may have skipped work.
+pub(crate) fn shrunk_warning(outputs: &[String], now: usize, before: usize) -> Option<String> {
+    (now < before).then(|| {
+        format!(
+            "its outputs ({}) came out with {now} files, {before} in its previous entry: unless \
+             sources were removed, an incremental build may be skipping work because of state \
+             that is not a declared output (e.g. tsconfig.tsbuildinfo)",
+            outputs.join(", ")
+        )
+    })
+}
+
 /// Whether a local task that ran in an exec root (an inputs proof, or every task of a run
 /// executed on a REAPI farm: an exec-root mode with a local source) must also appear in the
 /// workspace once saved: what runs after it reads its outputs there, and the user expects
@@ -348,11 +428,13 @@ pub(crate) struct AttemptShape {
 }
 
 /// The shape of an attempt of a task for `purpose`. `has_cache`: the run has a cache;
+/// `fingerprinted`: its dependents' keys fold its outputs' fingerprint (it declares outputs);
 /// `farm`: tasks run on farm workers.
 pub(crate) fn attempt_shape(
     purpose: Purpose,
     cache: CacheUse,
     has_cache: bool,
+    fingerprinted: bool,
     farm: bool,
     exec: &ExecMode,
     verify_inputs: bool,
@@ -368,9 +450,13 @@ pub(crate) fn attempt_shape(
         pack: has_cache && (cache.writes || !primary) && !farm,
         clean_outputs: cache.cacheable && in_place,
         // A farm worker always returns its outputs: downstream exec roots need them. A run
-        // that only reads the cache still collects them: dependents' keys fold their
-        // fingerprint.
-        collect_outputs: cache.writes || cache.reads || farm || !primary,
+        // that only reads the cache, or an uncached task, still collects them: dependents'
+        // keys fold their fingerprint.
+        collect_outputs: cache.writes
+            || cache.reads
+            || (has_cache && fingerprinted)
+            || farm
+            || !primary,
         perturb: !primary,
         merge_by_key: primary,
         prioritised: primary,

@@ -219,7 +219,7 @@ fn after_a_save_the_determinism_proof_reruns_only_a_saved_execution_with_outputs
 #[test]
 fn a_plain_local_execution_runs_in_place_and_packs_what_it_saves() {
     let writes = CacheUse { cacheable: true, reads: true, writes: true };
-    let s = attempt_shape(Purpose::Primary, writes, true, false, &ExecMode::InPlace, false);
+    let s = attempt_shape(Purpose::Primary, writes, true, true, false, &ExecMode::InPlace, false);
     assert_eq!(
         s,
         AttemptShape {
@@ -233,19 +233,24 @@ fn a_plain_local_execution_runs_in_place_and_packs_what_it_saves() {
             prioritised: true,
         }
     );
-    // Not cacheable: outputs left alone, nothing collected or packed.
+    // Not cacheable: outputs left alone, nothing packed; collected only when a dependent's
+    // key folds them (declared outputs) and the run has a cache to key with.
     let none = CacheUse { cacheable: false, reads: false, writes: false };
-    let s = attempt_shape(Purpose::Primary, none, true, false, &ExecMode::InPlace, true);
+    let s = attempt_shape(Purpose::Primary, none, true, false, false, &ExecMode::InPlace, true);
     assert!(s.in_place && !s.traced && !s.pack && !s.clean_outputs && !s.collect_outputs);
+    let s = attempt_shape(Purpose::Primary, none, true, true, false, &ExecMode::InPlace, false);
+    assert!(s.in_place && !s.pack && !s.clean_outputs && s.collect_outputs);
+    let s = attempt_shape(Purpose::Primary, none, false, true, false, &ExecMode::InPlace, false);
+    assert!(!s.collect_outputs, "no cache: no key folds it");
 }
 
 #[test]
 fn an_inputs_proof_runs_the_execution_traced_in_an_exec_root() {
     let writes = CacheUse { cacheable: true, reads: true, writes: true };
-    let s = attempt_shape(Purpose::Primary, writes, true, false, &ExecMode::InPlace, true);
+    let s = attempt_shape(Purpose::Primary, writes, true, true, false, &ExecMode::InPlace, true);
     assert!(s.traced && !s.in_place && !s.clean_outputs && s.pack && s.collect_outputs);
     // A re-run is never traced, even under --verify=inputs.
-    let s = attempt_shape(Purpose::Rerun, writes, true, false, &ExecMode::InPlace, true);
+    let s = attempt_shape(Purpose::Rerun, writes, true, true, false, &ExecMode::InPlace, true);
     assert!(!s.traced);
 }
 
@@ -257,7 +262,7 @@ fn a_rerun_is_perturbed_collected_never_merged_and_never_holds_the_critical_path
         (ExecMode::InPlace, false),
         (ExecMode::ExecRoot { local_source: None, local_blobs: None }, true),
     ] {
-        let s = attempt_shape(Purpose::Rerun, read_only, true, farm, &exec, false);
+        let s = attempt_shape(Purpose::Rerun, read_only, true, true, farm, &exec, false);
         assert!(s.perturb && s.collect_outputs && !s.in_place, "{exec:?}");
         assert!(!s.merge_by_key && !s.prioritised, "{exec:?}");
         // A farm worker uploads; a local one packs into staging.
@@ -271,7 +276,7 @@ fn a_farm_execution_always_returns_its_outputs_and_never_packs_locally() {
     let writes = CacheUse { cacheable: true, reads: true, writes: true };
     let none = CacheUse { cacheable: false, reads: false, writes: false };
     for cache in [writes, none] {
-        let s = attempt_shape(Purpose::Primary, cache, true, true, &farm, false);
+        let s = attempt_shape(Purpose::Primary, cache, true, true, true, &farm, false);
         assert!(s.collect_outputs && !s.pack && !s.in_place && !s.clean_outputs, "{cache:?}");
     }
 }
@@ -443,4 +448,46 @@ fn outputs_matching_nothing_names_each_declared_pattern_no_entry_matches() {
     // An empty tree matches nothing at all.
     let empty = OutputManifest::new(Vec::new());
     assert_eq!(outputs_matching_nothing("", &pats(&["a", "b/**"]), &empty), ["a", "b/**"]);
+}
+
+#[test]
+fn an_output_emptied_where_the_tasks_newest_entry_had_files_is_refused() {
+    let pats = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let newest = OutputManifest::new(vec![
+        file("web/dist/a.js", b"a"),
+        file("web/dist/b.js", b"b"),
+        file("web/types/a.d.ts", b"t"),
+    ]);
+    // `tsc -b` skipped its work: dist is empty, types too.
+    let empty = OutputManifest::new(Vec::new());
+    let emptied = emptied_outputs("web", &pats(&["dist/**", "types/**"]), &empty, &newest);
+    assert_eq!(emptied, [("dist/**".to_owned(), 2), ("types/**".to_owned(), 1)]);
+    let why = emptied_refusal(&emptied).expect("refused");
+    assert!(why.contains("`dist/**` (and `types/**`) matched no file"), "{why}");
+    assert!(why.contains("held 2 there") && why.contains("tsbuildinfo"), "{why}");
+    // One pattern emptied of two is refused as well.
+    let partly = OutputManifest::new(vec![file("web/dist/a.js", b"a")]);
+    let emptied = emptied_outputs("web", &pats(&["dist/**", "types/**"]), &partly, &newest);
+    assert_eq!(emptied, [("types/**".to_owned(), 1)]);
+    // Fewer files, none emptied: saved (with a warning).
+    assert!(emptied_outputs("web", &pats(&["dist/**"]), &partly, &newest).is_empty());
+    assert!(shrunk_warning(&pats(&["dist/**"]), 1, 3).is_some_and(|w| w.contains("1 files, 3")));
+    assert_eq!(shrunk_warning(&pats(&["dist/**"]), 3, 3), None);
+    // A pattern the newest entry had nothing for either (optional outputs, a first run's
+    // typo): not this rule's business.
+    let none_before = OutputManifest::new(vec![file("web/dist/a.js", b"a")]);
+    assert!(emptied_outputs("web", &pats(&["coverage/**"]), &empty, &none_before).is_empty());
+    assert_eq!(emptied_refusal(&[]), None);
+}
+
+#[test]
+fn the_save_notes_name_what_they_are_about() {
+    assert_eq!(matched_nothing_warning(&[]), None);
+    let w = matched_nothing_warning(&["dsit/**".to_owned()]).expect("warned");
+    assert!(w.starts_with("declared output `dsit/**` matched no file"), "{w}");
+    let n = blocked_cutoff_note(&["lib#build".to_owned()]);
+    assert!(
+        n.contains("`lib#build` re-ran with identical outputs") && n.contains("sandbox"),
+        "{n}"
+    );
 }

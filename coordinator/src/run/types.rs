@@ -1,6 +1,6 @@
 //! What a run is built from: knobs, cache policy, where tasks execute, what to prove.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,11 +36,8 @@ pub struct VerifyOptions {
     pub inputs: bool,
     /// Tasks whose divergence is reported but does not fail the run (`--verify-allow`).
     pub allow: BTreeSet<TaskId>,
-    /// The workspace's files: an undeclared read only counts when the path exists there.
-    /// `None` on a coordinator (the client filters the paths it receives).
-    pub workspace_files: Option<Arc<HashSet<String>>>,
     /// The workspace the inputs proof judges traced runs against (local mode; on a farm
-    /// coordinator `None`, and `workspace_files` decides).
+    /// coordinator `None`: its verdicts carry the evidence, and the client judges).
     pub workspace: Option<Arc<super::undeclared::WorkspaceView>>,
     /// Prove only the keys in this sample (`--verify-sample`, `--verify-seed`); `None`: all.
     pub sample: Option<prova_protocol::wire::VerifySample>,
@@ -74,6 +71,9 @@ pub struct RunCache {
     pub hits: HashMap<usize, Entry>,
     /// Where workers stage packed artifacts (the cache's `tmp/`).
     pub staging: PathBuf,
+    /// The files among each task's outputs its in-place clean must never delete, by task id
+    /// ([`crate::inputs::protect`]; empty on the farm, which cleans nothing in place).
+    pub protected: Arc<crate::inputs::protect::Protected>,
 }
 
 /// Where a run's tasks execute.

@@ -11,7 +11,16 @@
 //!   and a file appearing there would not change the key;
 //! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
 //!   exec root did not (the listing the task saw was not the workspace's) and that the key
-//!   does not represent; it is named `d/`.
+//!   does not represent; it is named `d/`;
+//! - inside an installed tree ([`crate::trees`]) only the tree decides: a path in a tree the
+//!   task sees is declared — unless the task failed to find a path that the tree holds (the
+//!   tree was not there: never proven) —, a path in a tree it does not see is named when it
+//!   exists, whatever `inputs` say (an input never lies inside a tree, so declaring it
+//!   would bring nothing into the root), with [`Judged::advice`] instead of a pattern.
+//!
+//! The same judgement serves a farm run: its coordinator has no workspace and hands what
+//! the run touched to the client ([`Verdict::UndeclaredInputs`]'s `evidence`), which calls
+//! [`WorkspaceView::judge`] and [`inputs_verdict`] as a local run does.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +28,7 @@ use std::sync::Arc;
 
 use ignore::Match;
 use ignore::gitignore::Gitignore;
+use prova_protocol::events::{MAX_CARRIED_PATHS, Verdict};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::work::ReadsReport;
 
@@ -37,16 +47,73 @@ pub struct WorkspaceView {
     /// The installed trees each task's key folds (workspace-relative directories), by task
     /// id: everything inside them is declared.
     pub trees: Arc<HashMap<String, Vec<String>>>,
+    /// Every installed tree of the workspace, with the project whose directory holds it.
+    pub installed: Arc<Vec<(String, Option<String>)>>,
+}
+
+/// What the inputs proof found undeclared in one traced run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Judged {
+    /// The undeclared paths, sorted (`dir/`: a listing).
+    pub paths: Vec<String>,
+    /// Patterns for `inputs` that cover the paths `inputs` can declare ([`suggest_globs`]).
+    pub suggest: Vec<String>,
+    /// What to do about the paths inside installed trees, one sentence per tree.
+    pub advice: Vec<String>,
 }
 
 impl WorkspaceView {
+    /// The installed tree holding `p`, if any.
+    fn tree_of(&self, p: &str) -> Option<&(String, Option<String>)> {
+        self.installed.iter().find(|(t, _)| prova_protocol::globs::is_within(p, t))
+    }
+
+    /// The undeclared inputs among `reads` of `task` (in `project_dir`), with patterns and
+    /// advice: see the module docs.
+    pub fn judge(&self, task: &str, project_dir: &str, reads: &ReadsReport) -> Judged {
+        let paths = self.undeclared(task, reads);
+        let own = self.trees.get(task).map(Vec::as_slice).unwrap_or_default();
+        let mut advice: Vec<String> = Vec::new();
+        let mut declarable = Vec::new();
+        for p in &paths {
+            let Some((tree, holder)) = self.tree_of(p) else {
+                declarable.push(p.clone());
+                continue;
+            };
+            let words = if own.contains(tree) {
+                format!(
+                    "`{tree}` is an installed tree this task sees, yet its exec root lacked                      it: a fault of prova's sandbox, not of the task"
+                )
+            } else {
+                match holder {
+                    Some(project) => format!(
+                        "`{tree}` is the installed tree of project `{project}`, which this                          task's project does not depend on: `inputs` cannot bring an installed                          tree in; make `{project}` a dependency (`package.json` dependencies or                          `[project] deps`) and its tree is mounted and keyed"
+                    ),
+                    None => format!(
+                        "`{tree}` is an installed tree only tasks of projects under `{}` see;                          `inputs` cannot bring an installed tree in",
+                        crate::trees::holder(tree)
+                    ),
+                }
+            };
+            if !advice.contains(&words) {
+                advice.push(words);
+            }
+        }
+        let suggest = suggest_globs(project_dir, &declarable, |p| self.is_dir(p));
+        Judged { paths, suggest, advice }
+    }
+
     /// The undeclared inputs among `reads` of `task`, sorted and de-duplicated.
     pub fn undeclared(&self, task: &str, reads: &ReadsReport) -> Vec<String> {
         let scope = self.scopes.get(task);
         let trees = self.trees.get(task).map(Vec::as_slice).unwrap_or_default();
-        let represented = |p: &str| {
-            scope.is_some_and(|s| s.represents(p))
-                || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
+        // Inside an installed tree only the tree decides: an input never lies there.
+        let represented = |p: &str| match self.tree_of(p) {
+            Some((t, _)) => trees.contains(t),
+            None => {
+                scope.is_some_and(|s| s.represents(p))
+                    || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
+            }
         };
         let mut ignores = Ignores::new(self);
         let mut out = Vec::new();
@@ -55,7 +122,20 @@ impl WorkspaceView {
         let touched: Vec<String> =
             reads.touched.iter().map(|p| self.through_trees(p, trees)).collect();
         for p in &missing {
-            if is_internal(p) || represented(p) {
+            if is_internal(p) {
+                continue;
+            }
+            if self.tree_of(p).is_some() {
+                // A tree holds what it holds: a lookup there that failed although the path
+                // exists means the tree was not in the root (one the task does not see, or
+                // one the sandbox lost); one that does not exist is an absence the tree's
+                // digest keys.
+                if std::fs::symlink_metadata(self.root.join(p)).is_ok() {
+                    out.push(p.clone());
+                }
+                continue;
+            }
+            if represented(p) {
                 continue;
             }
             let exists = self.files.all().binary_search(p).is_ok();
@@ -171,6 +251,73 @@ impl WorkspaceView {
         self.files.all().binary_search_by(|f| f.as_str().cmp(rel)).is_err()
             && !self.files.under(rel).is_empty()
     }
+}
+
+/// The inputs verdict of a traced run from what was judged undeclared, whether it wrote
+/// outside its outputs (`wrote_outside`: that verdict is made apart) and how it failed;
+/// `None` when those writes are the only finding. A run that failed is never proven
+/// complete. At most [`MAX_CARRIED_PATHS`] paths are carried, the rest counted in `more`.
+pub fn inputs_verdict(
+    judged: Judged,
+    wrote_outside: bool,
+    failed: Option<String>,
+    log_tail: Vec<String>,
+) -> Option<Verdict> {
+    let Judged { mut paths, suggest, advice } = judged;
+    match (paths.is_empty(), failed) {
+        (true, _) if wrote_outside => None,
+        (true, None) => Some(Verdict::ProvenComplete),
+        (true, Some(reason)) => Some(Verdict::SandboxFailed { reason, traced: true, log_tail }),
+        (false, failed) => {
+            let more = paths.len().saturating_sub(MAX_CARRIED_PATHS);
+            paths.truncate(MAX_CARRIED_PATHS);
+            Some(Verdict::UndeclaredInputs {
+                paths,
+                traced: true,
+                more,
+                failed,
+                log_tail,
+                suggest,
+                advice,
+                evidence: None,
+            })
+        }
+    }
+}
+
+/// What of `reads` (a traced run of a task in `project_dir` with `outputs`, mounting the
+/// installed `trees`) a client needs to judge it ([`WorkspaceView::judge`]), for a side
+/// without the workspace (a farm coordinator): failed lookups outside the task's own
+/// outputs, listings outside the mounted trees (files inside a tree are never listed
+/// workspace files), what it read, and the writes among those lookups.
+pub fn evidence(
+    project_dir: &str,
+    outputs: &[String],
+    trees: &[&str],
+    reads: &ReadsReport,
+) -> ReadsReport {
+    use prova_protocol::globs::is_within;
+    let own = PathGlobs::new(project_dir, outputs).unwrap_or_else(|_| PathGlobs::empty());
+    let missing: Vec<String> =
+        reads.missing.iter().filter(|p| !is_internal(p) && !own.is_match(p)).cloned().collect();
+    let wrote = reads.wrote.iter().filter(|w| missing.binary_search(w).is_ok()).cloned().collect();
+    ReadsReport {
+        traced: reads.traced,
+        listed: reads
+            .listed
+            .iter()
+            .filter(|l| !is_internal(&l.dir) && !trees.iter().any(|t| is_within(&l.dir, t)))
+            .cloned()
+            .collect(),
+        touched: reads.touched.iter().filter(|p| !is_internal(p)).cloned().collect(),
+        missing,
+        wrote,
+    }
+}
+
+/// Whether `reads` holds anything a workspace could judge undeclared.
+pub fn anything_to_judge(reads: &ReadsReport) -> bool {
+    !reads.missing.is_empty() || !reads.listed.is_empty() || !reads.touched.is_empty()
 }
 
 /// The paths among `reads.wrote` that lie outside the outputs `outputs` of a task in
@@ -339,6 +486,7 @@ mod tests {
             files: Arc::new(list),
             scopes: Arc::new(HashMap::new()),
             trees: Arc::new(HashMap::new()),
+            installed: Arc::new(Vec::new()),
         }
     }
 

@@ -6,12 +6,12 @@
 //! `verdicts_tests.rs` without a process.
 
 use prova_protocol::events::{
-    Divergence, LOG_TAIL_LINES, MAX_NAMED_PATHS, Perturbations, TaskStatus, Verdict,
+    Divergence, LOG_TAIL_LINES, MAX_CARRIED_PATHS, Perturbations, TaskStatus, Verdict,
 };
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::manifest::OutputManifest;
+use prova_protocol::manifest::{EntryKind, OutputManifest};
 use prova_protocol::spec::{ExitKind, TaskSpec};
-use prova_protocol::work::{Finished, ReadsReport, TRACE_READ_FAILED};
+use prova_protocol::work::{Finished, TRACE_READ_FAILED};
 use prova_protocol::{Digest, WorkerId};
 
 use super::core::PrimaryOutputs;
@@ -56,6 +56,18 @@ pub(crate) fn sandbox_violation(found: &[Verdict]) -> Option<String> {
     }
     let v = found.iter().find(|v| v.fails())?;
     Some(match v {
+        // A farm coordinator cannot tell which of the lookups are undeclared: every one
+        // outside the task's outputs fails it (never a pass it could not prove).
+        Verdict::UndeclaredInputs { evidence: Some(e), .. } => {
+            let mut touched: Vec<String> = e.missing.clone();
+            touched.extend(e.listed.iter().map(|l| format!("{}/", l.dir)));
+            touched.extend(e.touched.iter().cloned());
+            format!(
+                "`sandbox = true`: it looked up paths its declared inputs do not hold: {} \
+                 (declare them in `inputs`)",
+                named(&touched, 0)
+            )
+        }
         Verdict::UndeclaredInputs { paths, more, .. } if !paths.is_empty() => format!(
             "`sandbox = true`: it read undeclared inputs: {} (declare them in `inputs`)",
             named(paths, *more)
@@ -107,29 +119,36 @@ pub(crate) fn inputs_verdicts(
     let log_tail = if failed.is_some() { log_tail(&f.log) } else { Vec::new() };
     let verdict = if reads.traced {
         let writes = super::undeclared::undeclared_writes(&spec.project_dir, &spec.outputs, reads);
-        let mut paths = undeclared_paths(spec, trees, verify, reads);
-        paths.retain(|p| writes.binary_search(p).is_err());
-        let suggest = match &verify.workspace {
-            Some(view) => {
-                super::undeclared::suggest_globs(&spec.project_dir, &paths, |p| view.is_dir(p))
-            }
-            None => super::undeclared::suggest_globs(&spec.project_dir, &paths, |_| false),
-        };
-        let more = paths.len().saturating_sub(MAX_NAMED_PATHS);
-        paths.truncate(MAX_NAMED_PATHS);
         if !writes.is_empty() {
-            let more = writes.len().saturating_sub(MAX_NAMED_PATHS);
-            let paths = writes[..writes.len().min(MAX_NAMED_PATHS)].to_vec();
+            let more = writes.len().saturating_sub(MAX_CARRIED_PATHS);
+            let paths = writes[..writes.len().min(MAX_CARRIED_PATHS)].to_vec();
             out.push(Verdict::UndeclaredOutputs { paths, more });
         }
-        match (paths.is_empty(), failed) {
-            // The writes outside the outputs are the finding (and may be why it failed).
-            (true, _) if !writes.is_empty() => return out,
-            (true, None) => Verdict::ProvenComplete,
-            (true, Some(reason)) => Verdict::SandboxFailed { reason, traced: true, log_tail },
-            (false, failed) => {
-                Verdict::UndeclaredInputs { paths, traced: true, more, failed, log_tail, suggest }
+        let judged = match &verify.workspace {
+            Some(view) => view.judge(&spec.id.to_string(), &spec.project_dir, reads),
+            None => {
+                // A farm coordinator: the client, which has the workspace, judges.
+                let evidence =
+                    super::undeclared::evidence(&spec.project_dir, &spec.outputs, trees, reads);
+                if super::undeclared::anything_to_judge(&evidence) {
+                    out.push(Verdict::UndeclaredInputs {
+                        paths: Vec::new(),
+                        traced: true,
+                        more: 0,
+                        failed,
+                        log_tail,
+                        suggest: Vec::new(),
+                        advice: Vec::new(),
+                        evidence: Some(Box::new(evidence)),
+                    });
+                    return out;
+                }
+                Default::default()
             }
+        };
+        match super::undeclared::inputs_verdict(judged, !writes.is_empty(), failed, log_tail) {
+            Some(v) => v,
+            None => return out,
         }
     } else if let Some(e) = f.output_error.as_ref().filter(|e| e.starts_with(TRACE_READ_FAILED)) {
         // A tracer ran but its trace could not be read: no paths, but a failure is
@@ -146,6 +165,8 @@ pub(crate) fn inputs_verdicts(
             failed: Some(reason),
             log_tail,
             suggest: Vec::new(),
+            advice: Vec::new(),
+            evidence: None,
         }
     } else {
         Verdict::NotVerified {
@@ -154,33 +175,6 @@ pub(crate) fn inputs_verdicts(
     };
     out.push(verdict);
     out
-}
-
-/// The undeclared inputs among a traced run's candidates: judged against the workspace
-/// when this side has it ([`super::undeclared`]); otherwise (a farm coordinator) every
-/// failed lookup outside the task's outputs, for the client to filter.
-/// Without the workspace (the farm), a lookup inside an installed tree the task mounts is
-/// declared; the client, which has the workspace, keeps only paths that exist in it.
-fn undeclared_paths(
-    spec: &TaskSpec,
-    trees: &[&str],
-    verify: &VerifyOptions,
-    reads: &ReadsReport,
-) -> Vec<String> {
-    if let Some(view) = &verify.workspace {
-        return view.undeclared(&spec.id.to_string(), reads);
-    }
-    let own =
-        PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty());
-    let files = verify.workspace_files.clone();
-    reads
-        .missing
-        .iter()
-        .filter(|p| !own.is_match(p))
-        .filter(|p| !trees.iter().any(|t| prova_protocol::globs::is_within(p, t)))
-        .filter(|p| files.as_ref().is_none_or(|f| f.contains(*p)))
-        .cloned()
-        .collect()
 }
 
 /// The verdict of a proof this run skips for `spec` (key `key`): the task is exempt
@@ -273,6 +267,9 @@ pub(crate) fn compare(
         (None, _) => {
             Verdict::NotVerified { reason: "the first execution's outputs are unknown".to_owned() }
         }
+        (Some(_), Some(_)) if ignore.left_nothing(compared.as_ref()) => {
+            Verdict::NotVerified { reason: ignore.nothing_compared(&spec.proof.ignore) }
+        }
         (Some(p), Some(o)) if same(p, o) && modes.is_empty() => Verdict::ProvenDeterministic {
             rerun_worker: Some(rerun_worker.clone()),
             single_machine,
@@ -300,6 +297,16 @@ pub(crate) fn compare(
     Comparison::Verdict(verdict)
 }
 
+/// The fingerprint of what a determinism proof of `spec` compares in `manifest`: the
+/// manifest without its `verify_ignore` entries, as [`compare`] leaves them out. `None` when
+/// the task ignores nothing (what it compares is the whole fingerprint). The ledger keeps it
+/// beside the full fingerprint, so `--trust proven` and `hermeticity` judge what the proof
+/// judged (issue 27).
+pub(crate) fn compared_fingerprint(spec: &TaskSpec, manifest: &OutputManifest) -> Option<Digest> {
+    let ignore = Ignore::new(spec);
+    ignore.any().then(|| ignore.keep(manifest).fingerprint())
+}
+
 /// The task's `verify_ignore` globs, resolved against its project.
 struct Ignore(Option<PathGlobs>);
 
@@ -318,6 +325,24 @@ impl Ignore {
 
     fn matches(&self, path: &str) -> bool {
         self.0.as_ref().is_some_and(|g| g.is_match(path))
+    }
+
+    /// Whether the ignore left nothing to compare: neither side kept a file or a link (the
+    /// directories that held the ignored files prove nothing about the task's bytes). Both
+    /// sides, so a re-run that wrote an output the first did not still diverges.
+    fn left_nothing(&self, compared: Option<&(OutputManifest, OutputManifest)>) -> bool {
+        let only_dirs = |m: &OutputManifest| m.entries.iter().all(|e| e.kind == EntryKind::Dir);
+        self.any() && compared.is_some_and(|(a, b)| only_dirs(a) && only_dirs(b))
+    }
+
+    /// Why a proof that compared nothing proves nothing, naming the patterns.
+    fn nothing_compared(&self, patterns: &[String]) -> String {
+        let named: Vec<String> = patterns.iter().map(|p| format!("`{p}`")).collect();
+        format!(
+            "every output file matches `verify_ignore` ({}): nothing was compared, so nothing \
+             is proven (narrow the patterns to the files that may vary)",
+            named.join(", ")
+        )
     }
 
     /// `m` without the ignored entries.
@@ -382,3 +407,7 @@ fn rerun_perturbations(f: &Finished) -> Perturbations {
 #[cfg(test)]
 #[path = "verdicts_tests.rs"]
 mod verdicts_tests;
+
+#[cfg(test)]
+#[path = "inputs_tests.rs"]
+mod inputs_tests;

@@ -1,9 +1,6 @@
 //! Which verdict an execution or a pair of executions earns, from plain values: no worker,
 //! tracer, cache or process.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use prova_protocol::events::ModeChange;
 use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
 use prova_protocol::spec::CommandLine;
@@ -55,26 +52,6 @@ fn spec() -> TaskSpec {
     let mut s = TaskSpec::new(TaskId::new("p", "build"), "p".to_owned(), CommandLine::Argv(vec![]));
     s.outputs = vec!["dist/**".to_owned()];
     s
-}
-
-/// A farm coordinator's view: no workspace, every failed lookup outside the outputs counts.
-fn farm_verify() -> VerifyOptions {
-    VerifyOptions { inputs: true, ..VerifyOptions::default() }
-}
-
-fn traced(missing: &[&str], wrote: &[&str]) -> ReadsReport {
-    ReadsReport {
-        traced: true,
-        missing: missing.iter().map(|s| (*s).to_owned()).collect(),
-        wrote: wrote.iter().map(|s| (*s).to_owned()).collect(),
-        ..ReadsReport::default()
-    }
-}
-
-fn with_reads(exit: ExitKind, reads: ReadsReport) -> Finished {
-    let mut f = Finished::never_ran(AttemptId(3), exit);
-    f.reads = Some(reads);
-    f
 }
 
 #[test]
@@ -228,152 +205,6 @@ fn a_refused_rerun_or_a_closed_link_fails_the_proof() {
 }
 
 #[test]
-fn a_traced_run_that_read_only_declared_inputs_is_proven_complete() {
-    let f = with_reads(ExitKind::Code(0), traced(&[], &["p/dist/a.js", "p/dist"]));
-    assert_eq!(
-        inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded),
-        vec![Verdict::ProvenComplete]
-    );
-    // Lookups inside its own outputs are its business.
-    let f = with_reads(ExitKind::Code(0), traced(&["p/dist/cache.json"], &[]));
-    assert_eq!(
-        inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded),
-        vec![Verdict::ProvenComplete]
-    );
-    // Probes inside an installed tree it mounts (tsc looking for `@typescript/lib-dom`,
-    // a `PATH` lookup through `node_modules/.bin`) are declared: the tree is in its key.
-    let probes = ["node_modules/@typescript/lib-dom", "node_modules/.bin/node"];
-    let f = with_reads(ExitKind::Code(0), traced(&probes, &[]));
-    assert_eq!(
-        inputs_verdicts(&spec(), &["node_modules"], &farm_verify(), &f, TaskStatus::Succeeded),
-        vec![Verdict::ProvenComplete]
-    );
-    assert_ne!(
-        inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded),
-        vec![Verdict::ProvenComplete],
-        "without the tree they are not"
-    );
-}
-
-#[test]
-fn a_traced_run_that_read_undeclared_paths_names_them_and_suggests_globs() {
-    let f = with_reads(ExitKind::Code(0), traced(&["p/tsconfig.json", "shared/x.ts"], &[]));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded);
-    let [
-        Verdict::UndeclaredInputs { paths, traced: true, more: 0, failed: None, log_tail, suggest },
-    ] = got.as_slice()
-    else {
-        panic!("{got:?}");
-    };
-    assert_eq!(paths, &["p/tsconfig.json".to_owned(), "shared/x.ts".to_owned()]);
-    assert!(log_tail.is_empty() && !suggest.is_empty());
-    // With the workspace's file list (a client filter), only paths that exist there count.
-    let files: HashSet<String> = ["shared/x.ts".to_owned()].into();
-    let verify = VerifyOptions { workspace_files: Some(Arc::new(files)), ..farm_verify() };
-    let got = inputs_verdicts(&spec(), &[], &verify, &f, TaskStatus::Succeeded);
-    assert!(
-        matches!(got.as_slice(), [Verdict::UndeclaredInputs { paths, .. }] if paths == &["shared/x.ts".to_owned()]),
-        "{got:?}"
-    );
-}
-
-#[test]
-fn undeclared_paths_beyond_the_named_bound_are_counted() {
-    let many: Vec<String> = (0..MAX_NAMED_PATHS + 5).map(|i| format!("q/f{i:03}")).collect();
-    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-    let f = with_reads(ExitKind::Code(0), traced(&refs, &[]));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded);
-    let [Verdict::UndeclaredInputs { paths, more, .. }] = got.as_slice() else { panic!("{got:?}") };
-    assert_eq!((paths.len(), *more), (MAX_NAMED_PATHS, 5));
-}
-
-#[test]
-fn writes_outside_the_outputs_are_the_finding_and_are_not_also_inputs() {
-    let f = with_reads(
-        ExitKind::Code(0),
-        traced(&["p/state.tsbuildinfo"], &["p/state.tsbuildinfo", "p/dist/a.js"]),
-    );
-    assert_eq!(
-        inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded),
-        vec![Verdict::UndeclaredOutputs { paths: vec!["p/state.tsbuildinfo".into()], more: 0 }]
-    );
-    // With an undeclared read as well, both are named.
-    let f = with_reads(ExitKind::Code(0), traced(&["shared/x.ts"], &["p/state.tsbuildinfo"]));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Succeeded);
-    assert!(
-        matches!(
-            got.as_slice(),
-            [Verdict::UndeclaredOutputs { .. }, Verdict::UndeclaredInputs { .. }]
-        ),
-        "{got:?}"
-    );
-}
-
-#[test]
-fn a_run_that_fails_with_only_its_declared_inputs_is_never_proven_complete() {
-    let mut f = with_reads(ExitKind::Code(1), traced(&[], &[]));
-    f.log = b"cannot find module 'x'\n".to_vec();
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Failed);
-    assert_eq!(
-        got,
-        vec![Verdict::SandboxFailed {
-            reason: "exit code 1".into(),
-            traced: true,
-            log_tail: vec!["cannot find module 'x'".into()],
-        }]
-    );
-    let f = with_reads(ExitKind::Code(1), traced(&["shared/x.ts"], &[]));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Failed);
-    assert!(
-        matches!(got.as_slice(), [Verdict::UndeclaredInputs { failed: Some(r), .. }] if r == "exit code 1"),
-        "{got:?}"
-    );
-    // Untraced (no strace), a failure is still named, without paths.
-    let f = with_reads(ExitKind::Code(2), ReadsReport::default());
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &f, TaskStatus::Failed);
-    assert!(
-        matches!(got.as_slice(), [Verdict::UndeclaredInputs { traced: false, failed: Some(_), paths, .. }] if paths.is_empty()),
-        "{got:?}"
-    );
-    assert!(got.iter().all(Verdict::fails));
-}
-
-#[test]
-fn an_inputs_proof_that_could_not_be_made_says_why() {
-    let untraced = with_reads(ExitKind::Code(0), ReadsReport::default());
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &untraced, TaskStatus::Succeeded);
-    assert!(
-        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.contains("strace is not installed")),
-        "{got:?}"
-    );
-    let aborted = with_reads(ExitKind::Aborted, traced(&["shared/x"], &[]));
-    assert_eq!(
-        inputs_verdicts(&spec(), &[], &farm_verify(), &aborted, TaskStatus::Aborted),
-        vec![Verdict::NotVerified { reason: "the run was interrupted: nothing to prove".into() }]
-    );
-    let spawn = with_reads(ExitKind::SpawnFailed("no such file".into()), traced(&[], &[]));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &spawn, TaskStatus::Failed);
-    assert!(
-        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.starts_with("the task did not run")),
-        "{got:?}"
-    );
-    let mut unreadable = with_reads(ExitKind::Code(0), ReadsReport::default());
-    unreadable.output_error = Some(format!("{TRACE_READ_FAILED}: truncated"));
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &unreadable, TaskStatus::Succeeded);
-    assert!(
-        matches!(got.as_slice(), [Verdict::NotVerified { reason }] if reason.starts_with(TRACE_READ_FAILED)),
-        "{got:?}"
-    );
-    let mut unreadable_failed = unreadable.clone();
-    unreadable_failed.exit = ExitKind::Code(1);
-    let got = inputs_verdicts(&spec(), &[], &farm_verify(), &unreadable_failed, TaskStatus::Failed);
-    assert!(matches!(got.as_slice(), [Verdict::SandboxFailed { traced: false, .. }]), "{got:?}");
-    // No trace report at all (an untraced attempt): nothing to conclude here.
-    let none = Finished::never_ran(AttemptId(1), ExitKind::Code(0));
-    assert!(inputs_verdicts(&spec(), &[], &farm_verify(), &none, TaskStatus::Succeeded).is_empty());
-}
-
-#[test]
 fn a_task_that_cannot_be_proven_says_why() {
     let mk = |kind, cacheable| PlannedTask {
         id: TaskId::new("p", "t"),
@@ -515,4 +346,118 @@ fn the_sample_is_a_function_of_key_and_seed() {
         &opts(100_000, 0),
     );
     assert_eq!(left_out, Some(Verdict::NotSampled { fraction_ppm: 100_000, seed: 0 }));
+}
+
+fn dir(path: &str) -> ManifestEntry {
+    ManifestEntry {
+        path: path.to_owned(),
+        kind: EntryKind::Dir,
+        mode: 0o755,
+        size: 0,
+        digest: None,
+        mtime_ns: 0,
+        link_target: None,
+    }
+}
+
+/// The reason of a `NotVerified` comparison, or a panic naming what it was.
+#[track_caller]
+fn not_verified(c: Comparison) -> String {
+    match c {
+        Comparison::Verdict(Verdict::NotVerified { reason }) => reason,
+        other => panic!("expected not-verified, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_ignore_that_covers_every_output_proves_nothing() {
+    // Issue 27: with every output ignored nothing was compared, yet the verdict said
+    // "proven deterministic".
+    let first = primary(vec![file("p/dist/stamp.txt", b"t1", 0o644)], "w1");
+    let f = rerun(ExitKind::Code(0), Some(vec![file("p/dist/stamp.txt", b"t2", 0o644)]));
+    for patterns in [&["dist/**"][..], &["dist/stamp.txt"], &["**/*.txt", "dist/x"]] {
+        let why = not_verified(compare(Some(&first), &f, &w("w2"), false, &ignoring(patterns)));
+        assert!(why.contains("verify_ignore"), "{why}");
+        for p in patterns {
+            assert!(why.contains(&format!("`{p}`")), "the reason names {p}: {why}");
+        }
+    }
+    // Identical bytes change nothing: still nothing was compared.
+    let same = rerun(ExitKind::Code(0), Some(vec![file("p/dist/stamp.txt", b"t1", 0o644)]));
+    not_verified(compare(Some(&first), &same, &w("w2"), false, &ignoring(&["dist/**"])));
+}
+
+#[test]
+fn directories_left_after_the_ignore_are_not_a_comparison() {
+    // Every file is ignored; the directories that held them remain in both manifests and
+    // agree. A tree of empty directories is not what the task was asked to prove.
+    let entries = |stamp: &[u8]| {
+        vec![dir("p/dist"), dir("p/dist/meta"), file("p/dist/meta/stamp.txt", stamp, 0o644)]
+    };
+    let first = primary(entries(b"t1"), "w1");
+    let f = rerun(ExitKind::Code(0), Some(entries(b"t2")));
+    let why =
+        not_verified(compare(Some(&first), &f, &w("w2"), false, &ignoring(&["dist/meta/*.txt"])));
+    assert!(why.contains("`dist/meta/*.txt`"), "{why}");
+    // A symlink left over is an output that was compared.
+    let link = ManifestEntry {
+        path: "p/dist/latest".into(),
+        kind: EntryKind::Symlink,
+        mode: 0o777,
+        size: 0,
+        digest: None,
+        mtime_ns: 0,
+        link_target: Some("meta".into()),
+    };
+    let mut with_link = entries(b"t1");
+    with_link.push(link.clone());
+    let mut rerun_link = entries(b"t2");
+    rerun_link.push(link);
+    let f = rerun(ExitKind::Code(0), Some(rerun_link));
+    assert!(matches!(
+        compare(
+            Some(&primary(with_link, "w1")),
+            &f,
+            &w("w2"),
+            false,
+            &ignoring(&["dist/meta/*.txt"])
+        ),
+        Comparison::Verdict(Verdict::ProvenDeterministic { .. })
+    ));
+}
+
+#[test]
+fn an_ignore_that_covers_everything_never_hides_a_failure_or_a_new_output() {
+    let ignore = ignoring(&["dist/stamp.txt"]);
+    let first = primary(vec![dir("p/dist"), file("p/dist/stamp.txt", b"t1", 0o644)], "w1");
+    // A re-run that failed is a failed proof, whatever was ignored.
+    let failed = rerun(ExitKind::Code(1), Some(vec![file("p/dist/stamp.txt", b"t2", 0o644)]));
+    assert!(matches!(
+        compare(Some(&first), &failed, &w("w2"), false, &ignore),
+        Comparison::Verdict(Verdict::RerunFailed { .. })
+    ));
+    // A re-run that wrote an output the first did not: a divergence, not "nothing compared".
+    let more = rerun(
+        ExitKind::Code(0),
+        Some(vec![
+            dir("p/dist"),
+            file("p/dist/stamp.txt", b"t2", 0o644),
+            file("p/dist/x", b"x", 0o644),
+        ]),
+    );
+    let Comparison::Diverged(d) = compare(Some(&first), &more, &w("w2"), false, &ignore) else {
+        panic!("an extra output of the re-run was not a divergence");
+    };
+    assert_eq!(d.added, vec!["p/dist/x".to_owned()]);
+    // And the other way round: the first wrote it, the re-run did not.
+    let fewer =
+        rerun(ExitKind::Code(0), Some(vec![dir("p/dist"), file("p/dist/stamp.txt", b"t2", 0o644)]));
+    let first = primary(
+        vec![dir("p/dist"), file("p/dist/stamp.txt", b"t1", 0o644), file("p/dist/x", b"x", 0o644)],
+        "w1",
+    );
+    assert!(matches!(
+        compare(Some(&first), &fewer, &w("w2"), false, &ignore),
+        Comparison::Diverged(_)
+    ));
 }

@@ -153,6 +153,9 @@ impl RunActor {
             rerun,
             ok: f.exit.success(),
             fingerprint: f.outputs.as_ref().filter(|_| f.exit.success()).map(|o| o.fingerprint),
+            compared: f.outputs.as_ref().filter(|_| f.exit.success()).and_then(|o| {
+                verdicts::compared_fingerprint(&self.plan.tasks[node].spec, &o.manifest)
+            }),
             manifest: f.outputs.as_ref().and_then(|o| rmp_serde::to_vec_named(&o.manifest).ok()),
             artifact: if rerun {
                 f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d))
@@ -303,6 +306,9 @@ impl RunActor {
             rerun: true,
             ok: f.exit.success(),
             fingerprint: f.outputs.as_ref().map(|o| o.fingerprint),
+            compared: f.outputs.as_ref().and_then(|o| {
+                verdicts::compared_fingerprint(&self.plan.tasks[node].spec, &o.manifest)
+            }),
             manifest: f.outputs.as_ref().and_then(|o| rmp_serde::to_vec_named(&o.manifest).ok()),
             artifact: f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d)),
             time_ms: now_ms(),

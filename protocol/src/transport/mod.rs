@@ -8,6 +8,8 @@
 //!   only root, ALPN [`tls::ALPN`], TLS 1.3 only, no 0-RTT, bounded streams and idle time.
 //! - [`endpoint`]: binding server/client endpoints, connecting and accepting with timeouts, and
 //!   [`endpoint::peer_identity`].
+//! - [`liveness`]: a client's watch on its coordinator: a pause is waited for, a process
+//!   that is gone (its port closed) is given up on at once.
 //! - [`frame`]: the sans-IO [`frame::FrameDecoder`] and async `write_msg`/`read_msg`.
 //! - [`blob`]: digest-verified blob streams (`send_blob`/`recv_blob`).
 //!
@@ -24,6 +26,7 @@ pub mod blob;
 pub mod certs;
 pub mod endpoint;
 pub mod frame;
+pub mod liveness;
 pub mod tls;
 
 #[cfg(test)]

@@ -588,6 +588,8 @@ pub fn verdicts() -> Vec<Verdict> {
             failed: Some("exit code 1".into()),
             log_tail: vec!["cat: .env: No such file or directory".into()],
             suggest: vec!["//libs/shared/**".into(), "src/**".into()],
+            advice: Vec::new(),
+            evidence: None,
         },
         Verdict::UndeclaredOutputs { paths: vec!["apps/web/tsconfig.tsbuildinfo".into()], more: 0 },
         Verdict::SandboxFailed {
@@ -788,7 +790,8 @@ pub fn goldens() -> Vec<Golden> {
         local_source: Some("/home/dev/acme".into()),
         local_blobs: Some("/home/dev/.cache/prova/blobs".into()),
     };
-    let in_place = Placement::InPlace { workspace_root: "/home/dev/acme".into() };
+    let in_place =
+        Placement::InPlace { workspace_root: "/home/dev/acme".into(), protected: Vec::new() };
     let options = RunOptionsWire {
         continue_on_failure: true,
         read: true,

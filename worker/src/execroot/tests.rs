@@ -4,6 +4,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use prova_protocol::artifact::{collect_outputs, pack};
+use prova_protocol::globs::PathGlobs;
 
 use super::*;
 
@@ -224,31 +225,35 @@ fn an_input_and_an_upstream_output_must_agree() {
 fn output_dirs_are_created_and_inputs_under_them_are_copies() {
     let f = fixture();
     let cached = f.blob(b"previous");
+    let src = f.blob(b"source");
     let root = f
         .create(&spec(
-            vec![blob_input("app/dist/keep.txt", cached, false)],
+            vec![
+                blob_input("app/dist/keep.txt", cached, false),
+                blob_input("app/src/a.ts", src, false),
+                blob_input("app/package.json", src, false),
+            ],
             &["dist/**", "//gen/types/*.d.ts", "report.txt", "!dist/**/*.map"],
         ))
         .unwrap();
     let p = root.path();
-    // `report.txt` is a literal (maybe a file): its parent, the project dir, is writable, and
-    // it contains `dist`.
-    assert_eq!(root.writable_dirs(), vec![p.join("app"), p.join("gen/types")]);
+    // The directories holding the outputs are writable: `app` (holding `dist` and the
+    // literal `report.txt`) and `gen` (holding `types`), so each output can be removed and
+    // made again; what else they hold is bound read-only again.
+    assert_eq!(root.writable_dirs(), vec![p.join("app"), p.join("gen")]);
     for w in root.writable_dirs() {
         assert!(meta(&w).is_dir(), "{}", w.display());
     }
-    // Writable: a task could write through a hardlink into the cache, so it is a copy.
+    assert!(meta(&p.join("gen/types")).is_dir() && meta(&p.join("app/dist")).is_dir());
+    assert_eq!(root.readonly_entries(), vec![p.join("app/package.json"), p.join("app/src")]);
+    // Under an output: a task could write through a hardlink into the cache, so a copy; a
+    // source beside the outputs is read-only in the sandbox, so a link.
     let keep = meta(&p.join("app/dist/keep.txt"));
     assert_ne!(keep.ino(), meta(&f.blobs.path(&cached, false).unwrap()).ino());
     assert_eq!(fs::read(p.join("app/dist/keep.txt")).unwrap(), b"previous");
-
-    assert_eq!(writable_dirs_for("app", &["dist/**".to_owned()]).unwrap(), ["app/dist"]);
-    assert_eq!(writable_dirs_for("", &["out.txt".to_owned()]).unwrap(), [""]);
-    assert_eq!(
-        writable_dirs_for("a", &["//x/**".to_owned(), "//x/y/z".to_owned()]).unwrap(),
-        ["x"]
-    );
-    assert!(writable_dirs_for("a", &["../b/**".to_owned()]).is_err());
+    let a = meta(&p.join("app/src/a.ts"));
+    assert_eq!(a.ino(), meta(&f.blobs.path(&src, false).unwrap()).ino());
+    assert!(OutputLayout::new("a", &["../b/**".to_owned()]).is_err());
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! bwrap --unshare-all [--share-net] --die-with-parent --new-session
 //!       --ro-bind /usr /usr  --ro-bind-try <system path> <same> …  [--ro-bind-try <extra> <same> …]
 //!       --proc /proc --dev /dev --tmpfs /tmp
-//!       --ro-bind <root> <root>  --ro-bind <tree> <its mount point> …  --bind <writable> <same> …
+//!       --ro-bind <root> <root>  --bind <writable> <same> …  --ro-bind <readonly> <same> …
+//!       --ro-bind <tree> <its mount point> …
 //!       --remount-ro /  --chdir <cwd>  [--hostname <h>] [--uid <u>] [--gid <g>]
 //!       -- <inner argv…>
 //! ```
@@ -46,6 +47,10 @@ pub const SYSTEM_RO_PATHS: &[&str] = &[
     "/etc/nsswitch.conf",
     // The host's time zone, for tasks that do not set `TZ`.
     "/etc/localtime",
+    // The machine's name and identity, which tools read (a determinism re-run replaces
+    // both, [`identity_overlays`]; a host without them gets stand-ins).
+    "/etc/hostname",
+    "/etc/machine-id",
     // Name resolution, used only when the task has the network.
     "/etc/hosts",
     "/etc/resolv.conf",
@@ -58,8 +63,12 @@ pub struct SandboxConfig {
     pub root: PathBuf,
     /// The task's working directory (inside `root`).
     pub cwd: PathBuf,
-    /// Directories inside `root` mounted writable (the declared outputs). Each must exist.
+    /// Directories inside `root` mounted writable (those holding the declared outputs,
+    /// `crate::execroot::OutputLayout`). Each must exist.
     pub writable: Vec<PathBuf>,
+    /// Entries of the writable directories mounted read-only again on top (what is not an
+    /// output there: sources, manifests). Each must exist.
+    pub readonly: Vec<PathBuf>,
     /// Whether the task may use the host's network.
     pub network: bool,
     /// The hostname the task sees (the UTS namespace is always private); `None` leaves
@@ -103,6 +112,7 @@ impl SandboxConfig {
             root: root.into(),
             cwd: cwd.into(),
             writable: Vec::new(),
+            readonly: Vec::new(),
             network: false,
             hostname: None,
             uid: None,
@@ -168,18 +178,25 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
             }
         }
     }
+    // The directories holding the declared outputs, writable; after the root so they
+    // override it. An output inside one is an ordinary entry (not a mount point): it can be
+    // removed, replaced and made again.
+    for w in &cfg.writable {
+        a.mount("--bind", w);
+    }
+    // What else those directories hold, read-only again (sources beside `dist`).
+    for r in &cfg.readonly {
+        a.mount("--ro-bind", r);
+    }
     // The installed trees, read-only, each over its (empty) mount point in the root: one
-    // materialised copy serves every task, and a task cannot write into it.
+    // materialised copy serves every task, and a task cannot write into it. Last, so no
+    // writable directory (a project holding `tsconfig.tsbuildinfo`) hides its tree.
     for (src, dst) in &cfg.trees {
         a.0.extend([
             "--ro-bind".to_owned(),
             src.to_string_lossy().into_owned(),
             dst.to_string_lossy().into_owned(),
         ]);
-    }
-    // The declared output directories, writable; after the root so they override it.
-    for w in &cfg.writable {
-        a.mount("--bind", w);
     }
     // The sandbox's own root is a tmpfs bwrap made to hold the mount points; make it
     // read-only once they exist, so a write outside /tmp and the outputs fails loudly
@@ -203,17 +220,26 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     a.0
 }
 
-/// For a sandbox with its own uid or hostname (a determinism re-run): `/etc/passwd` and
-/// `/etc/group` that also name the uid/gid (as `user`), and `/etc/hosts` and
-/// `/etc/hostname` that resolve the hostname, written under `dir` (named by content, so
-/// re-runs share them) → overlays for [`SandboxConfig::overlays`]. A correct task that asks
-/// `whoami` or resolves its hostname must not fail only because the re-run perturbed them.
+/// The machine identity files a sandbox shows: for one with its own uid or hostname (a
+/// determinism re-run), `/etc/passwd` and `/etc/group` that also name the uid/gid (as
+/// `user`), `/etc/hosts` and `/etc/hostname` that resolve the hostname, and an
+/// `/etc/machine-id` of that machine; for any other, stand-ins for an `/etc/hostname` or
+/// `/etc/machine-id` the host lacks (its kernel hostname; an id derived from it). Written
+/// under `dir` (named by content, so sandboxes share them) → overlays for
+/// [`SandboxConfig::overlays`]. A correct task that asks `whoami`, resolves its hostname or
+/// reads the machine id must not fail only because it runs sandboxed or perturbed — and a
+/// task whose bytes embed the machine's identity is caught by the re-run.
 pub fn identity_overlays(
     dir: &Path,
     cfg: &SandboxConfig,
     user: &str,
 ) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let machine_id = |name: &str| {
+        let hex =
+            prova_protocol::Digest::of(format!("prova machine-id {name}").as_bytes()).to_hex();
+        format!("{}\n", &hex[..32])
+    };
     let mut files: Vec<(&str, String)> = Vec::new();
     if let Some(uid) = cfg.uid {
         let gid = cfg.gid.unwrap_or(uid);
@@ -238,6 +264,15 @@ pub fn identity_overlays(
         hosts.push_str(&read("/etc/hosts"));
         files.push(("/etc/hosts", hosts));
         files.push(("/etc/hostname", format!("{h}\n")));
+        files.push(("/etc/machine-id", machine_id(h)));
+    } else {
+        let host = read("/proc/sys/kernel/hostname").trim().to_owned();
+        if !Path::new("/etc/hostname").is_file() {
+            files.push(("/etc/hostname", format!("{host}\n")));
+        }
+        if !Path::new("/etc/machine-id").is_file() {
+            files.push(("/etc/machine-id", machine_id(&host)));
+        }
     }
     let mut out = Vec::new();
     for (inside, text) in files {
@@ -288,7 +323,9 @@ mod tests {
     #[test]
     fn argv_layout_and_order() {
         let mut cfg = SandboxConfig::new("/x/root", "/x/root/p");
-        cfg.writable = vec!["/x/root/p/dist".into(), "/x/root/gen".into()];
+        cfg.writable = vec!["/x/root/p".into(), "/x/root/gen".into()];
+        cfg.readonly = vec!["/x/root/p/src".into()];
+        cfg.trees = vec![("/w/trees/d/node_modules".into(), "/x/root/p/node_modules".into())];
         cfg.hostname = Some("sbx".into());
         cfg.uid = Some(1234);
         cfg.gid = Some(4321);
@@ -303,10 +340,15 @@ mod tests {
         assert!(!a[..sep].contains(&"--share-net".to_owned()), "no network unless asked");
         let root = pos(&a, &["--ro-bind", "/x/root", "/x/root"]);
         let tmp = pos(&a, &["--tmpfs", "/tmp"]);
-        let w1 = pos(&a, &["--bind", "/x/root/p/dist", "/x/root/p/dist"]);
+        let w1 = pos(&a, &["--bind", "/x/root/p", "/x/root/p"]);
         let w2 = pos(&a, &["--bind", "/x/root/gen", "/x/root/gen"]);
+        let again = pos(&a, &["--ro-bind", "/x/root/p/src", "/x/root/p/src"]);
+        let tree = pos(&a, &["--ro-bind", "/w/trees/d/node_modules", "/x/root/p/node_modules"]);
         let ro = pos(&a, &["--remount-ro", "/"]);
-        assert!(tmp < root && root < w1 && w1 < w2 && w2 < ro && ro < sep);
+        // A writable project directory (holding `tsconfig.tsbuildinfo`) must not hide the
+        // sources bound read-only in it, nor its installed tree.
+        assert!(tmp < root && root < w1 && w1 < w2 && w2 < again && again < tree);
+        assert!(tree < ro && ro < sep);
         pos(&a, &["--chdir", "/x/root/p"]);
         pos(&a, &["--hostname", "sbx"]);
         pos(&a, &["--uid", "1234"]);

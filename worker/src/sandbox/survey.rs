@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bwrap::{SandboxConfig, ViewOp};
 use crate::exec::{ProcessIo, ProcessRequest};
+use crate::execroot::OutputLayout;
 use crate::runner::WorkerContext;
 
 /// Most mount operations of one survey view (a directory of many entries on the way to an
@@ -55,26 +56,20 @@ pub enum SurveyError {
     },
 }
 
-/// The view of workspace `ws` at exec root `root` for a task in `project_dir` whose output
-/// directories are `writable` (workspace-relative): see the module docs.
-pub fn view(
-    ws: &Path,
-    root: &Path,
-    project_dir: &str,
-    writable: &[String],
-) -> Result<Vec<ViewOp>, SurveyError> {
+/// The view of workspace `ws` at exec root `root` for a task whose outputs are laid out as
+/// `layout`: see the module docs.
+pub fn view(ws: &Path, root: &Path, layout: &OutputLayout) -> Result<Vec<ViewOp>, SurveyError> {
     let join =
         |base: &Path, rel: &str| if rel.is_empty() { base.to_owned() } else { base.join(rel) };
-    // A writable directory holding the task's own directory holds its inputs too: its
-    // entries are shown like any other directory's.
-    let holds_project =
-        |w: &str| w.is_empty() || project_dir == w || project_dir.starts_with(&format!("{w}/"));
+    // Output directories start empty, as after cleaning; literal outputs absent.
     let empty: BTreeSet<&str> =
-        writable.iter().map(String::as_str).filter(|w| !holds_project(w)).collect();
-    // Every directory on the way to an output directory, the root ("") first.
+        layout.slots.iter().filter(|(_, dir)| *dir).map(|(s, _)| s.as_str()).collect();
+    let hidden: BTreeSet<&str> =
+        layout.slots.iter().filter(|(_, dir)| !*dir).map(|(s, _)| s.as_str()).collect();
+    // Every directory holding an output, and on the way to one, the root ("") first.
     let mut open: BTreeSet<String> = BTreeSet::new();
     open.insert(String::new());
-    for w in writable {
+    for w in layout.dirs() {
         let mut acc = String::new();
         for part in w.split('/').filter(|p| !p.is_empty()) {
             if !acc.is_empty() {
@@ -106,7 +101,7 @@ pub fn view(
         names.sort_unstable();
         for name in names {
             let rel = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
-            if name == ".prova" || open.contains(&rel) {
+            if name == ".prova" || open.contains(&rel) || hidden.contains(rel.as_str()) {
                 continue;
             }
             let src = join(ws, &rel);
@@ -136,8 +131,8 @@ pub async fn run(
     env: &[(String, String)],
     cancel: CancellationToken,
 ) -> Option<ReadsReport> {
-    let writable = crate::execroot::writable_dirs_for(&a.spec.project_dir, &a.spec.outputs).ok()?;
-    let ops = match view(ws, root, &a.spec.project_dir, &writable) {
+    let layout = OutputLayout::new(&a.spec.project_dir, &a.spec.outputs).ok()?;
+    let ops = match view(ws, root, &layout) {
         Ok(ops) => ops,
         Err(e) => {
             tracing::debug!(task = %a.spec.id, "no survey run: {e}");
@@ -152,6 +147,10 @@ pub async fn run(
     let mut cfg = SandboxConfig::new(root, cwd.clone());
     cfg.network = a.spec.network;
     cfg.view = Some(ops);
+    match super::identity_overlays(&ctx.work_dir.join("identity"), &cfg, "prova") {
+        Ok(o) => cfg.overlays = o,
+        Err(e) => tracing::debug!("no identity files for the survey: {e}"),
+    }
     let traces = ctx.work_dir.join("traces");
     let _ = fs::create_dir_all(&traces);
     let trace = traces.join(format!("{}-{}.survey.trace", std::process::id(), a.attempt));
@@ -223,7 +222,11 @@ mod tests {
         std::os::unix::fs::symlink("../q", w.join("p/link")).unwrap();
         fs::write(w.join("top.txt"), "t").unwrap();
         let root = Path::new("/r");
-        let ops = view(w, root, "p", &["p/dist".to_owned()]).unwrap();
+        let layout = |outputs: &[&str]| {
+            let outputs: Vec<String> = outputs.iter().map(|o| (*o).to_owned()).collect();
+            OutputLayout::new("p", &outputs).unwrap()
+        };
+        let ops = view(w, root, &layout(&["dist/**"])).unwrap();
         let ro = |rel: &str| ViewOp::RoBind(w.join(rel), root.join(rel));
         assert_eq!(
             ops,
@@ -237,8 +240,13 @@ mod tests {
                 ViewOp::Dir(root.join("p/dist")),
             ]
         );
-        // Outputs in the project's own directory: its entries are still shown.
-        let ops = view(w, root, "p", &["p".to_owned()]).unwrap();
+        // Outputs in the project's own directory: its entries are still shown, but for the
+        // output directory (empty) and the literal output (absent, as after cleaning).
+        fs::write(w.join("p/info.json"), "stale").unwrap();
+        let ops = view(w, root, &layout(&["dist/**", "info.json"])).unwrap();
+        assert!(ops.contains(&ro("p/a.txt")) && !ops.contains(&ro("p/dist")), "{ops:?}");
+        assert!(!ops.contains(&ro("p/info.json")), "{ops:?}");
+        let ops = view(w, root, &layout(&["**/*.js"])).unwrap();
         assert!(ops.contains(&ro("p/a.txt")) && ops.contains(&ro("p/dist")), "{ops:?}");
     }
 }

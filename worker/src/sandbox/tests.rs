@@ -104,9 +104,7 @@ fn task() -> Task {
 
 impl Task {
     fn cfg(&self) -> SandboxConfig {
-        let mut cfg = SandboxConfig::new(self.root.path(), self.root.cwd());
-        cfg.writable = self.root.writable_dirs();
-        cfg
+        self.root.sandbox()
     }
 }
 
@@ -164,27 +162,34 @@ async fn a_task_can_write_its_outputs_and_nothing_else() {
     }
     let t = task();
     let script = "echo made > out/result.txt && echo wrote-output; \
-                  echo x > stray.txt || echo denied-project; \
+                  rm -rf out && mkdir out && echo again > out/result.txt && echo remade-output; \
+                  echo x > stray.txt && echo beside-outputs; \
                   echo x > ../stray.txt || echo denied-workspace; \
                   echo x > /stray.txt || echo denied-slash; \
                   echo x > /usr/stray.txt || echo denied-usr; \
-                  echo x > in.txt || echo denied-input";
+                  echo x > in.txt || echo denied-input; \
+                  rm -f in.txt || echo kept-input";
     let (exit, log) = sandboxed(&t.cfg(), script).await;
     assert_eq!(exit, ExitKind::Code(0), "{log}");
     for word in [
         "wrote-output",
-        "denied-project",
+        "remade-output",
+        "beside-outputs",
         "denied-workspace",
         "denied-slash",
         "denied-usr",
         "denied-input",
+        "kept-input",
     ] {
         assert!(log.contains(word), "{word} missing from: {log}");
     }
-    assert_eq!(log.matches("Read-only file system").count(), 5, "{log}");
+    assert_eq!(log.matches("Read-only file system").count(), 4, "{log}");
     let cwd = t.root.cwd();
-    assert_eq!(std::fs::read_to_string(cwd.join("out/result.txt")).unwrap(), "made\n");
-    assert!(!cwd.join("stray.txt").exists() && !t.root.path().join("stray.txt").exists());
+    assert_eq!(std::fs::read_to_string(cwd.join("out/result.txt")).unwrap(), "again\n");
+    // A new file beside the outputs lands in the exec root (the trace names it an undeclared
+    // output; it is never collected), never in the workspace.
+    assert!(cwd.join("stray.txt").exists() && !t.ws.join("p/stray.txt").exists());
+    assert!(!t.root.path().join("stray.txt").exists());
     assert_eq!(std::fs::read_to_string(cwd.join("in.txt")).unwrap(), "declared-in\n");
     assert_eq!(std::fs::read_to_string(t.ws.join("p/in.txt")).unwrap(), "declared-in\n");
 }

@@ -328,8 +328,8 @@ impl CacheLayer for ReapiLayer {
         Box::pin(self.probe(keys))
     }
 
-    fn newest_output_count(&self, task: String) -> LayerFuture<'_, Option<usize>> {
-        self.inner.newest_output_count(task)
+    fn newest_entry(&self, task: String) -> LayerFuture<'_, Option<Entry>> {
+        self.inner.newest_entry(task)
     }
 
     fn record(&self, e: Execution, staged: Option<PathBuf>) -> LayerFuture<'_, ()> {

@@ -1,0 +1,244 @@
+//! No output may be able to match a declared input (issue 27). A task's outputs are deleted
+//! before it runs and replaced by every restore, so `outputs = ["dist/**", "src/**"]` beside
+//! `inputs = ["src/**"]` deleted the sources — uncommitted edits included. Checked once at
+//! load, after the projects are merged ([`check`]): each output include of each task against
+//! every declared input include of the workspace —
+//!
+//! - the task's own `inputs` and every other task's (a `//` pattern of another project that
+//!   points into this one included);
+//! - `[workspace] inputs` and `[workspace] fingerprint` (inputs of every task).
+//!
+//! Two patterns overlap when some path can match both ([`PathPattern::intersects`], decided
+//! from the patterns, sound). An input list's exclusion that covers the output
+//! ([`PathPattern::covers`]: `inputs = ["**/*", "!dist/**"]`) removes the overlap. The one
+//! overlap that is meant: a task that depends (transitively) on the producer may declare the
+//! producer's outputs as its inputs (`codegen` writes `gen/**`, `build` after it reads
+//! `gen/**`); those files are the producer's by the graph, and the reader's key folds them
+//! through the producer's. Default inputs ("every file of the project but outputs") are not
+//! declared and never overlap. Output exclusions are not consulted, as in
+//! [`super::outputs`]: they narrow what is cleaned, and a typo must never make an overlap
+//! acceptable.
+//!
+//! Cost: inputs are indexed by their literal prefix; an output meets only the inputs whose
+//! prefix lies on its prefix's path (its ancestors, found by hash lookups) or under it (a
+//! range of the sorted index), so a large workspace stays near linear. The task graph (for
+//! the dependency exemption) is built only when a pair overlaps; when the graph itself is
+//! broken the check is left to the graph's error, which every command that runs tasks
+//! reports first.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use prova_protocol::TaskId;
+use prova_protocol::globs::is_within;
+
+use super::error::ConfigError;
+use super::intersect::PathPattern;
+use crate::workspace::Workspace;
+
+/// Who declared an input pattern.
+#[derive(Clone, Copy, Debug)]
+enum Owner<'w> {
+    /// Task `name` of the project at index `project`.
+    Task { project: usize, name: &'w str },
+    /// `[workspace] inputs`.
+    Inputs,
+    /// `[workspace] fingerprint`.
+    Fingerprint,
+}
+
+/// One declared input include and the exclusions of its list that apply to it.
+#[derive(Debug)]
+struct Input<'w> {
+    owner: Owner<'w>,
+    written: &'w str,
+    shape: PathPattern,
+    exclusions: Vec<PathPattern>,
+}
+
+/// Checks every output of every task of `ws` against every declared input (module doc).
+pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
+    let inputs = declared_inputs(ws);
+    if inputs.is_empty() {
+        return Ok(());
+    }
+    let mut by_prefix: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        by_prefix.entry(input.shape.prefix()).or_default().push(i);
+    }
+    let mut graph: Option<Option<Reach>> = None;
+    for project in &ws.projects {
+        for (name, task) in &project.tasks {
+            for (k, written) in task.outputs.iter().enumerate() {
+                if written.starts_with('!') {
+                    continue;
+                }
+                let out = PathPattern::new(&project.dir, written);
+                for i in candidates(&by_prefix, out.prefix()) {
+                    let input = &inputs[i];
+                    if !out.intersects(&input.shape)
+                        || input.exclusions.iter().any(|e| e.covers(&out))
+                    {
+                        continue;
+                    }
+                    if let Owner::Task { project: qi, name: reader } = input.owner {
+                        let reach = graph.get_or_insert_with(|| Reach::new(ws));
+                        let Some(reach) = reach else { return Ok(()) };
+                        let producer = TaskId::new(&project.name, name);
+                        let consumer = TaskId::new(&ws.projects[qi].name, reader);
+                        if reach.depends_on(&consumer, &producer) {
+                            continue;
+                        }
+                    }
+                    let at = task.outputs_at.get(k).unwrap_or(&task.defined_at);
+                    return Err(ConfigError::OutputOverlapsInput {
+                        at: at.clone().into(),
+                        pattern: written.clone(),
+                        task: TaskId::new(&project.name, name).to_string(),
+                        input: describe(ws, input),
+                        help: Some(help(ws, &project.dir, written, &out, input)),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every declared input include of `ws`, with the exclusions that apply to it.
+fn declared_inputs(ws: &Workspace) -> Vec<Input<'_>> {
+    let mut out = Vec::new();
+    let s = &ws.settings;
+    for (owner, list) in [(Owner::Inputs, &s.inputs), (Owner::Fingerprint, &s.fingerprint)] {
+        push_list(&mut out, owner, "", list, |_| true);
+    }
+    for (pi, p) in ws.projects.iter().enumerate() {
+        for (name, t) in &p.tasks {
+            let Some(list) = &t.inputs else { continue };
+            let owner = Owner::Task { project: pi, name };
+            // As `inputs::select` applies them: a project-relative include is narrowed by
+            // every exclusion of the list, a `//` one by the `//` exclusions only.
+            push_list(&mut out, owner, &p.dir, list, |include| !include.starts_with("//"));
+        }
+    }
+    out
+}
+
+fn push_list<'w>(
+    out: &mut Vec<Input<'w>>,
+    owner: Owner<'w>,
+    dir: &str,
+    list: &'w [String],
+    all_exclusions_apply: impl Fn(&str) -> bool,
+) {
+    let exclusions: Vec<(&str, PathPattern)> = list
+        .iter()
+        .filter_map(|p| p.strip_prefix('!'))
+        .map(|e| (e, PathPattern::new(dir, e)))
+        .collect();
+    for written in list.iter().filter(|p| !p.starts_with('!')) {
+        let all = all_exclusions_apply(written);
+        let exclusions = exclusions
+            .iter()
+            .filter(|(e, _)| all || e.starts_with("//"))
+            .map(|(_, shape)| shape.clone())
+            .collect();
+        out.push(Input { owner, written, shape: PathPattern::new(dir, written), exclusions });
+    }
+}
+
+/// The inputs whose prefix lies on `prefix`'s path: at it, above it, or under it.
+fn candidates<'a>(
+    by_prefix: &'a BTreeMap<&str, Vec<usize>>,
+    prefix: &'a str,
+) -> impl Iterator<Item = usize> + 'a {
+    let mut above: Vec<&str> = vec![prefix];
+    let mut cur = prefix;
+    while !cur.is_empty() {
+        cur = cur.rfind('/').map_or("", |i| &cur[..i]);
+        above.push(cur);
+    }
+    let at_or_above = above.into_iter().filter_map(|q| by_prefix.get(q)).flatten().copied();
+    let under = by_prefix
+        .range::<str, _>((std::ops::Bound::Excluded(prefix), std::ops::Bound::Unbounded))
+        .take_while(move |(q, _)| prefix.is_empty() || q.starts_with(prefix))
+        .filter(move |(q, _)| is_within(q, prefix) && **q != prefix)
+        .flat_map(|(_, v)| v.iter().copied());
+    at_or_above.chain(under)
+}
+
+/// Which tasks depend on which, from the full task graph (also what excuses a reader in
+/// [`crate::inputs::protect`]).
+pub(crate) struct Reach {
+    graph: crate::graph::TaskGraph,
+    /// Each asked node's transitive dependencies.
+    upstream: HashMap<usize, HashSet<usize>>,
+}
+
+impl Reach {
+    /// `None` when the graph does not build (its own error is reported where it is built).
+    pub(crate) fn new(ws: &Workspace) -> Option<Self> {
+        let graph = crate::graph::build_graph(ws).ok()?;
+        Some(Self { graph, upstream: HashMap::new() })
+    }
+
+    /// Whether `consumer` depends on `producer`, directly or not.
+    pub(crate) fn depends_on(&mut self, consumer: &TaskId, producer: &TaskId) -> bool {
+        let (Some(&c), Some(&p)) = (self.graph.index.get(consumer), self.graph.index.get(producer))
+        else {
+            return false;
+        };
+        let graph = &self.graph;
+        self.upstream
+            .entry(c)
+            .or_insert_with(|| {
+                let mut seen = HashSet::new();
+                let mut stack = graph.nodes[c].deps.clone();
+                while let Some(d) = stack.pop() {
+                    if seen.insert(d) {
+                        stack.extend(graph.nodes[d].deps.iter().copied());
+                    }
+                }
+                seen
+            })
+            .contains(&p)
+    }
+}
+
+fn describe(ws: &Workspace, input: &Input<'_>) -> String {
+    match input.owner {
+        Owner::Task { project, name } => format!(
+            "input `{}` of task `{}`",
+            input.written,
+            TaskId::new(&ws.projects[project].name, name)
+        ),
+        Owner::Inputs => {
+            format!("`{}` of `[workspace] inputs` (an input of every task)", input.written)
+        }
+        Owner::Fingerprint => {
+            format!("`{}` of `[workspace] fingerprint` (an input of every task)", input.written)
+        }
+    }
+}
+
+/// What to write instead: the exclusion that would remove the overlap, in the terms of the
+/// input's list.
+fn help(ws: &Workspace, dir: &str, written: &str, out: &PathPattern, input: &Input<'_>) -> String {
+    let same_project = match input.owner {
+        Owner::Task { project, .. } => ws.projects[project].dir == dir,
+        _ => false,
+    };
+    let exclusion = if same_project && !written.starts_with("//") {
+        format!("!{written}")
+    } else {
+        format!("!//{}", out.text())
+    };
+    format!(
+        "name only what the task writes (e.g. `dist/**`) in `outputs`; if the input pattern is \
+         meant to be that wide, leave the outputs out of it with `{exclusion}`; a task that \
+         reads another's outputs must depend on it"
+    )
+}
+
+#[cfg(test)]
+#[path = "overlap_tests.rs"]
+mod overlap_tests;

@@ -1,0 +1,145 @@
+//! Outputs that can match declared inputs are refused at load, where the output is written.
+
+use tempfile::TempDir;
+
+use crate::config::ConfigError;
+use crate::workspace::Workspace;
+
+/// A workspace of `files` (path, text) on disk.
+fn ws(files: &[(&str, &str)]) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, text) in files {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+fn load(files: &[(&str, &str)]) -> Result<Workspace, ConfigError> {
+    let dir = ws(files);
+    Workspace::load(dir.path())
+}
+
+#[track_caller]
+fn refused(files: &[(&str, &str)]) -> String {
+    match load(files) {
+        Err(e @ ConfigError::OutputOverlapsInput { .. }) => e.to_string(),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("accepted: {files:?}"),
+    }
+}
+
+const ROOT: &str = "[workspace]\nprojects = [\"apps/*\", \"libs/*\"]\n";
+
+#[test]
+fn an_output_over_the_tasks_own_inputs_is_refused_where_it_is_written() {
+    // The issue's three shapes.
+    for (outputs, col) in [("\"dist/**\", \"src/**\"", 23), ("\"src\"", 12), ("\"src/a.txt\"", 12)]
+    {
+        let toml = format!(
+            "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\"]\noutputs = [{outputs}]\n"
+        );
+        let why = refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", &toml)]);
+        assert!(
+            why.starts_with(&format!(
+                "apps/web/prova.toml:4:{col}: output `{}` of task `web#build` can match input \
+                 `src/**` of task `web#build`",
+                outputs.rsplit('"').nth(1).unwrap()
+            )),
+            "{why}"
+        );
+        assert!(why.contains("help: "), "{why}");
+    }
+}
+
+#[test]
+fn another_tasks_inputs_count_in_the_project_and_across_projects() {
+    // `lint` reads `src/**`; `build` (not its dependency) writes there.
+    let t = "[tasks.build]\ncommand = \"true\"\noutputs = [\"src/gen.ts\"]\n\
+             [tasks.lint]\ncommand = \"true\"\ninputs = [\"src/**\"]\n";
+    let why = refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
+    assert!(why.contains("input `src/**` of task `web#lint`"), "{why}");
+    // A `//` input of another project pointing into this project's outputs.
+    let ui = "[tasks.gen]\ncommand = \"true\"\noutputs = [\"types/**\"]\n";
+    let web = "[tasks.check]\ncommand = \"true\"\ninputs = [\"//libs/ui/types/*.d.ts\"]\n";
+    let why =
+        refused(&[("prova.toml", ROOT), ("libs/ui/prova.toml", ui), ("apps/web/prova.toml", web)]);
+    assert!(
+        why.starts_with("libs/ui/prova.toml:3:12: output `types/**` of task `ui#gen`"),
+        "{why}"
+    );
+    assert!(why.contains("`//libs/ui/types/*.d.ts` of task `web#check`"), "{why}");
+    assert!(why.contains("`!//libs/ui/types/**`"), "the help names the exclusion: {why}");
+}
+
+#[test]
+fn workspace_inputs_and_fingerprint_count() {
+    let root = format!("{ROOT}inputs = [\"//types/**\"]\nfingerprint = [\"apps/web/lock.json\"]\n");
+    let gen_types = "[tasks.gen]\ncommand = \"true\"\noutputs = [\"//types/gen.d.ts\"]\n";
+    let why = refused(&[("prova.toml", &root), ("apps/web/prova.toml", gen_types)]);
+    assert!(why.contains("`//types/**` of `[workspace] inputs`"), "{why}");
+    let lock = "[tasks.install]\ncommand = \"true\"\noutputs = [\"lock.json\"]\n";
+    let why = refused(&[("prova.toml", &root), ("apps/web/prova.toml", lock)]);
+    assert!(why.contains("`apps/web/lock.json` of `[workspace] fingerprint`"), "{why}");
+    // A workspace-wide default of both is checked in every project it applies to.
+    let both = format!(
+        "{ROOT}\n[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*.ts\"]\noutputs = [\"src/**\"]\n"
+    );
+    let why = refused(&[("prova.toml", &both), ("libs/ui/x", "")]);
+    assert!(why.starts_with("prova.toml:7:12: output `src/**` of task `ui#build`"), "{why}");
+}
+
+#[test]
+fn what_does_not_overlap_loads() {
+    for t in [
+        // The everyday shape.
+        "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\", \"package.json\"]\noutputs = [\"dist/**\"]\n",
+        // Default inputs are every file but the outputs: never an overlap.
+        "[tasks.build]\ncommand = \"true\"\noutputs = [\"src/**\"]\n",
+        // A wide input that leaves the outputs out.
+        "[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*\", \"!dist/**\"]\noutputs = [\"dist/**\"]\n",
+        "[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*.ts\", \"!dist\"]\noutputs = [\"dist/*.d.ts\"]\n",
+        // A file the task generates among its sources, left out of its inputs.
+        "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\", \"!src/version.ts\"]\noutputs = [\"src/version.ts\", \"dist/**\"]\n",
+        // A reader that depends on the writer may read its outputs.
+        "[tasks.codegen]\ncommand = \"true\"\ninputs = [\"schema/**\"]\noutputs = [\"gen/**\"]\n\
+         [tasks.build]\ncommand = \"true\"\ndeps = [\"codegen\"]\ninputs = [\"src/**\", \"gen/**\"]\noutputs = [\"dist/**\"]\n\
+         [tasks.test]\ncommand = \"true\"\ndeps = [\"build\"]\ninputs = [\"dist/**\", \"gen/*.ts\"]\n",
+    ] {
+        load(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)])
+            .unwrap_or_else(|e| panic!("{t}\nrefused: {e}"));
+    }
+    // Across projects through `^build`.
+    let ui = "[tasks.build]\ncommand = \"true\"\noutputs = [\"dist/**\"]\n";
+    let web = "[project]\ndeps = [\"ui\"]\n[tasks.build]\ncommand = \"true\"\ndeps = [\"^build\"]\n\
+               inputs = [\"src/**\", \"//libs/ui/dist/**\"]\n";
+    load(&[("prova.toml", ROOT), ("libs/ui/prova.toml", ui), ("apps/web/prova.toml", web)])
+        .unwrap_or_else(|e| panic!("refused: {e}"));
+}
+
+#[test]
+fn an_exclusion_only_helps_where_it_applies() {
+    // A project-relative exclusion does not narrow a `//` include.
+    let t = "[tasks.build]\ncommand = \"true\"\ninputs = [\"//apps/web/**\", \"!dist/**\"]\n\
+             outputs = [\"dist/**\"]\n";
+    refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
+    // An exclusion that does not cover the whole output does not either.
+    let t = "[tasks.build]\ncommand = \"true\"\ninputs = [\"**/*\", \"!dist/*.js\"]\n\
+             outputs = [\"dist/**\"]\n";
+    refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
+    // Nor does an output exclusion make an overlap acceptable.
+    let t = "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\"]\n\
+             outputs = [\"src/**\", \"!src/*.ts\"]\n";
+    refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
+}
+
+#[test]
+fn the_reverse_dependency_is_no_excuse() {
+    // `build` depends on `gen`, and `gen` reads what `build` writes: `build`'s clean would
+    // delete `gen`'s input.
+    let t = "[tasks.gen]\ncommand = \"true\"\ninputs = [\"out/**\"]\noutputs = [\"gen/**\"]\n\
+             [tasks.build]\ncommand = \"true\"\ndeps = [\"gen\"]\noutputs = [\"out/**\"]\n";
+    let why = refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
+    assert!(why.contains("output `out/**` of task `web#build`"), "{why}");
+}
