@@ -55,7 +55,12 @@ pub async fn run(
     root: PathBuf,
     blobs: PathBuf,
 ) -> anyhow::Result<RunSummary> {
-    let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("--remote-exec {}: {e}", cfg.endpoint);
+    let fail = |e: &dyn std::fmt::Display| {
+        // The client's errors name the endpoint already: once is enough.
+        let text = e.to_string();
+        let text = text.strip_prefix(&format!("{}: ", cfg.endpoint)).unwrap_or(&text);
+        anyhow::anyhow!("--remote-exec {}: {text}", cfg.endpoint)
+    };
     let client = ReapiClient::new(cfg).map_err(|e| fail(&e))?;
     let (reports_tx, mut reports) = mpsc::channel::<FromFarm>(REPORT_QUEUE);
     let verify = options.verify.any();

@@ -190,6 +190,7 @@ fn an_unreachable_server_is_one_clear_error() {
     let url = format!("grpc://127.0.0.1:{port}");
     let out = ws.prova(["run", "complete", "--all", "--remote-exec", &url]).run();
     out.assert_code(2).assert_stderr_contains(&format!("--remote-exec {url}"));
+    assert_eq!(out.stderr.matches(&url).count(), 1, "the endpoint named once: {}", out.stderr);
     assert_eq!(
         out.stderr.lines().filter(|l| !l.trim().is_empty()).count(),
         1,
@@ -205,6 +206,8 @@ fn a_cache_only_server_is_one_clear_error() {
     let ws = verify::workspace(&verify::complete());
     let out = ws.prova(["run", "complete", "--all", "--remote-exec", &grid.endpoint()]).run();
     out.assert_code(2).assert_stderr_contains("does not offer remote execution");
+    let url = grid.endpoint();
+    assert_eq!(out.stderr.matches(&url).count(), 1, "the endpoint named once: {}", out.stderr);
     assert_eq!(
         out.stderr.lines().filter(|l| !l.trim().is_empty()).count(),
         1,

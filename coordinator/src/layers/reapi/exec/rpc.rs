@@ -56,8 +56,9 @@ pub async fn check_execution(c: &ReapiClient) -> Result<(), ReapiError> {
         }
         _ => Err(refused(
             c,
-            "the server does not offer remote execution (GetCapabilities: exec_enabled is \
-             false; it may be a cache only — use it with --cache …,reapi:MODE instead)",
+            "the server does not offer remote execution (its execution capabilities: \
+             exec_enabled is false; it may be a cache only — use it with --cache …,reapi:MODE \
+             instead)",
         )),
     }
 }
