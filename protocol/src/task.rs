@@ -5,8 +5,8 @@
 //! [`OwnedTask::spawn_blocking_on`] from a destructor that found a runtime handle).
 //!
 //! The rule is enforced: the root `clippy.toml` disallows `tokio::spawn`,
-//! `tokio::task::spawn_blocking` and `Handle::spawn{,_blocking}` everywhere, and this module
-//! is the one place allowed to call them.
+//! `tokio::task::spawn_blocking` and `{Handle,Runtime}::spawn{,_blocking}` everywhere, and
+//! this module is the one place allowed to call them.
 // The one place raw spawns are allowed (see the root clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
@@ -33,6 +33,16 @@ impl<T: Send + 'static> OwnedTask<T> {
     {
         let span = tracing::debug_span!("task", name);
         Self { handle: Some(tokio::spawn(fut.instrument(span))), name }
+    }
+
+    /// [`OwnedTask::spawn`] on the runtime of `rt` (for code outside the runtime's context,
+    /// such as a test harness that owns a `Runtime` and drives it with `block_on`).
+    pub fn spawn_on<F>(rt: &Handle, name: &'static str, fut: F) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let span = tracing::debug_span!("task", name);
+        Self { handle: Some(rt.spawn(fut.instrument(span))), name }
     }
 
     /// Runs the blocking closure `f` on the current runtime's blocking pool under a span named

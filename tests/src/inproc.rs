@@ -11,10 +11,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use prova_cli::commands::daemons::{self, CoordinatorSettings, WorkerSettings};
+use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, certs};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::run::{Output, ProvaCmd};
@@ -23,7 +23,7 @@ use crate::workspace::TempWorkspace;
 struct InProcWorker {
     name: String,
     stop: CancellationToken,
-    task: JoinHandle<Result<(), String>>,
+    task: OwnedTask<Result<(), String>>,
 }
 
 /// A coordinator and its workers inside this process. Dropping it stops them.
@@ -32,7 +32,7 @@ pub struct InProcessFarm {
     dir: TempDir,
     addr: SocketAddr,
     stop: CancellationToken,
-    coordinator: Option<JoinHandle<()>>,
+    coordinator: Option<OwnedTask<()>>,
     workers: Vec<Option<InProcWorker>>,
     slots: u32,
 }
@@ -65,7 +65,8 @@ impl InProcessFarm {
         let bound = rt.block_on(daemons::bind_coordinator(settings)).expect("a coordinator");
         let addr = bound.addr;
         let stop = CancellationToken::new();
-        let coordinator = Some(rt.spawn(bound.serve(stop.clone())));
+        let coordinator =
+            Some(OwnedTask::spawn_on(rt.handle(), "inproc-coordinator", bound.serve(stop.clone())));
         let mut farm = InProcessFarm {
             rt,
             dir,
@@ -170,9 +171,9 @@ impl InProcessFarm {
             min_free_disk: 0,
         };
         let stop = self.stop.child_token();
-        let task = self.rt.spawn(daemons::run_worker(settings, stop.clone(), |_| Ok(())));
-        let task = self.rt.spawn(async move {
-            task.await.map_err(|e| e.to_string())?.map_err(|e| format!("{e:#}"))
+        let worker = daemons::run_worker(settings, stop.clone(), |_| Ok(()));
+        let task = OwnedTask::spawn_on(self.rt.handle(), "inproc-worker", async move {
+            worker.await.map_err(|e| format!("{e:#}"))
         });
         self.workers[i] = Some(InProcWorker { name, stop, task });
     }

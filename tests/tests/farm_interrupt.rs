@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
 
 use nix::sys::signal::Signal;
+use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, certs, endpoint, frame};
 use prova_protocol::wire::{ClientMsg, CoordinatorReply, Hello, HelloReply, Welcome};
 use prova_tests::TempWorkspace;
@@ -22,6 +23,7 @@ enum Seen {
 /// A coordinator that accepts one client, answers `Hello` and `FindMissing` (nothing missing),
 /// takes the run, and from then on only listens.
 struct SilentCoordinator {
+    _server: OwnedTask<()>,
     _rt: tokio::runtime::Runtime,
     addr: SocketAddr,
     seen: std_mpsc::Receiver<Seen>,
@@ -44,7 +46,7 @@ impl SilentCoordinator {
             .expect("a server endpoint");
         let addr = server.local_addr().expect("its address");
         let (tx, seen) = std_mpsc::channel();
-        rt.spawn(async move {
+        let task = OwnedTask::spawn_on(rt.handle(), "silent-coordinator", async move {
             let Some(incoming) = server.accept().await else { return };
             let Ok((conn, identity)) = endpoint::accept(incoming).await else { return };
             let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
@@ -78,7 +80,7 @@ impl SilentCoordinator {
             // Hold the connection open until the client closes it.
             conn.closed().await;
         });
-        SilentCoordinator { _rt: rt, addr, seen, certs }
+        SilentCoordinator { _server: task, _rt: rt, addr, seen, certs }
     }
 
     #[track_caller]

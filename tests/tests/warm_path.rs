@@ -196,3 +196,62 @@ fn an_untracked_input_counts_in_a_project_that_is_its_own_repository() {
     );
     assert_eq!(ws.read("app/dist/out.txt"), "a\nnew\n");
 }
+
+/// A warm no-op waits on no disk flush: the cache index is only read, and the run's record in
+/// the history is a WAL append (`synchronous = NORMAL`, no checkpoint on close). Four fsyncs
+/// of the history's rollback journal were a no-op's largest wait.
+#[test]
+fn a_warm_no_op_run_flushes_nothing_to_disk() {
+    let Ok(strace) = which("strace") else {
+        prova_tests::skip_for_missing("strace is not on PATH (Debian package strace)");
+        return;
+    };
+    let ws = two_projects();
+    run(&ws, &["build"]);
+    // A file whose ctime is within 2 s of a run is never memoised by its stat (a later
+    // write in the same tick would go unseen), so a run right after the files were written
+    // stores their rows again. An hour later (libfaketime) they are a checkout's old files:
+    // one run memoises them, the next is the no-op measured.
+    let Ok(faketime) = which("faketime") else {
+        prova_tests::skip_for_missing("faketime is not on PATH (Debian package faketime)");
+        return;
+    };
+    let later = |strace_log: Option<&Path>| {
+        let mut cmd = match strace_log {
+            Some(log) => {
+                let mut c = Command::new(&strace);
+                c.args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range,syncfs,sync"]);
+                c.arg("-o").arg(log).arg(&faketime);
+                c
+            }
+            None => Command::new(&faketime),
+        };
+        cmd.args(["-f", "+1h"])
+            .arg(prova_tests::locate::prova_bin())
+            .arg("-C")
+            .arg(ws.path(""))
+            .args(["run", "build", "--all"])
+            .status()
+            .expect("running prova an hour later")
+    };
+    assert!(later(None).success(), "the run an hour later failed");
+    let log = ws.path(".prova-strace.log");
+    let status = later(Some(&log));
+    assert!(status.success(), "the warm run failed");
+    let calls = std::fs::read_to_string(&log).expect("the strace log");
+    let flushes: Vec<&str> = calls.lines().filter(|l| l.contains("sync")).collect();
+    assert!(flushes.is_empty(), "a warm no-op flushed:\n{}", flushes.join("\n"));
+    // The record is there all the same.
+    let runs = ws.prova(["runs"]).run();
+    runs.assert_code(0);
+    assert_eq!(runs.stdout.lines().filter(|l| l.contains(" run build --all")).count(), 3, "{runs}");
+}
+
+fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .ok_or(())
+}

@@ -151,76 +151,64 @@ fn verify_section(s: &RunSummary, out: &mut String) {
         .iter()
         .filter_map(|(k, label)| counts.get(k).map(|n| format!("{n} {label}")))
         .collect();
-    // A sampled run says how many of the tasks it could prove it chose: every task with a
-    // proof verdict or `not-sampled` was a candidate.
     let unsampled = counts.get("not-sampled").copied().unwrap_or(0);
-    let sample = if unsampled > 0 {
-        let candidates = s
-            .tasks
-            .iter()
-            .filter(|t| {
-                t.verdicts.iter().any(|v| {
-                    !matches!(
-                        v,
-                        prova_protocol::events::Verdict::NotVerified { .. }
-                            | prova_protocol::events::Verdict::Exempt { .. }
-                            | prova_protocol::events::Verdict::NoOutputs
-                    )
-                })
-            })
-            .count();
-        let unsampled_tasks = s
-            .tasks
-            .iter()
-            .filter(|t| {
-                t.verdicts
-                    .iter()
-                    .any(|v| matches!(v, prova_protocol::events::Verdict::NotSampled { .. }))
-            })
-            .count();
-        format!(" ({} of {candidates} sampled)", candidates - unsampled_tasks)
-    } else {
-        String::new()
-    };
+    let sample = if unsampled > 0 { sampled(s) } else { String::new() };
     let _ = writeln!(out, " Verify:  {}{sample}", parts.join(" · "));
     for t in &s.tasks {
         for v in t.verdicts.iter().filter(|v| v.fails()) {
-            let detail = match v {
-                prova_protocol::events::Verdict::Nondeterministic(d) => {
-                    let mut all: Vec<&str> = d
-                        .changed
-                        .iter()
-                        .chain(&d.added)
-                        .chain(&d.removed)
-                        .map(String::as_str)
-                        .collect();
-                    all.extend(d.modes.iter().map(|m| m.path.as_str()));
-                    all.dedup();
-                    all.truncate(5);
-                    format!("changed: {}", all.join(", "))
-                }
-                prova_protocol::events::Verdict::RerunFailed { reason, .. } => {
-                    format!("the re-run failed under its perturbations ({reason})")
-                }
-                prova_protocol::events::Verdict::UndeclaredInputs {
-                    paths,
-                    traced: true,
-                    more,
-                    ..
-                } => first_paths(paths, *more),
-                prova_protocol::events::Verdict::UndeclaredOutputs { paths, more } => {
-                    first_paths(paths, *more)
-                }
-                prova_protocol::events::Verdict::SandboxFailed { reason, .. } => {
-                    format!("fails with only its declared inputs visible ({reason})")
-                }
-                prova_protocol::events::Verdict::UndeclaredInputs { traced: false, .. } => {
-                    "an undeclared input was read, install strace for the paths".to_owned()
-                }
-                _ => String::new(),
-            };
-            let _ = writeln!(out, "   ✗ {} — {}: {detail}", t.task, v.name());
+            let _ = writeln!(out, "   ✗ {} — {}: {}", t.task, v.name(), failure_detail(v));
         }
+    }
+}
+
+/// A sampled run says how many of the tasks it could prove it chose: every task with a
+/// proof verdict or `not-sampled` was a candidate.
+fn sampled(s: &RunSummary) -> String {
+    use prova_protocol::events::Verdict;
+    let candidates = s
+        .tasks
+        .iter()
+        .filter(|t| {
+            t.verdicts.iter().any(|v| {
+                !matches!(
+                    v,
+                    Verdict::NotVerified { .. } | Verdict::Exempt { .. } | Verdict::NoOutputs
+                )
+            })
+        })
+        .count();
+    let unsampled_tasks = s
+        .tasks
+        .iter()
+        .filter(|t| t.verdicts.iter().any(|v| matches!(v, Verdict::NotSampled { .. })))
+        .count();
+    format!(" ({} of {candidates} sampled)", candidates - unsampled_tasks)
+}
+
+/// A failed proof's one-line detail in the summary.
+fn failure_detail(v: &prova_protocol::events::Verdict) -> String {
+    use prova_protocol::events::Verdict;
+    match v {
+        Verdict::Nondeterministic(d) => {
+            let mut all: Vec<&str> =
+                d.changed.iter().chain(&d.added).chain(&d.removed).map(String::as_str).collect();
+            all.extend(d.modes.iter().map(|m| m.path.as_str()));
+            all.dedup();
+            all.truncate(5);
+            format!("changed: {}", all.join(", "))
+        }
+        Verdict::RerunFailed { reason, .. } => {
+            format!("the re-run failed under its perturbations ({reason})")
+        }
+        Verdict::UndeclaredInputs { paths, traced: true, more, .. } => first_paths(paths, *more),
+        Verdict::UndeclaredOutputs { paths, more } => first_paths(paths, *more),
+        Verdict::SandboxFailed { reason, .. } => {
+            format!("fails with only its declared inputs visible ({reason})")
+        }
+        Verdict::UndeclaredInputs { traced: false, .. } => {
+            "an undeclared input was read, install strace for the paths".to_owned()
+        }
+        _ => String::new(),
     }
 }
 

@@ -6,8 +6,7 @@ use prova_protocol::events::Verdict;
 
 /// How a verdict reads in the stream (`None`: not worth a line, e.g. a hit not verified).
 pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
-    let paint =
-        |code: &str, s: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() };
+    let paint = Paint(color);
     let text = match v {
         Verdict::ProvenDeterministic { rerun_worker, single_machine, perturbations, ignored } => {
             let where_ = match (rerun_worker, single_machine) {
@@ -17,56 +16,16 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             };
             format!(
                 "{} ({where_}{})\n",
-                paint("32", "verify: proven deterministic"),
+                paint.green("verify: proven deterministic"),
                 short_reason(perturbations, ignored)
             )
         }
-        Verdict::Nondeterministic(d) | Verdict::AllowedNondeterministic(d) => {
-            let allowed = matches!(v, Verdict::AllowedNondeterministic(_));
-            let head = if allowed {
-                paint("33", "verify: nondeterministic (allowed by --verify-allow)")
-            } else {
-                paint("31", "verify: NONDETERMINISTIC: the cache would replay one arbitrary output")
-            };
-            let mut s = format!("{head}\n");
-            for (what, list) in
-                [("changed", &d.changed), ("added", &d.added), ("removed", &d.removed)]
-            {
-                if !list.is_empty() {
-                    s.push_str(&format!("  {what}: {}\n", list.join(", ")));
-                }
-            }
-            for f in &d.files {
-                match &f.diff {
-                    Some(diff) => {
-                        for line in diff.lines() {
-                            s.push_str(&format!("    {line}\n"));
-                        }
-                    }
-                    None => s.push_str(&format!(
-                        "    {}: {} → {} bytes, {} → {}\n",
-                        f.path,
-                        f.sizes.0,
-                        f.sizes.1,
-                        f.digests.0.map_or_else(|| "-".to_owned(), |d| d.short()),
-                        f.digests.1.map_or_else(|| "-".to_owned(), |d| d.short())
-                    )),
-                }
-            }
-            for m in &d.modes {
-                s.push_str(&format!("  mode: {} {:04o} → {:04o}\n", m.path, m.modes.0, m.modes.1));
-            }
-            if d.single_machine {
-                s.push_str("  (re-run on the same machine)\n");
-            }
-            push_ignored(&mut s, &d.ignored);
-            push_perturbations(&mut s, &d.perturbations);
-            s
-        }
+        Verdict::Nondeterministic(d) => nondeterministic(d, false, paint),
+        Verdict::AllowedNondeterministic(d) => nondeterministic(d, true, paint),
         Verdict::RerunFailed { reason, log_tail, perturbations } => {
             let mut s = format!(
                 "{} ({reason})\n",
-                paint("31", "verify: the re-run FAILED under its perturbations")
+                paint.red("verify: the re-run FAILED under its perturbations")
             );
             s.push_str(
                 "  the first run succeeded: the task depends on something the re-run changed\n",
@@ -85,25 +44,14 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             advice,
             ..
         } => {
-            let mut s = format!("{}\n", paint("31", "verify: read undeclared inputs:"));
+            let mut s = format!("{}\n", paint.red("verify: read undeclared inputs:"));
             push_paths(&mut s, paths, *more);
-            if paths.iter().any(|p| p.ends_with('/')) {
-                s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
-            }
-            if !suggest.is_empty() {
-                let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
-                s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
-            } else if advice.is_empty() {
-                s.push_str("  add them to the task's inputs\n");
-            }
-            for a in advice {
-                s.push_str(&format!("  {a}\n"));
-            }
+            push_input_advice(&mut s, paths, suggest, advice);
             push_failure(&mut s, failed.as_deref(), log_tail);
             s
         }
         Verdict::UndeclaredOutputs { paths, more } => {
-            let mut s = format!("{}\n", paint("31", "verify: wrote outside its declared outputs:"));
+            let mut s = format!("{}\n", paint.red("verify: wrote outside its declared outputs:"));
             push_paths(&mut s, paths, *more);
             s.push_str("  declare them in outputs (a cache hit would not restore them), or stop writing them\n");
             s
@@ -111,14 +59,14 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
         Verdict::UndeclaredInputs { traced: false, failed, log_tail, .. } => {
             let mut s = format!(
                 "{}\n",
-                paint("31", "verify: an undeclared input was read, install strace for the paths")
+                paint.red("verify: an undeclared input was read, install strace for the paths")
             );
             push_failure(&mut s, failed.as_deref(), log_tail);
             s
         }
         Verdict::SandboxFailed { reason, traced, log_tail } => {
             let head = format!("verify: FAILS with only its declared inputs visible ({reason})");
-            let mut s = format!("{}\n", paint("31", &head));
+            let mut s = format!("{}\n", paint.red(&head));
             s.push_str(if *traced {
                 "  no undeclared workspace path could be named: it may need a file outside the workspace, the network or the environment\n"
             } else {
@@ -127,12 +75,90 @@ pub fn verdict_lines(v: &Verdict, color: bool) -> Option<String> {
             push_failure(&mut s, None, log_tail);
             s
         }
-        Verdict::ProvenComplete => format!("{}\n", paint("32", "verify: inputs proven complete")),
+        Verdict::ProvenComplete => format!("{}\n", paint.green("verify: inputs proven complete")),
         Verdict::NoOutputs => "verify: no outputs (nothing to replay but the log)\n".to_owned(),
         Verdict::NotVerified { .. } | Verdict::NotSampled { .. } => return None,
         Verdict::Exempt { reason } => format!("verify: exempt ({reason})\n"),
     };
     Some(text)
+}
+
+/// ANSI colour for a verdict's head line, or none.
+#[derive(Clone, Copy)]
+struct Paint(bool);
+
+impl Paint {
+    fn code(self, code: &str, s: &str) -> String {
+        if self.0 { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+    }
+    fn green(self, s: &str) -> String {
+        self.code("32", s)
+    }
+    fn yellow(self, s: &str) -> String {
+        self.code("33", s)
+    }
+    fn red(self, s: &str) -> String {
+        self.code("31", s)
+    }
+}
+
+/// A determinism proof that found the two output trees differ: which paths, how, and under
+/// which perturbations.
+fn nondeterministic(d: &prova_protocol::events::Divergence, allowed: bool, paint: Paint) -> String {
+    let head = if allowed {
+        paint.yellow("verify: nondeterministic (allowed by --verify-allow)")
+    } else {
+        paint.red("verify: NONDETERMINISTIC: the cache would replay one arbitrary output")
+    };
+    let mut s = format!("{head}\n");
+    for (what, list) in [("changed", &d.changed), ("added", &d.added), ("removed", &d.removed)] {
+        if !list.is_empty() {
+            s.push_str(&format!("  {what}: {}\n", list.join(", ")));
+        }
+    }
+    for f in &d.files {
+        match &f.diff {
+            Some(diff) => {
+                for line in diff.lines() {
+                    s.push_str(&format!("    {line}\n"));
+                }
+            }
+            None => s.push_str(&format!(
+                "    {}: {} → {} bytes, {} → {}\n",
+                f.path,
+                f.sizes.0,
+                f.sizes.1,
+                f.digests.0.map_or_else(|| "-".to_owned(), |d| d.short()),
+                f.digests.1.map_or_else(|| "-".to_owned(), |d| d.short())
+            )),
+        }
+    }
+    for m in &d.modes {
+        s.push_str(&format!("  mode: {} {:04o} → {:04o}\n", m.path, m.modes.0, m.modes.1));
+    }
+    if d.single_machine {
+        s.push_str("  (re-run on the same machine)\n");
+    }
+    push_ignored(&mut s, &d.ignored);
+    push_perturbations(&mut s, &d.perturbations);
+    s
+}
+
+/// What to do about the undeclared `paths` an inputs proof named: the patterns to add to
+/// `inputs`, and advice for what `inputs` cannot declare.
+fn push_input_advice(s: &mut String, paths: &[String], suggest: &[String], advice: &[String]) {
+    if paths.iter().any(|p| p.ends_with('/')) {
+        s.push_str("  (a path ending in `/` is a directory the task listed: declare its entries, e.g. `dir/*`)\n");
+    }
+    if !suggest.is_empty() {
+        let quoted: Vec<String> = suggest.iter().map(|g| format!("{g:?}")).collect();
+        s.push_str(&format!("  add to inputs: {}\n", quoted.join(", ")));
+    } else if advice.is_empty() {
+        s.push_str("  add them to the task's inputs\n");
+    }
+    for a in advice {
+        s.push_str(&format!("  {a}\n"));
+    }
 }
 
 /// The rest of a passed proof's one line: how many perturbations, which could not be

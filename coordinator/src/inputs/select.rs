@@ -193,11 +193,88 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
     let workspace_globs = |pats: &[String]| PathGlobs::new("", pats).map_err(err("[workspace]"));
     let everyone =
         [workspace_globs(&ws.settings.fingerprint)?, workspace_globs(&ws.settings.inputs)?];
-    let fingerprint = match_all(files, &everyone[0]);
-    let workspace = match_all(files, &everyone[1]);
+    let mut out = InputSets {
+        fingerprint: match_all(files, &everyone[0]),
+        workspace: match_all(files, &everyone[1]),
+        fingerprint_unmatched: unmatched_fingerprints(ws, files)?,
+        ..InputSets::default()
+    };
+    let (outputs, producers) = output_index(plan)?;
+    let mut project_dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    project_dirs.sort_unstable();
+    let mut r = Resolver {
+        ws,
+        plan,
+        files,
+        project_dirs,
+        outputs: &outputs,
+        producers,
+        upstream: HashMap::new(),
+        ws_patterns: HashMap::new(),
+    };
+    let mut scopes = Vec::with_capacity(plan.tasks.len());
+    for ti in 0..plan.tasks.len() {
+        let (inputs, scope) = r.task(ti)?;
+        if inputs.declared && inputs.files.is_empty() {
+            out.matched_nothing.push(plan.tasks[ti].id.clone());
+        }
+        out.tasks.push(inputs);
+        scopes.push(scope);
+    }
+    let lockfiles = out
+        .fingerprint
+        .iter()
+        .map(|&i| files.all()[i as usize].clone())
+        .filter(|p| crate::lockfile::is_lockfile(p))
+        .collect();
+    let shared = Arc::new(ScopeShared {
+        source: files.source,
+        nested_repos: files.nested_repos.clone(),
+        everyone,
+        outputs,
+        deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
+        lockfiles,
+    });
+    out.scopes = scopes
+        .into_iter()
+        .map(|s| InputScope {
+            task: s.task,
+            dir: s.dir,
+            project: s.project,
+            nested: s.nested,
+            workspace: s.workspace,
+            manifests: s.manifests,
+            shared: Arc::clone(&shared),
+        })
+        .collect();
+    Ok(out)
+}
 
-    // Output globs of every task, and an index from each output root directory to the tasks
-    // producing under it, so a file only meets the producers whose roots contain it.
+/// `[workspace] fingerprint` patterns (not exclusions) that match no listed file, with where
+/// each was written.
+fn unmatched_fingerprints(
+    ws: &Workspace,
+    files: &FileList,
+) -> Result<Vec<(String, String)>, InputError> {
+    let mut unmatched = Vec::new();
+    for (i, p) in ws.settings.fingerprint.iter().enumerate() {
+        if p.starts_with('!') {
+            continue;
+        }
+        let one = PathGlobs::new("", std::slice::from_ref(p)).map_err(err("[workspace]"))?;
+        if match_all(files, &one).is_empty() {
+            let at = ws.settings.fingerprint_at.get(i).cloned().unwrap_or_default();
+            unmatched.push((p.clone(), at));
+        }
+    }
+    Ok(unmatched)
+}
+
+/// Output globs of every task, and an index from each output root directory to the tasks
+/// producing under it, so a file only meets the producers whose roots contain it.
+type OutputIndex = (Vec<PathGlobs>, HashMap<String, Vec<usize>>);
+
+fn output_index(plan: &RunPlan) -> Result<OutputIndex, InputError> {
     let mut outputs = Vec::with_capacity(plan.tasks.len());
     let mut producers: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, t) in plan.tasks.iter().enumerate() {
@@ -207,110 +284,144 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         }
         outputs.push(g);
     }
-    let mut project_dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
-    project_dirs.sort_unstable();
-    let mut upstream_cache: HashMap<usize, HashSet<usize>> = HashMap::new();
-    let mut ws_pattern_cache: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)> = HashMap::new();
-    let mut fingerprint_unmatched = Vec::new();
-    for (i, p) in ws.settings.fingerprint.iter().enumerate() {
-        if p.starts_with('!') {
-            continue;
-        }
-        let one = workspace_globs(std::slice::from_ref(p))?;
-        if match_all(files, &one).is_empty() {
-            let at = ws.settings.fingerprint_at.get(i).cloned().unwrap_or_default();
-            fingerprint_unmatched.push((p.clone(), at));
-        }
-    }
-    let mut out =
-        InputSets { fingerprint, workspace, fingerprint_unmatched, ..InputSets::default() };
-    let mut scopes = Vec::with_capacity(plan.tasks.len());
+    Ok((outputs, producers))
+}
 
-    for (ti, t) in plan.tasks.iter().enumerate() {
-        let def = plan.def(ws, ti);
+/// A task's scope before the run-wide parts are shared (see [`InputScope`]).
+struct ScopeParts {
+    task: usize,
+    dir: String,
+    project: Option<PathGlobs>,
+    nested: Vec<String>,
+    workspace: Option<Arc<PathGlobs>>,
+    manifests: Vec<String>,
+}
+
+/// What [`resolve`] keeps across tasks: the indices and memos of one run.
+struct Resolver<'a> {
+    ws: &'a Workspace,
+    plan: &'a RunPlan,
+    files: &'a FileList,
+    /// Every project directory, sorted.
+    project_dirs: Vec<&'a str>,
+    outputs: &'a [PathGlobs],
+    producers: HashMap<String, Vec<usize>>,
+    /// Transitive dependencies per task (memo of [`upstream_of`]).
+    upstream: HashMap<usize, HashSet<usize>>,
+    /// The files a set of `//` patterns matched, and its globs, by the patterns.
+    ws_patterns: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)>,
+}
+
+impl Resolver<'_> {
+    /// Task `ti`'s inputs and scope.
+    fn task(&mut self, ti: usize) -> Result<(TaskInputs, ScopeParts), InputError> {
+        let t = &self.plan.tasks[ti];
         let dir = t.spec.project_dir.as_str();
-        let declared = def.and_then(|d| d.inputs.clone());
+        let declared = self.plan.def(self.ws, ti).and_then(|d| d.inputs.clone());
         let (ws_pats, proj_pats): (Vec<String>, Vec<String>) = match &declared {
             Some(p) => p.iter().cloned().partition(|p| p.trim_start_matches('!').starts_with("//")),
             None => (Vec::new(), vec![String::new()]),
         };
-        let nested = nested_in(&project_dirs, dir);
+        let nested = nested_in(&self.project_dirs, dir);
         let mut selected: Vec<u32> = Vec::new();
-        let mut project_globs = None;
+        let mut project = None;
         if !proj_pats.is_empty() {
             // Exclusions written as `!//x` apply here too.
-            let mut pats = proj_pats.clone();
+            let mut pats = proj_pats;
             pats.extend(ws_pats.iter().filter(|p| p.starts_with('!')).cloned());
             let globs = PathGlobs::new(dir, &pats).map_err(err(t.id.as_str()))?;
-            let base = index_of_first(files, dir);
-            for (k, f) in files.under(dir).iter().enumerate() {
+            let base = index_of_first(self.files, dir);
+            for (k, f) in self.files.under(dir).iter().enumerate() {
                 if globs.is_match(f) && !nested.iter().any(|n| is_within(f, n)) {
                     selected.push((base + k) as u32);
                 }
             }
-            project_globs = Some(globs);
+            project = Some(globs);
         }
-        let ws_includes: Vec<String> =
-            ws_pats.iter().filter(|p| !p.starts_with('!')).cloned().collect();
-        let mut ws_globs = None;
-        if !ws_includes.is_empty() {
-            let key = ws_pats.clone();
-            let (hits, g) = match ws_pattern_cache.get(&key) {
-                Some(h) => h.clone(),
-                None => {
-                    let g = PathGlobs::new(dir, &ws_pats).map_err(err(t.id.as_str()))?;
-                    let h = (match_all(files, &g), Arc::new(g));
-                    ws_pattern_cache.insert(key, h.clone());
-                    h
-                }
-            };
-            selected.extend(hits);
-            selected.sort_unstable();
-            selected.dedup();
-            ws_globs = Some(g);
-        }
-        // A JS project's task resolves each workspace package it depends on through that
-        // package's `package.json` (`main`, `types`, `exports`): an input of the task, wherever
-        // it lies.
-        let mut manifests = Vec::new();
-        if files.all().binary_search(&manifest_in(dir)).is_ok() {
-            let mut dirs: Vec<&str> = upstream_of(plan, ti, &mut upstream_cache)
-                .iter()
-                .map(|&u| plan.tasks[u].spec.project_dir.as_str())
-                .filter(|d| *d != dir)
-                .collect();
-            dirs.sort_unstable();
-            dirs.dedup();
-            for d in dirs {
-                let m = manifest_in(d);
-                if let Ok(i) = files.all().binary_search(&m) {
-                    selected.push(i as u32);
-                    manifests.push(m);
-                }
-            }
-            selected.sort_unstable();
-            selected.dedup();
-        }
-        scopes.push((
-            ti,
-            dir.to_owned(),
-            project_globs,
-            nested.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
-            ws_globs,
+        let workspace = self.workspace_patterns(ti, ws_pats, &mut selected)?;
+        let manifests = self.upstream_manifests(ti, &mut selected);
+        self.drop_outputs(ti, &mut selected);
+        let inputs = TaskInputs { files: selected, declared: declared.is_some() };
+        let scope = ScopeParts {
+            task: ti,
+            dir: dir.to_owned(),
+            project,
+            nested: nested.iter().map(|n| (*n).to_owned()).collect(),
+            workspace,
             manifests,
-        ));
-        // Drop own outputs and upstream outputs.
+        };
+        Ok((inputs, scope))
+    }
+
+    /// Adds the files task `ti`'s `//` patterns match to `selected`; their globs, if the task
+    /// has any pattern that is not an exclusion. Tasks with the same patterns share the match.
+    fn workspace_patterns(
+        &mut self,
+        ti: usize,
+        ws_pats: Vec<String>,
+        selected: &mut Vec<u32>,
+    ) -> Result<Option<Arc<PathGlobs>>, InputError> {
+        if ws_pats.iter().all(|p| p.starts_with('!')) {
+            return Ok(None);
+        }
+        let (hits, g) = match self.ws_patterns.get(&ws_pats) {
+            Some(h) => h.clone(),
+            None => {
+                let t = &self.plan.tasks[ti];
+                let g =
+                    PathGlobs::new(&t.spec.project_dir, &ws_pats).map_err(err(t.id.as_str()))?;
+                let h = (match_all(self.files, &g), Arc::new(g));
+                self.ws_patterns.insert(ws_pats, h.clone());
+                h
+            }
+        };
+        selected.extend(hits);
+        selected.sort_unstable();
+        selected.dedup();
+        Ok(Some(g))
+    }
+
+    /// A JS project's task resolves each workspace package it depends on through that
+    /// package's `package.json` (`main`, `types`, `exports`): an input of the task, wherever
+    /// it lies. Adds them to `selected` and returns their paths.
+    fn upstream_manifests(&mut self, ti: usize, selected: &mut Vec<u32>) -> Vec<String> {
+        let dir = self.plan.tasks[ti].spec.project_dir.as_str();
+        let mut manifests = Vec::new();
+        if self.files.all().binary_search(&manifest_in(dir)).is_err() {
+            return manifests;
+        }
+        let plan = self.plan;
+        let mut dirs: Vec<&str> = upstream_of(plan, ti, &mut self.upstream)
+            .iter()
+            .map(|&u| plan.tasks[u].spec.project_dir.as_str())
+            .filter(|d| *d != dir)
+            .collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        for d in dirs {
+            let m = manifest_in(d);
+            if let Ok(i) = self.files.all().binary_search(&m) {
+                selected.push(i as u32);
+                manifests.push(m);
+            }
+        }
+        selected.sort_unstable();
+        selected.dedup();
+        manifests
+    }
+
+    /// Drops from `selected` the outputs of task `ti` and of every task upstream of it.
+    fn drop_outputs(&mut self, ti: usize, selected: &mut Vec<u32>) {
+        let files = self.files;
         selected.retain(|&fi| {
             let f = &files.all()[fi as usize];
             let mut prefix = Some(f.as_str());
             while let Some(p) = prefix {
-                if let Some(ps) = producers.get(p) {
-                    for &u in ps {
-                        let relevant =
-                            u == ti || upstream_of(plan, ti, &mut upstream_cache).contains(&u);
-                        if relevant && outputs[u].is_match(f) {
-                            return false;
-                        }
+                for &u in self.producers.get(p).into_iter().flatten() {
+                    let relevant =
+                        u == ti || upstream_of(self.plan, ti, &mut self.upstream).contains(&u);
+                    if relevant && self.outputs[u].is_match(f) {
+                        return false;
                     }
                 }
                 prefix = if p.is_empty() {
@@ -321,37 +432,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
             }
             true
         });
-        if declared.is_some() && selected.is_empty() {
-            out.matched_nothing.push(t.id.clone());
-        }
-        out.tasks.push(TaskInputs { files: selected, declared: declared.is_some() });
     }
-    let shared = Arc::new(ScopeShared {
-        source: files.source,
-        nested_repos: files.nested_repos.clone(),
-        everyone,
-        outputs,
-        deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
-        lockfiles: out
-            .fingerprint
-            .iter()
-            .map(|&i| files.all()[i as usize].clone())
-            .filter(|p| crate::lockfile::is_lockfile(p))
-            .collect(),
-    });
-    out.scopes = scopes
-        .into_iter()
-        .map(|(task, dir, project, nested, workspace, manifests)| InputScope {
-            task,
-            dir,
-            project,
-            nested,
-            workspace,
-            manifests,
-            shared: Arc::clone(&shared),
-        })
-        .collect();
-    Ok(out)
 }
 
 /// The `package.json` path of project directory `dir`.

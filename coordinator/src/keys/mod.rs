@@ -96,15 +96,23 @@ pub fn compute(
         workspace.into_iter().partition(|f| locks.is_keyed(&f.path));
 
     let n = plan.tasks.len();
-    // The projects each task reaches: their installed trees are the task's too.
-    let reach = crate::trees::reach(ws, plan);
+    let fold = Folding {
+        ws,
+        plan,
+        env,
+        salt,
+        trees,
+        programs,
+        locks: &locks,
+        // The projects each task reaches: their installed trees are the task's too.
+        reach: crate::trees::reach(ws, plan),
+        workspace: &workspace,
+    };
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
     for ti in topo(plan) {
-        let t = &plan.tasks[ti];
-        let def = plan.def(ws, ti);
         let mut files_in = Vec::new();
-        if t.cacheable {
+        if plan.tasks[ti].cacheable {
             stamps[ti].extend(workspace_stamps.iter().cloned());
         }
         for i in &inputs.tasks[ti].files {
@@ -113,56 +121,7 @@ pub fn compute(
                 files_in.push(f);
             }
         }
-        let mut env_vals: Vec<(String, Option<Digest>)> = def
-            .map(|d| {
-                d.env
-                    .iter()
-                    .map(|k| (k.clone(), env(k).map(|v| components::env_value(salt, &v))))
-                    .collect()
-            })
-            .unwrap_or_default();
-        env_vals.sort();
-        env_vals.dedup_by(|a, b| a.0 == b.0);
-        let portable = def.is_some_and(|d| d.portable);
-        let c = KeyComponents {
-            version: KEY_VERSION,
-            task: t.id.to_string(),
-            command: match &t.spec.command {
-                CommandLine::Shell(s) if def.is_some_and(|d| d.command.is_some()) => {
-                    format!("sh:{s}")
-                }
-                CommandLine::Argv(v) if def.is_some_and(|d| d.command.is_some()) => {
-                    format!("argv:{}", v.join("\0"))
-                }
-                _ => "group".to_owned(),
-            },
-            config: {
-                let mut c = config_pairs(def);
-                c.extend(runtime::config_pairs(ws, def, salt));
-                c.extend(programs.get(&ti).into_iter().flatten().cloned());
-                if let Some(p) = ws.projects.get(t.project) {
-                    c.extend(locks.config_pairs(&p.dir));
-                    // Each installed tree the task can resolve into, by its manifest digest.
-                    c.extend(
-                        trees
-                            .iter()
-                            .filter(|tr| crate::trees::visible_to_any(&tr.path, &reach[ti]))
-                            .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
-                    );
-                    c.sort();
-                }
-                c
-            },
-            env: env_vals,
-            inputs: files_in,
-            workspace: workspace.clone(),
-            // Filled by `PlanKeys::settle`.
-            upstream: Vec::new(),
-            upstream_outputs: Vec::new(),
-            args: t.spec.args.clone(),
-            platform: (!portable).then(platform),
-        };
-        components[ti] = Some(c);
+        components[ti] = Some(fold.components(ti, files_in));
     }
     let mut keys = PlanKeys {
         keys: vec![None; n],
@@ -176,6 +135,83 @@ pub fn compute(
     // Nothing is resolved yet: only keys whose upstreams are all folded by key.
     keys.settle_all(plan, &|_| None);
     keys
+}
+
+/// What every task's [`KeyComponents`] are folded from in one [`compute`] pass.
+struct Folding<'a> {
+    ws: &'a Workspace,
+    plan: &'a RunPlan,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    salt: Option<&'a KeySalt>,
+    trees: &'a [crate::trees::ScannedTree],
+    programs: &'a std::collections::HashMap<usize, Vec<(String, String)>>,
+    locks: &'a crate::lockfile::Keyed,
+    reach: Vec<Vec<String>>,
+    workspace: &'a [InputFile],
+}
+
+impl Folding<'_> {
+    /// Task `ti`'s components before its upstreams are folded, with its input files.
+    fn components(&self, ti: usize, inputs: Vec<InputFile>) -> KeyComponents {
+        let t = &self.plan.tasks[ti];
+        let def = self.plan.def(self.ws, ti);
+        let mut env: Vec<(String, Option<Digest>)> = def
+            .map(|d| {
+                d.env
+                    .iter()
+                    .map(|k| {
+                        (k.clone(), (self.env)(k).map(|v| components::env_value(self.salt, &v)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        env.sort();
+        env.dedup_by(|a, b| a.0 == b.0);
+        let portable = def.is_some_and(|d| d.portable);
+        KeyComponents {
+            version: KEY_VERSION,
+            task: t.id.to_string(),
+            command: match &t.spec.command {
+                CommandLine::Shell(s) if def.is_some_and(|d| d.command.is_some()) => {
+                    format!("sh:{s}")
+                }
+                CommandLine::Argv(v) if def.is_some_and(|d| d.command.is_some()) => {
+                    format!("argv:{}", v.join("\0"))
+                }
+                _ => "group".to_owned(),
+            },
+            config: self.config(ti),
+            env,
+            inputs,
+            workspace: self.workspace.to_vec(),
+            // Filled by `PlanKeys::settle`.
+            upstream: Vec::new(),
+            upstream_outputs: Vec::new(),
+            args: t.spec.args.clone(),
+            platform: (!portable).then(platform),
+        }
+    }
+
+    /// Task `ti`'s config pairs: its settings, its runtime, the programs its command starts,
+    /// its project's resolved externals and the installed trees it can resolve into.
+    fn config(&self, ti: usize) -> Vec<(String, String)> {
+        let def = self.plan.def(self.ws, ti);
+        let mut c = config_pairs(def);
+        c.extend(runtime::config_pairs(self.ws, def, self.salt));
+        c.extend(self.programs.get(&ti).into_iter().flatten().cloned());
+        if let Some(p) = self.ws.projects.get(self.plan.tasks[ti].project) {
+            c.extend(self.locks.config_pairs(&p.dir));
+            // Each installed tree the task can resolve into, by its manifest digest.
+            c.extend(
+                self.trees
+                    .iter()
+                    .filter(|tr| crate::trees::visible_to_any(&tr.path, &self.reach[ti]))
+                    .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
+            );
+            c.sort();
+        }
+        c
+    }
 }
 
 fn empty_components() -> KeyComponents {
