@@ -31,13 +31,29 @@ pub fn config(root: &Path, flag: Option<&str>) -> anyhow::Result<Option<ReapiCon
 }
 
 /// Why a run cannot execute remotely, checked before anything runs.
-pub fn refusal(writes_cache: bool, remote_farm: bool) -> Option<&'static str> {
+pub fn refusal(writes_cache: bool, remote_farm: bool, verify_inputs: bool) -> Option<&'static str> {
     if remote_farm {
         return Some("--remote-exec and --remote: a run executes on one farm");
+    }
+    if verify_inputs {
+        // A proof that cannot be carried out must not end as a run with no verdict.
+        return Some(
+            "--verify=inputs (and =all) traces each task's reads in a sandbox, which a REAPI \
+             action cannot ask a bot for: prove inputs here (--remote-exec local) or on prova's farm \
+             (--remote); --verify (determinism) works with --remote-exec",
+        );
     }
     (!writes_cache).then_some(
         "--remote-exec needs a cache it can write: remote results reach the workspace through \
          the local cache (drop --no-cache / a read-only --cache)",
+    )
+}
+
+/// Why `id`, a `sandbox = true` task that must execute, cannot run on a REAPI farm.
+pub fn sandboxed_refusal(id: &impl std::fmt::Display) -> String {
+    format!(
+        "`{id}` sets `sandbox = true`: its reads are traced and checked, which a REAPI action \
+         cannot ask a bot for; run it here (--remote-exec local) or on prova's farm (--remote)"
     )
 }
 

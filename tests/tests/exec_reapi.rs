@@ -225,3 +225,66 @@ fn remote_execution_needs_a_cache_it_can_write() {
         ws.prova(args).run().assert_code(2).assert_stderr_contains("cache");
     }
 }
+
+/// The inputs proof traces the task's reads (bubblewrap + strace around the execution); a
+/// REAPI action cannot ask a bot for that, so the proof is refused before anything runs —
+/// never a run that ends "ok" with no inputs verdict.
+#[test]
+fn the_inputs_proof_is_refused_on_a_reapi_farm() {
+    let ws = verify::workspace(&(verify::tolerant() + &verify::complete()));
+    ws.write("p/src/secret.txt", "undeclared\n");
+    for mode in ["--verify=inputs", "--verify=all"] {
+        let out = ws
+            .prova([
+                "run",
+                "tolerant",
+                "complete",
+                "--all",
+                "--force",
+                mode,
+                "--remote-exec",
+                "grpc://127.0.0.1:1",
+            ])
+            .run();
+        out.assert_code(2).assert_stderr_contains("--verify=inputs");
+        assert!(out.stderr.contains("REAPI"), "says why: {}", out.stderr);
+        assert!(!ws.exists("p/out/tolerant.txt"), "nothing ran");
+    }
+    // [exec.reapi] instead of the flag: the same refusal.
+    ws.write(
+        "prova.toml",
+        "[workspace]\nprojects = [\"p\"]\n[exec.reapi]\nendpoint = \"grpc://127.0.0.1:1\"\n",
+    );
+    let out = ws.prova(["run", "tolerant", "--all", "--verify=inputs"]).run();
+    out.assert_code(2).assert_stderr_contains("--verify=inputs");
+    // Here, the proof runs as ever.
+    let out = ws
+        .prova(["run", "tolerant", "--all", "--force", "--verify=inputs", "--remote-exec", "local"])
+        .run();
+    if verify::sandbox_or_skip() {
+        out.assert_code(1);
+    }
+}
+
+/// A `sandbox = true` task runs traced, and fails when it reads what it did not declare; on a
+/// REAPI farm it would run untraced, so a run in which one must execute is refused (a hit is
+/// restored as usual).
+#[test]
+fn a_sandboxed_task_that_must_execute_is_refused_on_a_reapi_farm() {
+    if !verify::sandbox_or_skip() {
+        return;
+    }
+    let ws = verify::workspace(&verify::task_with(
+        "sb",
+        "mkdir -p out && cat src/a.txt > out/sb.txt",
+        &["out/sb.txt"],
+        "sandbox = true",
+    ));
+    let refused = ws.prova(["run", "sb", "--all", "--remote-exec", "grpc://127.0.0.1:1"]).run();
+    refused.assert_code(2).assert_stderr_contains("`p#sb` sets `sandbox = true`");
+    assert!(!ws.exists("p/out/sb.txt"), "nothing ran");
+    // Cached here first: then it is a hit, not refused (the error is the unreachable farm's).
+    ws.prova(["run", "sb", "--all"]).run().assert_code(0);
+    let out = ws.prova(["run", "sb", "--all", "--remote-exec", "grpc://127.0.0.1:1"]).run();
+    assert!(!out.stderr.contains("sandbox = true"), "a hit is not refused: {}", out.stderr);
+}

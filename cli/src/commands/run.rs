@@ -51,12 +51,6 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     } else {
         crate::reapi_exec::config(&ws.root, args.remote_exec.as_deref())?
     };
-    if remote_exec.is_some()
-        && let Some(why) =
-            crate::reapi_exec::refusal(!args.no_cache && args.cache.is_none_or(|c| c.write), remote)
-    {
-        anyhow::bail!("{why}");
-    }
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
     // see the files the previous writer left; a dry run and a remote run that brings nothing
     // back write neither outputs nor the local cache.
@@ -120,6 +114,15 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
                  dependencies' outputs from the cache; use --only (it restores cached ones)"
             );
         }
+    }
+    if remote_exec.is_some()
+        && let Some(why) = crate::reapi_exec::refusal(
+            !args.no_cache && args.cache.is_none_or(|c| c.write),
+            remote,
+            options.verify.inputs,
+        )
+    {
+        anyhow::bail!("{why}");
     }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
@@ -187,8 +190,16 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             Some(r) => prova_coordinator::keys::progressive::presolve(&prepared.plan, &mut prepared.keys, |ks| r.probe(ks)).await?,
             None => probe(&layer, &mut prepared).await?,
         };
+        // A sandboxed task cannot execute on a REAPI farm, which cannot trace it (a hit can).
+        if remote_exec.is_some() && !args.dry_run
+            && let Some(id) = sandboxed.iter().find(|id| {
+                prepared.plan.position(id).is_none_or(|i| !hits.contains_key(&i))
+            })
+        {
+            anyhow::bail!("{}", crate::reapi_exec::sandboxed_refusal(id));
+        }
         // A sandboxed task that may execute needs the sandbox here (a hit does not).
-        if !remote && !sandbox.is_available() && !args.dry_run
+        if !remote && remote_exec.is_none() && !sandbox.is_available() && !args.dry_run
             && let Some(id) = sandboxed.iter().find(|id| {
                 prepared.plan.position(id).is_none_or(|i| !hits.contains_key(&i))
             })
