@@ -160,7 +160,7 @@ impl ReapiFarm {
              connections:\n  - !sql-connection &sql\n    connection-string: {url}\n    pool-size: 5\n    max-overflow: 10\n\
              storages:\n  - !disk-storage &cas\n    path: {cas}\n\
              caches:\n  - !lru-action-cache &ac\n    storage: *cas\n    max-cached-refs: 100000\n    allow-updates: true\n    cache-failed-actions: false\n\
-             schedulers:\n  - !sql-scheduler &sched\n    sql: *sql\n    storage: *cas\n    action-cache: *ac\n    poll-interval: 0.05\n    bot-poll-interval: 0.05\n    assigners:\n      - !priority-age-assigner\n        count: 1\n        interval: 0.05\n\
+             schedulers:\n  - !sql-scheduler &sched\n    sql: *sql\n    storage: *cas\n    action-cache: *ac\n    poll-interval: 0.05\n    bot-poll-interval: 0.05\n    assigners:\n      - !priority-age-assigner\n        count: 1\n        interval: 0.05\n        jitter-factor: 0.01\n\
              instances:\n  - name: ''\n    services:\n      - !action-cache\n        cache: *ac\n      - !cas\n        storage: *cas\n      - !bytestream\n        storage: *cas\n      - !execution\n        scheduler: *sched\n      - !bots\n        scheduler: *sched\n",
             cas = cas.display()
         );
