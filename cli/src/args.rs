@@ -280,6 +280,17 @@ pub struct WorkerArgs {
     /// The name the coordinator's certificate must carry (default: the host of --join).
     #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,
+    /// Join a REAPI farm (BuildGrid) as bots at `grpc://HOST:PORT` or `grpcs://HOST:PORT`,
+    /// speaking the Remote Workers API, instead of a prova coordinator (no --join, --certs).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["join", "certs"])]
+    pub reapi_bot: Option<String>,
+    /// With --reapi-bot: the REAPI instance name (default: empty).
+    #[arg(long, value_name = "NAME", default_value = "", requires = "reapi_bot")]
+    pub reapi_instance: String,
+    /// With --reapi-bot: the bot's name, reported as the executing worker (default: the
+    /// host name).
+    #[arg(long, value_name = "NAME", requires = "reapi_bot")]
+    pub bot_name: Option<String>,
 }
 
 /// `prova farm ...`.
@@ -723,6 +734,13 @@ pub struct RunArgs {
     /// Run on a farm instead of locally.
     #[command(flatten)]
     pub remote: RemoteArgs,
+
+    /// Execute the tasks on a REAPI farm (Bazel remote execution: BuildGrid, Buildbarn,
+    /// BuildBuddy) at `grpc://HOST:PORT` or `grpcs://HOST:PORT`; auth and TLS from
+    /// `[exec.reapi]` (which alone also turns it on). `local` runs here despite
+    /// `[exec.reapi]`. Results are saved in the local cache and restored into the workspace.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["no_cache", "remote"])]
+    pub remote_exec: Option<String>,
 
     /// With --remote: which outputs to bring back.
     #[arg(long, value_enum, default_value_t)]

@@ -23,6 +23,7 @@ pub mod exit;
 pub mod local;
 pub mod lock;
 pub mod logfmt;
+pub mod reapi_exec;
 pub mod remote;
 pub mod render;
 pub mod stdio;

@@ -1,4 +1,4 @@
-//! The REAPI client stubs are generated code committed in `src/layers/reapi/gen/`, so a
+//! The REAPI client stubs are generated code committed in `reapi-proto/src/gen/` (the `prova-reapi-proto` crate), so a
 //! build needs neither a build script nor a `protoc` binary. This test regenerates them from
 //! the vendored protos (`proto/`) with protox — a protobuf compiler written in Rust — and
 //! tonic-build, and fails if the committed files differ from what the protos give.
@@ -14,15 +14,17 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The vendored protos, relative to `proto/` (`reapi.proto` imports `status.proto`).
-const PROTOS: [&str; 3] = ["reapi.proto", "bytestream.proto", "status.proto"];
+/// The vendored protos, relative to `proto/` (`reapi.proto` imports `status.proto` and
+/// `longrunning.proto`; the well-known `google/protobuf/*` come with protox).
+const PROTOS: [&str; 5] =
+    ["reapi.proto", "bytestream.proto", "status.proto", "longrunning.proto", "bots.proto"];
 
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn gen_dir() -> PathBuf {
-    crate_dir().join("src/layers/reapi/gen")
+    crate_dir().join("reapi-proto/src/gen")
 }
 
 fn blessing() -> bool {
@@ -63,8 +65,14 @@ fn the_committed_reapi_stubs_are_what_the_protos_generate() {
     let fresh = generate(out.path());
     assert_eq!(
         fresh.keys().collect::<Vec<_>>(),
-        ["build.bazel.remote.execution.v2.rs", "google.bytestream.rs", "google.rpc.rs"],
-        "one file per proto package (src/layers/reapi/proto.rs includes each)"
+        [
+            "build.bazel.remote.execution.v2.rs",
+            "google.bytestream.rs",
+            "google.devtools.remoteworkers.v1test2.rs",
+            "google.longrunning.rs",
+            "google.rpc.rs"
+        ],
+        "one file per proto package (reapi-proto/src/lib.rs includes each)"
     );
     let dir = gen_dir();
     if blessing() {

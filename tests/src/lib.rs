@@ -80,6 +80,7 @@ pub mod locate;
 pub mod monorepo;
 pub mod netns;
 pub mod procs;
+pub mod reapi_farm;
 pub mod run;
 pub mod schema;
 pub mod tscomposite;

@@ -26,6 +26,8 @@ fn def_of(kind: TableKind) -> &'static str {
         TableKind::Task => "task",
         TableKind::Cache => "cache",
         TableKind::Reapi => "reapi",
+        TableKind::Exec => "exec",
+        TableKind::ExecReapi => "exec_reapi",
     }
 }
 
@@ -92,13 +94,14 @@ fn required_keys_and_enums_are_the_parser_s() {
     // The root file is the one with [workspace]; [cache.reapi] cannot go without an endpoint.
     assert_eq!(def(TableKind::WorkspaceTop)["required"], json!(["workspace"]));
     assert_eq!(def(TableKind::Reapi)["required"], json!(["endpoint"]));
+    assert_eq!(def(TableKind::ExecReapi)["required"], json!(["endpoint"]));
     let ws = TempWorkspace::new()
         .file("prova.toml", "[workspace]\n[cache.reapi]\ninstance_name = \"x\"\n");
     assert!(check_config(&to_json(&ws.read("prova.toml"), "no endpoint")).is_err());
     ws.prova(["run", "build", "--all"]).run().assert_code(2).assert_stderr_contains("endpoint");
     // No other table requires a key.
     for &kind in TableKind::ALL {
-        if !matches!(kind, TableKind::WorkspaceTop | TableKind::Reapi) {
+        if !matches!(kind, TableKind::WorkspaceTop | TableKind::Reapi | TableKind::ExecReapi) {
             assert!(def(kind).get("required").is_none(), "{kind:?}");
         }
     }

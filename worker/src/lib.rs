@@ -37,6 +37,7 @@ pub mod health;
 pub mod mask;
 pub mod outputs;
 pub mod perturb;
+pub mod reapi_bot;
 pub mod remote;
 pub mod rootprep;
 pub mod runner;

@@ -177,6 +177,9 @@ impl BoundCoordinator {
 
 /// Runs a worker.
 pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
+    if args.reapi_bot.is_some() {
+        return reapi_bot(args);
+    }
     let file: WorkerFile = load(args.config.as_deref())?;
     let join = args.join.or(file.join).context("--join HOST:PORT is required")?;
     let certs = args
@@ -227,6 +230,42 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
         });
         let announce = |line: &str| common::print(line).map_err(std::io::Error::other);
         Ok::<_, anyhow::Error>(run_worker(settings, shutdown, announce).await?)
+    })?;
+    Ok(Code::Ok)
+}
+
+/// `prova worker --reapi-bot URL`: bots of a REAPI farm (`prova_worker::reapi_bot`).
+fn reapi_bot(args: WorkerArgs) -> anyhow::Result<Code> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let mut labels = std::collections::BTreeMap::new();
+    for l in &args.labels {
+        let (k, v) = l.split_once('=').with_context(|| format!("--label {l}: want KEY=VALUE"))?;
+        labels.insert(k.to_owned(), v.to_owned());
+    }
+    let (sandbox, _) = start::sandbox_mode(args.sandbox.as_deref().unwrap_or("bwrap"))?;
+    let name = args.bot_name.unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .map_or_else(|_| "prova-bot".to_owned(), |h| h.to_string_lossy().into_owned())
+    });
+    let settings = prova_worker::reapi_bot::BotSettings {
+        endpoint: args.reapi_bot.unwrap_or_default(),
+        instance: args.reapi_instance,
+        name,
+        slots: args.slots.unwrap_or(cores).max(1),
+        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("prova-reapi-bot")),
+        labels,
+        sandbox,
+    };
+    let rt = common::runtime()?;
+    rt.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let _signals = OwnedTask::spawn("signals", async move {
+            crate::local::wait_for_signal().await;
+            stop.cancel();
+        });
+        let announce = |line: &str| common::print(line).map_err(std::io::Error::other);
+        prova_worker::reapi_bot::run_bot(settings, shutdown, announce).await
     })?;
     Ok(Code::Ok)
 }

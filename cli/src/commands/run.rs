@@ -44,6 +44,13 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         }
     };
     let remote = session.is_some();
+    // `--remote-exec` / `[exec.reapi]`: the tasks execute on a REAPI farm (one clear error,
+    // before anything runs, when that cannot be).
+    let remote_exec = if args.dry_run {
+        None
+    } else {
+        crate::reapi_exec::config(&ws.root, args.remote_exec.as_deref())?
+    };
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
     // see the files the previous writer left; a dry run and a remote run that brings nothing
     // back write neither outputs nor the local cache.
@@ -108,6 +115,15 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             );
         }
     }
+    if remote_exec.is_some()
+        && let Some(why) = crate::reapi_exec::refusal(
+            !args.no_cache && args.cache.is_none_or(|c| c.write),
+            remote,
+            options.verify.inputs,
+        )
+    {
+        anyhow::bail!("{why}");
+    }
     // The inputs proof needs the sandbox; without it the proof would pass silently.
     // Probed only for a proof: detecting starts bubblewrap, a cost every warm run paid.
     // `sandbox = true` tasks run as the inputs proof runs them, with or without --verify.
@@ -154,6 +170,9 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         prova_coordinator::scheduler::defaults::apply(&mut prepared.plan, &ws, &defaults);
         let run_id = prova_coordinator::scheduler::defaults::new_run_id();
         prova_coordinator::scheduler::defaults::mark_run(&mut prepared.plan, &run_id);
+        if remote_exec.is_some() && !options.verify.any() && sandboxed.is_empty() {
+            prepared.fill_inputs(&ws.root); // exec roots on the REAPI farm
+        }
         if options.verify.any() || !sandboxed.is_empty() {
             prepared.fill_inputs(&ws.root);
             options.verify.workspace = Some(std::sync::Arc::new(prepared.workspace_view(&ws)));
@@ -171,8 +190,16 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             Some(r) => prova_coordinator::keys::progressive::presolve(&prepared.plan, &mut prepared.keys, |ks| r.probe(ks)).await?,
             None => probe(&layer, &mut prepared).await?,
         };
+        // A sandboxed task cannot execute on a REAPI farm, which cannot trace it (a hit can).
+        if remote_exec.is_some() && !args.dry_run
+            && let Some(id) = sandboxed.iter().find(|id| {
+                prepared.plan.position(id).is_none_or(|i| !hits.contains_key(&i))
+            })
+        {
+            anyhow::bail!("{}", crate::reapi_exec::sandboxed_refusal(id));
+        }
         // A sandboxed task that may execute needs the sandbox here (a hit does not).
-        if !remote && !sandbox.is_available() && !args.dry_run
+        if !remote && remote_exec.is_none() && !sandbox.is_available() && !args.dry_run
             && let Some(id) = sandboxed.iter().find(|id| {
                 prepared.plan.position(id).is_none_or(|i| !hits.contains_key(&i))
             })
@@ -291,6 +318,13 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
             };
             let protected = prepared.protected.clone();
             let run_cache = RunCache { layer, policy, keys: prepared.keys.clone(), hits, staging, protected };
+            if let Some(cfg) = &remote_exec {
+                let (plan, root) = (prepared.plan, ws.root.clone());
+                let r = crate::reapi_exec::run(plan, options.clone(), tx, run_cache, weights, cfg, root, blobs_dir.clone());
+                let summary = r.await;
+                let timeline = render.join().await.unwrap_or_default();
+                return Ok(Some((summary?, key_stats, timeline)));
+            }
             let proofs = (options.verify.any() || !sandboxed.is_empty()).then(|| crate::local::LocalProofs {
                 work_dir: ws.root.join(".prova").join("worker"),
                 sandbox: sandbox.is_available(),

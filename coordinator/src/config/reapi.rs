@@ -26,8 +26,10 @@ pub enum ReapiConfigError {
         reason: String,
     },
     /// A value is wrong.
-    #[error("[cache.reapi] {key}: {reason}")]
+    #[error("[{table}] {key}: {reason}")]
     Value {
+        /// `cache.reapi` or `exec.reapi`.
+        table: &'static str,
         /// The key.
         key: &'static str,
         /// Why.
@@ -38,6 +40,12 @@ pub enum ReapiConfigError {
 #[derive(Deserialize)]
 struct Top {
     cache: Option<Cache>,
+    exec: Option<Exec>,
+}
+
+#[derive(Deserialize)]
+struct Exec {
+    reapi: Option<super::schema::ExecReapiTable>,
 }
 
 #[derive(Deserialize)]
@@ -61,41 +69,90 @@ pub fn parse(root: &Path, text: &str) -> Result<Option<ReapiConfig>, ReapiConfig
     let top: Top = toml::from_str(text)
         .map_err(|e| ReapiConfigError::File { path: PathBuf::new(), reason: e.to_string() })?;
     let Some(t) = top.cache.and_then(|c| c.reapi) else { return Ok(None) };
-    resolve(root, t).map(Some)
+    resolve(root, t, "cache.reapi").map(Some)
 }
 
-fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> {
-    let endpoint = Endpoint::parse(&t.endpoint)
-        .map_err(|e| ReapiConfigError::Value { key: "endpoint", reason: e.to_string() })?;
+/// The `[exec.reapi]` table of `root/prova.toml` (the REAPI farm `--remote-exec` executes
+/// on), resolved; `None` when absent. `endpoint` (`--remote-exec URL`) replaces the table's
+/// endpoint, or stands alone without a table.
+pub fn load_exec(
+    root: &Path,
+    endpoint: Option<&str>,
+) -> Result<Option<ReapiConfig>, ReapiConfigError> {
+    let path = root.join("prova.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ReapiConfigError::File { path: path.clone(), reason: e.to_string() })?;
+    parse_exec(root, &text, endpoint).map_err(|e| match e {
+        ReapiConfigError::File { reason, .. } => ReapiConfigError::File { path, reason },
+        other => other,
+    })
+}
+
+/// [`load_exec`] of the file's text.
+pub fn parse_exec(
+    root: &Path,
+    text: &str,
+    endpoint: Option<&str>,
+) -> Result<Option<ReapiConfig>, ReapiConfigError> {
+    let top: Top = toml::from_str(text)
+        .map_err(|e| ReapiConfigError::File { path: PathBuf::new(), reason: e.to_string() })?;
+    let table = top.exec.and_then(|e| e.reapi).map(ReapiTable::from);
+    let t = match (table, endpoint) {
+        (None, None) => return Ok(None),
+        (Some(t), None) => t,
+        (Some(t), Some(e)) => ReapiTable { endpoint: e.to_owned(), ..t },
+        (None, Some(e)) => ReapiTable { endpoint: e.to_owned(), ..Default::default() },
+    };
+    resolve(root, t, "exec.reapi").map(Some)
+}
+
+fn resolve(
+    root: &Path,
+    t: ReapiTable,
+    table: &'static str,
+) -> Result<ReapiConfig, ReapiConfigError> {
+    let endpoint = Endpoint::parse(&t.endpoint).map_err(|e| ReapiConfigError::Value {
+        table,
+        key: "endpoint",
+        reason: e.to_string(),
+    })?;
     let timeout = match &t.timeout {
         None => DEFAULT_TIMEOUT,
         Some(s) => match humantime::parse_duration(s) {
             Ok(d) if !d.is_zero() => d,
             Ok(_) => {
                 return Err(ReapiConfigError::Value {
+                    table,
                     key: "timeout",
                     reason: "must be longer than zero".to_owned(),
                 });
             }
             Err(e) => {
-                return Err(ReapiConfigError::Value { key: "timeout", reason: e.to_string() });
+                return Err(ReapiConfigError::Value {
+                    table,
+                    key: "timeout",
+                    reason: e.to_string(),
+                });
             }
         },
     };
     if t.token_file.is_some() && t.token_env.is_some() {
         return Err(ReapiConfigError::Value {
+            table,
             key: "token_file",
             reason: "set token_file or token_env, not both".to_owned(),
         });
     }
     if t.cert_file.is_some() != t.key_file.is_some() {
         return Err(ReapiConfigError::Value {
+            table,
             key: "cert_file",
             reason: "a client certificate needs both cert_file and key_file".to_owned(),
         });
     }
     if !endpoint.tls && (t.ca_file.is_some() || t.cert_file.is_some()) {
         return Err(ReapiConfigError::Value {
+            table,
             key: "endpoint",
             reason: "TLS files are set but the endpoint is grpc:// (use grpcs://)".to_owned(),
         });
@@ -111,12 +168,14 @@ fn resolve(root: &Path, t: ReapiTable) -> Result<ReapiConfig, ReapiConfigError> 
         (Some(f), _) => {
             let path = root.join(f);
             let text = std::fs::read_to_string(&path).map_err(|e| ReapiConfigError::Value {
+                table,
                 key: "token_file",
                 reason: format!("{}: {e}", path.display()),
             })?;
             Some(text.trim().to_owned())
         }
         (None, Some(var)) => Some(std::env::var(var).map_err(|_| ReapiConfigError::Value {
+            table,
             key: "token_env",
             reason: format!("${var} is not set"),
         })?),
@@ -140,6 +199,30 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(Path::new("/ws"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn exec_reapi_takes_the_flag_or_the_table_and_names_its_table() {
+        let root = Path::new("/ws");
+        assert!(parse_exec(root, "[workspace]\n", None).unwrap().is_none());
+        let flag = parse_exec(root, "[workspace]\n", Some("grpc://h:1")).unwrap().unwrap();
+        assert_eq!(flag.endpoint.to_string(), "grpc://h:1");
+        let text = "[exec.reapi]\nendpoint = \"grpc://t:2\"\ninstance_name = \"main\"\n";
+        let table = parse_exec(root, text, None).unwrap().unwrap();
+        assert_eq!(
+            (table.endpoint.to_string().as_str(), table.instance_name.as_str()),
+            ("grpc://t:2", "main")
+        );
+        let both = parse_exec(root, text, Some("grpcs://f:3")).unwrap().unwrap();
+        assert_eq!(
+            (both.endpoint.to_string().as_str(), both.instance_name.as_str()),
+            ("grpcs://f:3", "main")
+        );
+        let e = parse_exec(root, "[workspace]\n", Some("http://h:1")).unwrap_err().to_string();
+        assert!(e.starts_with("[exec.reapi] endpoint:"), "{e}");
+        let e =
+            parse_exec(root, "[exec.reapi]\nendpoint = \"grpc://h:1\"\nupload = \"ci\"\n", None);
+        assert!(e.is_err(), "upload is a cache key only");
     }
 
     #[test]

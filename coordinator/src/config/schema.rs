@@ -21,6 +21,55 @@ pub struct WorkspaceFile {
     pub tasks: BTreeMap<Spanned<String>, Spanned<TaskTable>>,
     /// `[cache]`: cache layers above the local one (read by [`super::reapi::load`]).
     pub cache: Option<CacheTable>,
+    /// `[exec]`: where tasks execute other than here (read by [`super::reapi::load_exec`]).
+    pub exec: Option<ExecTable>,
+}
+
+/// `[exec]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecTable {
+    /// `[exec.reapi]`: a Remote Execution API farm that executes the run's tasks.
+    pub reapi: Option<ExecReapiTable>,
+}
+
+/// `[exec.reapi]`, as written: `[cache.reapi]`'s endpoint, auth and TLS keys.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecReapiTable {
+    /// `grpc://host:port` or `grpcs://host:port` (TLS).
+    pub endpoint: String,
+    /// The REAPI instance name. Default: empty.
+    #[serde(default)]
+    pub instance_name: String,
+    /// A file holding a bearer token (workspace-relative or absolute).
+    pub token_file: Option<String>,
+    /// An environment variable holding a bearer token.
+    pub token_env: Option<String>,
+    /// Per-call timeout, a humantime string. Default: 30s.
+    pub timeout: Option<String>,
+    /// A PEM CA bundle to verify a `grpcs://` server with (default: the system's roots).
+    pub ca_file: Option<String>,
+    /// A PEM client certificate (with `key_file`) for mutual TLS.
+    pub cert_file: Option<String>,
+    /// The client certificate's PEM private key.
+    pub key_file: Option<String>,
+}
+
+impl From<ExecReapiTable> for ReapiTable {
+    fn from(t: ExecReapiTable) -> Self {
+        Self {
+            endpoint: t.endpoint,
+            instance_name: t.instance_name,
+            token_file: t.token_file,
+            token_env: t.token_env,
+            timeout: t.timeout,
+            ca_file: t.ca_file,
+            cert_file: t.cert_file,
+            key_file: t.key_file,
+            upload: None,
+        }
+    }
 }
 
 /// `[cache]`.
@@ -230,6 +279,10 @@ pub enum TableKind {
     Cache,
     /// `[cache.reapi]`.
     Reapi,
+    /// `[exec]` (workspace root only).
+    Exec,
+    /// `[exec.reapi]`.
+    ExecReapi,
 }
 
 const CACHE_KEYS: &[&str] = &["reapi"];
@@ -244,7 +297,18 @@ const REAPI_KEYS: &[&str] = &[
     "key_file",
     "upload",
 ];
-const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks", "cache"];
+const EXEC_KEYS: &[&str] = &["reapi"];
+const EXEC_REAPI_KEYS: &[&str] = &[
+    "endpoint",
+    "instance_name",
+    "token_file",
+    "token_env",
+    "timeout",
+    "ca_file",
+    "cert_file",
+    "key_file",
+];
+const WORKSPACE_TOP_KEYS: &[&str] = &["workspace", "project", "tasks", "cache", "exec"];
 const PROJECT_TOP_KEYS: &[&str] = &["project", "tasks"];
 const WORKSPACE_KEYS: &[&str] = &[
     "projects",
@@ -295,6 +359,8 @@ impl TableKind {
         Self::Task,
         Self::Cache,
         Self::Reapi,
+        Self::Exec,
+        Self::ExecReapi,
     ];
 
     /// The keys this table allows; empty for `[tasks]`, where any task name goes.
@@ -308,6 +374,8 @@ impl TableKind {
             Self::Task => TASK_KEYS,
             Self::Cache => CACHE_KEYS,
             Self::Reapi => REAPI_KEYS,
+            Self::Exec => EXEC_KEYS,
+            Self::ExecReapi => EXEC_REAPI_KEYS,
         }
     }
 
@@ -319,6 +387,8 @@ impl TableKind {
             (Self::WorkspaceTop | Self::ProjectTop, "tasks") => Some(Self::Tasks),
             (Self::WorkspaceTop, "cache") => Some(Self::Cache),
             (Self::Cache, "reapi") => Some(Self::Reapi),
+            (Self::WorkspaceTop, "exec") => Some(Self::Exec),
+            (Self::Exec, "reapi") => Some(Self::ExecReapi),
             (Self::Tasks, _) => Some(Self::Task),
             _ => None,
         }
@@ -327,7 +397,10 @@ impl TableKind {
     /// What the value of `key` must be, in words.
     pub fn expected(self, key: &str) -> &'static str {
         match (self, key) {
-            (Self::WorkspaceTop | Self::ProjectTop | Self::Tasks | Self::Cache, _) => TABLE,
+            (Self::WorkspaceTop | Self::ProjectTop | Self::Tasks | Self::Cache | Self::Exec, _) => {
+                TABLE
+            }
+            (Self::ExecReapi, _) => "a string",
             (Self::Reapi, "upload") => "one of \"ci\", \"always\" or \"never\"",
             (Self::Reapi, _) => "a string",
             (Self::Project, "name") => "a string",
@@ -412,10 +485,12 @@ mod tests {
                 | TableKind::Tasks
                 | TableKind::Task
                 | TableKind::Cache
-                | TableKind::Reapi => {}
+                | TableKind::Reapi
+                | TableKind::Exec
+                | TableKind::ExecReapi => {}
             }
         }
-        assert_eq!(TableKind::ALL.len(), 8);
+        assert_eq!(TableKind::ALL.len(), 10);
     }
 
     #[test]

@@ -365,11 +365,17 @@ pub(crate) fn shrunk_warning(outputs: &[String], now: usize, before: usize) -> O
     })
 }
 
-/// Whether a local task that ran in an exec root (an inputs proof) must also appear in the
-/// workspace once saved: what runs after it in place reads its outputs there. Its save then
-/// rechecks no stamps: the execution read copies taken at materialisation, not the workspace.
+/// Whether a local task that ran in an exec root (an inputs proof, or every task of a run
+/// executed on a REAPI farm: an exec-root mode with a local source) must also appear in the
+/// workspace once saved: what runs after it reads its outputs there, and the user expects
+/// them. Its save then rechecks no stamps: the execution read copies taken at
+/// materialisation, not the workspace.
 pub(crate) fn restore_into_workspace(exec: &ExecMode, farm: bool, verify_inputs: bool) -> bool {
-    !farm && matches!(exec, ExecMode::InPlace) && verify_inputs
+    !farm
+        && match exec {
+            ExecMode::InPlace => verify_inputs,
+            ExecMode::ExecRoot { local_source, .. } => local_source.is_some(),
+        }
 }
 
 /// The determinism verdict of an execution that was not saved.

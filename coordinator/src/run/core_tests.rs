@@ -170,12 +170,18 @@ fn a_save_is_withheld_before_it_is_tried_when_the_outputs_are_not_all_there() {
 }
 
 #[test]
-fn only_a_local_inputs_proof_restores_its_saved_outputs_into_the_workspace() {
-    let root = ExecMode::ExecRoot { local_source: Some("/ws".into()), local_blobs: None };
+fn a_local_inputs_proof_and_a_remote_execution_restore_saved_outputs_into_the_workspace() {
+    // Tasks executed elsewhere for this workspace (a REAPI farm): their outputs reach the
+    // workspace only through the save, proof or not.
+    let remote = ExecMode::ExecRoot { local_source: Some("/ws".into()), local_blobs: None };
+    let farm = ExecMode::ExecRoot { local_source: None, local_blobs: None };
     assert!(restore_into_workspace(&ExecMode::InPlace, false, true));
     assert!(!restore_into_workspace(&ExecMode::InPlace, false, false));
     assert!(!restore_into_workspace(&ExecMode::InPlace, true, true));
-    assert!(!restore_into_workspace(&root, false, true));
+    assert!(restore_into_workspace(&remote, false, true));
+    assert!(restore_into_workspace(&remote, false, false));
+    assert!(!restore_into_workspace(&farm, true, false));
+    assert!(!restore_into_workspace(&farm, false, false), "no workspace to restore into");
 }
 
 #[test]

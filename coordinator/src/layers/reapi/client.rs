@@ -119,7 +119,23 @@ impl ReapiClient {
         &self.endpoint
     }
 
-    fn req<T>(&self, msg: T) -> Request<T> {
+    /// The channel, the instance name and the largest batch, for the executor's calls
+    /// (`exec/`).
+    pub(super) fn parts(&self) -> (Channel, &str, u64) {
+        (self.channel.clone(), &self.instance, self.max_batch.load(Ordering::Relaxed))
+    }
+
+    /// A request with the bearer token but no deadline: an `Execute` stream lasts as long as
+    /// the action runs.
+    pub(super) fn untimed<T>(&self, msg: T) -> Request<T> {
+        let mut r = Request::new(msg);
+        if let Some(t) = &self.token {
+            r.metadata_mut().insert("authorization", t.clone());
+        }
+        r
+    }
+
+    pub(super) fn req<T>(&self, msg: T) -> Request<T> {
         let mut r = Request::new(msg);
         r.set_timeout(self.timeout);
         if let Some(t) = &self.token {
@@ -128,7 +144,7 @@ impl ReapiClient {
         r
     }
 
-    fn err(&self, what: &'static str, s: tonic::Status) -> ReapiError {
+    pub(super) fn err(&self, what: &'static str, s: tonic::Status) -> ReapiError {
         ReapiError::Call {
             endpoint: self.endpoint.clone(),
             what,
@@ -148,7 +164,10 @@ impl ReapiClient {
     /// read). A server at its concurrency limit answers `RESOURCE_EXHAUSTED`: the permit is
     /// given up for good (one call fewer in flight, never below one) and the call retried
     /// after a backoff, up to [`BUSY_RETRIES`] times.
-    async fn call<T, F, Fut>(&self, mut f: F) -> Result<(SemaphorePermit<'_>, T), tonic::Status>
+    pub(super) async fn call<T, F, Fut>(
+        &self,
+        mut f: F,
+    ) -> Result<(SemaphorePermit<'_>, T), tonic::Status>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
@@ -308,7 +327,7 @@ impl ReapiClient {
         Ok(())
     }
 
-    async fn batch_update(
+    pub(super) async fn batch_update(
         &self,
         requests: Vec<re::batch_update_blobs_request::Request>,
     ) -> Result<(), ReapiError> {
@@ -338,11 +357,11 @@ impl ReapiClient {
         Ok(())
     }
 
-    fn resource(&self, tail: String) -> String {
+    pub(super) fn resource(&self, tail: String) -> String {
         if self.instance.is_empty() { tail } else { format!("{}/{tail}", self.instance) }
     }
 
-    async fn write(&self, d: &re::Digest, bytes: &[u8]) -> Result<(), ReapiError> {
+    pub(super) async fn write(&self, d: &re::Digest, bytes: &[u8]) -> Result<(), ReapiError> {
         let name =
             self.resource(format!("uploads/{}/blobs/{}/{}", upload_id(d), d.hash, d.size_bytes));
         let mut msgs = Vec::new();

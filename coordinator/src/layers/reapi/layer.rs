@@ -275,6 +275,7 @@ impl ReapiLayer {
             stdout_raw: Vec::new(),
             stdout_digest: (!log.is_empty()).then(|| map::sha256(&log)),
             output_symlinks: Vec::new(),
+            ..Default::default()
         };
         if let Some(a) = &artifact {
             result.output_files.push(re::OutputFile {

@@ -52,14 +52,16 @@ pub fn key_action(key: &Digest) -> KeyAction {
         arguments: vec!["prova".to_owned(), format!("key-v{KEY_VERSION}"), key.to_hex()],
         working_directory: String::new(),
         output_paths: vec![ENTRY_PATH.to_owned(), ARTIFACT_PATH.to_owned()],
+        ..Default::default()
     }
     .encode_to_vec();
-    let empty_root = re::Directory {}.encode_to_vec();
+    let empty_root = re::Directory::default().encode_to_vec();
     let action = re::Action {
         command_digest: Some(sha256(&command)),
         input_root_digest: Some(sha256(&empty_root)),
         do_not_cache: false,
         salt: Vec::new(),
+        ..Default::default()
     }
     .encode_to_vec();
     let digest = sha256(&action);

@@ -5,6 +5,7 @@
 //! an entry as an `ActionResult`; [`layer`]: the stacked [`ReapiLayer`].
 
 pub mod client;
+pub mod exec;
 pub mod layer;
 pub mod map;
 pub mod proto;

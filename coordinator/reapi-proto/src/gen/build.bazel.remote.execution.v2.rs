@@ -10,10 +10,39 @@ pub struct Digest {
 pub struct Command {
     #[prost(string, repeated, tag = "1")]
     pub arguments: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(message, repeated, tag = "2")]
+    pub environment_variables: ::prost::alloc::vec::Vec<command::EnvironmentVariable>,
+    #[prost(message, optional, tag = "5")]
+    pub platform: ::core::option::Option<Platform>,
     #[prost(string, tag = "6")]
     pub working_directory: ::prost::alloc::string::String,
     #[prost(string, repeated, tag = "7")]
     pub output_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// Nested message and enum types in `Command`.
+pub mod command {
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct EnvironmentVariable {
+        #[prost(string, tag = "1")]
+        pub name: ::prost::alloc::string::String,
+        #[prost(string, tag = "2")]
+        pub value: ::prost::alloc::string::String,
+    }
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Platform {
+    #[prost(message, repeated, tag = "1")]
+    pub properties: ::prost::alloc::vec::Vec<platform::Property>,
+}
+/// Nested message and enum types in `Platform`.
+pub mod platform {
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct Property {
+        #[prost(string, tag = "1")]
+        pub name: ::prost::alloc::string::String,
+        #[prost(string, tag = "2")]
+        pub value: ::prost::alloc::string::String,
+    }
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Action {
@@ -25,9 +54,48 @@ pub struct Action {
     pub do_not_cache: bool,
     #[prost(bytes = "vec", tag = "9")]
     pub salt: ::prost::alloc::vec::Vec<u8>,
+    #[prost(message, optional, tag = "10")]
+    pub platform: ::core::option::Option<Platform>,
 }
-#[derive(Clone, Copy, PartialEq, ::prost::Message)]
-pub struct Directory {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Directory {
+    #[prost(message, repeated, tag = "1")]
+    pub files: ::prost::alloc::vec::Vec<FileNode>,
+    #[prost(message, repeated, tag = "2")]
+    pub directories: ::prost::alloc::vec::Vec<DirectoryNode>,
+    #[prost(message, repeated, tag = "3")]
+    pub symlinks: ::prost::alloc::vec::Vec<SymlinkNode>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct FileNode {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub digest: ::core::option::Option<Digest>,
+    #[prost(bool, tag = "4")]
+    pub is_executable: bool,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DirectoryNode {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub digest: ::core::option::Option<Digest>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct SymlinkNode {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub target: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Tree {
+    #[prost(message, optional, tag = "1")]
+    pub root: ::core::option::Option<Directory>,
+    #[prost(message, repeated, tag = "2")]
+    pub children: ::prost::alloc::vec::Vec<Directory>,
+}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct OutputFile {
     #[prost(string, tag = "1")]
@@ -47,17 +115,127 @@ pub struct OutputSymlink {
     pub target: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
+pub struct OutputDirectory {
+    #[prost(string, tag = "1")]
+    pub path: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "3")]
+    pub tree_digest: ::core::option::Option<Digest>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ExecutedActionMetadata {
+    #[prost(string, tag = "1")]
+    pub worker: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ActionResult {
     #[prost(message, repeated, tag = "2")]
     pub output_files: ::prost::alloc::vec::Vec<OutputFile>,
+    #[prost(message, repeated, tag = "3")]
+    pub output_directories: ::prost::alloc::vec::Vec<OutputDirectory>,
     #[prost(int32, tag = "4")]
     pub exit_code: i32,
     #[prost(bytes = "vec", tag = "5")]
     pub stdout_raw: ::prost::alloc::vec::Vec<u8>,
     #[prost(message, optional, tag = "6")]
     pub stdout_digest: ::core::option::Option<Digest>,
+    #[prost(bytes = "vec", tag = "7")]
+    pub stderr_raw: ::prost::alloc::vec::Vec<u8>,
+    #[prost(message, optional, tag = "8")]
+    pub stderr_digest: ::core::option::Option<Digest>,
+    #[prost(message, optional, tag = "9")]
+    pub execution_metadata: ::core::option::Option<ExecutedActionMetadata>,
+    #[prost(message, repeated, tag = "10")]
+    pub output_file_symlinks: ::prost::alloc::vec::Vec<OutputSymlink>,
+    #[prost(message, repeated, tag = "11")]
+    pub output_directory_symlinks: ::prost::alloc::vec::Vec<OutputSymlink>,
     #[prost(message, repeated, tag = "12")]
     pub output_symlinks: ::prost::alloc::vec::Vec<OutputSymlink>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ExecuteRequest {
+    #[prost(string, tag = "1")]
+    pub instance_name: ::prost::alloc::string::String,
+    #[prost(bool, tag = "3")]
+    pub skip_cache_lookup: bool,
+    #[prost(message, optional, tag = "6")]
+    pub action_digest: ::core::option::Option<Digest>,
+    #[prost(enumeration = "digest_function::Value", tag = "9")]
+    pub digest_function: i32,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ExecuteResponse {
+    #[prost(message, optional, tag = "1")]
+    pub result: ::core::option::Option<ActionResult>,
+    #[prost(bool, tag = "2")]
+    pub cached_result: bool,
+    #[prost(message, optional, tag = "3")]
+    pub status: ::core::option::Option<
+        super::super::super::super::super::google::rpc::Status,
+    >,
+    #[prost(string, tag = "5")]
+    pub message: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct ExecutionStage {}
+/// Nested message and enum types in `ExecutionStage`.
+pub mod execution_stage {
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
+    #[repr(i32)]
+    pub enum Value {
+        Unknown = 0,
+        CacheCheck = 1,
+        Queued = 2,
+        Executing = 3,
+        Completed = 4,
+    }
+    impl Value {
+        /// String value of the enum field names used in the ProtoBuf definition.
+        ///
+        /// The values are not transformed in any way and thus are considered stable
+        /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+        pub fn as_str_name(&self) -> &'static str {
+            match self {
+                Self::Unknown => "UNKNOWN",
+                Self::CacheCheck => "CACHE_CHECK",
+                Self::Queued => "QUEUED",
+                Self::Executing => "EXECUTING",
+                Self::Completed => "COMPLETED",
+            }
+        }
+        /// Creates an enum from field names used in the ProtoBuf definition.
+        pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+            match value {
+                "UNKNOWN" => Some(Self::Unknown),
+                "CACHE_CHECK" => Some(Self::CacheCheck),
+                "QUEUED" => Some(Self::Queued),
+                "EXECUTING" => Some(Self::Executing),
+                "COMPLETED" => Some(Self::Completed),
+                _ => None,
+            }
+        }
+    }
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ExecuteOperationMetadata {
+    #[prost(enumeration = "execution_stage::Value", tag = "1")]
+    pub stage: i32,
+    #[prost(message, optional, tag = "2")]
+    pub action_digest: ::core::option::Option<Digest>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct WaitExecutionRequest {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct GetActionResultRequest {
@@ -172,6 +350,15 @@ pub struct GetCapabilitiesRequest {
 pub struct ServerCapabilities {
     #[prost(message, optional, tag = "1")]
     pub cache_capabilities: ::core::option::Option<CacheCapabilities>,
+    #[prost(message, optional, tag = "2")]
+    pub execution_capabilities: ::core::option::Option<ExecutionCapabilities>,
+}
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct ExecutionCapabilities {
+    #[prost(enumeration = "digest_function::Value", tag = "1")]
+    pub digest_function: i32,
+    #[prost(bool, tag = "2")]
+    pub exec_enabled: bool,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CacheCapabilities {
@@ -569,6 +756,165 @@ pub mod content_addressable_storage_client {
                     ),
                 );
             self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated client implementations.
+pub mod execution_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    #[derive(Debug, Clone)]
+    pub struct ExecutionClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl ExecutionClient<tonic::transport::Channel> {
+        /// Attempt to create a new client by connecting to a given endpoint.
+        pub async fn connect<D>(dst: D) -> Result<Self, tonic::transport::Error>
+        where
+            D: TryInto<tonic::transport::Endpoint>,
+            D::Error: Into<StdError>,
+        {
+            let conn = tonic::transport::Endpoint::new(dst)?.connect().await?;
+            Ok(Self::new(conn))
+        }
+    }
+    impl<T> ExecutionClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::BoxBody>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> ExecutionClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::BoxBody>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::BoxBody>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::BoxBody>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            ExecutionClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        pub async fn execute(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ExecuteRequest>,
+        ) -> std::result::Result<
+            tonic::Response<
+                tonic::codec::Streaming<
+                    super::super::super::super::super::super::google::longrunning::Operation,
+                >,
+            >,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic::codec::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/build.bazel.remote.execution.v2.Execution/Execute",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "build.bazel.remote.execution.v2.Execution",
+                        "Execute",
+                    ),
+                );
+            self.inner.server_streaming(req, path, codec).await
+        }
+        pub async fn wait_execution(
+            &mut self,
+            request: impl tonic::IntoRequest<super::WaitExecutionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<
+                tonic::codec::Streaming<
+                    super::super::super::super::super::super::google::longrunning::Operation,
+                >,
+            >,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic::codec::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/build.bazel.remote.execution.v2.Execution/WaitExecution",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "build.bazel.remote.execution.v2.Execution",
+                        "WaitExecution",
+                    ),
+                );
+            self.inner.server_streaming(req, path, codec).await
         }
     }
 }

@@ -1,0 +1,129 @@
+use super::*;
+use prova_protocol::ids::TaskId;
+
+fn file(s: &str) -> Node {
+    Node::File { digest: sha256(s.as_bytes()), exec: false }
+}
+
+fn spec(cmd: &str) -> TaskSpec {
+    TaskSpec::new(TaskId::new("app", "build"), "app", CommandLine::Shell(cmd.to_owned()))
+}
+
+#[test]
+fn equal_inputs_give_equal_roots_and_any_change_moves_the_root() {
+    let a: BTreeMap<String, Node> =
+        [("app/src/a.ts", file("a")), ("app/src/b.ts", file("b")), ("lib/x", file("x"))]
+            .into_iter()
+            .map(|(p, n)| (p.to_owned(), n))
+            .collect();
+    let m1 = merkle(&a).unwrap();
+    assert_eq!(m1.root, merkle(&a.clone()).unwrap().root);
+    // root, app, app/src, lib
+    assert_eq!(m1.directories.len(), 4);
+    assert_eq!(m1.directories[0].0, m1.root, "the root comes first");
+    let mut b = a.clone();
+    b.insert("app/src/b.ts".into(), Node::File { digest: sha256(b"b"), exec: true });
+    assert_ne!(merkle(&b).unwrap().root, m1.root, "the execute bit is part of the tree");
+    let mut c = a.clone();
+    c.insert("app/empty".into(), Node::Dir);
+    assert_ne!(merkle(&c).unwrap().root, m1.root, "an empty directory is part of the tree");
+    let mut d = a;
+    d.insert("app/link".into(), Node::Symlink { target: "src/a.ts".into() });
+    assert_ne!(merkle(&d).unwrap().root, m1.root);
+}
+
+#[test]
+fn names_are_sorted_and_decode_back() {
+    let e: BTreeMap<String, Node> = [("z", file("z")), ("a", file("a")), ("m/n", file("n"))]
+        .into_iter()
+        .map(|(p, n)| (p.to_owned(), n))
+        .collect();
+    let m = merkle(&e).unwrap();
+    let root = re::Directory::decode(m.directories[0].1.as_slice()).unwrap();
+    let names: Vec<_> = root.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["a", "z"]);
+    assert_eq!(root.directories[0].name, "m");
+}
+
+#[test]
+fn collisions_and_unclean_paths_are_refused() {
+    let e: BTreeMap<String, Node> = [("a", file("a")), ("a/b", file("b"))]
+        .into_iter()
+        .map(|(p, n)| (p.to_owned(), n))
+        .collect();
+    assert_eq!(merkle(&e).unwrap_err(), ActionError::Collision("a".into()));
+    for bad in ["../x", "/etc/passwd", "a/./b", "a//b", ""] {
+        let e: BTreeMap<String, Node> = [(bad.to_owned(), file("x"))].into_iter().collect();
+        assert!(matches!(merkle(&e), Err(ActionError::BadPath(_))), "{bad}");
+    }
+}
+
+#[test]
+fn output_paths_are_relative_to_the_project() {
+    let roots = vec!["app/dist".to_owned(), "app/types".to_owned(), "shared/gen".to_owned()];
+    assert_eq!(output_paths("app", &roots).unwrap(), ["../shared/gen", "dist", "types"]);
+    assert_eq!(output_paths("", &["dist".to_owned()]).unwrap(), ["dist"]);
+    assert_eq!(output_paths("app", &["app".to_owned()]), Err(ActionError::WholeWorkspace));
+}
+
+#[test]
+fn reported_outputs_are_kept_inside_the_declared_roots() {
+    let roots = vec!["app/dist".to_owned(), "shared/gen".to_owned()];
+    let at = |p: &str| output_in_roots("app", p, &roots);
+    assert_eq!(at("dist/a.js").as_deref(), Some("app/dist/a.js"));
+    assert_eq!(at("dist").as_deref(), Some("app/dist"));
+    assert_eq!(at("../shared/gen/x").as_deref(), Some("shared/gen/x"));
+    for escape in ["src/a.ts", "distx/a", "../../etc/passwd", "/etc/passwd", "dist/../src/a.ts"] {
+        assert_eq!(at(escape), None, "{escape}");
+    }
+}
+
+#[test]
+fn the_command_carries_declared_env_sorted_and_a_reruns_perturbations() {
+    let mut s = spec("tsc -b");
+    s.env = vec![("NODE_ENV".into(), "production".into()), ("A".into(), "1".into())];
+    assert_eq!(
+        environment(&s, None),
+        [("A".into(), "1".into()), ("NODE_ENV".into(), "production".into())]
+    );
+    let p = Perturb {
+        env: vec![("TZ".into(), "X".into()), ("NODE_ENV".into(), "dev".into())],
+        umask: Some(0o77),
+        ..Default::default()
+    };
+    let env = environment(&s, Some(&p));
+    assert!(env.contains(&("TZ".into(), "X".into())));
+    assert!(env.contains(&("NODE_ENV".into(), "production".into())), "declared values stay");
+    assert_eq!(argv(&s, None), ["sh", "-c", "tsc -b"]);
+    assert_eq!(argv(&s, Some(0o77))[..3], ["sh", "-c", "umask 077; exec \"$@\""]);
+    s.args = vec!["--force".into(), "it's".into()];
+    assert_eq!(argv(&s, None)[2], "tsc -b --force 'it'\\''s'");
+}
+
+#[test]
+fn platform_properties_come_from_the_key_platform_and_labels() {
+    let labels: BTreeMap<String, String> = [("pool".to_owned(), "large".to_owned())].into();
+    let p = platform(Some("linux/x86_64"), &labels);
+    let props: Vec<_> = p.properties.iter().map(|q| (q.name.as_str(), q.value.as_str())).collect();
+    assert_eq!(props, [("ISA", "x86_64"), ("OSFamily", "linux"), ("pool", "large")]);
+    assert!(platform(None, &BTreeMap::new()).properties.is_empty());
+}
+
+#[test]
+fn a_salt_makes_another_action_of_the_same_task() {
+    let s = spec("make");
+    let roots = vec!["app/dist".to_owned()];
+    let i = |salt: &[u8]| ActionInputs {
+        roots: &roots,
+        input_root: sha256(b"root"),
+        platform: None,
+        perturb: None,
+        salt: salt.to_vec(),
+    };
+    let a = build(&s, &i(b"")).unwrap();
+    assert_eq!(a.digest, build(&s, &i(b"")).unwrap().digest);
+    assert_ne!(a.digest, build(&s, &i(b"rerun-1")).unwrap().digest);
+    let cmd = re::Command::decode(a.command.as_slice()).unwrap();
+    assert_eq!(cmd.working_directory, "app");
+    assert_eq!(cmd.output_paths, ["dist"]);
+}
