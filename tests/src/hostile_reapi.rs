@@ -241,6 +241,8 @@ async fn call(
                     digest_functions: vec![re::digest_function::Value::Sha256 as i32],
                     max_batch_total_size_bytes: 4 << 20,
                 }),
+                // A cache, not an execution service.
+                execution_capabilities: None,
             };
             send_msg(&mut send, &caps.encode_to_vec()).await?;
             OK
