@@ -208,18 +208,7 @@ pub async fn prepare(
     };
     let durations = cache.call(|s| s.durations()).await??;
 
-    let root = ws.root.clone();
-    let nested = nested_repos(ws);
-    let files: FileList = {
-        let root = root.clone();
-        OwnedTask::spawn_blocking("prepare.enumerate", move || inputs::enumerate(&root, &nested))
-            .join()
-            .await
-            .map_err(|e| inputs::files::FilesError::Walk {
-                dir: String::new(),
-                message: e.to_string(),
-            })??
-    };
+    let files = enumerate_files(ws).await?;
     tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
     let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
     let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
@@ -227,26 +216,8 @@ pub async fn prepare(
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
     let protected = inputs::protect::protected(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
-    let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
-    needed.extend(&sets.fingerprint);
-    needed.extend(&sets.workspace);
-    needed.sort_unstable();
-    needed.dedup();
     let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
-    let pass = {
-        let paths: Vec<String> = needed.iter().map(|&i| files.all()[i as usize].clone()).collect();
-        let root = root.clone();
-        OwnedTask::spawn_blocking("prepare.digest", move || {
-            let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
-            keys::digests::digest_files(&root, &refs, &memo, now_ns)
-        })
-        .join()
-        .await
-        .map_err(|e| inputs::files::FilesError::Walk {
-            dir: String::new(),
-            message: e.to_string(),
-        })?
-    };
+    let pass = digest_inputs(ws, &files, &sets, memo, now_ns).await?;
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
     let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs).await?;
     tracing::info!(
@@ -295,6 +266,47 @@ pub async fn prepare(
         stats,
         files: std::sync::Arc::new(files),
     })
+}
+
+/// Lists the workspace's files (off the runtime: a walk or `git ls-files`).
+async fn enumerate_files(ws: &Workspace) -> Result<FileList, PrepareError> {
+    let root = ws.root.clone();
+    let nested = nested_repos(ws);
+    let files =
+        OwnedTask::spawn_blocking("prepare.enumerate", move || inputs::enumerate(&root, &nested))
+            .join()
+            .await
+            .map_err(|e| inputs::files::FilesError::Walk {
+                dir: String::new(),
+                message: e.to_string(),
+            })??;
+    Ok(files)
+}
+
+/// Digests every file some task or the workspace folds (off the runtime), through the
+/// stat-keyed `memo`.
+async fn digest_inputs(
+    ws: &Workspace,
+    files: &FileList,
+    sets: &InputSets,
+    memo: std::collections::HashMap<String, crate::cache::MemoRow>,
+    now_ns: i64,
+) -> Result<keys::digests::DigestPass, PrepareError> {
+    let mut needed: Vec<u32> = sets.tasks.iter().flat_map(|t| t.files.iter().copied()).collect();
+    needed.extend(&sets.fingerprint);
+    needed.extend(&sets.workspace);
+    needed.sort_unstable();
+    needed.dedup();
+    let paths: Vec<String> = needed.iter().map(|&i| files.all()[i as usize].clone()).collect();
+    let root = ws.root.clone();
+    let pass = OwnedTask::spawn_blocking("prepare.digest", move || {
+        let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+        keys::digests::digest_files(&root, &refs, &memo, now_ns)
+    })
+    .join()
+    .await
+    .map_err(|e| inputs::files::FilesError::Walk { dir: String::new(), message: e.to_string() })?;
+    Ok(pass)
 }
 
 /// What the programs a plan's commands start contribute ([`keys::binaries`]).

@@ -186,7 +186,26 @@ pub struct Finished {
     /// `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_detail: Option<String>,
+    /// In an exec root: what the task created, changed or removed in the directories the
+    /// sandbox let it write (those holding its outputs) outside its declared outputs. Such
+    /// a write would be dropped with the root, so the task fails rather than pass without
+    /// it. Omitted when `None` (nothing, or not an exec root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrote_outside: Option<WroteOutside>,
 }
+
+/// Paths a task wrote in its exec root outside its declared outputs ([`Finished::wrote_outside`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WroteOutside {
+    /// Workspace-relative paths, sorted; a new directory stands for what it holds; a path
+    /// that is gone is followed by ` (removed)`. At most [`MAX_WROTE_OUTSIDE`].
+    pub paths: Vec<String>,
+    /// How many more there were.
+    pub more: u64,
+}
+
+/// The most paths a [`WroteOutside`] carries (the rest are counted).
+pub const MAX_WROTE_OUTSIDE: usize = 100;
 
 /// Why a worker hands an assignment back: an infrastructure failure of that worker, never
 /// the task's own.
@@ -232,6 +251,7 @@ impl Finished {
             perturbed: None,
             handback: None,
             exit_detail: None,
+            wrote_outside: None,
         }
     }
 

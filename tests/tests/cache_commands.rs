@@ -74,7 +74,9 @@ fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
     ws.write("lib/src/l.txt", "lib, edited\n");
     let (text, _) = why(&ws, "other");
     assert!(text.contains("pending") && text.contains("waits on `lib#build`"), "{text}");
-    // Once lib has run, the files of its outputs that moved are named.
+    // Once lib has run, the files of its outputs that moved are named, and — since in place
+    // app can read more of lib than its outputs (its sources), so app's key folds lib's
+    // key — what moved in lib's key too.
     ws.prova(["run", "build", "-p", "lib"]).env("MODE", "other").run().assert_code(0);
     let (_, json) = why(&ws, "other");
     let changes: Vec<&str> =
@@ -83,11 +85,13 @@ fn why_names_what_moved_and_says_when_the_next_run_is_a_hit() {
         "env `MODE` changed",
         "input `app/src/a.txt` changed",
         "input `app/src/c.txt` was added",
+        // lib's MODE is named above: the line names what else moved in lib's key.
+        "upstream `lib#build` key changed: input `lib/src/l.txt` changed",
         "upstream `lib#build` outputs changed: `lib/dist/out.txt`",
     ] {
         assert!(changes.contains(&want), "{want:?} missing from {changes:?}");
     }
-    assert_eq!(changes.len(), 4, "{changes:?}");
+    assert_eq!(changes.len(), 5, "{changes:?}");
 
     // After a run of the edited workspace, it is a hit again.
     ws.prova(["run", "build", "--all"]).env("MODE", "other").run().assert_code(0);

@@ -344,11 +344,28 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
         task("writeparent", "echo x > ../escaped.txt"),
         task("writeabs", &format!("echo x > {abs}/escaped.txt")),
         task("writeout", "mkdir -p dist && echo ok > dist/ok.txt"),
+        // Other routes out of the writable project directory: a new directory beside dist,
+        // a symlink, a rename of a source, a file written and the outputs made anyway.
+        task("writedir", "mkdir -p cache/deep && echo x > cache/deep/x.txt && mkdir -p dist"),
+        task("writelink", "ln -s src/a.txt alias && mkdir -p dist"),
+        task("renamesrc", "mv src/a.txt src/b.txt"),
+        task("movesrc", "mv src moved"),
     ]
     .concat();
     ws.write("prova.toml", &toml);
-    let tasks =
-        ["list", "readsecret", "readabs", "writeproj", "writeparent", "writeabs", "writeout"];
+    let tasks = [
+        "list",
+        "readsecret",
+        "readabs",
+        "writeproj",
+        "writeparent",
+        "writeabs",
+        "writeout",
+        "writedir",
+        "writelink",
+        "renamesrc",
+        "movesrc",
+    ];
     let mut args: Vec<&str> = tasks.to_vec();
     args.extend(["--all", "--continue", "--json"]);
     let out = farm.run(&ws, args);
@@ -362,17 +379,37 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
         assert_eq!(out.status_of(t), "failed", "{t} read an undeclared file\n{out}");
         assert!(out.output_of(t).contains("No such file or directory"), "{out}");
     }
-    // Nothing outside the declared outputs is writable.
-    for t in ["p#writeproj", "p#writeparent", "p#writeabs"] {
-        assert_eq!(out.status_of(t), "failed", "{t} wrote outside its outputs\n{out}");
+    // Nothing outside the declared outputs is written without failing the task.
+    let routes = ["writeproj", "writeparent", "writeabs", "writedir", "writelink", "renamesrc"];
+    for t in routes.iter().chain(&["movesrc"]) {
+        let t = format!("p#{t}");
+        assert_eq!(out.status_of(&t), "failed", "{t} wrote outside its outputs\n{out}");
     }
-    // Inside the exec root the file system is read-only; the workspace is not there at all.
-    for t in ["p#writeproj", "p#writeparent"] {
-        assert!(out.output_of(t).contains("Read-only file system"), "{out}");
+    // Beside the outputs the project directory is writable (`rm -rf dist` works): what
+    // lands there is named, and the task fails rather than pass without it.
+    let note = |t: &str| out.report(t)["note"].as_str().unwrap_or_default().to_owned();
+    for (t, path) in [
+        ("p#writeproj", "`p/notes.txt`"),
+        ("p#writedir", "`p/cache`"),
+        ("p#writelink", "`p/alias`"),
+    ] {
+        let n = note(t);
+        assert!(
+            n.contains("wrote outside its declared outputs") && n.contains(path),
+            "{t}: {n}\n{out}"
+        );
+        assert!(!n.contains("cache/deep"), "a new directory stands for what it holds: {n}");
     }
+    // Above the project, and the sources and their directory, the file system is
+    // read-only; the workspace is not there at all.
+    for t in ["p#writeparent", "p#renamesrc"] {
+        assert!(out.output_of(t).contains("Read-only file system"), "{t}\n{out}");
+    }
+    assert!(out.output_of("p#movesrc").contains("mv: cannot move"), "{out}");
     assert_eq!(out.status_of("p#writeout"), "succeeded", "{out}");
     assert_eq!(ws.read("p/dist/ok.txt"), "ok\n");
-    for leaked in ["p/notes.txt", "escaped.txt", "p/escaped.txt"] {
+    assert_eq!(ws.read("p/src/a.txt"), "declared\n");
+    for leaked in ["p/notes.txt", "escaped.txt", "p/escaped.txt", "p/cache", "p/alias", "p/moved"] {
         assert!(!ws.exists(leaked), "{leaked} appeared in the workspace");
     }
     assert_eq!(out.report("p#writeout")["worker"], "w1");

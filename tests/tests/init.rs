@@ -331,8 +331,10 @@ fn init_on_packages_linked_by_file_without_workspaces_runs_without_edits() {
     run.assert_code(0);
     assert_eq!(ran(&run), ["client#build", "server#build", "shared#build"], "{run}");
     assert!(ws.exists("shared/tsconfig.tsbuildinfo") && ws.exists("client/dist/main.js"));
-    // webpack's reads are unknown: every file of client is an input of its build.
-    assert!(ws.read("client/prova.toml").contains("inputs = [\"**\"]"));
+    // webpack's reads are unknown: every file of client but its outputs is an input of its
+    // build (an input an output can match is a config error).
+    let own = ws.read("client/prova.toml");
+    assert!(own.contains("inputs = [\"**\", \"!dist/**\"]"), "{own}");
     ws.write(
         "client/webpack.config.js",
         "module.exports = { entry: './source/index.tsx', mode: 'x' };\n",
@@ -367,4 +369,53 @@ fn a_file_link_under_another_name_still_orders_the_builds() {
     let run = ws.prova(["run", "server#build", "--json"]).run();
     run.assert_code(0);
     assert_eq!(ran(&run), ["server#build", "shared#build"], "{run}");
+}
+
+/// `prova ls` on `ws` after `prova init` there: exit 0, every config init wrote loads.
+#[track_caller]
+fn init_loads(name: &str, ws: &TempWorkspace) {
+    let init = ws.prova(["init", "--force"]).run();
+    init.assert_code(0);
+    let ls = ws.prova(["ls"]).run();
+    assert_eq!(ls.code(), Some(0), "{name}: the config init wrote does not load\n{init}\n{ls}");
+}
+
+#[test]
+fn every_config_init_writes_loads() {
+    // An output a declared input can match is a config error (issue 27): init leaves each
+    // output its reads could match out of them, as tsc leaves its outDir out of `include`.
+    init_loads("pnpm nested", &pnpm_nested());
+    init_loads("npm workspaces", &npm_workspaces());
+    init_loads("file links", &file_links());
+    // A project whose outDir is not the others' (its own outputs, its own exclusion), and
+    // one whose tsconfig has no `include` (tsc's default `**/*`).
+    let ws = npm_workspaces();
+    ws.write(
+        "packages/run/tsconfig.bundle.json",
+        r#"{"extends": "../tsconfig.bundle.json", "compilerOptions": {"outDir": "lib"}, "include": ["**/*"]}"#,
+    );
+    ws.write("packages/core/tsconfig.bundle.json", r#"{"compilerOptions": {"outDir": "dist"}}"#);
+    init_loads("npm workspaces, outDir lib", &ws);
+    let own = ws.read("packages/run/prova.toml");
+    assert!(own.contains("\"!lib/**\"") && !own.contains("\"!dist/**\""), "{own}");
+    assert!(
+        !ws.read("prova.toml").contains("\"!lib/**\""),
+        "a project's own exclusion stays its own"
+    );
+    // A build prova cannot read (webpack): every file of the project but its outputs.
+    let ws = file_links();
+    ws.write("client/package.json", r#"{"name": "client", "scripts": {"build": "webpack"}}"#);
+    init_loads("file links, webpack", &ws);
+    for simple in [
+        TempWorkspace::new()
+            .file("package.json", r#"{"private": true, "workspaces": ["packages/*"]}"#)
+            .file("packages/a/package.json", r#"{"name": "a", "scripts": {"build": "tsc"}}"#)
+            .file("packages/a/tsconfig.json", r#"{"compilerOptions": {"outDir": "dist"}}"#),
+        TempWorkspace::new().file("README", "hi\n"),
+        TempWorkspace::new()
+            .file("Cargo.toml", "[workspace]\nmembers = [\"crates/*\"]\n")
+            .file("crates/x/Cargo.toml", "[package]\nname = \"x\"\nversion = \"0.1.0\"\n"),
+    ] {
+        init_loads("simple", &simple);
+    }
 }

@@ -20,6 +20,22 @@ fn note(out: &prova_tests::Output, task: &str) -> String {
     out.report(task)["note"].as_str().unwrap_or_default().to_owned()
 }
 
+/// What a run without `--verify` says of `p#sneaky`, locally and on the farm alike: failed,
+/// the undeclared read named in its note, no verdicts.
+#[track_caller]
+fn assert_sneaky_failed(out: &prova_tests::Output) {
+    out.assert_code(1);
+    assert_eq!(out.status_of("p#sneaky"), "failed", "{out}");
+    let why = note(out, "p#sneaky");
+    assert_eq!(
+        why,
+        "`sandbox = true`: it read undeclared inputs: `p/src/secret.txt` (declare them in `inputs`)",
+        "{out}"
+    );
+    assert!(out.report("p#sneaky")["verdicts"].as_array().is_none_or(Vec::is_empty), "{out}");
+    assert!(!out.events().iter().any(|e| e["event"] == "verdict"), "{out}");
+}
+
 #[test]
 fn an_undeclared_read_fails_a_sandboxed_task_in_a_plain_run_and_nothing_is_saved() {
     if !sandbox_or_skip() {
@@ -29,11 +45,7 @@ fn an_undeclared_read_fails_a_sandboxed_task_in_a_plain_run_and_nothing_is_saved
     for _ in 0..2 {
         // Nothing saved: the second run fails the same way.
         let out = prova(&ws, ["run", "sneaky", "--all", "--json"]).run();
-        out.assert_code(1);
-        assert_eq!(out.status_of("p#sneaky"), "failed", "{out}");
-        let why = note(&out, "p#sneaky");
-        assert!(why.contains("undeclared inputs") && why.contains("p/src/secret.txt"), "{why}");
-        assert!(out.report("p#sneaky")["verdicts"].as_array().is_none_or(Vec::is_empty), "{out}");
+        assert_sneaky_failed(&out);
     }
     // The same task without the flag is not judged in a plain run.
     let plain = workspace(&tolerant_sandboxed().replace("sandbox = true\n", ""))
@@ -92,6 +104,54 @@ fn a_sandboxed_task_writing_outside_its_outputs_or_failing_in_the_sandbox_fails(
     assert!(!ws.path("p/stray").exists(), "an exec root's stray write never reaches the workspace");
 }
 
+/// Sandboxed tasks that write beside `dist/**` (whose parent, `p`, the sandbox makes
+/// writable so that `rm -rf dist` works): a file, a new directory, a symlink; and the path
+/// each must be named by.
+fn routes_out() -> (String, [(&'static str, &'static str); 3]) {
+    let t = |name: &str, command: &str| task_with(name, command, &["dist/**"], "sandbox = true");
+    let toml = [
+        t("file", "mkdir -p dist && echo x > notes.txt"),
+        t("dir", "mkdir -p cache/deep dist && echo x > cache/deep/x.txt"),
+        t("link", "mkdir -p dist && ln -s src/a.txt alias"),
+    ]
+    .concat();
+    (toml, [("p#file", "`p/notes.txt`"), ("p#dir", "`p/cache"), ("p#link", "`p/alias`")])
+}
+
+/// Each of [`routes_out`] failed, named what it wrote, saved nothing and left the workspace
+/// as it was: locally and on the farm alike.
+#[track_caller]
+fn assert_routes_failed(ws: &prova_tests::TempWorkspace, out: &prova_tests::Output) {
+    for (t, path) in routes_out().1 {
+        assert_eq!(out.status_of(t), "failed", "{t} wrote outside its outputs\n{out}");
+        let n = note(out, t);
+        assert!(
+            n.starts_with("`sandbox = true`: it wrote outside its declared outputs: ")
+                && n.contains(path),
+            "{t}: {n}\n{out}"
+        );
+        assert_ne!(out.cache_of(t), "saved", "{out}");
+    }
+    for leaked in ["p/notes.txt", "p/cache", "p/alias"] {
+        assert!(!ws.exists(leaked), "{leaked} reached the workspace");
+    }
+}
+
+#[test]
+fn every_route_beside_the_outputs_fails_a_sandboxed_task() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let (toml, routes) = routes_out();
+    let ws = workspace(&toml);
+    let mut args = vec!["run"];
+    args.extend(routes.map(|(t, _)| t.trim_start_matches("p#")));
+    args.extend(["--all", "--continue", "--json"]);
+    let out = prova(&ws, args).run();
+    out.assert_code(1);
+    assert_routes_failed(&ws, &out);
+}
+
 #[test]
 fn under_verify_inputs_the_verdicts_come_with_the_failure() {
     if !sandbox_or_skip() {
@@ -138,13 +198,37 @@ fn sandbox_needs_a_cached_task_and_is_not_keyed() {
 }
 
 #[test]
+fn a_task_running_its_package_json_script_may_be_sandboxed_and_a_group_may_not() {
+    // The command of a task without one comes from package.json after the merge: the
+    // check must see it (before, `sandbox = true` on such a task was "not cached").
+    let ws = prova_tests::TempWorkspace::new()
+        .file("package.json", r#"{"private": true, "workspaces": ["p"]}"#)
+        .file(
+            "p/package.json",
+            r#"{"name": "p", "scripts": {"build": "mkdir -p out && cat src/a.txt > out/b.txt"}}"#,
+        )
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "prova.toml",
+            "[workspace]\n[tasks.build]\nsandbox = true\ninputs = [\"src/**\"]\noutputs = [\"out/**\"]\n\
+             [tasks.all]\ndeps = [\"build\"]\n",
+        );
+    prova(&ws, ["ls"]).run().assert_code(0);
+    // A group runs nothing a sandbox could confine: still refused.
+    ws.write("prova.toml", &format!("{}sandbox = true\n", ws.read("prova.toml")));
+    let out = prova(&ws, ["ls"]).run();
+    out.assert_code(2);
+    assert!(out.stderr.contains("p#all") && out.stderr.contains("needs the cache"), "{out}");
+}
+
+#[test]
 fn on_the_farm_a_sandboxed_task_is_judged_the_same_way() {
     if !sandbox_or_skip() {
         return;
     }
     let farm = prova_tests::cluster::Cluster::start(1);
     let ws = workspace(&format!(
-        "{}{}",
+        "{}{}{}",
         tolerant_sandboxed(),
         task_with(
             "clean",
@@ -152,12 +236,14 @@ fn on_the_farm_a_sandboxed_task_is_judged_the_same_way() {
             &["out/c.txt"],
             "sandbox = true"
         ),
+        routes_out().0,
     ))
     .file("p/src/secret.txt", "s3cret\n");
-    let out = farm.run(&ws, ["sneaky", "clean", "--all", "--continue", "--json"]);
-    out.assert_code(1);
-    assert_eq!(out.status_of("p#sneaky"), "failed", "{out}");
-    assert!(note(&out, "p#sneaky").contains("undeclared inputs"), "{out}");
+    let out =
+        farm.run(&ws, ["sneaky", "clean", "file", "dir", "link", "--all", "--continue", "--json"]);
+    // The same words as locally: the client judges what the farm saw against its workspace.
+    assert_sneaky_failed(&out);
+    assert_routes_failed(&ws, &out);
     assert_eq!(out.status_of("p#clean"), "succeeded", "no false finding on the farm\n{out}");
     assert_eq!(ws.read("p/out/c.txt"), "hello\n");
 }

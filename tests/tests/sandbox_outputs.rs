@@ -121,7 +121,7 @@ fn what_is_not_a_declared_output_stays_read_only_and_out_of_the_workspace() {
         return;
     }
     // A write beside the outputs (the project's root is writable for tsconfig.tsbuildinfo):
-    // reported, never in the workspace.
+    // reported, the task failed with the path named, and nothing of it in the workspace.
     let ws = project(
         "node src/build.js && echo built > tsconfig.tsbuildinfo && echo x > stray.txt",
         &["dist/**", "tsconfig.tsbuildinfo"],
@@ -131,7 +131,10 @@ fn what_is_not_a_declared_output_stays_read_only_and_out_of_the_workspace() {
     let found: Vec<String> = verdicts(&out, "p#build").iter().map(name).collect();
     assert!(found.contains(&"undeclared-outputs".to_owned()), "{found:?}\n{out}");
     assert!(!ws.exists("packages/p/stray.txt"), "an undeclared write reached the workspace");
-    assert!(ws.exists("packages/p/tsconfig.tsbuildinfo"), "the declared one came back\n{out}");
+    assert_eq!(out.status_of("p#build"), "failed", "{out}");
+    let note = out.report("p#build")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("outside its declared outputs: `packages/p/stray.txt`"), "{note}");
+    assert!(!ws.exists("packages/p/tsconfig.tsbuildinfo"), "a failed task saved its outputs");
 
     // Sources, the project's tree and the manifest beside a writable output stay read-only:
     // each write fails in the sandbox, and the workspace keeps its bytes.

@@ -131,6 +131,15 @@ fn a_write_outside_the_declared_outputs_is_undeclared_outputs() {
     assert_eq!(v["paths"], json!(["p/state.tsbuildinfo"]), "{out}");
     assert!(!verdicts(&out, "p#build").iter().any(|v| name(v) == "proven-complete"), "{out}");
     assert!(!ws.exists("p/state.tsbuildinfo"), "the proof wrote into the workspace");
+    // The write stayed in the exec root: the task fails (as on a farm worker) rather than
+    // pass without it, and nothing is saved.
+    assert_eq!(out.status_of("p#build"), "failed", "{out}");
+    let note = out.report("p#build")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        note.contains("wrote outside its declared outputs: `p/state.tsbuildinfo`"),
+        "{note}\n{out}"
+    );
+    assert_ne!(out.cache_of("p#build"), "saved", "{out}");
 
     let text = prova(&ws, ["run", "build", "--all", "--force", "--verify=inputs"]).run();
     text.assert_code(1);

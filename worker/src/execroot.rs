@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::time::TimeSpec;
 use prova_protocol::Digest;
 use prova_protocol::artifact::{self, ArtifactError, UnpackLimits};
-use prova_protocol::globs::{GlobError, is_clean_relative, is_within};
+use prova_protocol::globs::{GlobError, PathGlobs, is_clean_relative, is_within};
 use prova_protocol::manifest::{EntryKind, ManifestEntry, OutputManifest};
 
 use crate::blobcache::{
@@ -190,6 +190,8 @@ pub struct ExecRoot {
     readonly: Vec<PathBuf>,
     tree_mounts: Vec<(PathBuf, PathBuf)>,
     trees: Vec<RootTree>,
+    layout: OutputLayout,
+    outputs: PathGlobs,
     _pins: PinGuard,
 }
 
@@ -253,6 +255,8 @@ impl ExecRoot {
                 Vec::new()
             },
             trees: spec.trees.clone(),
+            layout: layout.clone(),
+            outputs: PathGlobs::new(&spec.project_dir, &spec.outputs)?,
             path: path.clone(),
             _pins: pins,
         };
@@ -327,6 +331,22 @@ impl ExecRoot {
     /// again over them ([`OutputLayout::readonly_entry`]), sorted.
     pub fn readonly_entries(&self) -> Vec<PathBuf> {
         self.readonly.clone()
+    }
+
+    /// The check of what a task writes here outside its declared outputs
+    /// ([`strays`]): survey before it runs, compare after. `sandboxed`: the task runs under
+    /// [`Self::sandbox`], which lets it write only in the writable directories, not in
+    /// their read-only entries; else it could write anywhere in the root.
+    pub fn stray_check(&self, sandboxed: bool) -> StrayCheck {
+        let rel = |p: &Path| p.strip_prefix(&self.path).ok()?.to_str().map(str::to_owned);
+        let trees = self.trees.iter().map(|t| t.path.clone());
+        let (tops, skip) = if sandboxed {
+            let readonly = self.readonly.iter().filter_map(|p| rel(p));
+            (self.layout.binds(), readonly.chain(trees).collect())
+        } else {
+            (vec![String::new()], trees.collect())
+        };
+        StrayCheck::new(self.path.clone(), tops, self.layout.clone(), skip, self.outputs.clone())
     }
 
     /// The sandbox of a task in this root: the root read-only, the output arrangement, the
@@ -703,6 +723,8 @@ fn resolve_link(link_path: &str, target: &str, links: &HashMap<String, String>) 
 
 mod layout;
 pub use layout::OutputLayout;
+pub mod strays;
+pub use strays::StrayCheck;
 
 #[cfg(test)]
 mod tests;

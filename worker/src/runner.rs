@@ -13,12 +13,14 @@ use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{
     Assignment, Finished, FromWorker, HandBack, Placement, ReadsReport, TRACE_READ_FAILED,
+    WroteOutside,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::blobcache::BlobCache;
 use crate::exec::{self, Executor, ProcessIo, ProcessRequest};
+use crate::execroot::strays::{StrayCheck, Survey};
 use crate::mask::SecretMask;
 use crate::outputs;
 use crate::remote::RemoteBlobs;
@@ -167,6 +169,7 @@ pub async fn run_assignment(
         }
         _ => None,
     };
+    let strays = survey_strays(exec_root.as_ref(), isolation == "bwrap").await;
     let mut report = Finished::never_ran(attempt, ExitKind::SpawnFailed(String::new()));
     report.isolation = isolation;
     report.perturbed = perturbed;
@@ -263,11 +266,40 @@ pub async fn run_assignment(
             _ => ReadsReport::default(),
         });
     }
+    if report.exit.success() {
+        report.wrote_outside = stray_writes(strays).await;
+    }
+    // Collected even beside writes outside the outputs: the coordinator decides (a primary
+    // execution fails, a determinism re-run compares its outputs).
     if report.exit.success() && a.collect_outputs {
         collect(&a, ctx, &root, globs, &mut report).await;
     }
     drop(exec_root);
     report
+}
+
+/// What a task may write beside its outputs in an exec root (`execroot::strays`), surveyed
+/// before it runs; `None` without an exec root. `sandboxed`: it runs under bubblewrap.
+async fn survey_strays(
+    exec_root: Option<&rootprep::PreparedRoot>,
+    sandboxed: bool,
+) -> Option<(StrayCheck, Survey)> {
+    let check = exec_root?.root.stray_check(sandboxed);
+    if check.is_empty() {
+        return None;
+    }
+    let surveyed = check.clone();
+    let before = OwnedTask::spawn_blocking("worker.survey-root", move || surveyed.survey());
+    Some((check, before.join().await.ok()?))
+}
+
+/// What the task wrote since [`survey_strays`] outside its declared outputs.
+async fn stray_writes(strays: Option<(StrayCheck, Survey)>) -> Option<WroteOutside> {
+    let (check, before) = strays?;
+    let after = OwnedTask::spawn_blocking("worker.stray-writes", move || {
+        check.compare(&before, &check.survey())
+    });
+    after.join().await.ok().flatten()
 }
 
 /// The files an in-place clean must not delete (none in an exec root: it holds no sources).

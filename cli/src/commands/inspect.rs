@@ -31,6 +31,9 @@ struct Inspected {
     /// Per upstream folded by outputs whose fingerprint moved since `entry`: the output
     /// paths that differ (added, changed, removed), when both entries are still cached.
     moved_outputs: Vec<(String, Vec<String>)>,
+    /// Per upstream folded by key whose key moved since `entry`: what moved in that
+    /// upstream's own key, when the cache still holds its entry under the old key.
+    moved_keys: Vec<(String, Vec<String>)>,
     /// The upstreams folded by outputs that have no entry for their current key (what a
     /// pending key waits on).
     pending: Vec<String>,
@@ -56,9 +59,9 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
     };
     let g = graph::select(&ws, &full, &sel)?;
     // Read-only: inspecting must work on a read-only `.prova` and leave it as it was.
-    let (cache, _join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
+    let (cache, join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
     let rt = common::runtime()?;
-    rt.block_on(async {
+    let found = rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
         let mut prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
@@ -107,15 +110,37 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
                 .collect(),
             _ => Vec::new(),
         };
-        let moved_outputs = match (&entry, current) {
-            (Some(e), false) => moved_outputs(&cache, e, now_upstream).await?,
-            _ => Vec::new(),
+        let (moved_outputs, moved_keys) = match (&entry, current) {
+            (Some(e), false) => (
+                moved_outputs(&cache, e, now_upstream).await?,
+                moved_keys(&cache, e, &prepared).await?,
+            ),
+            _ => (Vec::new(), Vec::new()),
         };
-        Ok((prepared, node, entry, current, older, moved_outputs, pending, cutoff))
-    })
-    .map(|(prepared, node, entry, current, older, moved_outputs, pending, cutoff)| {
-        Inspected { ws, prepared, node, entry, current, older, moved_outputs, pending, cutoff }
-    })
+        let moved = (moved_outputs, moved_keys);
+        Ok((prepared, node, entry, current, older, moved, pending, cutoff))
+    });
+    // The store closes (and a read-only one removes its staging directory) once the last
+    // handle is gone: wait for it, or the process exits first and leaves it behind.
+    drop(rt);
+    drop(cache);
+    let _ = join.join();
+    found.map(
+        |(prepared, node, entry, current, older, (moved_outputs, moved_keys), pending, cutoff)| {
+            Inspected {
+                ws,
+                prepared,
+                node,
+                entry,
+                current,
+                older,
+                moved_outputs,
+                moved_keys,
+                pending,
+                cutoff,
+            }
+        },
+    )
 }
 
 /// For each upstream `old`'s key folded by outputs whose current entry (`now`) has other
@@ -153,6 +178,53 @@ async fn moved_outputs(
         out.push((task, paths));
     }
     Ok(out)
+}
+
+/// For each upstream `old` folded by key whose key is another now: what moved in that
+/// upstream's key, diffing its entry under the old key (when still cached) against its
+/// components now. An upstream's sources moved, say: the dependent folds them, since in
+/// place it can read them.
+async fn moved_keys(
+    cache: &prova_coordinator::cache::CacheThread,
+    old: &prova_coordinator::cache::Entry,
+    prepared: &Prepared,
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let Some(old) = rmp_decode(&old.components) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (task, was) in &old.upstream {
+        // An upstream whose own key is still pending cannot say yet what moved in it.
+        let Some(d) = TaskId::parse(task).and_then(|id| prepared.plan.position(&id)) else {
+            continue;
+        };
+        if prepared.key(d).is_none_or(|k| k == *was) {
+            continue;
+        }
+        let now = &prepared.keys.components[d];
+        let k = *was;
+        let Some(before) = cache.call(move |s| s.get_entries(TRUSTED, &[k])).await??.remove(&k)
+        else {
+            continue;
+        };
+        let Some(before) = rmp_decode(&before.components) else { continue };
+        out.push((task.clone(), now.diff(&before)));
+    }
+    Ok(out)
+}
+
+/// The line `why` prints for an upstream whose key moved, naming up to a few of the things
+/// that moved in it — but not those the dependent's own lines (`own`) name already (an env
+/// var both fold): then it says the key moved by them.
+fn key_line(task: &str, changes: &[String], own: &[String]) -> String {
+    const NAMED: usize = 3;
+    let fresh: Vec<&String> = changes.iter().filter(|c| !own.contains(c)).collect();
+    if fresh.is_empty() {
+        return format!("upstream `{task}` key changed (by the changes above)");
+    }
+    let mut named: Vec<String> = fresh.iter().take(NAMED).map(|c| (*c).clone()).collect();
+    if fresh.len() > NAMED {
+        named.push(format!("and {} more", fresh.len() - NAMED));
+    }
+    format!("upstream `{task}` key changed: {}", named.join("; "))
 }
 
 /// The line `why` prints for a moved upstream, naming up to a few of its changed outputs.
@@ -218,6 +290,15 @@ pub fn why(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
                         && !paths.is_empty()
                     {
                         *line = outputs_line(task, paths);
+                    }
+                }
+                let own = d.clone();
+                for (task, changes) in &i.moved_keys {
+                    let plain = format!("upstream `{task}` key changed");
+                    if let Some(line) = d.iter_mut().find(|l| **l == plain)
+                        && !changes.is_empty()
+                    {
+                        *line = key_line(task, changes, &own);
                     }
                 }
                 let blocked = prova_coordinator::keys::progressive::blocked_cutoff(now, &old);
@@ -349,4 +430,34 @@ pub fn show(start: &Path, args: TaskArgs) -> anyhow::Result<Code> {
 
 fn rmp_decode(bytes: &[u8]) -> Option<KeyComponents> {
     rmp_serde::from_slice(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_line;
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn an_upstream_key_line_names_what_the_dependents_own_lines_do_not() {
+        let own = strings(&["env `MODE` changed", "upstream `lib#build` key changed"]);
+        let lib = strings(&["env `MODE` changed", "input `lib/src/l.txt` changed"]);
+        assert_eq!(
+            key_line("lib#build", &lib, &own),
+            "upstream `lib#build` key changed: input `lib/src/l.txt` changed"
+        );
+        // Moved by the same env var alone: said, not repeated.
+        assert_eq!(
+            key_line("lib#build", &lib[..1], &own),
+            "upstream `lib#build` key changed (by the changes above)"
+        );
+        let many = strings(&["input `a` changed", "input `b` changed", "input `c` changed", "x"]);
+        assert_eq!(
+            key_line("lib#build", &many, &own),
+            "upstream `lib#build` key changed: input `a` changed; input `b` changed; input `c` \
+             changed; and 1 more"
+        );
+    }
 }

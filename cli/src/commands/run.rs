@@ -617,7 +617,8 @@ async fn remote_run(
         let _ =
             events.send(RunEvent::Notice { task: None, level: NoticeLevel::Info, message }).await;
         let wanted = rrun::wanted(&tasks, args.download);
-        let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared);
+        let inputs = options.verify.contains(&prova_protocol::wire::Proof::Inputs);
+        let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared, inputs);
         let re = crate::remote::reattach::Resubmit {
             args: &args.remote,
             root,

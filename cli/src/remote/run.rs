@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use prova_coordinator::prepare::Prepared;
 use prova_coordinator::run::TaskKind;
+use prova_coordinator::run::sandbox_violation;
 use prova_coordinator::run::undeclared::{self, WorkspaceView};
-use prova_protocol::events::{RunEvent, RunSummary, Verdict};
+use prova_protocol::events::{RunEvent, RunSummary, TaskReport, TaskStatus, Verdict};
 use prova_protocol::transport::{self, frame};
 use prova_protocol::wire::{
     BlobAck, BlobRequest, ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire,
@@ -230,8 +231,7 @@ pub async fn submit_merged(
                         None => continue,
                     },
                     RunEvent::TaskFinished(mut report) => {
-                        let task = report.task.clone();
-                        judge.report(&task, &mut report.verdicts);
+                        judge.finished(&mut report);
                         RunEvent::TaskFinished(report)
                     }
                     other => other,
@@ -274,6 +274,11 @@ pub fn wanted(tasks: &[RemoteTask], mode: crate::args::DownloadMode) -> BTreeSet
 /// verdict is judged before anything renders it: the task's report (`TaskFinished`), its
 /// `Verdict` events, and the summary (whose copies the coordinator sends without their
 /// evidence: they are replaced by the report's judgement).
+///
+/// A `sandbox = true` task the coordinator failed on what it looked up comes with those
+/// verdicts whether or not the run asked for `--verify=inputs`: its note is worded again
+/// from the judged verdicts, as a local run words it ([`sandbox_violation`]), and the
+/// verdicts are kept only when the run asked for the proof.
 pub struct Judge {
     view: WorkspaceView,
     /// Each task's project directory, by id.
@@ -281,18 +286,56 @@ pub struct Judge {
     /// What each task's evidence verdict became (`None`: nothing; its writes were the
     /// finding), judged once from its report.
     judged: HashMap<TaskId, Option<Verdict>>,
+    /// The `sandbox = true` tasks.
+    sandboxed: HashSet<TaskId>,
+    /// The run asked for the inputs proof.
+    verify_inputs: bool,
+    /// The note each failed sandboxed task got from its judged verdicts.
+    notes: HashMap<TaskId, String>,
 }
 
 impl Judge {
-    /// A judge of the tasks of `prepared` against `view`.
-    pub fn new(view: WorkspaceView, prepared: &Prepared) -> Self {
-        let dirs = prepared
-            .plan
-            .tasks
-            .iter()
-            .map(|t| (t.id.clone(), t.spec.project_dir.clone()))
-            .collect();
-        Self { view, dirs, judged: HashMap::new() }
+    /// A judge of the tasks of `prepared` against `view`; `verify_inputs`: the run asked
+    /// for the inputs proof.
+    pub fn new(view: WorkspaceView, prepared: &Prepared, verify_inputs: bool) -> Self {
+        let tasks = &prepared.plan.tasks;
+        let dirs = tasks.iter().map(|t| (t.id.clone(), t.spec.project_dir.clone())).collect();
+        let sandboxed = tasks.iter().filter(|t| t.spec.proof.sandbox).map(|t| t.id.clone());
+        Self {
+            view,
+            dirs,
+            judged: HashMap::new(),
+            sandboxed: sandboxed.collect(),
+            verify_inputs,
+            notes: HashMap::new(),
+        }
+    }
+
+    /// A task's report (`TaskFinished`), its verdicts judged ([`Self::report`]); a failed
+    /// sandboxed task's note worded from them.
+    pub fn finished(&mut self, r: &mut TaskReport) {
+        let task = r.task.clone();
+        let violation = self.sandboxed.contains(&task)
+            && r.status == TaskStatus::Failed
+            && r.verdicts.iter().any(has_evidence);
+        self.report(&task, &mut r.verdicts);
+        if violation && let Some(note) = sandbox_violation(&r.verdicts) {
+            self.notes.insert(task.clone(), note);
+        }
+        self.sandbox_note(r);
+    }
+
+    /// The judged note of a sandboxed task, and its inputs verdicts dropped unless asked for.
+    fn sandbox_note(&self, r: &mut TaskReport) {
+        if !self.sandboxed.contains(&r.task) {
+            return;
+        }
+        if let Some(note) = self.notes.get(&r.task) {
+            r.note = Some(note.clone());
+        }
+        if !self.verify_inputs {
+            r.verdicts.retain(|v| !inputs_proof(v));
+        }
     }
 
     /// `verdicts` (task `task`'s, in its report) with its evidence judged.
@@ -319,6 +362,9 @@ impl Judge {
 
     /// One verdict event of `task`, judged; `None`: it says nothing (drop the event).
     pub fn event(&mut self, task: &TaskId, v: Verdict) -> Option<Verdict> {
+        if !self.verify_inputs && self.sandboxed.contains(task) && inputs_proof(&v) {
+            return None;
+        }
         if !has_evidence(&v) {
             return Some(v);
         }
@@ -336,6 +382,7 @@ impl Judge {
         for t in &mut s.tasks {
             let task = t.task.clone();
             self.report(&task, &mut t.verdicts);
+            self.sandbox_note(t);
         }
         let tasks_ok =
             s.tasks.iter().all(|t| t.status == prova_protocol::events::TaskStatus::Succeeded);
@@ -351,6 +398,17 @@ impl Judge {
         let judged = self.view.judge(task.as_str(), dir, &reads);
         undeclared::inputs_verdict(judged, wrote_outside, failed, log_tail)
     }
+}
+
+/// A verdict of the inputs proof (what a traced execution of a sandboxed task yields).
+fn inputs_proof(v: &Verdict) -> bool {
+    matches!(
+        v,
+        Verdict::UndeclaredInputs { .. }
+            | Verdict::UndeclaredOutputs { .. }
+            | Verdict::SandboxFailed { .. }
+            | Verdict::ProvenComplete
+    )
 }
 
 fn has_evidence(v: &Verdict) -> bool {

@@ -395,6 +395,15 @@ fn merge_tasks(
         tasks.insert(name.clone(), task::with_override(project, name, None, layer)?);
     }
     super::js::infer_scripts(&draft.dir, draft.scripts.as_ref(), &mut tasks);
+    // A group (no command, none from a script) runs nothing a sandbox could confine.
+    for name in tasks.iter().filter(|(_, d)| d.command.is_none()).map(|(n, _)| n) {
+        super::policy::check_sandbox(
+            &TaskId::new(project, name).to_string(),
+            defaults.get(name).map(|l| &l.policy),
+            own.get(name).map(|l| &l.policy),
+            false,
+        )?;
+    }
     Ok(tasks)
 }
 

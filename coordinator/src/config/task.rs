@@ -176,11 +176,13 @@ fn resolve(
     )?;
     task.policy.retries_set = field!(retries).is_some();
     task.cache = !task.policy.side_effects && cache.map_or(!task.persistent, |c| c.value);
+    // A task without a command here may still run a package.json script (inferred after
+    // the merge): `merge_tasks` checks the ones left without a command (groups).
     super::policy::check_sandbox(
         &id.to_string(),
         default.map(|l| &l.policy),
         own.map(|l| &l.policy),
-        task.cache && !task.persistent && task.command.is_some(),
+        task.cache && !task.persistent,
     )?;
     task.ready_when = ready_when.map(|r| r.value);
     Ok(task)

@@ -557,8 +557,34 @@ impl RunActor {
                 f.stats,
                 Some(note),
             );
-            if self.options.verify.inputs {
+            // A farm's client judges what the task looked up against its workspace, and
+            // words the note as a local run does (`remote::run::Judge`): it gets the
+            // verdicts, and keeps them only under `--verify=inputs`.
+            if self.options.verify.inputs || self.farm_worker() {
                 r.verdicts = found;
+            }
+            self.finish(node, r).await;
+            return Some(Event::Finished { node, ok: false });
+        }
+        if status == TaskStatus::Succeeded
+            && let Some(w) = &f.wrote_outside
+        {
+            // It wrote beside its outputs in its exec root: what it wrote is gone with the
+            // root, so it fails rather than pass without it; nothing of it is saved.
+            self.discard_staged(f.attempt);
+            let mut r = self.report(
+                node,
+                TaskStatus::Failed,
+                CacheStatus::NotSaved {
+                    reason: "it wrote outside its declared outputs".to_owned(),
+                },
+                Some(f.exit.clone()),
+                f.tries,
+                f.stats,
+                Some(decide::wrote_outside_note(w)),
+            );
+            if self.options.verify.inputs && cacheable {
+                r.verdicts = self.skipped_proof(node).map_or(found, |s| vec![s]);
             }
             self.finish(node, r).await;
             return Some(Event::Finished { node, ok: false });

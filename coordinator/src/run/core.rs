@@ -281,6 +281,24 @@ pub(crate) fn matched_nothing_warning(patterns: &[String]) -> Option<String> {
     ))
 }
 
+/// The note of a task that wrote outside its declared outputs in its exec root
+/// (`Finished::wrote_outside`): named path by path, the way to keep them, and that nothing
+/// of it reached the workspace.
+pub(crate) fn wrote_outside_note(w: &prova_protocol::work::WroteOutside) -> String {
+    const NAMED: usize = 10;
+    let mut named: Vec<String> = w.paths.iter().take(NAMED).map(|p| format!("`{p}`")).collect();
+    let rest = w.paths.len().saturating_sub(NAMED) as u64 + w.more;
+    if rest > 0 {
+        named.push(format!("and {rest} more"));
+    }
+    format!(
+        "it wrote outside its declared outputs: {} — in its exec root, so none of it reached \
+         the workspace or the cache; declare what it writes in `outputs`, or write scratch \
+         files under $TMPDIR",
+        named.join(", ")
+    )
+}
+
 /// The note of a task that ran though its upstreams' outputs held (`upstreams`): it is not
 /// confined, so its key folds their keys too.
 pub(crate) fn blocked_cutoff_note(upstreams: &[String]) -> String {

@@ -48,6 +48,7 @@ pub use crate::plan;
 pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
 pub use actor::{Begin, FromFarm, Interrupt, RunActor, live_run_actors};
 pub use types::{CachePolicy, ExecMode, RunActorArgs, RunCache, RunOptions, VerifyOptions};
+pub use verdicts::sandbox_violation;
 pub use verify::perturbation;
 
 /// The link is gone: the worker (or the farm dispatcher) stopped.

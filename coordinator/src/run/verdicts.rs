@@ -44,8 +44,9 @@ pub(crate) fn log_tail(log: &[u8]) -> Vec<String> {
 }
 
 /// What fails a `sandbox = true` task among the verdicts of its traced execution, in words
-/// (the task's note); `None` when nothing does.
-pub(crate) fn sandbox_violation(found: &[Verdict]) -> Option<String> {
+/// (the task's note); `None` when nothing does. A farm's client words it again from the
+/// verdicts it judged (`cli::remote::run::Judge`), so farm and local notes agree.
+pub fn sandbox_violation(found: &[Verdict]) -> Option<String> {
     fn named(paths: &[String], more: usize) -> String {
         let mut s: Vec<String> = paths.iter().take(5).map(|p| format!("`{p}`")).collect();
         let rest = paths.len().saturating_sub(5) + more;

@@ -25,6 +25,7 @@ use prova_protocol::wire::{
 };
 use prova_protocol::work::{
     Assignment, Finished, FromWorker, Listing, Outputs, Perturb, Placement, ReadsReport, ToWorker,
+    WroteOutside,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -698,6 +699,10 @@ fn finished() -> Finished {
         perturbed: Some(perturbations()),
         handback: None,
         exit_detail: Some("PATH was /usr/local/bin:/usr/bin:/bin".into()),
+        wrote_outside: Some(WroteOutside {
+            paths: vec!["apps/web/.eslintcache".into(), "apps/web/old.txt (removed)".into()],
+            more: 3,
+        }),
     }
 }
 

@@ -46,6 +46,14 @@ impl OutputLayout {
         slots.retain(|(s, _)| !whole.iter().any(|w| is_within(s, w)));
         let mut open: Vec<String> = slots.iter().map(|(s, _)| parent(s).to_owned()).collect();
         open.retain(|o| !whole.iter().any(|w| is_within(o, w)));
+        // A directory between two open ones (`p` between `""` and `p/build`) is inside the
+        // outer bind: opened too, so its other entries (`p/src`) are bound read-only again.
+        let between: Vec<String> = open
+            .iter()
+            .flat_map(|o| ancestors(o))
+            .filter(|a| open.iter().any(|outer| outer != a && is_within(a, outer)))
+            .collect();
+        open.extend(between);
         open.sort();
         open.dedup();
         Ok(Self { whole, open, slots })
@@ -96,6 +104,17 @@ fn parent(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(d, _)| d)
 }
 
+/// The directories above `path`, nearest first, down to `""` (none for `""`).
+fn ancestors(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut p = path;
+    while !p.is_empty() {
+        p = parent(p);
+        out.push(p.to_owned());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,11 +155,14 @@ mod tests {
     #[test]
     fn nested_and_workspace_level_outputs_open_their_own_parents() {
         let l = layout("p", &["build/out/**", "//gen/**"]);
-        assert_eq!(l.open, ["", "p/build"]);
+        assert_eq!(l.open, ["", "p", "p/build"], "p lies between two open directories");
         assert_eq!(l.binds(), [""], "the root's bind holds p/build");
         assert!(!l.readonly_entry("p", &[]), "on the way to p/build");
         assert!(!l.readonly_entry("p/build", &[]));
         assert!(l.readonly_entry("p/build/keep.txt", &[]));
+        // Its sources are read-only again, under the root's writable bind.
+        assert!(l.readonly_entry("p/src", &[]) && l.readonly_entry("p/package.json", &[]));
+        assert!(!l.writable("p/src/a.ts"), "an input there is hardlinked: never writable");
         assert!(!l.readonly_entry("gen", &[]));
         assert!(l.readonly_entry("package.json", &[]));
     }

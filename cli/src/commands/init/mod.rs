@@ -168,7 +168,9 @@ fn describe_override(o: &plan::Override) -> String {
         ));
     }
     if let Some(cmd) = &o.whole_project {
-        parts.push(format!("every file as a build input (its build runs `{cmd}`)"));
+        parts.push(format!("every file but its outputs as a build input (its build runs `{cmd}`)"));
+    } else if o.inputs.is_some() {
+        parts.push("the build inputs with its own outputs left out".to_owned());
     }
     if let Some(outputs) = &o.outputs {
         parts.push(format!("its own build outputs {}", outputs.join(", ")));

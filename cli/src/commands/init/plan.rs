@@ -47,8 +47,11 @@ pub struct Found {
 #[derive(Debug, Default)]
 pub struct Findings {
     pub projects: Vec<Found>,
-    /// `[tasks.build] inputs`, when every understood build's reads are known.
+    /// `[tasks.build] inputs`, when every understood build's reads are known: the reads,
+    /// then the default outputs they could match left out ([`leave_out`]).
     pub inputs: Option<Vec<String>>,
+    /// The reads of `inputs` alone, before any output is left out.
+    pub reads: Vec<String>,
     pub outputs: Vec<String>,
 }
 
@@ -103,8 +106,28 @@ pub fn find(ws: &Workspace) -> Findings {
             has_config: p.config_file.is_some() && !p.dir.is_empty(),
         });
     }
-    let (inputs, outputs) = defaults(&projects);
-    Findings { projects, inputs, outputs }
+    let (reads, outputs) = defaults(&projects);
+    let inputs = reads.as_ref().map(|r| leave_out(r, &outputs));
+    Findings { projects, inputs, reads: reads.unwrap_or_default(), outputs }
+}
+
+/// `reads` with an exclusion for each of `outputs` one of them could match: tsc leaves its
+/// `outDir` out of a default `include` (`**/*` reads `src/a.ts`, not `dist/a.d.ts`), and a
+/// declared input a task's output can match is a config error (prova would clean it, and
+/// a restore would replace it). Patterns of a project at the same directory, so checked
+/// at the workspace root (`""`): both lists are project-relative alike.
+pub fn leave_out(reads: &[String], outputs: &[String]) -> Vec<String> {
+    use prova_coordinator::config::intersect::PathPattern;
+    let shapes: Vec<PathPattern> =
+        reads.iter().filter(|r| !r.starts_with('!')).map(|r| PathPattern::new("", r)).collect();
+    let mut out = reads.to_vec();
+    for o in outputs.iter().filter(|o| !o.starts_with('!')) {
+        let shape = PathPattern::new("", o);
+        if shapes.iter().any(|r| r.intersects(&shape)) {
+            out.push(format!("!{o}"));
+        }
+    }
+    out
 }
 
 /// Whether `from` reaches `to` along `edges`.
@@ -232,7 +255,7 @@ fn pattern(dir: &str, path: &str) -> String {
     }
 }
 
-/// The workspace's `[tasks.build]` inputs (the union of the understood builds' reads, the
+/// The workspace's `[tasks.build]` reads (the union of the understood builds' reads, the
 /// configs of several projects folded into one glob) and outputs (the most common set).
 fn defaults(projects: &[Found]) -> (Option<Vec<String>>, Vec<String>) {
     let plans: Vec<&BuildPlan> = projects.iter().filter_map(|p| p.build.as_ref()).collect();
@@ -287,6 +310,10 @@ fn fold_configs(reads: BTreeSet<String>) -> Vec<String> {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Override {
     pub outputs: Option<Vec<String>>,
+    /// The workspace's reads with this project's own outputs left out, when they differ
+    /// from the defaults' (its outputs are not the default ones); with `whole_project`,
+    /// every file of it but its outputs.
+    pub inputs: Option<Vec<String>>,
     pub whole_project: Option<String>,
     pub deps: Vec<String>,
 }
@@ -296,11 +323,17 @@ pub fn override_of(f: &Findings, p: &Found) -> Option<Override> {
     let mut o = Override { deps: p.missing_deps.iter().cloned().collect(), ..Override::default() };
     if let Some(b) = &p.build {
         let own: Vec<String> = b.outputs.iter().cloned().collect();
-        if own != f.outputs {
-            o.outputs = Some(own);
-        }
         if f.inputs.is_some() && b.inputs.is_none() {
             o.whole_project = Some(b.unknown.clone().unwrap_or_default());
+            o.inputs = Some(leave_out(&["**".to_owned()], &own));
+        } else if let Some(defaults) = &f.inputs {
+            let inputs = leave_out(&f.reads, &own);
+            if inputs != *defaults {
+                o.inputs = Some(inputs);
+            }
+        }
+        if own != f.outputs {
+            o.outputs = Some(own);
         }
     }
     (o != Override::default()).then_some(o)
@@ -332,6 +365,20 @@ mod tests {
                 "//tsconfig.base.json"
             ]
         );
+    }
+
+    #[test]
+    fn outputs_the_reads_could_match_are_left_out() {
+        let reads: Vec<String> = ["package.json", "**/*.ts", "**/*.cts", "//tsconfig.base.json"]
+            .map(str::to_owned)
+            .into();
+        let outputs: Vec<String> = ["dist/**", "tsconfig.tsbuildinfo"].map(str::to_owned).into();
+        let got = leave_out(&reads, &outputs);
+        assert_eq!(got[4..], ["!dist/**"], "a .tsbuildinfo is no .ts: {got:?}");
+        let narrow: Vec<String> = ["src/**", "package.json"].map(str::to_owned).into();
+        assert_eq!(leave_out(&narrow, &outputs), narrow, "nothing to leave out");
+        let everything: Vec<String> = vec!["**".to_owned()];
+        assert_eq!(leave_out(&everything, &outputs), ["**", "!dist/**", "!tsconfig.tsbuildinfo"]);
     }
 
     #[test]

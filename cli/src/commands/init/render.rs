@@ -142,15 +142,22 @@ pub fn project(o: &Override, workspace_file: &str) -> String {
             list(&o.deps)
         ));
     }
-    if o.outputs.is_none() && o.whole_project.is_none() {
+    if o.outputs.is_none() && o.whole_project.is_none() && o.inputs.is_none() {
         return out;
     }
     out.push_str("\n[tasks.build]\n");
-    if let Some(cmd) = &o.whole_project {
+    if let (Some(cmd), Some(inputs)) = (&o.whole_project, &o.inputs) {
         out.push_str(&format!(
             "# The build runs `{}`, whose reads prova cannot tell: every file of the\n\
-             # project is an input.\ninputs = [\"**\"]\n",
-            cmd.replace('\n', " ")
+             # project but its outputs is an input.\ninputs = [{}]\n",
+            cmd.replace('\n', " "),
+            list(inputs)
+        ));
+    } else if let Some(inputs) = &o.inputs {
+        out.push_str(&format!(
+            "# The workspace's build inputs, with this build's own outputs left out.\n\
+             inputs = [{}]\n",
+            list(inputs)
         ));
     }
     if let Some(outputs) = &o.outputs {
@@ -181,11 +188,13 @@ mod tests {
         }
         let o = Override {
             outputs: Some(vec!["lib/**".into()]),
+            inputs: Some(vec!["**".into(), "!lib/**".into()]),
             whole_project: Some("webpack --mode \"production\"".into()),
             deps: vec!["@x/a".into()],
         };
         let text = project(&o, "../prova.toml");
         let parsed: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(parsed["tasks"]["build"]["inputs"][0].as_str(), Some("**"), "{text}");
+        assert_eq!(parsed["tasks"]["build"]["inputs"][1].as_str(), Some("!lib/**"), "{text}");
     }
 }

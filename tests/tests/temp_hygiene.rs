@@ -1,0 +1,58 @@
+//! No command leaves anything behind in the temporary directory: a read-only cache's staging
+//! directory, a `--no-cache` scratch store or a proof's exec root is removed before the
+//! process exits, whichever command opened it (a `show` once leaked one per call).
+
+use prova_tests::TempWorkspace;
+
+fn ws() -> TempWorkspace {
+    TempWorkspace::new()
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["lib", "app"]
+
+[tasks.build]
+command = "mkdir -p dist && cat src/* > dist/out.txt"
+deps = ["^build"]
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#,
+        )
+        .file("app/prova.toml", "[project]\ndeps = [\"lib\"]\n")
+        .file("app/src/a.txt", "alpha\n")
+        .file("lib/src/l.txt", "lib\n")
+}
+
+/// What `dir` holds, by name.
+fn left_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("the temporary directory")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn no_command_leaves_a_temporary_directory_behind() {
+    let ws = ws();
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let tmpdir = tmp.path().to_string_lossy().into_owned();
+    let commands: &[&[&str]] = &[
+        &["run", "build", "--all"],
+        &["show", "app#build"],
+        &["why", "app#build"],
+        &["show", "app#build", "--json"],
+        &["run", "build", "--all", "--cache", "local:r"],
+        &["run", "build", "--all", "--no-cache"],
+        &["run", "build", "--all", "--dry-run"],
+        &["run", "build", "--all", "--force", "--verify"],
+        &["cache", "stats"],
+    ];
+    for args in commands {
+        let out = ws.prova(args.iter().copied()).env("TMPDIR", &tmpdir).run();
+        out.assert_code(0);
+        let left = left_in(tmp.path());
+        assert!(left.is_empty(), "`prova {}` left {left:?} in $TMPDIR", args.join(" "));
+    }
+}
