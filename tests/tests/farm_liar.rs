@@ -71,6 +71,7 @@ fn a_lying_worker_beside_an_honest_one_is_quarantined_and_the_run_exits_0() {
         worker_of(&status, "liar").unwrap_or_else(|| panic!("the liar is not listed\n{status:#}"));
     let why = l["quarantined"].as_str().unwrap_or_else(|| panic!("not quarantined\n{status:#}"));
     assert!(why.contains("results refused") && why.contains(HOOK), "{why}");
+    eprintln!("lying-worker run: the liar quarantined: {why}");
     assert!(worker_of(&status, "w1").is_some_and(|w| w["quarantined"].is_null()), "{status:#}");
     let log = farm.coordinator_log();
     assert!(
