@@ -374,7 +374,10 @@ mod tests {
             .into();
         let outputs: Vec<String> = ["dist/**", "tsconfig.tsbuildinfo"].map(str::to_owned).into();
         let got = leave_out(&reads, &outputs);
-        assert_eq!(got[4..], ["!dist/**"], "a .tsbuildinfo is no .ts: {got:?}");
+        // A literal output may be a directory (the overlap check reads it with what lies
+        // under it), so `tsconfig.tsbuildinfo` is left out of `**/*.ts` too, as the check
+        // that loads the config demands.
+        assert_eq!(got[4..], ["!dist/**", "!tsconfig.tsbuildinfo"], "{got:?}");
         let narrow: Vec<String> = ["src/**", "package.json"].map(str::to_owned).into();
         assert_eq!(leave_out(&narrow, &outputs), narrow, "nothing to leave out");
         let everything: Vec<String> = vec!["**".to_owned()];
