@@ -8,22 +8,35 @@
 use prova_tests::TempWorkspace;
 use prova_tests::cluster::Cluster;
 
-/// A `tsc -b` that trusts its state file over the outputs on disk (where its directory is
-/// read-only, a farm's exec root, it keeps no state).
+/// A `tsc -b` that trusts its state file over the outputs on disk.
 const INCREMENTAL: &str = r#"command = '''
 if [ -f .state ] && [ "$(cat src/*.ts | cksum)" = "$(cat .state)" ]; then exit 0; fi
 mkdir -p dist && cp src/*.ts dist/
-(cat src/*.ts | cksum > .state) 2>/dev/null || true
+cat src/*.ts | cksum > .state
+'''
+outputs = ["dist/**"]
+"#;
+
+/// The same tool reading a state it does not write: in a farm's exec root a write outside
+/// the declared outputs fails the task (`farm_security`), so there the state comes from
+/// whoever ran the tool in place.
+const READS_STATE: &str = r#"command = '''
+if [ -f .state ] && [ "$(cat src/*.ts | cksum)" = "$(cat .state)" ]; then exit 0; fi
+mkdir -p dist && cp src/*.ts dist/
 '''
 outputs = ["dist/**"]
 "#;
 
 /// `lib#build` runs [`INCREMENTAL`]; `.state` is gitignored, as a tsbuildinfo often is.
 fn ws() -> TempWorkspace {
+    ws_running(INCREMENTAL)
+}
+
+fn ws_running(build: &str) -> TempWorkspace {
     TempWorkspace::new()
         .file("prova.toml", "[workspace]\nprojects = [\"lib\"]\n")
         .file(".gitignore", ".state\n")
-        .file("lib/prova.toml", &format!("[tasks.build]\n{INCREMENTAL}"))
+        .file("lib/prova.toml", &format!("[tasks.build]\n{build}"))
         .file("lib/src/a.ts", "export const a = 1;\n")
         .file("lib/src/b.ts", "export const b = 2;\n")
         .file("lib/README.md", "lib\n")
@@ -99,7 +112,7 @@ fn an_output_that_never_matched_anything_is_saved_with_a_warning() {
 fn on_the_farm_an_emptied_output_is_not_saved_either() {
     let farm = Cluster::start(1);
     // Not ignored here: the state is an input, so the farm's exec root holds it.
-    let ws = ws().file(".gitignore", "");
+    let ws = ws_running(READS_STATE).file(".gitignore", "");
     let first = farm.run(&ws, ["build", "--all", "--json"]);
     first.assert_code(0);
     assert_eq!(first.cache_of("lib#build"), "saved", "{first}");

@@ -284,7 +284,10 @@ impl RunActor {
                     verdicts::divergence_verdict(divergence, allowed)
                 }
             };
+        // A re-run that never ran (aborted, or the farm gave up placing it: every worker
+        // refused or quarantined) is no evidence about the task: nothing is recorded.
         if let Some(key) = key
+            && f.tries > 0
             && !matches!(f.exit, prova_protocol::spec::ExitKind::Aborted)
         {
             self.record(node, key, rerun_worker, true, &f, staged);
