@@ -994,13 +994,15 @@ pub fn products(ws: &TempWorkspace) -> BTreeMap<String, (Vec<u8>, u32)> {
 /// A shell command for a task that says where it runs, then waits until the test creates
 /// `release` in that directory — which works in an exec root too (it is the task's working
 /// directory, bind-mounted into the sandbox, so a file the test creates there on the host
-/// shows inside) — then runs `then`. The line it prints is `waiting in <dir>`; see
-/// [`waiting_dirs`]. It gives up (exit 3) after about two minutes, so a task whose worker
-/// was SIGKILLed without a sandbox (which would orphan it) cannot linger.
+/// shows inside) — then removes it and runs `then`. The line it prints is `waiting in
+/// <dir>`; see [`waiting_dirs`]. Left in an exec root, `release` would be a write outside
+/// the declared outputs (the worker cannot tell who made it) and fail the task. It gives up
+/// (exit 3) after about two minutes, so a task whose worker was SIGKILLed without a sandbox
+/// (which would orphan it) cannot linger.
 pub fn blocking_command(then: &str) -> String {
     format!(
         "echo \"waiting in $(pwd)\"; i=0; while [ ! -e release ]; do i=$((i+1)); \
-         if [ $i -gt 2400 ]; then exit 3; fi; sleep 0.05; done; {then}"
+         if [ $i -gt 2400 ]; then exit 3; fi; sleep 0.05; done; rm -f release; {then}"
     )
 }
 

@@ -35,17 +35,32 @@ fn faketime_or_skip() -> bool {
     }
 }
 
-/// A daemon under `faketime`, its stderr in `log`; killed (its whole group) on drop.
+/// libfaketime itself, for daemons: the `faketime` wrapper keeps a named semaphore and a
+/// shared-memory segment per process, which a SIGKILLed daemon leaves in `/dev/shm`; a
+/// later wrapper whose pid is reused then fails ("sem_open: File exists").
+fn libfaketime() -> std::path::PathBuf {
+    let mut dirs = vec![std::path::PathBuf::from("/usr/lib/faketime")];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        dirs.extend(rd.flatten().map(|e| e.path().join("faketime")));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("libfaketime.so.1"))
+        .find(|p| p.is_file())
+        .expect("libfaketime.so.1 beside the faketime wrapper")
+}
+
+/// A daemon under libfaketime (two days behind), its stderr in `log`; killed (its whole
+/// group) on drop.
 struct Skewed(Child);
 
 impl Skewed {
     fn spawn(dir: &Path, args: &[String], log: &Path) -> Self {
         let err = File::create(log).expect("a log file");
-        let child = Command::new(SKEW[0])
-            .args(&SKEW[1..])
-            .arg(prova_bin())
+        let child = Command::new(prova_bin())
             .args(args)
             .current_dir(dir)
+            .env("LD_PRELOAD", libfaketime())
+            .env("FAKETIME", SKEW[2])
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .env("PROVA_LOG", "info")
             .env_remove("RUST_LOG")

@@ -159,7 +159,14 @@ fn staging_files(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn outputs_a_full_worker_cannot_pack_are_run_again_elsewhere_and_reach_the_client() {
-    let mut farm = Cluster::builder().workers(2).slots(1).sandbox(Sandbox::None).started(0).start();
+    // A floor below the 2 MiB it has: w1 takes work, then finds it cannot pack the outputs.
+    let mut farm = Cluster::builder()
+        .workers(2)
+        .slots(1)
+        .sandbox(Sandbox::None)
+        .started(0)
+        .worker_args(0, ["--min-free-disk", "1K"])
+        .start();
     let Some(_small) = Tmpfs::mount(&farm.work_dir(0), "2m") else { return };
     // w1 (on the small work dir) is preferred on ties, so it gets work first.
     farm.start_worker(0);

@@ -99,7 +99,10 @@ fn a_task_left_running_across_a_coordinator_restart_cannot_answer_for_new_work()
     // One worker, so the new coordinator's work lands where the old task still runs.
     let mut farm = Cluster::builder().workers(1).slots(2).start();
     let old = blocking_workspace("mkdir -p dist; echo from the old coordinator > dist/out.txt");
-    let mut old_run = farm.run_cmd(&old, &farm.ci_certs(), ["build", "--all", "--json"]).spawn();
+    // A client that does not re-attach (`farm_restart.rs` has the ones that do): its run
+    // ends with the coordinator, its task is left running on the worker.
+    let args = ["build", "--all", "--json", "--reattach-timeout", "0"];
+    let mut old_run = farm.run_cmd(&old, &farm.ci_certs(), args).spawn();
     old_run.wait_for_lines("the old task to start", 1, waiting_line);
     let old_dir = waiting_dirs(old_run.stdout_so_far(), "p#build")[0].clone();
 

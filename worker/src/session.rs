@@ -479,8 +479,9 @@ async fn serve(
                     }
                 }
                 Ok(Some(CoordinatorMsg::Refused { attempt, reason })) => {
-                    // (A resent report of a lease the coordinator is done with lands here too.)
-                    tracing::debug!(%attempt, "report refused: {reason}; cancelling it here");
+                    // (A resent report of a lease the coordinator is done with lands here too:
+                    // rare, and an operator wants to see either.)
+                    tracing::info!(%attempt, "report refused: {reason}; cancelling it here");
                     let _ = w.tell(ToWorker::Cancel { attempt }).await;
                 }
                 Ok(Some(CoordinatorMsg::Leave)) => {
