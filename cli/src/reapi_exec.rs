@@ -1,6 +1,6 @@
 //! `prova run --remote-exec grpc://…` (or `[exec.reapi]`): the run's tasks execute on a REAPI
 //! farm. The coordinator's run actor is the same as a local run's; its work sink is the
-//! REAPI executor (`prova_coordinator::layers::reapi::exec`) instead of the in-process
+//! REAPI executor (`prova_coordinator::remote_exec`) instead of the in-process
 //! worker, and tasks are placed in exec roots built from this workspace and its cache, so
 //! every result is saved in the local cache and restored into the workspace from there.
 
@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kameo::prelude::*;
-use prova_coordinator::layers::reapi::exec::{ExecSettings, REAPI_WORKER, ReapiExecutor};
 use prova_coordinator::layers::reapi::{ReapiClient, ReapiConfig};
+use prova_coordinator::remote_exec::{ExecSettings, REAPI_WORKER, ReapiExecutor};
 use prova_coordinator::run::{
     Begin, ExecMode, FromFarm, Interrupt, RunActor, RunActorArgs, RunCache, RunOptions, RunPlan,
 };

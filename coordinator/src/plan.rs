@@ -1,6 +1,6 @@
 //! From a selected task graph to a [`RunPlan`]: one fully resolved [`TaskSpec`] per node
-//! (environment values read once, forwarded args on requested tasks only) plus the
-//! scheduler's view of the graph.
+//! (environment values read once, forwarded args on requested tasks only). The scheduler's
+//! view of a plan (`RunPlan::sched_plan`) is defined in `crate::scheduler`, above this module.
 
 use std::path::PathBuf;
 
@@ -8,7 +8,6 @@ use prova_protocol::TaskId;
 use prova_protocol::spec::TaskSpec;
 
 use crate::graph::TaskGraph;
-use crate::scheduler::core::Plan;
 use crate::workspace::{TaskDef, Workspace};
 
 /// What kind of execution a node needs.
@@ -89,16 +88,6 @@ impl RunPlan {
             })
             .collect();
         Self { root: ws.root.clone(), tasks }
-    }
-
-    /// The scheduler's view: edges, weights (`history` gives recorded durations in ms) and
-    /// persistent flags.
-    pub fn sched_plan(&self, history: &dyn Fn(&TaskId) -> Option<u64>) -> Plan {
-        Plan {
-            deps: self.tasks.iter().map(|t| t.deps.clone()).collect(),
-            weight: self.tasks.iter().map(|t| history(&t.id).unwrap_or(1)).collect(),
-            persistent: self.tasks.iter().map(|t| t.kind == TaskKind::Persistent).collect(),
-        }
     }
 
     /// The task's definition in `ws`, if it came from there.

@@ -13,7 +13,7 @@ use crate::cache::{CacheError, CacheThread};
 use crate::graph::TaskGraph;
 use crate::inputs::{self, FileList, InputSets};
 use crate::keys::{self, PlanKeys};
-use crate::run::RunPlan;
+use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
 /// Preparing a run failed.
@@ -150,7 +150,7 @@ impl Prepared {
     }
 
     /// The workspace as the inputs proof judges a traced run of this plan against it.
-    pub fn workspace_view(&self, ws: &Workspace) -> crate::run::undeclared::WorkspaceView {
+    pub fn workspace_view(&self, ws: &Workspace) -> WorkspaceView {
         let installed = self
             .trees
             .iter()
@@ -159,7 +159,7 @@ impl Prepared {
                 (t.path.clone(), project.map(str::to_owned))
             })
             .collect();
-        crate::run::undeclared::WorkspaceView {
+        WorkspaceView {
             root: ws.root.clone(),
             files: self.files.clone(),
             scopes: self.input_scopes.clone(),
@@ -491,4 +491,20 @@ fn nested_repos(ws: &Workspace) -> Vec<String> {
         .filter(|p| !p.dir.is_empty() && ws.root.join(&p.dir).join(".git").exists())
         .map(|p| p.dir.clone())
         .collect()
+}
+/// The workspace as the inputs proof judges a traced run against it (the
+/// judging is `crate::run::undeclared`'s).
+#[derive(Clone, Debug)]
+pub struct WorkspaceView {
+    /// The workspace root.
+    pub root: std::path::PathBuf,
+    /// Its file list (the one the keys were computed from).
+    pub files: std::sync::Arc<FileList>,
+    /// Each task's input rules, by task id.
+    pub scopes: std::sync::Arc<std::collections::HashMap<String, inputs::InputScope>>,
+    /// The installed trees each task's key folds (workspace-relative directories), by task
+    /// id: everything inside them is declared.
+    pub trees: std::sync::Arc<std::collections::HashMap<String, Vec<String>>>,
+    /// Every installed tree of the workspace, with the project whose directory holds it.
+    pub installed: std::sync::Arc<Vec<(String, Option<String>)>>,
 }

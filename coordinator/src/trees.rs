@@ -32,7 +32,7 @@ use prova_protocol::globs::is_within;
 use prova_protocol::tree::{TreeEntry, TreeKind, TreeManifest};
 
 use crate::cache::MemoRow;
-use crate::keys::digests;
+use crate::digests;
 
 /// Most directory entries one tree's walk visits before the tree is refused.
 pub const MAX_WALK_ENTRIES: usize = prova_protocol::tree::MAX_TREE_ENTRIES;

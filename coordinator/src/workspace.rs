@@ -4,12 +4,12 @@
 //! public plain data so other modules' tests can build a workspace by hand.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use prova_protocol::spec::CommandLine;
 
-use crate::config::{ConfigError, Located, Location};
+use crate::location::{Located, Location};
 
 /// A loaded workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,12 +25,6 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Finds the workspace root at or above `start_dir` (the nearest `prova.toml` with a
-    /// `[workspace]` table) and loads it with all its projects.
-    pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
-        crate::config::load::load(start_dir)
-    }
-
     /// The project named `name`. A linear scan: build a map once when looking up many.
     pub fn project(&self, name: &str) -> Option<&Project> {
         self.projects.iter().find(|p| p.name == name)
@@ -139,8 +133,8 @@ pub struct TaskDef {
     pub network: bool,
     /// Farm placement: labels a worker must carry to run it.
     pub labels: std::collections::BTreeMap<String, String>,
-    /// What prova does around it that never changes its outputs (`crate::config::policy`).
-    pub policy: crate::config::policy::TaskPolicy,
+    /// What prova does around it that never changes its outputs (resolved by `crate::config::policy`).
+    pub policy: TaskPolicy,
     /// The `[tasks.X]` header that defines it last: the project's override if any, else the
     /// workspace default.
     pub defined_at: Location,
@@ -169,7 +163,7 @@ impl TaskDef {
             portable: false,
             network: false,
             labels: std::collections::BTreeMap::new(),
-            policy: crate::config::policy::TaskPolicy { verify: true, ..Default::default() },
+            policy: TaskPolicy { verify: true, ..Default::default() },
             defined_at,
         }
     }
@@ -177,5 +171,40 @@ impl TaskDef {
     /// Whether the task only groups its deps.
     pub fn is_group(&self) -> bool {
         self.command.is_none()
+    }
+}
+
+/// A task's resolved policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskPolicy {
+    /// `--verify` proves the task (`verify`, default true; false under `side_effects`).
+    pub verify: bool,
+    /// Output globs the determinism comparison leaves out.
+    pub verify_ignore: Vec<String>,
+    /// `side_effects = true`.
+    pub side_effects: bool,
+    /// The task's own runtime commands (the workspace's are in `WorkspaceSettings`).
+    pub runtime: Vec<String>,
+    /// Whether the task set `retries` itself (a run or workspace default applies otherwise).
+    pub retries_set: bool,
+    /// `sandbox = true`.
+    pub sandbox: bool,
+}
+
+impl TaskPolicy {
+    /// What the proofs are told about the task.
+    pub fn proof(&self) -> prova_protocol::spec::ProofPolicy {
+        let exempt = if self.side_effects {
+            Some("`side_effects = true`: it acts on the world, so it never runs twice".to_owned())
+        } else if !self.verify {
+            Some("`verify = false` in its config".to_owned())
+        } else {
+            None
+        };
+        prova_protocol::spec::ProofPolicy {
+            exempt,
+            ignore: self.verify_ignore.clone(),
+            sandbox: self.sandbox,
+        }
     }
 }

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use prova_coordinator::graph::{self, ProjectFilter, Selection, TaskGraph};
+use prova_coordinator::graph::{self, TaskGraph};
+use prova_coordinator::selection::{self, ProjectFilter, Selection};
 use prova_coordinator::workspace::Workspace;
 
 use crate::args::SelectArgs;
@@ -41,7 +42,7 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     };
     let selection =
         Selection { tasks: sel.tasks.clone(), projects, cwd, allow_empty: sel.allow_empty };
-    let graph = graph::select(&ws, &full, &selection)?;
+    let graph = selection::select(&ws, &full, &selection)?;
     tracing::info!(elapsed = ?t.elapsed(), tasks = graph.len(), "graph selected");
     Ok(Loaded { ws, graph })
 }

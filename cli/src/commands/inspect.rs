@@ -7,9 +7,10 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use prova_coordinator::cache::TRUSTED;
-use prova_coordinator::graph::{self, ProjectFilter, Selection};
+use prova_coordinator::graph;
 use prova_coordinator::keys::KeyComponents;
 use prova_coordinator::prepare::{Prepared, prepare};
+use prova_coordinator::selection::{self, ProjectFilter, Selection};
 use prova_coordinator::workspace::Workspace;
 use prova_protocol::TaskId;
 
@@ -57,7 +58,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
         cwd: String::new(),
         allow_empty: false,
     };
-    let g = graph::select(&ws, &full, &sel)?;
+    let g = selection::select(&ws, &full, &sel)?;
     // Read-only: inspecting must work on a read-only `.prova` and leave it as it was.
     let (cache, join) = common::open_cache_as(&ws, &args.cache, common::CacheMode::ReadOnly)?;
     let rt = common::runtime()?;

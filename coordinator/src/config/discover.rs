@@ -11,8 +11,8 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::parse::{ConfigSource, read_file};
-use super::suggest::did_you_mean;
 use super::{CONFIG_FILE, Location, shown_path};
+use crate::suggest::did_you_mean;
 
 /// Directories never searched for projects: dependency trees, VCS data, prova's own state.
 pub const SKIPPED_DIRS: &[&str] = &["node_modules", ".git", ".prova"];

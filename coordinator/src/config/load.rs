@@ -17,10 +17,19 @@ use super::outputs::{self, Confinement};
 use super::package_json;
 use super::parse::{ConfigSource, read_file};
 use super::schema::{ProjectFile, ProjectTable, TableKind, TaskTable, WorkspaceFile};
-use super::suggest::did_you_mean;
 use super::task::{self, TaskLayer, check_globs, check_located_globs, check_name, check_name_at};
 use super::{CONFIG_FILE, Located, Location};
+use crate::suggest::did_you_mean;
 use crate::workspace::{Project, TaskDef, Workspace, WorkspaceSettings};
+
+impl Workspace {
+    /// Finds the workspace root at or above `start_dir` (the nearest `prova.toml` with a
+    /// `[workspace]` table) and loads it with all its projects. (Here, beside the loader,
+    /// so the model in `crate::workspace` does not import the config layer above it.)
+    pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
+        load(start_dir)
+    }
+}
 
 /// The name of the workspace root when it is a project and names itself nowhere: fixed, so
 /// task ids (and keys) do not depend on where the repository is checked out.

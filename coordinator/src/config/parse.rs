@@ -13,8 +13,8 @@ use toml::de::{DeTable, DeValue};
 
 use super::error::ConfigError;
 use super::schema::TableKind;
-use super::suggest::did_you_mean;
 use super::{LineIndex, Location, shown_path};
+use crate::suggest::did_you_mean;
 
 /// Longest value excerpt quoted in a wrong-type message.
 const MAX_EXCERPT_CHARS: usize = 40;

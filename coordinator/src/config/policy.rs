@@ -4,8 +4,9 @@
 //! `crate::keys::runtime`). Checked here per layer ([`PolicyLayer::check`]), merged field by
 //! field in [`super::task`], carried on [`TaskDef::policy`](crate::workspace::TaskDef).
 
-use prova_protocol::spec::ProofPolicy;
 use toml::Spanned;
+
+pub use crate::workspace::TaskPolicy;
 
 use super::Located;
 use super::error::ConfigError;
@@ -96,37 +97,6 @@ pub fn parse_timeout(s: &str) -> Result<std::time::Duration, TimeoutError> {
         Ok(d) if d.is_zero() => Err(TimeoutError::Zero),
         Ok(d) => Ok(d),
         Err(e) => Err(TimeoutError::Unparsed(e.to_string())),
-    }
-}
-
-/// A task's resolved policy.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TaskPolicy {
-    /// `--verify` proves the task (`verify`, default true; false under `side_effects`).
-    pub verify: bool,
-    /// Output globs the determinism comparison leaves out.
-    pub verify_ignore: Vec<String>,
-    /// `side_effects = true`.
-    pub side_effects: bool,
-    /// The task's own runtime commands (the workspace's are in `WorkspaceSettings`).
-    pub runtime: Vec<String>,
-    /// Whether the task set `retries` itself (a run or workspace default applies otherwise).
-    pub retries_set: bool,
-    /// `sandbox = true`.
-    pub sandbox: bool,
-}
-
-impl TaskPolicy {
-    /// What the proofs are told about the task.
-    pub fn proof(&self) -> ProofPolicy {
-        let exempt = if self.side_effects {
-            Some("`side_effects = true`: it acts on the world, so it never runs twice".to_owned())
-        } else if !self.verify {
-            Some("`verify = false` in its config".to_owned())
-        } else {
-            None
-        };
-        ProofPolicy { exempt, ignore: self.verify_ignore.clone(), sandbox: self.sandbox }
     }
 }
 

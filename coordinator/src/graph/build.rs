@@ -5,7 +5,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use prova_protocol::TaskId;
 
 use super::{NodeIdx, TaskGraph, TaskNode};
-use crate::config::{Location, suggest};
+use crate::location::Location;
+use crate::suggest::suggest;
 use crate::workspace::Workspace;
 
 /// A dependency that names nothing, or a cycle.

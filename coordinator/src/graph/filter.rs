@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use globset::{GlobBuilder, GlobMatcher};
 
-use crate::config::suggest;
+use crate::suggest::suggest;
 use crate::workspace::Workspace;
 
 /// A git range of a selector: `[from]` (to the work tree, uncommitted changes included) or

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::TaskGraph;
 use super::filter::{FilterError, GitRange, ResolveError, Selector, resolve};
-use super::select::SelectError;
 use super::tests::{Repo, graph, project, requested, task, workspace};
-use super::{ProjectFilter, Selection, TaskGraph, select};
+use crate::selection::{ProjectFilter, SelectError, Selection, select};
 use crate::workspace::Workspace;
 
 fn parse(raw: &str) -> Selector {

@@ -1,20 +1,16 @@
 //! The task graph: `project#task` nodes and their edges, built from a loaded
-//! [`Workspace`](crate::workspace::Workspace), then narrowed to what a run asked for.
+//! [`Workspace`](crate::workspace::Workspace); narrowing it to what a run asked for is
+//! [`crate::selection`]'s (above the plan and inputs, which `--affected` needs).
 //!
 //! - [`build`]: resolve every task's `deps` (`^task`, `task`, `project#task`) into edges;
 //!   unknown names and cycles are errors with the file and line.
-//! - [`select`]: the subgraph for task names + `--all` / `-p` / `--filter` / `--affected`;
-//!   nothing to run is an error unless `--allow-empty` (or git decided it).
 //! - [`filter`]: Turborepo's `--filter` grammar (`web...`, `...^core`, `{./apps/*}[main]`,
 //!   `!docs`), parsed and matched without I/O.
-//! - [`affected`]: projects touched since a git ref (or in a range), plus their dependents.
 //! - [`render`]: `--dry-run` order, `--dot`, `--json`.
 
-pub mod affected;
 pub mod build;
 pub mod filter;
 pub mod render;
-pub mod select;
 
 #[cfg(test)]
 mod filter_tests;
@@ -25,10 +21,9 @@ use std::collections::HashMap;
 
 use prova_protocol::TaskId;
 
-use crate::config::Location;
+use crate::location::Location;
 
 pub use build::{GraphError, build_graph};
-pub use select::{ProjectFilter, Selection, select};
 
 /// Index of a node in a [`TaskGraph`].
 pub type NodeIdx = usize;

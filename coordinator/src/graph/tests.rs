@@ -13,11 +13,11 @@ use prova_protocol::TaskId;
 use prova_protocol::spec::CommandLine;
 use tempfile::TempDir;
 
-use super::affected::{self, AffectedError};
 use super::filter::FilterError;
-use super::select::{SelectError, closure};
-use super::{GraphError, ProjectFilter, Selection, TaskGraph, build_graph, render, select};
-use crate::config::{Located, Location};
+use super::{GraphError, TaskGraph, build_graph, render};
+use crate::location::{Located, Location};
+use crate::selection::affected::{self, AffectedError};
+use crate::selection::{ProjectFilter, SelectError, Selection, closure, select};
 use crate::workspace::{Project, TaskDef, Workspace, WorkspaceSettings};
 
 // ---------------------------------------------------------------------------------------------

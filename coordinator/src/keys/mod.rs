@@ -7,7 +7,8 @@
 //! command starts, read by [`shell`].
 
 pub mod binaries;
-pub mod digests;
+/// File digests live below this module (trees fold them too); re-exported for callers.
+pub use crate::digests;
 pub mod progressive;
 pub mod runtime;
 pub mod shell;

@@ -43,8 +43,8 @@ use tokio_util::sync::CancellationToken;
 use self::action::{ActionInputs, Built};
 use self::operation::{Ended, Follow, Next, Step};
 use self::rpc::Source;
-use super::{ReapiClient, ReapiError};
 use crate::layers::local::MAX_LOG_BYTES;
+use crate::layers::reapi::{ReapiClient, ReapiError};
 use crate::run::{AssignHints, FromFarm, LinkClosed, LinkFuture, WorkSink};
 
 /// What the executor reports as the worker before a bot is known.
@@ -213,7 +213,10 @@ impl Inner {
         };
         let mut blobs = root.blobs;
         blobs.extend(merkle.directories.into_iter().map(|(d, b)| (d, Source::Bytes(b))));
-        blobs.push((super::map::sha256(&built.command), Source::Bytes(built.command.clone())));
+        blobs.push((
+            crate::layers::reapi::map::sha256(&built.command),
+            Source::Bytes(built.command.clone()),
+        ));
         blobs.push((built.digest.clone(), Source::Bytes(built.action.clone())));
         let skip = rerun || self.settings.skip_cache_lookup;
         let tries = 1 + a.spec.retries;

@@ -23,8 +23,6 @@
 //! [`WorkspaceView::judge`] and [`inputs_verdict`] as a local run does.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use ignore::Match;
 use ignore::gitignore::Gitignore;
@@ -33,23 +31,9 @@ use prova_protocol::globs::PathGlobs;
 use prova_protocol::work::ReadsReport;
 
 use crate::inputs::files::ListSource;
-use crate::inputs::{FileList, InputScope};
 
-/// The workspace as the inputs proof judges a traced run against it.
-#[derive(Clone, Debug)]
-pub struct WorkspaceView {
-    /// The workspace root.
-    pub root: PathBuf,
-    /// Its file list (the one the keys were computed from).
-    pub files: Arc<FileList>,
-    /// Each task's input rules, by task id.
-    pub scopes: Arc<HashMap<String, InputScope>>,
-    /// The installed trees each task's key folds (workspace-relative directories), by task
-    /// id: everything inside them is declared.
-    pub trees: Arc<HashMap<String, Vec<String>>>,
-    /// Every installed tree of the workspace, with the project whose directory holds it.
-    pub installed: Arc<Vec<(String, Option<String>)>>,
-}
+/// The view is built before the run (`crate::prepare`, below this module); judged here.
+pub use crate::prepare::WorkspaceView;
 
 /// What the inputs proof found undeclared in one traced run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -474,7 +458,11 @@ impl<'a> Ignores<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use prova_protocol::work::Listing;
+
+    use crate::inputs::FileList;
 
     use super::*;
 

@@ -2,3 +2,20 @@
 //! retries and timeouts.
 pub mod core;
 pub mod defaults;
+
+use prova_protocol::TaskId;
+
+use crate::plan::{RunPlan, TaskKind};
+
+// Here rather than in `crate::plan`, which sits below the scheduler.
+impl RunPlan {
+    /// The scheduler's view: edges, weights (`history` gives recorded durations in ms) and
+    /// persistent flags.
+    pub fn sched_plan(&self, history: &dyn Fn(&TaskId) -> Option<u64>) -> core::Plan {
+        core::Plan {
+            deps: self.tasks.iter().map(|t| t.deps.clone()).collect(),
+            weight: self.tasks.iter().map(|t| history(&t.id).unwrap_or(1)).collect(),
+            persistent: self.tasks.iter().map(|t| t.kind == TaskKind::Persistent).collect(),
+        }
+    }
+}

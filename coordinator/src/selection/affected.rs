@@ -15,7 +15,7 @@ use std::process::Command;
 
 use prova_protocol::globs::{PathGlobs, is_within};
 
-use super::TaskGraph;
+use crate::graph::TaskGraph;
 use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 

@@ -5,11 +5,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+pub mod affected;
+
 use prova_protocol::TaskId;
 
-use super::filter::{self, FilterError, GitRange, ResolveError, Selector};
-use super::{NodeIdx, TaskGraph, TaskNode, affected};
-use crate::config::suggest;
+use crate::graph::filter::{self, FilterError, GitRange, ResolveError, Selector};
+use crate::graph::{NodeIdx, TaskGraph, TaskNode};
+use crate::suggest::suggest;
 use crate::workspace::Workspace;
 
 /// Which projects a run covers.

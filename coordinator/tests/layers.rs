@@ -1,0 +1,243 @@
+//! The coordinator's modules form layers: each may import only modules below it. This test
+//! reads `src/` and fails on an import that points up (or sideways to a module not yet
+//! placed), which also rules out any cycle between modules. Test code (`*_tests.rs`,
+//! `tests.rs`, `test_util.rs`, inline `#[cfg(test)] mod … { … }`) may reach anywhere.
+//!
+//! Placing a new top-level module: add it to [`LAYERS`] at the lowest place its imports
+//! allow, and to ARCHITECTURE.md's crate map.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Bottom to top: (layer, its modules in order). A module may import any module listed
+/// before it, never one after it.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("model", &["location", "suggest", "lockfile", "workspace", "graph", "config"]),
+    ("store", &["cache"]),
+    ("analysis", &["plan", "inputs", "digests", "trees", "keys", "prepare", "selection"]),
+    ("cache layers", &["layers"]),
+    ("run", &["scheduler", "run", "hermeticity", "remote_exec"]),
+    ("farm", &["farm"]),
+    ("http", &["http"]),
+];
+
+fn order() -> Vec<(&'static str, &'static str)> {
+    LAYERS.iter().flat_map(|(layer, mods)| mods.iter().map(move |m| (*layer, *m))).collect()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn is_test_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name.ends_with("_tests.rs") || name == "tests.rs" || name == "test_util.rs"
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") && !is_test_file(&p) {
+            out.push(p);
+        }
+    }
+}
+
+/// `text` without comments and without `#[cfg(test)] mod name { … }` blocks, line numbers
+/// kept (removed text becomes spaces; newlines stay).
+fn code_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &text[i..];
+        if rest.starts_with("//") {
+            let end = rest.find('\n').map_or(text.len(), |n| i + n);
+            blank(&text[i..end], &mut out);
+            i = end;
+        } else if rest.starts_with("#[cfg(test)]") && is_test_module(&rest["#[cfg(test)]".len()..])
+        {
+            let open = i + rest.find('{').expect("a test module body");
+            let end = matching_brace(text, open);
+            blank(&text[i..end], &mut out);
+            i = end;
+        } else if rest.starts_with('"') {
+            // A string literal: its words are not imports.
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(bytes.len());
+            blank(&text[i..end], &mut out);
+            i = end;
+        } else {
+            let c = rest.chars().next().expect("not at the end");
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+fn is_test_module(after_attr: &str) -> bool {
+    let t = after_attr.trim_start();
+    let t = t.strip_prefix("pub(crate) ").unwrap_or(t);
+    t.strip_prefix("mod ").is_some_and(|m| {
+        let m = m.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_');
+        m.trim_start().starts_with('{')
+    })
+}
+
+fn matching_brace(text: &str, open: usize) -> usize {
+    let mut depth = 0usize;
+    for (k, c) in text[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + k + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    text.len()
+}
+
+fn blank(removed: &str, out: &mut String) {
+    out.extend(removed.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+}
+
+/// The top-level modules `code` names through `crate::` (`crate::a::X`, and each name of a
+/// group `crate::{a::X, b::{Y, Z}}`, over any number of lines), with their line numbers.
+fn imports(code: &str) -> Vec<(usize, String)> {
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("crate::") {
+        let at = from + k;
+        from = at + "crate::".len();
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // `mycrate::`
+        }
+        let after = &code[from..];
+        if let Some(group) = after.strip_prefix('{') {
+            let mut depth = 0usize;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        push_name(&group[start..i], from + 1 + start, &line_of, &mut found);
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        push_name(&group[start..i], from + 1 + start, &line_of, &mut found);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            push_name(after, from, &line_of, &mut found);
+        }
+    }
+    found
+}
+
+fn push_name(
+    part: &str,
+    offset: usize,
+    line_of: &dyn Fn(usize) -> usize,
+    found: &mut Vec<(usize, String)>,
+) {
+    let skipped = part.len() - part.trim_start().len();
+    let name = ident(part.trim_start());
+    if !name.is_empty() {
+        found.push((line_of(offset + skipped), name));
+    }
+}
+
+fn ident(s: &str) -> String {
+    s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+}
+
+/// The top-level module a file of `src/` belongs to (`None` for `lib.rs`).
+fn module_of(path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(src()).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    (first != "lib.rs").then(|| first.trim_end_matches(".rs").to_owned())
+}
+
+#[test]
+fn every_module_of_the_crate_is_placed_in_a_layer() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    let declared: BTreeSet<String> = code_only(&lib)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")))
+        .map(|m| m.trim_end_matches(';').trim().to_owned())
+        .collect();
+    let placed: BTreeSet<String> = order().iter().map(|(_, m)| (*m).to_owned()).collect();
+    assert_eq!(declared, placed, "lib.rs's modules and LAYERS differ: place the new module");
+}
+
+#[test]
+fn no_module_imports_one_above_it() {
+    let rank = |m: &str| order().iter().position(|(_, x)| *x == m);
+    let layer = |m: &str| order().iter().find(|(_, x)| *x == m).map_or("?", |(l, _)| *l);
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut upward = Vec::new();
+    for file in &files {
+        let Some(module) = module_of(file) else { continue };
+        let Some(own) = rank(&module) else {
+            upward.push(format!("{}: module `{module}` is in no layer", file.display()));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for (line, target) in imports(&code_only(&text)) {
+            if target == module || target == "self" {
+                continue;
+            }
+            match rank(&target) {
+                Some(r) if r < own => {}
+                _ => upward.push(format!(
+                    "{}:{line}: `{module}` ({}) imports `{target}` ({}), which is not below it",
+                    file.strip_prefix(src()).unwrap_or(file).display(),
+                    layer(&module),
+                    layer(&target),
+                )),
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that point up the layers:\n{}", upward.join("\n"));
+}
+
+#[test]
+fn the_check_sees_an_upward_import_a_grouped_one_and_ignores_comments_strings_and_tests() {
+    let code = code_only(
+        "use crate::graph::TaskGraph;\n\
+         // crate::farm in a comment\n\
+         let s = \"crate::http in a string\";\n\
+         use crate::{keys::{X, Y},\n    run};\n\
+         #[cfg(test)]\nmod tests {\n    use crate::farm;\n}\n\
+         fn f() { crate::farm::go() }\n\
+         use mycrate::http;\n",
+    );
+    let names: Vec<(usize, String)> = imports(&code);
+    let expect: Vec<(usize, String)> = [(1, "graph"), (4, "keys"), (5, "run"), (10, "farm")]
+        .iter()
+        .map(|(n, m)| (*n, (*m).to_owned()))
+        .collect();
+    assert_eq!(names, expect);
+}
