@@ -3,10 +3,12 @@
 //! its outputs, recorded in the ledger, then saved or reported now
 //! ([`super::core::after_execution`]). Sans-IO: what it does goes out as commands.
 
+use prova_protocol::WorkerId;
+use prova_protocol::events::RunEvent;
 use prova_protocol::events::{CacheStatus, NoticeLevel, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExitKind;
-use prova_protocol::work::Finished;
+use prova_protocol::work::{Finished, FromWorker};
 
 use super::core::{self as decide, AfterExecution, Purpose};
 use super::machine::{Command, Run};
@@ -195,5 +197,55 @@ impl Run {
         let r = self.failed(node, f, cache, note);
         self.finish(node, r);
         Some(Event::Finished { node, ok: false })
+    }
+
+    /// A worker's report: progress becomes events, `Finished` the task's next step.
+    pub(super) fn on_worker(&mut self, msg: FromWorker, worker: Option<WorkerId>) {
+        let attempt = match &msg {
+            FromWorker::Started { attempt, .. }
+            | FromWorker::Output { attempt, .. }
+            | FromWorker::Ready { attempt } => *attempt,
+            FromWorker::Finished(f) => f.attempt,
+        };
+        let held = self.attempts.get(&attempt).copied();
+        if let (Some((node, purpose)), Some(w)) = (held, worker) {
+            match purpose {
+                Purpose::Primary => self.state[node].ran_on = Some(w),
+                Purpose::Rerun => self.state[node].rerun_worker = Some(w),
+            }
+        }
+        // A re-run's output is not the task's: it is compared, never shown.
+        let primary = match held {
+            Some((node, Purpose::Primary)) => Some(node),
+            _ => None,
+        };
+        match msg {
+            FromWorker::Started { try_no, .. } => {
+                if let Some(node) = primary {
+                    let task = self.plan.tasks[node].id.clone();
+                    let worker = self.state[node].worker_or(&self.worker);
+                    self.emit(RunEvent::TaskStarted { task, attempt: try_no, worker });
+                }
+            }
+            FromWorker::Output { text, .. } => {
+                if let Some(node) = primary {
+                    let task = self.plan.tasks[node].id.clone();
+                    self.emit(RunEvent::Output { task, text });
+                }
+            }
+            FromWorker::Ready { .. } => {
+                if let Some(node) = primary {
+                    self.state[node].ready = true;
+                    let task = self.plan.tasks[node].id.clone();
+                    self.emit(RunEvent::TaskReady { task });
+                    self.feed(Event::Ready { node });
+                }
+            }
+            FromWorker::Finished(f) => {
+                if let Some(ev) = self.on_finished(f) {
+                    self.feed(ev);
+                }
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, RunSummary, Tas
 use prova_protocol::events::{TaskStatus, Verdict};
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::spec::{ExecStats, ExitKind};
-use prova_protocol::work::{Assignment, FromWorker, Placement};
+use prova_protocol::work::{Assignment, FromWorker};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 
 use super::AssignHints;
@@ -33,7 +33,7 @@ use super::types::{CachePolicy, ExecMode, RunOptions};
 use crate::cache::{Entry, Execution};
 use crate::keys::PlanKeys;
 use crate::layers::{HitQuery, LayerError, Restored};
-use crate::plan::{RunPlan, TaskKind};
+use crate::plan::RunPlan;
 use crate::scheduler::core::{Command as Sched, Event, Options, Scheduler, SkipReason};
 
 /// What a run knows of its cache, without the layer itself (the shell holds that).
@@ -150,7 +150,7 @@ pub(crate) struct Run {
     pub(super) worker: WorkerId,
     /// The time since the run began, as of the input being handled.
     now: Duration,
-    next_attempt: u64,
+    pub(super) next_attempt: u64,
     pub(super) attempts: HashMap<AttemptId, (usize, Purpose)>,
     /// One state per task ([`TaskState`]).
     pub(super) state: Vec<TaskState>,
@@ -177,8 +177,8 @@ pub(crate) struct Run {
     /// The scheduler finished (`ok`) while proofs were still running.
     deferred_done: Option<bool>,
     pub(super) local_proof_sources: Option<(PathBuf, PathBuf)>,
-    pid: u32,
-    host_lang: String,
+    pub(super) pid: u32,
+    pub(super) host_lang: String,
     /// The summary was handed out: every later input is ignored.
     ended: bool,
     out: VecDeque<Command>,
@@ -393,234 +393,6 @@ impl Run {
         self.cache_use(node).cacheable
     }
 
-    fn dispatch(&mut self, node: usize) -> Option<Event> {
-        let step = super::excluded::step(self.options.upstreams, &self.plan.tasks[node]);
-        // Its upstreams are resolved now: its key folds what they actually produced.
-        match self.settle_key(node) {
-            decide::Settled::Same => {}
-            decide::Settled::Moved(key) => {
-                if step != super::excluded::Step::Assume && self.start_probe(node, key) {
-                    return None;
-                }
-            }
-            decide::Settled::Unknown(upstream) => {
-                let msg = format!(
-                    "its key could not be computed (the outputs of `{}` are unknown): it runs uncached",
-                    self.plan.tasks[upstream].id
-                );
-                self.notice(node, NoticeLevel::Warn, msg);
-            }
-        }
-        if step == super::excluded::Step::Assume {
-            return self.assume(node);
-        }
-        if self.plan.tasks[node].kind == TaskKind::Group {
-            let mut r = self.report(
-                node,
-                TaskStatus::Succeeded,
-                CacheStatus::Uncached,
-                None,
-                0,
-                ExecStats::default(),
-                None,
-            );
-            if self.options.verify.any() {
-                r.verdicts.push(decide::not_run_verdict(true));
-            }
-            self.finish(node, r);
-            return Some(Event::Finished { node, ok: true });
-        }
-        self.restore_or_run(node)
-    }
-
-    /// A hit finishes on the spot when current, restores otherwise; a miss runs.
-    pub(super) fn restore_or_run(&mut self, node: usize) -> Option<Event> {
-        if let Some(done) = self.finish_current_hit(node) {
-            return Some(done);
-        }
-        if self.start_restore(node) {
-            return None;
-        }
-        self.primary(node)
-    }
-
-    /// Keys `node` from what its upstreams resolved to in this run (their output
-    /// fingerprints, or their keys); a key that moved from the one predicted before the run
-    /// drops the hit found under the prediction.
-    fn settle_key(&mut self, node: usize) -> decide::Settled {
-        let Some(c) = &mut self.cache else { return decide::Settled::Same };
-        let before = c.keys.key(node);
-        let state = &self.state;
-        let after = c.keys.settle(&self.plan, node, &|d| state[d].fingerprint);
-        let settled = match after {
-            None => decide::settled(
-                &c.keys.output_upstreams(&self.plan, node),
-                &self.state,
-                before,
-                after,
-            ),
-            Some(_) => decide::settled(&[], &self.state, before, after),
-        };
-        if !matches!(settled, decide::Settled::Same) {
-            c.hits.remove(&node);
-            self.current.remove(&node);
-        }
-        settled
-    }
-
-    /// A fresh attempt id mapped to `node`.
-    fn new_attempt(&mut self, node: usize, purpose: Purpose) -> AttemptId {
-        let attempt = AttemptId(self.next_attempt);
-        self.next_attempt += 1;
-        self.attempts.insert(attempt, (node, purpose));
-        attempt
-    }
-
-    /// Where `attempt` stages its packed artifact.
-    pub(super) fn staged_path(&self, attempt: AttemptId) -> PathBuf {
-        match &self.cache {
-            Some(c) => c.staging.join(format!("{}-{attempt}.tar.zst", self.pid)),
-            None => PathBuf::new(),
-        }
-    }
-
-    /// Removes what `attempt` staged (it will not be saved).
-    pub(super) fn discard_staged(&mut self, attempt: AttemptId) {
-        if self.cache.is_some() {
-            let path = self.staged_path(attempt);
-            self.push(Command::Discard(path));
-        }
-    }
-
-    /// The placement of an exec-root attempt of `node` (`local` for a local worker's proof).
-    fn exec_root_placement(&self, node: usize) -> Placement {
-        let (local_source, local_blobs) = decide::exec_root_sources(
-            &self.exec,
-            self.local_proof_sources.as_ref(),
-            &self.plan.root,
-        );
-        Placement::ExecRoot {
-            inputs: self.plan.tasks[node].inputs.clone(),
-            upstream: decide::upstream_artifacts(&self.plan.tasks, &self.state, node),
-            local_source,
-            local_blobs,
-        }
-    }
-
-    /// Hands out an attempt of `node` for `purpose`; returns its id.
-    pub(super) fn assign(&mut self, node: usize, purpose: Purpose) -> AttemptId {
-        let attempt = self.new_attempt(node, purpose);
-        if purpose == Purpose::Primary {
-            self.state[node].live = Some(attempt);
-        }
-        let shape = decide::attempt_shape(
-            purpose,
-            self.cache_use(node),
-            self.cache.is_some(),
-            crate::keys::progressive::folds_outputs(&self.plan.tasks[node]),
-            self.farm_worker(),
-            &self.exec,
-            self.traces_inputs(node),
-        );
-        let spec = &self.plan.tasks[node].spec;
-        let placement = if shape.in_place {
-            let protected = self.cache.as_ref().and_then(|c| c.protected.get(spec.id.as_str()));
-            let protected = protected.cloned().unwrap_or_default();
-            Placement::InPlace { workspace_root: self.plan.root.clone(), protected }
-        } else {
-            self.exec_root_placement(node)
-        };
-        let pack_to = (self.cache.is_some() && shape.pack).then(|| self.staged_path(attempt));
-        let project_dir = spec.project_dir.clone();
-        if shape.in_place {
-            let check = self.cacheable(node);
-            let project_dir = project_dir.clone();
-            self.push(Command::WatchBefore { node, project_dir, check });
-        }
-        if purpose == Purpose::Primary {
-            // It writes there in place, or its outputs are restored there after (a proof).
-            self.touched.insert(project_dir);
-        }
-        let perturb = shape.perturb.then(|| {
-            super::verify::perturbation_for(attempt, &self.declared_env(node), &self.host_lang)
-        });
-        let assignment = Assignment {
-            attempt,
-            spec: self.plan.tasks[node].spec.clone(),
-            placement,
-            clean_outputs: shape.clean_outputs,
-            collect_outputs: shape.collect_outputs,
-            pack_to,
-            perturb,
-            trace_reads: shape.traced,
-        };
-        let hints = AssignHints {
-            // A re-run never holds back the critical path.
-            priority: if shape.prioritised { self.sched.priority(node) } else { 0 },
-            // Re-runs must execute: never merged with another run's execution of the key.
-            key: shape.merge_by_key.then(|| self.key_of(node)).flatten(),
-            avoid: decide::avoid_worker(purpose, &self.state[node]),
-            platform: self
-                .cache
-                .as_ref()
-                .and_then(|c| c.keys.components.get(node))
-                .and_then(|c| c.platform.clone()),
-            labels: self.plan.tasks[node].spec.labels.clone(),
-        };
-        self.push(Command::Assign { assignment: Box::new(assignment), hints });
-        attempt
-    }
-
-    /// An assignment could not be handed out: the link is gone.
-    fn assign_failed(&mut self, attempt: AttemptId) {
-        match self.attempts.get(&attempt).copied() {
-            Some((node, Purpose::Primary)) => {
-                let ev = self.lost(node);
-                self.feed(ev);
-            }
-            Some((node, Purpose::Rerun)) => {
-                self.attempts.remove(&attempt);
-                self.reruns.ended(node, attempt);
-                // The link is gone: the proof cannot run.
-                self.conclude(node, super::verdicts::link_closed_verdict());
-                self.try_finish_run();
-            }
-            None => {}
-        }
-    }
-
-    /// The env names `node` declares (its key folds their values).
-    fn declared_env(&self, node: usize) -> Vec<String> {
-        self.cache
-            .as_ref()
-            .and_then(|c| c.keys.components.get(node))
-            .map(|c| c.env.iter().map(|(k, _)| k.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    pub(super) fn key_of(&self, node: usize) -> Option<Digest> {
-        self.cache.as_ref().and_then(|c| c.keys.key(node))
-    }
-
-    /// The link is gone: the node fails with a clear note.
-    fn lost(&mut self, node: usize) -> Event {
-        if let Some(a) = self.state[node].live.take() {
-            self.attempts.remove(&a);
-        }
-        let note = "the worker link closed".to_owned();
-        let r = self.report(
-            node,
-            TaskStatus::Failed,
-            CacheStatus::Uncached,
-            None,
-            0,
-            ExecStats::default(),
-            Some(note),
-        );
-        self.finish(node, r);
-        Event::Finished { node, ok: false }
-    }
-
     #[expect(clippy::too_many_arguments, reason = "a report's fields, each its own")]
     pub(super) fn report(
         &self,
@@ -659,56 +431,6 @@ impl Run {
     /// Whether tasks run on farm workers (exec roots fed by the coordinator).
     pub(super) fn farm_worker(&self) -> bool {
         matches!(self.exec, ExecMode::ExecRoot { local_source: None, .. })
-    }
-
-    /// A worker's report: progress becomes events, `Finished` the task's next step.
-    fn on_worker(&mut self, msg: FromWorker, worker: Option<WorkerId>) {
-        let attempt = match &msg {
-            FromWorker::Started { attempt, .. }
-            | FromWorker::Output { attempt, .. }
-            | FromWorker::Ready { attempt } => *attempt,
-            FromWorker::Finished(f) => f.attempt,
-        };
-        let held = self.attempts.get(&attempt).copied();
-        if let (Some((node, purpose)), Some(w)) = (held, worker) {
-            match purpose {
-                Purpose::Primary => self.state[node].ran_on = Some(w),
-                Purpose::Rerun => self.state[node].rerun_worker = Some(w),
-            }
-        }
-        // A re-run's output is not the task's: it is compared, never shown.
-        let primary = match held {
-            Some((node, Purpose::Primary)) => Some(node),
-            _ => None,
-        };
-        match msg {
-            FromWorker::Started { try_no, .. } => {
-                if let Some(node) = primary {
-                    let task = self.plan.tasks[node].id.clone();
-                    let worker = self.state[node].worker_or(&self.worker);
-                    self.emit(RunEvent::TaskStarted { task, attempt: try_no, worker });
-                }
-            }
-            FromWorker::Output { text, .. } => {
-                if let Some(node) = primary {
-                    let task = self.plan.tasks[node].id.clone();
-                    self.emit(RunEvent::Output { task, text });
-                }
-            }
-            FromWorker::Ready { .. } => {
-                if let Some(node) = primary {
-                    self.state[node].ready = true;
-                    let task = self.plan.tasks[node].id.clone();
-                    self.emit(RunEvent::TaskReady { task });
-                    self.feed(Event::Ready { node });
-                }
-            }
-            FromWorker::Finished(f) => {
-                if let Some(ev) = self.on_finished(f) {
-                    self.feed(ev);
-                }
-            }
-        }
     }
 
     /// A restore, lookup or read answered after an interrupt: the task is reported aborted.

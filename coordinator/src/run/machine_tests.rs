@@ -16,7 +16,7 @@ use prova_protocol::{AttemptId, Digest, TaskId, WorkerId};
 use super::*;
 use crate::cache::Entry;
 use crate::layers::{SaveOutcome, local::Restored};
-use crate::plan::PlannedTask;
+use crate::plan::{PlannedTask, TaskKind};
 use crate::run::types::{CachePolicy, VerifyOptions};
 
 fn task(name: &str, outputs: &[&str], deps: Vec<usize>) -> PlannedTask {

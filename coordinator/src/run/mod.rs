@@ -28,6 +28,7 @@
 pub mod actor;
 mod cached;
 mod core;
+mod dispatch;
 mod effects;
 mod excluded;
 mod finished;
