@@ -115,6 +115,8 @@ struct Knobs {
     continue_on_failure: bool,
     verify: VerifyOptions,
     hits: Vec<(usize, Outputs)>,
+    exec: ExecMode,
+    upstreams: prova_protocol::wire::UpstreamMode,
 }
 
 impl Default for Knobs {
@@ -124,8 +126,15 @@ impl Default for Knobs {
             continue_on_failure: false,
             verify: Default::default(),
             hits: vec![],
+            exec: ExecMode::InPlace,
+            upstreams: Default::default(),
         }
     }
+}
+
+/// Tasks on farm workers: exec roots the coordinator feeds.
+fn farm() -> ExecMode {
+    ExecMode::ExecRoot { local_source: None, local_blobs: None }
 }
 
 impl Drive {
@@ -149,7 +158,7 @@ impl Drive {
             concurrency: knobs.concurrency,
             continue_on_failure: knobs.continue_on_failure,
             verify: knobs.verify,
-            upstreams: Default::default(),
+            upstreams: knobs.upstreams,
         };
         let run = Run::new(Setup {
             plan,
@@ -158,7 +167,7 @@ impl Drive {
             worker: WorkerId("local".into()),
             first_attempt: 1,
             cache: Some(cache),
-            exec: ExecMode::InPlace,
+            exec: knobs.exec,
             local_proof_sources: None,
             pid: 7,
             host_lang: "C.UTF-8".into(),
@@ -410,13 +419,21 @@ fn proving() -> Knobs {
     Knobs { verify, ..Knobs::default() }
 }
 
+/// Outputs that claim a file outside the task's declared outputs (a lying worker).
+fn lying_outputs() -> Outputs {
+    let mut o = outputs(b"x");
+    o.manifest.entries[0].path = "p/.git/hooks/pre-commit".into();
+    o.fingerprint = o.manifest.fingerprint();
+    o
+}
+
 /// Runs task 0 of `d` and saves it: the re-run's attempt (its report is held).
 fn run_to_rerun(d: &mut Drive) -> AttemptId {
     let first = assigned(&d.give(Input::Begin))[0].attempt;
     let cmds = execute_and_save(d, first, b"x");
     assert!(reports(&cmds).is_empty(), "held until its proof concluded: {cmds:?}");
     let rerun = assigned(&cmds);
-    assert!(rerun[0].perturb.is_some() && rerun[0].pack_to.is_some());
+    assert!(rerun[0].perturb.is_some(), "a re-run is perturbed");
     rerun[0].attempt
 }
 
@@ -501,4 +518,80 @@ fn the_inputs_proof_traces_the_execution_in_an_exec_root() {
         "{r:?}"
     );
     assert!(summary(&cmds).is_some_and(|s| !s.ok), "a failing verdict fails the run");
+}
+
+#[test]
+fn a_farm_workers_lie_is_refused_and_nothing_of_it_is_recorded_or_saved() {
+    let knobs = Knobs { exec: farm(), ..Knobs::default() };
+    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], knobs);
+    let attempt = assigned(&d.give(Input::Begin))[0].attempt;
+    let cmds = d.give(finished(attempt, ExitKind::Code(0), 1, Some(lying_outputs())));
+    assert!(ledger(&cmds).is_empty() && save_of(&cmds).is_none(), "{cmds:?}");
+    let r = reports(&cmds);
+    assert_eq!(r[0].status, TaskStatus::Failed);
+    assert!(matches!(&r[0].cache, CacheStatus::NotSaved { reason } if reason.contains("lied")));
+    assert!(summary(&cmds).is_some_and(|s| !s.ok));
+}
+
+#[test]
+fn a_refused_rerun_fails_the_proof_and_records_nothing() {
+    let mut knobs = proving();
+    knobs.exec = farm();
+    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], knobs);
+    let rerun = run_to_rerun(&mut d);
+    let cmds = d.give(finished(rerun, ExitKind::Code(0), 1, Some(lying_outputs())));
+    assert!(ledger(&cmds).is_empty(), "a lie is no evidence: {cmds:?}");
+    let r = reports(&cmds);
+    assert!(
+        matches!(&r[0].verdicts[..], [Verdict::RerunFailed { reason, .. }] if reason.contains("refused"))
+    );
+    assert!(summary(&cmds).is_some_and(|s| !s.ok));
+}
+
+#[test]
+fn a_rerun_that_cannot_be_handed_out_concludes_the_proof() {
+    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], proving());
+    let rerun = run_to_rerun(&mut d);
+    let cmds = d.give(Input::AssignFailed(rerun));
+    let r = reports(&cmds);
+    assert!(
+        matches!(&r[0].verdicts[..], [Verdict::RerunFailed { reason, .. }] if reason == "the worker link closed")
+    );
+    assert!(summary(&cmds).is_some(), "no proof is left outstanding: {cmds:?}");
+}
+
+#[test]
+fn under_only_an_upstream_not_cached_is_assumed_from_disk() {
+    let mut tasks = vec![task("gen", &["dist/**"], vec![]), task("app", &[], vec![0])];
+    tasks[0].requested = false;
+    let upstreams = prova_protocol::wire::UpstreamMode::Only;
+    let mut d = Drive::new(tasks, Knobs { upstreams, ..Knobs::default() });
+    let cmds = d.give(Input::Begin);
+    let [Command::ReadOutputs { node: 0, root, .. }] = &cmds[..] else { panic!("{cmds:?}") };
+    assert_eq!(root, &PathBuf::from("/ws"));
+    let cmds = d.give(Input::OutputsRead { node: 0, result: Ok(outputs(b"disk").manifest) });
+    let r = reports(&cmds);
+    assert_eq!(r[0].status, TaskStatus::Skipped, "{cmds:?}");
+    assert_eq!(d.run.state[0].fingerprint, Some(outputs(b"disk").fingerprint));
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Probe { node: 1, .. })),
+        "app keyed: {cmds:?}"
+    );
+}
+
+#[test]
+fn a_persistent_task_is_ready_then_stopped_when_the_rest_is_done() {
+    let mut server = task("serve", &[], vec![]);
+    server.kind = TaskKind::Persistent;
+    let mut d = Drive::new(vec![server, task("e2e", &[], vec![0])], Knobs::default());
+    let serve = assigned(&d.give(Input::Begin))[0].attempt;
+    let ready = Input::Worker { msg: FromWorker::Ready { attempt: serve }, worker: None };
+    let cmds = d.give(ready);
+    assert!(matches!(&cmds[0], Command::Emit(RunEvent::TaskReady { .. })), "{cmds:?}");
+    let e2e = assigned(&cmds)[0].attempt;
+    let cmds = d.give(finished(e2e, ExitKind::Code(0), 1, None));
+    assert!(cmds.iter().any(|c| matches!(c, Command::Cancel(a) if *a == serve)), "{cmds:?}");
+    let cmds = d.give(finished(serve, ExitKind::Aborted, 1, None));
+    assert_eq!(reports(&cmds)[0].status, TaskStatus::Succeeded, "stopped once done");
+    assert!(summary(&cmds).is_some_and(|s| s.ok));
 }
