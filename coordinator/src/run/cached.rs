@@ -1,147 +1,119 @@
-//! The cache side of a run: restoring a hit instead of running the task, and filing an
-//! execution's outputs (or withholding them, with the reason).
+//! The cache side of the run's state machine ([`Run`]): hits found current before the first
+//! dispatch, a key settled at dispatch looked up, a hit restored instead of running the
+//! task, and an execution filed (or withheld, with the reason). Sans-IO: the lookups,
+//! restores and saves go out as commands ([`Command::Probe`], [`Command::Restore`],
+//! [`Command::Save`]) and come back as inputs; the shell carries them out
+//! ([`super::effects`]).
 
-use kameo::prelude::*;
 use prova_protocol::Digest;
 use prova_protocol::events::{CacheStatus, NoticeLevel, RunEvent, TaskStatus};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExecStats;
-use prova_protocol::task::OwnedTask;
 use prova_protocol::work::Finished;
 
-use super::actor::RunActor;
 use super::core::{self as decide, AfterSave};
+use super::effects::SaveError;
+use super::machine::{Command, Run};
+use crate::cache::Entry;
 use crate::layers::{HitQuery, LayerError, Restored, SaveOutcome, SaveRequest};
 use crate::scheduler::core::Event;
 
-/// Restoring a saved entry into the workspace after an exec-root execution failed.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum RestoreError {
-    /// The layer failed.
-    #[error(transparent)]
-    Layer(#[from] LayerError),
-    /// The entry just saved was not found.
-    #[error("the entry vanished after saving")]
-    Vanished,
-}
-
-/// Saving an execution failed (the task is reported `NotSaved`, `saving failed: …`).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum SaveError {
-    /// The layer refused or failed the save.
-    #[error(transparent)]
-    Layer(#[from] LayerError),
-    /// The entry was saved, but its outputs could not be put back into the workspace.
-    #[error("restoring the outputs into the workspace failed: {0}")]
-    IntoWorkspace(#[source] RestoreError),
-}
-
-/// The lookup of a key settled during the run finished.
-pub(super) struct Probed {
-    node: usize,
-    /// The key looked up.
-    key: Digest,
-    result: Result<Option<crate::cache::Entry>, LayerError>,
-}
-
-/// A restore finished.
-pub(super) struct RestoreDone {
-    node: usize,
+/// What a hit's entry says, kept while it is restored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HitMeta {
     /// The entry's artifact (downstream exec roots unpack it).
     artifact: Option<(Digest, u64)>,
     /// The entry's output fingerprint (its dependents' keys fold it).
     fingerprint: Option<Digest>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
-    result: Result<Option<Restored>, LayerError>,
 }
 
-/// A save finished.
-pub(super) struct SaveDone {
-    node: usize,
-    result: Result<SaveOutcome, SaveError>,
+impl HitMeta {
+    fn of(entry: &Entry) -> Self {
+        Self {
+            artifact: entry.artifact,
+            fingerprint: crate::keys::progressive::entry_fingerprint(entry),
+            saved_ms: entry.duration_ms,
+        }
+    }
+}
+
+/// An execution being filed.
+#[derive(Debug)]
+pub(crate) struct PendingSave {
     finished: Box<Finished>,
-    /// The outputs came out with fewer files than the task's newest entry: the warning.
-    shrunk: Option<String>,
     /// Declared output patterns no file matched (warned about when the entry is saved).
     matched_nothing: Vec<String>,
-    /// Upstreams that kept their bytes but moved this task's key (it is not confined, so it
-    /// was not cut off): the note.
-    blocked_cutoff: Vec<String>,
 }
 
-impl RunActor {
-    pub(super) fn output_globs(&self, node: usize) -> PathGlobs {
-        let spec = &self.plan.tasks[node].spec;
-        PathGlobs::new(&spec.project_dir, &spec.outputs).unwrap_or_else(|_| PathGlobs::empty())
+/// What [`Command::Save`] files, and how.
+#[derive(Debug)]
+pub(crate) struct SaveJob {
+    /// The task.
+    pub node: usize,
+    /// The entry to file.
+    pub req: SaveRequest,
+    /// The task's declared outputs.
+    pub globs: PathGlobs,
+    /// Its declared output patterns (checked against its newest entry).
+    pub patterns: Vec<String>,
+    /// Its project directory.
+    pub project: String,
+    /// Once saved, restore the entry into the workspace (it ran in an exec root).
+    pub restore_into_workspace: bool,
+}
+
+/// A save finished ([`Input::Saved`](super::machine::Input::Saved)).
+#[derive(Debug)]
+pub(crate) struct SaveDone {
+    /// The task.
+    pub node: usize,
+    /// Filed, withheld, or failed.
+    pub result: Result<SaveOutcome, SaveError>,
+    /// The outputs came out with fewer files than the task's newest entry: the warning.
+    pub shrunk: Option<String>,
+    /// Upstreams that kept their bytes but moved this task's key (it is not confined, so it
+    /// was not cut off): the note.
+    pub blocked_cutoff: Vec<String>,
+}
+
+impl Run {
+    /// The hits the layer is asked about in one batch before the first dispatch
+    /// ([`crate::layers::CacheLayer::resolve_current`]); `None` when there are none. Those
+    /// found current finish when dispatched without a restore
+    /// ([`finish_current_hit`](Self::finish_current_hit)); the rest restore one by one.
+    pub(super) fn hit_queries(&mut self) -> Option<Vec<HitQuery>> {
+        let c = self.cache.as_ref()?;
+        let mut nodes: Vec<usize> =
+            c.hits.keys().copied().filter(|&n| self.cache_use(n).reads).collect();
+        nodes.sort_unstable();
+        let mut queries = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let outputs = self.output_globs(n);
+            let project_dir = self.plan.tasks[n].spec.project_dir.clone();
+            let Some(entry) = self.cache.as_mut().and_then(|c| c.hits.remove(&n)) else {
+                continue;
+            };
+            self.resolving.push(n);
+            queries.push(HitQuery { entry, outputs, project_dir });
+        }
+        (!queries.is_empty()).then_some(queries)
     }
 
-    /// Refuses what a farm worker returned when its manifest is not the task's declared
-    /// outputs (a lying or compromised worker: a `.git/hooks` file, another project's
-    /// source, a link out of the project) or its fingerprint is not the manifest's. Called
-    /// before anything of the report is recorded, stored or handed downstream: the task
-    /// fails, naming the worker and the first offending path, and nothing is filed in any
-    /// namespace. `None` when the report may proceed.
-    pub(super) async fn refuse_unconfined(&mut self, node: usize, f: &Finished) -> Option<Event> {
-        if !self.farm_worker() {
-            return None;
-        }
-        let outputs = f.outputs.as_ref()?;
-        let globs = self.output_globs(node);
-        let project = &self.plan.tasks[node].spec.project_dir;
-        let why = decide::refusal(outputs, &globs, project)?;
-        let worker = self.state[node].worker_or(&self.worker);
-        let task = self.plan.tasks[node].id.clone();
-        tracing::warn!(%task, %worker, "refused what the worker returned: {why}");
-        let note = format!("worker `{worker}` returned {why}; refused, nothing was stored");
-        self.discard_staged(f.attempt);
-        let cache = CacheStatus::NotSaved { reason: format!("refused: worker `{worker}` lied") };
-        let r = self.report(
-            node,
-            TaskStatus::Failed,
-            cache,
-            Some(f.exit.clone()),
-            f.tries,
-            f.stats,
-            Some(note),
-        );
-        self.finish(node, r).await;
-        Some(Event::Finished { node, ok: false })
-    }
-
-    /// Asks the layer, in one batch before the first dispatch, which hits are current in the
-    /// workspace already ([`crate::layers::CacheLayer::resolve_current`]); those finish when
-    /// dispatched without a restore ([`finish_current_hit`](Self::finish_current_hit)), the
-    /// rest restore one by one as before. A warm no-op run's hits thus cost one trip to the
-    /// cache thread in all, not a task and several thread hops each.
-    pub(super) async fn resolve_hits(&mut self) {
-        let nodes: Vec<usize> = match &self.cache {
-            Some(c) => {
-                let mut n: Vec<usize> =
-                    c.hits.keys().copied().filter(|&n| self.cache_use(n).reads).collect();
-                n.sort_unstable();
-                n
-            }
-            None => return,
-        };
-        if nodes.is_empty() {
-            return;
-        }
-        let queries: Vec<(usize, HitQuery)> = nodes
-            .into_iter()
-            .filter_map(|n| {
-                let outputs = self.output_globs(n);
-                let project_dir = self.plan.tasks[n].spec.project_dir.clone();
-                let entry = self.cache.as_mut()?.hits.remove(&n)?;
-                Some((n, HitQuery { entry, outputs, project_dir }))
-            })
-            .collect();
-        let (nodes, queries): (Vec<usize>, Vec<HitQuery>) = queries.into_iter().unzip();
-        let Some(c) = &mut self.cache else { return };
-        match c.layer.resolve_current(queries).await {
+    /// The batch answered, in the order asked: hits go back to their tasks, the current
+    /// ones remembered; then the run starts.
+    pub(super) fn hits_resolved(
+        &mut self,
+        result: Result<Vec<(Entry, Option<Restored>)>, LayerError>,
+    ) {
+        let nodes = std::mem::take(&mut self.resolving);
+        match result {
             Ok(back) => {
                 for (node, (entry, restored)) in nodes.into_iter().zip(back) {
-                    c.hits.insert(node, entry);
+                    if let Some(c) = &mut self.cache {
+                        c.hits.insert(node, entry);
+                    }
                     if let Some(r) = restored {
                         self.current.insert(node, r);
                     }
@@ -151,12 +123,13 @@ impl RunActor {
             // the tasks run, as they would after a failed restore.
             Err(e) => tracing::warn!("resolving the run's hits failed: {e}"),
         }
+        self.feed(Event::Start);
     }
 
     /// Finishes `node` as a hit on the spot when the batch found its outputs current and
     /// nothing of this run has touched its project since; `None` when it must restore (or
     /// run).
-    pub(super) async fn finish_current_hit(&mut self, node: usize) -> Option<Event> {
+    pub(super) fn finish_current_hit(&mut self, node: usize) -> Option<Event> {
         let restored = self.current.remove(&node)?;
         if !self.cache_use(node).reads
             || self.touched.contains(&self.plan.tasks[node].spec.project_dir)
@@ -164,71 +137,77 @@ impl RunActor {
             return None;
         }
         let entry = self.cache.as_mut()?.hits.remove(&node)?;
-        let fingerprint = crate::keys::progressive::entry_fingerprint(&entry);
-        self.hit_done(node, entry.artifact, fingerprint, entry.duration_ms, restored).await;
+        self.hit_done(node, HitMeta::of(&entry), restored);
         Some(Event::Finished { node, ok: true })
     }
 
     /// Looks up `key`, settled at dispatch, when the task may read the cache: `true` when the
-    /// lookup started (the task restores or runs when it answers, [`Probed`]).
-    pub(super) fn start_probe(
-        &mut self,
-        node: usize,
-        key: Digest,
-        ctx: &mut Context<Self, ()>,
-    ) -> bool {
-        if !self.cache_use(node).reads {
+    /// lookup started (the task restores or runs when it answers).
+    pub(super) fn start_probe(&mut self, node: usize, key: Digest) -> bool {
+        if !self.cache_use(node).reads || self.cache.is_none() {
             return false;
         }
-        let Some(c) = &self.cache else { return false };
-        let layer = c.layer.clone();
-        let me = ctx.actor_ref().clone();
-        self.side.insert(
-            node,
-            OwnedTask::spawn("run.probe", async move {
-                let result = layer.lookup(vec![key]).await.map(|mut found| found.remove(&key));
-                let _ = me.tell(Probed { node, key, result }).await;
-            }),
-        );
+        self.push(Command::Probe { node, key });
         true
     }
 
-    /// Reports `node` a hit of the run's layer (its stored log replayed).
-    async fn hit_done(
+    /// The lookup of a key settled at dispatch answered.
+    pub(super) fn probed(
         &mut self,
         node: usize,
-        artifact: Option<(Digest, u64)>,
-        fingerprint: Option<Digest>,
-        saved_ms: u64,
-        restored: Restored,
+        key: Digest,
+        result: Result<Option<Entry>, LayerError>,
     ) {
-        self.state[node].artifact = artifact;
-        self.state[node].fingerprint = fingerprint;
+        if self.interrupted {
+            self.finish_interrupted(node);
+            return;
+        }
+        match result {
+            Ok(Some(entry)) if entry.key == key => {
+                if let Some(c) = &mut self.cache {
+                    c.hits.insert(node, entry);
+                }
+            }
+            Ok(_) => {}
+            // A lookup that failed is a miss: the task runs, as after a failed restore.
+            Err(e) => {
+                tracing::warn!(task = %self.plan.tasks[node].id, "looking up its key failed: {e}")
+            }
+        }
+        if let Some(ev) = self.restore_or_run(node) {
+            self.feed(ev);
+        }
+    }
+
+    /// Reports `node` a hit of the run's layer (its stored log replayed).
+    fn hit_done(&mut self, node: usize, hit: HitMeta, restored: Restored) {
+        self.state[node].artifact = hit.artifact;
+        self.state[node].fingerprint = hit.fingerprint;
         let task = self.plan.tasks[node].id.clone();
         if !restored.log.is_empty() {
-            let _ = self.events.send(RunEvent::Output { task, text: restored.log }).await;
+            self.emit(RunEvent::Output { task, text: restored.log });
         }
         if let Some(k) = self.key_of(node) {
             self.hit_keys.push(k);
         }
-        let layer = self.cache.as_ref().map_or("local", |c| c.layer.name()).to_owned();
+        let layer = self.cache.as_ref().map_or("local", |c| c.layer).to_owned();
         // An upstream folded by outputs executed in this run, yet the key held: a cutoff.
         let cutoff = self.cache.as_ref().is_some_and(|c| {
             c.keys.any_output_upstream(&self.plan, node, |d| {
                 self.state[d].report.as_ref().is_some_and(|r| r.attempts > 0)
             })
         });
-        let cache = CacheStatus::Hit { layer, saved_ms, cutoff };
+        let cache = CacheStatus::Hit { layer, saved_ms: hit.saved_ms, cutoff };
         let mut r =
             self.report(node, TaskStatus::Succeeded, cache, None, 0, ExecStats::default(), None);
         if self.options.verify.any() {
             r.verdicts.push(decide::not_run_verdict(false));
         }
-        self.finish(node, r).await;
+        self.finish(node, r);
     }
 
     /// Starts restoring `node` from its hit, if it has one; `false` when it must run.
-    pub(super) fn start_restore(&mut self, node: usize, ctx: &mut Context<Self, ()>) -> bool {
+    pub(super) fn start_restore(&mut self, node: usize) -> bool {
         if !self.cache_use(node).reads {
             return false;
         }
@@ -237,30 +216,40 @@ impl RunActor {
         let Some(c) = &mut self.cache else { return false };
         let Some(entry) = c.hits.remove(&node) else { return false };
         // A restore writes into the project: later pre-resolved hits there look again.
-        self.touched.insert(project.clone());
-        let layer = c.layer.clone();
-        let (saved_ms, artifact) = (entry.duration_ms, entry.artifact);
-        let fingerprint = crate::keys::progressive::entry_fingerprint(&entry);
-        let me = ctx.actor_ref().clone();
-        self.side.insert(
-            node,
-            OwnedTask::spawn("run.restore", async move {
-                let result = layer.restore(entry, globs, project).await;
-                let _ =
-                    me.tell(RestoreDone { node, artifact, fingerprint, saved_ms, result }).await;
-            }),
-        );
+        self.touched.insert(project);
+        self.restoring.insert(node, HitMeta::of(&entry));
+        self.push(Command::Restore { node, entry: Box::new(entry), globs });
         true
+    }
+
+    /// A restore answered: a hit, or the task runs after all.
+    pub(super) fn restored(&mut self, node: usize, result: Result<Option<Restored>, LayerError>) {
+        let hit = self.restoring.remove(&node);
+        if self.interrupted {
+            self.finish_interrupted(node);
+            return;
+        }
+        match (result, hit) {
+            (Ok(Some(restored)), Some(hit)) => {
+                self.hit_done(node, hit, restored);
+                self.feed(Event::Finished { node, ok: true });
+            }
+            (other, _) => {
+                let why = match &other {
+                    Err(e) => decide::restore_fallback_notice(Some(e as &dyn std::fmt::Display)),
+                    _ => decide::restore_fallback_notice(None),
+                };
+                self.notice(node, NoticeLevel::Warn, why);
+                if let Some(ev) = self.primary(node) {
+                    self.feed(ev);
+                }
+            }
+        }
     }
 
     /// Files a successful execution (unless its outputs disqualify it); the task is reported
     /// when the save completes.
-    pub(super) async fn start_save(
-        &mut self,
-        node: usize,
-        f: Box<Finished>,
-        ctx: &mut Context<Self, ()>,
-    ) -> Option<Event> {
+    pub(super) fn start_save(&mut self, node: usize, f: Box<Finished>) -> Option<Event> {
         if let Some(reason) = decide::withheld_before_save(&f) {
             self.discard_staged(f.attempt);
             let mut r = self.report(
@@ -275,7 +264,7 @@ impl RunActor {
             if self.options.verify.determinism {
                 r.verdicts.push(decide::not_saved_verdict(Some(&reason)));
             }
-            self.finish(node, r).await;
+            self.finish(node, r);
             return Some(Event::Finished { node, ok: true });
         }
         let spec = &self.plan.tasks[node].spec;
@@ -290,8 +279,6 @@ impl RunActor {
             farm,
             self.options.verify.inputs || self.sandboxed(node),
         );
-        let globs = self.output_globs(node);
-        let project = self.plan.tasks[node].spec.project_dir.clone();
         let staged_path = self.staged_path(f.attempt);
         let (Some(c), Some(outputs), Some(key)) = (&self.cache, &f.outputs, self.key_of(node))
         else {
@@ -310,177 +297,48 @@ impl RunActor {
             // An exec-root execution read copies taken at materialisation, not the workspace.
             stamps: if restore_into_workspace { Vec::new() } else { c.keys.stamps[node].clone() },
         };
-        let key = req.key;
-        let layer = c.layer.clone();
-        let me = ctx.actor_ref().clone();
-        let task = req.task.clone();
-        let (project_dir, patterns) = (project.clone(), self.plan.tasks[node].spec.outputs.clone());
-        self.side.insert(
+        let job = SaveJob {
             node,
-            OwnedTask::spawn("run.save", async move {
-                // Asked before the save (after it, the newest entry is this one).
-                let newest = layer.newest_entry(task).await.ok().flatten();
-                let (emptied, shrunk, blocked_cutoff) =
-                    against_newest(&project_dir, &patterns, &req, newest.as_ref());
-                let mut result = match decide::emptied_refusal(&emptied) {
-                    Some(reason) => Ok(SaveOutcome::Withheld(reason)),
-                    None => layer.save(req).await.map_err(SaveError::Layer),
-                };
-                if restore_into_workspace && matches!(result, Ok(SaveOutcome::Saved)) {
-                    let restored = match layer.entry(key).await {
-                        Ok(Some(entry)) => layer
-                            .restore(entry, globs, project)
-                            .await
-                            .map(|_| ())
-                            .map_err(RestoreError::Layer),
-                        Ok(None) => Err(RestoreError::Vanished),
-                        Err(e) => Err(RestoreError::Layer(e)),
-                    };
-                    if let Err(e) = restored {
-                        result = Err(SaveError::IntoWorkspace(e));
-                    }
-                }
-                let done =
-                    SaveDone { node, result, finished: f, shrunk, matched_nothing, blocked_cutoff };
-                let _ = me.tell(done).await;
-            }),
-        );
+            req,
+            globs: self.output_globs(node),
+            patterns: spec.outputs.clone(),
+            project: spec.project_dir.clone(),
+            restore_into_workspace,
+        };
+        self.saving.insert(node, PendingSave { finished: f, matched_nothing });
+        self.push(Command::Save(Box::new(job)));
         None
     }
-}
 
-/// What `task`'s newest entry says of the execution `req` is about to file: the declared
-/// outputs it emptied (not saved), the fewer-files warning, and the upstreams that kept their
-/// bytes but moved its key ([`crate::keys::progressive::blocked_cutoff`]).
-fn against_newest(
-    project_dir: &str,
-    patterns: &[String],
-    req: &SaveRequest,
-    newest: Option<&crate::cache::Entry>,
-) -> (Vec<(String, usize)>, Option<String>, Vec<String>) {
-    use prova_protocol::key::KeyComponents;
-    use prova_protocol::manifest::OutputManifest;
-    let Some(newest) = newest else { return (Vec::new(), None, Vec::new()) };
-    // An entry whose manifest does not decode says nothing (its restore refuses it).
-    let manifest = rmp_serde::from_slice::<OutputManifest>(&newest.manifest).ok();
-    let emptied = manifest.as_ref().map_or_else(Vec::new, |m| {
-        decide::emptied_outputs(project_dir, patterns, &req.manifest, m)
-    });
-    let now = crate::layers::local::output_count(&req.manifest);
-    let shrunk = manifest
-        .as_ref()
-        .and_then(|m| decide::shrunk_warning(patterns, now, crate::layers::local::output_count(m)));
-    let blocked = rmp_serde::from_slice::<KeyComponents>(&newest.components)
-        .map(|old| crate::keys::progressive::blocked_cutoff(&req.components, &old))
-        .unwrap_or_default();
-    (emptied, shrunk, blocked)
-}
-
-impl RunActor {
-    /// A restore or lookup answered after an interrupt: the task is reported aborted.
-    pub(super) async fn finish_interrupted(&mut self, node: usize, ctx: &mut Context<Self, ()>) {
-        let r = self.report(
-            node,
-            TaskStatus::Aborted,
-            CacheStatus::Uncached,
-            None,
-            0,
-            ExecStats::default(),
-            None,
-        );
-        self.finish(node, r).await;
-        self.feed(Event::Finished { node, ok: false }, ctx).await;
-    }
-}
-
-impl Message<RestoreDone> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: RestoreDone, ctx: &mut Context<Self, Self::Reply>) {
+    /// A save answered: the task is reported (its re-run queued under `--verify`).
+    pub(super) fn saved(&mut self, msg: SaveDone) {
         let node = msg.node;
-        self.side.remove(&node);
-        if self.interrupted {
-            self.finish_interrupted(node, ctx).await;
+        let Some(PendingSave { finished: f, matched_nothing }) = self.saving.remove(&node) else {
             return;
-        }
-        match msg.result {
-            Ok(Some(restored)) => {
-                self.hit_done(node, msg.artifact, msg.fingerprint, msg.saved_ms, restored).await;
-                self.feed(Event::Finished { node, ok: true }, ctx).await;
-            }
-            other => {
-                let why = match &other {
-                    Err(e) => decide::restore_fallback_notice(Some(e as &dyn std::fmt::Display)),
-                    _ => decide::restore_fallback_notice(None),
-                };
-                self.notice(node, NoticeLevel::Warn, why).await;
-                if let Some(ev) = self.primary(node, ctx).await {
-                    self.feed(ev, ctx).await;
-                }
-            }
-        }
-    }
-}
-
-impl Message<Probed> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: Probed, ctx: &mut Context<Self, Self::Reply>) {
-        let node = msg.node;
-        self.side.remove(&node);
-        if self.interrupted {
-            self.finish_interrupted(node, ctx).await;
-            return;
-        }
-        match msg.result {
-            Ok(Some(entry)) if entry.key == msg.key => {
-                if let Some(c) = &mut self.cache {
-                    c.hits.insert(node, entry);
-                }
-            }
-            Ok(_) => {}
-            // A lookup that failed is a miss: the task runs, as after a failed restore.
-            Err(e) => {
-                tracing::warn!(task = %self.plan.tasks[node].id, "looking up its key failed: {e}")
-            }
-        }
-        if let Some(ev) = self.restore_or_run(node, ctx).await {
-            self.feed(ev, ctx).await;
-        }
-    }
-}
-
-impl Message<SaveDone> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: SaveDone, ctx: &mut Context<Self, Self::Reply>) {
-        let node = msg.node;
-        self.side.remove(&node);
+        };
         let saved = matches!(msg.result, Ok(SaveOutcome::Saved));
-        if saved && let Some(w) = decide::matched_nothing_warning(&msg.matched_nothing) {
-            self.notice(node, NoticeLevel::Warn, w).await;
+        if saved && let Some(w) = decide::matched_nothing_warning(&matched_nothing) {
+            self.notice(node, NoticeLevel::Warn, w);
         }
         if let Some(w) = msg.shrunk
             && saved
         {
-            self.notice(node, NoticeLevel::Warn, w).await;
+            self.notice(node, NoticeLevel::Warn, w);
         }
         if !msg.blocked_cutoff.is_empty() {
-            self.notice(node, NoticeLevel::Info, decide::blocked_cutoff_note(&msg.blocked_cutoff))
-                .await;
+            self.notice(node, NoticeLevel::Info, decide::blocked_cutoff_note(&msg.blocked_cutoff));
         }
         let (cache, saved) = match msg.result {
             Ok(SaveOutcome::Saved) => (CacheStatus::Saved, true),
             Ok(SaveOutcome::Withheld(reason)) => {
-                self.discard_staged(msg.finished.attempt);
+                self.discard_staged(f.attempt);
                 (CacheStatus::NotSaved { reason }, false)
             }
             Err(e) => {
-                self.discard_staged(msg.finished.attempt);
+                self.discard_staged(f.attempt);
                 (CacheStatus::NotSaved { reason: format!("saving failed: {e}") }, false)
             }
         };
-        let f = msg.finished;
         let mut r = self.report(
             node,
             TaskStatus::Succeeded,
@@ -494,9 +352,9 @@ impl Message<SaveDone> for RunActor {
         match decide::after_save(self.options.verify.determinism, saved, &cache, primary) {
             AfterSave::Nothing => {}
             AfterSave::Verdict(v) => r.verdicts.push(*v),
-            AfterSave::Rerun => r.verdicts.extend(self.queue_rerun(node).await),
+            AfterSave::Rerun => r.verdicts.extend(self.queue_rerun(node)),
         }
-        self.finish(node, r).await;
-        self.feed(Event::Finished { node, ok: true }, ctx).await;
+        self.finish(node, r);
+        self.feed(Event::Finished { node, ok: true });
     }
 }

@@ -12,18 +12,18 @@
 //! read the workspace (a farm coordinator) or a proof needs the upstream as an artifact in
 //! its exec roots (`--verify`), assuming is refused with the reason.
 //!
-//! The decisions are pure functions (tested below); [`RunActor::assume`] carries them out.
+//! The decisions are pure functions (tested below); [`Run::assume`] carries them out in the
+//! run's state machine (the read of the outputs on disk is a command,
+//! [`Command::ReadOutputs`]).
 
-use kameo::prelude::*;
-use prova_protocol::artifact::{ArtifactError, collect_outputs};
+use prova_protocol::artifact::ArtifactError;
 use prova_protocol::events::{CacheStatus, TaskStatus};
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::spec::ExecStats;
-use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::UpstreamMode;
 
-use super::actor::RunActor;
 use super::core::Purpose;
+use super::machine::{Command, Run};
 use super::types::ExecMode;
 use crate::keys::progressive::folds_outputs;
 use crate::plan::{PlannedTask, TaskKind};
@@ -127,73 +127,46 @@ pub(crate) fn on_disk(mode: UpstreamMode, files: usize) -> Result<String, String
     }
 }
 
-/// The outputs of an assumed task were read.
-pub(super) struct Assumed {
-    node: usize,
-    result: Result<OutputManifest, ArtifactError>,
-}
-
-impl RunActor {
+impl Run {
     /// Runs `node` for the run (a miss, or a failed restore), or assumes it when the run
     /// does not run it ([`Step`]).
-    pub(super) async fn primary(
-        &mut self,
-        node: usize,
-        ctx: &mut Context<Self, ()>,
-    ) -> Option<Event> {
+    pub(super) fn primary(&mut self, node: usize) -> Option<Event> {
         match step(self.options.upstreams, &self.plan.tasks[node]) {
             Step::Normal => {
                 match super::core::sandbox_refusal(&self.plan.tasks[node], self.cache_use(node)) {
-                    Some(note) => Some(self.finish_assumed(node, Err(note)).await),
-                    None => self.assign(node, Purpose::Primary).await,
+                    Some(note) => Some(self.finish_assumed(node, Err(note))),
+                    None => {
+                        self.assign(node, Purpose::Primary);
+                        None
+                    }
                 }
             }
-            Step::RestoreElseAssume | Step::Assume => self.assume(node, ctx).await,
+            Step::RestoreElseAssume | Step::Assume => self.assume(node),
         }
     }
 
     /// Resolves `node` without running it: done, refused, or its outputs read from disk
-    /// ([`Assumed`]).
-    pub(super) async fn assume(
-        &mut self,
-        node: usize,
-        ctx: &mut Context<Self, ()>,
-    ) -> Option<Event> {
+    /// ([`Command::ReadOutputs`]).
+    pub(super) fn assume(&mut self, node: usize) -> Option<Event> {
         let mode = self.options.upstreams;
         let proving = self.options.verify.any();
         match assume(mode, &self.plan.tasks[node], sees_workspace(&self.exec), proving) {
-            Assume::Done(note) => Some(self.finish_assumed(node, Ok(note)).await),
-            Assume::Refused(note) => Some(self.finish_assumed(node, Err(note)).await),
+            Assume::Done(note) => Some(self.finish_assumed(node, Ok(note))),
+            Assume::Refused(note) => Some(self.finish_assumed(node, Err(note))),
             Assume::ReadDisk => {
                 let root = match &self.exec {
                     ExecMode::ExecRoot { local_source: Some(src), .. } => src.clone(),
                     _ => self.plan.root.clone(),
                 };
                 let globs = self.output_globs(node);
-                let me = ctx.actor_ref().clone();
-                self.side.insert(
-                    node,
-                    OwnedTask::spawn("run.assume", async move {
-                        let read = OwnedTask::spawn_blocking("run.assume.read", move || {
-                            collect_outputs(&root, &globs)
-                        });
-                        let result = match read.join().await {
-                            Ok(r) => r,
-                            Err(e) => Err(ArtifactError::Io {
-                                path: std::path::PathBuf::from("."),
-                                source: std::io::Error::other(e.to_string()),
-                            }),
-                        };
-                        let _ = me.tell(Assumed { node, result }).await;
-                    }),
-                );
+                self.push(Command::ReadOutputs { node, root, globs });
                 None
             }
         }
     }
 
     /// Reports an assumed `node`: skipped with a note (its dependents go on), or failed.
-    async fn finish_assumed(&mut self, node: usize, outcome: Result<String, String>) -> Event {
+    fn finish_assumed(&mut self, node: usize, outcome: Result<String, String>) -> Event {
         let (status, ok, note) = match outcome {
             Ok(note) => (TaskStatus::Skipped, true, note),
             Err(note) => (TaskStatus::Failed, false, note),
@@ -207,22 +180,21 @@ impl RunActor {
             ExecStats::default(),
             Some(note),
         );
-        self.finish(node, r).await;
+        self.finish(node, r);
         Event::Finished { node, ok }
     }
-}
 
-impl Message<Assumed> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, msg: Assumed, ctx: &mut Context<Self, Self::Reply>) {
-        let node = msg.node;
-        self.side.remove(&node);
+    /// The outputs of an assumed task were read.
+    pub(super) fn outputs_read(
+        &mut self,
+        node: usize,
+        result: Result<OutputManifest, ArtifactError>,
+    ) {
         if self.interrupted {
-            self.finish_interrupted(node, ctx).await;
+            self.finish_interrupted(node);
             return;
         }
-        let outcome = match msg.result {
+        let outcome = match result {
             Ok(manifest) => {
                 let used = on_disk(self.options.upstreams, manifest.entries.len());
                 if used.is_ok() {
@@ -232,8 +204,8 @@ impl Message<Assumed> for RunActor {
             }
             Err(e) => Err(format!("reading its outputs on disk failed: {e}")),
         };
-        let ev = self.finish_assumed(node, outcome).await;
-        self.feed(ev, ctx).await;
+        let ev = self.finish_assumed(node, outcome);
+        self.feed(ev);
     }
 }
 

@@ -12,21 +12,27 @@
 //!   (determinism proof) earns, as pure functions (`verdicts_tests.rs`).
 //! - `reruns`: the determinism proof's bookkeeping, sans-IO — queued and running re-runs,
 //!   outstanding proofs, when a report is held or released (`reruns_tests.rs`).
-//! - [`actor`]: [`RunActor`], the kameo shell around the scheduler core and the run core: it
-//!   carries out dispatch/skip/abort commands, sends assignments down a [`WorkSink`], turns
-//!   worker reports into run events, and returns a `RunSummary`.
-//! - `cached`: carrying out restores and saves through the run's cache layer.
-//! - `verify`: carrying out the proofs (`--verify`): the perturbed re-runs, the file-by-file
-//!   comparison, every execution into the ledger, reports held until their verdicts are in.
-//! - `excluded`: the tasks a run did not ask for under `--only` / `--exclude-dependencies`:
-//!   restored or assumed from the outputs on disk, never run (decisions tested in the file).
+//! - `machine`: the run as a state machine, sans-IO (`Run`: `handle(now, input)`, `poll()`
+//!   for commands) — the whole order of a run: probe, restore, run, save, prove, report,
+//!   finish. Whole runs are tested without a process or a runtime (`machine_tests.rs`). Its
+//!   steps by file: `finished` (a primary execution's report), `cached` (hits, restores,
+//!   saves), `verify` (proofs: re-runs, ledger rows, reports held until their verdicts are
+//!   in), `excluded` (tasks a run did not ask for under `--only` /
+//!   `--exclude-dependencies`: restored or assumed from disk, never run).
+//! - [`actor`]: [`RunActor`], the kameo shell around the machine: it feeds it inputs and
+//!   carries out its commands — events, assignments and cancels down a [`WorkSink`], cache
+//!   layer calls (the longer ones' IO in `effects`), the summary.
 //! - [`undeclared`]: which paths a traced run touched are undeclared inputs (and outputs).
 //! - `written`: the cheap post-run check of a plain run for files written outside outputs.
 
 pub mod actor;
 mod cached;
 mod core;
+mod dispatch;
+mod effects;
 mod excluded;
+mod finished;
+mod machine;
 mod reruns;
 pub mod types;
 pub mod undeclared;

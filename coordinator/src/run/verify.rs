@@ -7,62 +7,33 @@
 //! [`super::verdicts`]; this file carries the proofs out (queues re-runs, records ledger
 //! rows, holds and releases reports).
 
-use kameo::prelude::*;
-use prova_protocol::events::{RunEvent, TaskReport, Verdict};
-use prova_protocol::task::OwnedTask;
+use prova_protocol::events::{Divergence, RunEvent, TaskReport, Verdict};
 use prova_protocol::work::{Finished, Perturb};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 
-use super::actor::RunActor;
 use super::core::{self as decide, PrimaryOutputs, Purpose};
-use super::reruns::{self, Announce, Reruns};
+use super::machine::{Command, Run};
+use super::reruns::{self, Announce};
 use super::verdicts::{self, Comparison};
 use crate::cache::Execution;
-use crate::layers::local::now_ms;
 
-/// How long the end of a run waits for its ledger writes.
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Proof bookkeeping of a run: the re-runs ([`Reruns`], sans-IO; the per-task part is in
-/// [`super::core::TaskState`]) and the background work carrying the proofs out.
-pub(super) struct Proofs {
-    /// Queued and running re-runs, outstanding proofs.
-    reruns: Reruns,
-    /// Ledger writes and comparisons (not aborted by a node's save or restore).
-    background: Vec<OwnedTask<()>>,
-}
-
-impl Proofs {
-    pub(super) fn new(max_in_flight: usize) -> Self {
-        Self { reruns: Reruns::new(max_in_flight), background: Vec::new() }
-    }
-
-    pub(super) fn outstanding(&self) -> usize {
-        self.reruns.outstanding()
-    }
-
-    /// Waits (bounded) for ledger writes and comparisons still running: the run's summary
-    /// must not outlive its evidence, and the actor's stop would abort them.
-    pub(super) async fn drain(&mut self) {
-        let tasks = std::mem::take(&mut self.background);
-        let all = async {
-            for t in tasks {
-                let _ = t.join().await;
-            }
-        };
-        if tokio::time::timeout(DRAIN_TIMEOUT, all).await.is_err() {
-            tracing::warn!("ledger writes did not finish within {DRAIN_TIMEOUT:?}");
-        }
-    }
-
-    fn spawn(
-        &mut self,
-        name: &'static str,
-        fut: impl std::future::Future<Output = ()> + Send + 'static,
-    ) {
-        self.background.retain(|t| !t.is_finished());
-        self.background.push(OwnedTask::spawn(name, fut));
-    }
+/// A diverging re-run to record and compare file by file ([`Command::Diff`]).
+#[derive(Debug)]
+pub(crate) struct DiffJob {
+    /// The task.
+    pub node: usize,
+    /// The re-run's ledger row (recorded first: a local re-run's artifact becomes a blob).
+    pub execution: Execution,
+    /// The re-run's staged artifact (local).
+    pub staged: Option<std::path::PathBuf>,
+    /// The first execution's artifact.
+    pub first: Digest,
+    /// The re-run's artifact.
+    pub rerun: Digest,
+    /// What diverged (its files filled by the comparison).
+    pub divergence: Divergence,
+    /// Whether the divergence is allowed (`--verify-allow`).
+    pub allowed: bool,
 }
 
 /// What a determinism re-run changes that no declared input may depend on (brief §7): the
@@ -73,7 +44,15 @@ impl Proofs {
 /// (`Finished::perturbed`; `worker::perturb`).
 /// Names the task declares in `env` (`declared`) keep their values, set or unset.
 pub fn perturbation(attempt: AttemptId, declared: &[String]) -> Perturb {
-    let host_lang = std::env::var("LANG").unwrap_or_default();
+    perturbation_for(attempt, declared, &std::env::var("LANG").unwrap_or_default())
+}
+
+/// [`perturbation`] on a host whose `LANG` is `host_lang`.
+pub(crate) fn perturbation_for(
+    attempt: AttemptId,
+    declared: &[String],
+    host_lang: &str,
+) -> Perturb {
     let lang =
         if host_lang.starts_with('C') || host_lang.is_empty() { "en_US.UTF-8" } else { "C.UTF-8" };
     let name = format!("prova-rerun-{}", attempt.0);
@@ -105,13 +84,7 @@ pub fn perturbation(attempt: AttemptId, declared: &[String]) -> Perturb {
     }
 }
 
-/// A comparison finished.
-pub(super) struct ProofDone {
-    node: usize,
-    verdict: Verdict,
-}
-
-impl RunActor {
+impl Run {
     /// Records a primary execution in the ledger and remembers its outputs for the proof.
     pub(super) fn record_primary(&mut self, node: usize, f: &Finished) {
         let Some(key) = self.key_of(node) else { return };
@@ -129,62 +102,79 @@ impl RunActor {
         if !matches!(f.exit, prova_protocol::spec::ExitKind::Code(_)) && !f.exit.success() {
             return; // killed, timed out or never started: not evidence about the task
         }
-        self.record(node, key, worker, false, f, None);
+        if self.cache.is_some() {
+            let execution = self.execution(node, key, worker, false, f);
+            self.push(Command::Record { execution: Box::new(execution), staged: None });
+        }
     }
 
-    fn record(
-        &mut self,
+    /// The ledger row of an execution of `node` (`time_ms` is stamped when recorded).
+    fn execution(
+        &self,
         node: usize,
         key: Digest,
         worker: WorkerId,
         rerun: bool,
         f: &Finished,
-        staged: Option<std::path::PathBuf>,
-    ) {
-        let Some(c) = &self.cache else { return };
-        let e = Execution {
+    ) -> Execution {
+        let spec = &self.plan.tasks[node].spec;
+        // Outputs count only when the execution succeeded (a diverging re-run's always:
+        // [`Self::diverged_execution`]).
+        let outputs = f.outputs.as_ref().filter(|_| f.exit.success());
+        Execution {
             key,
             task: self.plan.tasks[node].id.to_string(),
             worker: worker.0,
-            platform: c.keys.components[node]
-                .platform
-                .clone()
+            platform: self
+                .cache
+                .as_ref()
+                .and_then(|c| c.keys.components[node].platform.clone())
                 .unwrap_or_else(|| "portable".to_owned()),
             rerun,
             ok: f.exit.success(),
-            fingerprint: f.outputs.as_ref().filter(|_| f.exit.success()).map(|o| o.fingerprint),
-            compared: f.outputs.as_ref().filter(|_| f.exit.success()).and_then(|o| {
-                verdicts::compared_fingerprint(&self.plan.tasks[node].spec, &o.manifest)
-            }),
+            fingerprint: outputs.map(|o| o.fingerprint),
+            compared: outputs.and_then(|o| verdicts::compared_fingerprint(spec, &o.manifest)),
             manifest: f.outputs.as_ref().and_then(|o| rmp_serde::to_vec_named(&o.manifest).ok()),
             artifact: if rerun {
                 f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d))
             } else {
                 None
             },
-            time_ms: now_ms(),
+            time_ms: 0,
             // Every try before the last failed (a success ends the tries): a pass after
             // failures with one key, in one environment, is flaky.
             failed_tries: if f.exit.success() { f.tries.saturating_sub(1) } else { 0 },
-        };
-        let layer = c.layer.clone();
-        self.proofs.spawn("run.ledger", async move {
-            if let Err(e) = layer.record(e, staged).await {
-                tracing::warn!("recording an execution in the ledger failed: {e}");
-            }
-        });
+        }
+    }
+
+    /// The ledger row of a re-run whose outputs diverged: its outputs count whatever its
+    /// exit, and its tries are not a flake's.
+    fn diverged_execution(
+        &self,
+        node: usize,
+        key: Digest,
+        worker: WorkerId,
+        f: &Finished,
+    ) -> Execution {
+        let mut e = self.execution(node, key, worker, true, f);
+        let spec = &self.plan.tasks[node].spec;
+        e.fingerprint = f.outputs.as_ref().map(|o| o.fingerprint);
+        e.compared =
+            f.outputs.as_ref().and_then(|o| verdicts::compared_fingerprint(spec, &o.manifest));
+        e.failed_tries = 0;
+        e
     }
 
     /// Queues a determinism re-run of `node` (after its save, [`decide::after_save`]) —
     /// unless this run skips its proof ([`verdicts::skipped_proof`]: exempt, or not in the
     /// sample), when the verdict saying so is returned for its report (once: under
     /// `--verify=inputs` the inputs proof already recorded it).
-    pub(super) async fn queue_rerun(&mut self, node: usize) -> Option<Verdict> {
+    pub(super) fn queue_rerun(&mut self, node: usize) -> Option<Verdict> {
         if let Some(v) = self.skipped_proof(node) {
             return (!self.options.verify.inputs).then_some(v);
         }
-        self.proofs.reruns.queue(node, &mut self.state[node]);
-        self.pump_reruns().await;
+        self.reruns.queue(node, &mut self.state[node]);
+        self.pump_reruns();
         None
     }
 
@@ -206,30 +196,19 @@ impl RunActor {
     }
 
     /// Starts queued re-runs while there is room.
-    async fn pump_reruns(&mut self) {
-        while let Some(node) = self.proofs.reruns.next(self.interrupted) {
-            let before = self.peek_attempt();
-            if self.assign(node, Purpose::Rerun).await.is_some() {
-                // The link is gone: the proof cannot run.
-                self.conclude(node, verdicts::link_closed_verdict()).await;
-                continue;
-            }
-            self.proofs.reruns.started(node, before);
+    fn pump_reruns(&mut self) {
+        while let Some(node) = self.reruns.next(self.interrupted) {
+            let attempt = self.assign(node, Purpose::Rerun);
+            self.reruns.started(node, attempt);
         }
     }
 
     /// A re-run ended: compare it with the first execution.
-    pub(super) async fn on_rerun_finished(
-        &mut self,
-        node: usize,
-        f: Box<Finished>,
-        ctx: &mut Context<Self, ()>,
-    ) {
-        self.proofs.reruns.ended(node, f.attempt);
+    pub(super) fn on_rerun_finished(&mut self, node: usize, f: Box<Finished>) {
+        self.reruns.ended(node, f.attempt);
         let rerun_worker =
             self.state[node].rerun_worker.clone().unwrap_or_else(|| self.worker.clone());
         let staged = (!self.farm_worker()).then(|| self.staged_path(f.attempt));
-        let key = self.key_of(node);
         let primary = self.state[node].primary.clone();
         let single_machine = !self.farm_worker()
             || primary.as_ref().and_then(|p| p.worker.as_ref()) == Some(&rerun_worker);
@@ -247,8 +226,8 @@ impl RunActor {
             tracing::warn!(task = %self.plan.tasks[node].id, worker = %rerun_worker,
                 "refused what the re-run's worker returned: {why}");
             let verdict = verdicts::refused_rerun_verdict(&rerun_worker, &why, &f);
-            self.conclude(node, verdict).await;
-            self.try_finish_run(ctx).await;
+            self.conclude(node, verdict);
+            self.try_finish_run();
             return;
         }
         let allowed = self.options.verify.allow.contains(&self.plan.tasks[node].id);
@@ -256,29 +235,19 @@ impl RunActor {
         let verdict =
             match verdicts::compare(primary.as_ref(), &f, &rerun_worker, single_machine, spec) {
                 Comparison::Verdict(v) => v,
-                Comparison::Diverged(mut divergence) => {
+                Comparison::Diverged(divergence) => {
                     // Record first (a local re-run's artifact becomes a blob), then compare the
                     // two artifacts file by file, off the actor.
-                    if let (Some(c), Some(key), Some(a), Some((b, _))) = (
-                        &self.cache,
-                        key,
+                    if let (true, Some(key), Some(first), Some((rerun, _))) = (
+                        self.cache.is_some(),
+                        self.key_of(node),
                         primary.as_ref().and_then(|p| p.artifact),
                         f.outputs.as_ref().and_then(|o| o.artifact),
                     ) {
-                        let layer = c.layer.clone();
-                        let e = self.execution(node, key, rerun_worker.clone(), &f);
-                        let me = ctx.actor_ref().clone();
-                        self.proofs.spawn("run.proof.diff", async move {
-                            let _ = layer.record(e, staged).await;
-                            let mut changed = divergence.changed.clone();
-                            changed.extend(divergence.added.iter().cloned());
-                            changed.extend(divergence.removed.iter().cloned());
-                            if let Ok(files) = layer.diff(a, b, changed).await {
-                                divergence.files = files;
-                            }
-                            let verdict = verdicts::divergence_verdict(divergence, allowed);
-                            let _ = me.tell(ProofDone { node, verdict }).await;
-                        });
+                        let execution = self.diverged_execution(node, key, rerun_worker, &f);
+                        let job =
+                            DiffJob { node, execution, staged, first, rerun, divergence, allowed };
+                        self.push(Command::Diff(Box::new(job)));
                         return;
                     }
                     verdicts::divergence_verdict(divergence, allowed)
@@ -286,95 +255,65 @@ impl RunActor {
             };
         // A re-run that never ran (aborted, or the farm gave up placing it: every worker
         // refused or quarantined) is no evidence about the task: nothing is recorded.
-        if let Some(key) = key
+        if let Some(key) = self.key_of(node)
+            && self.cache.is_some()
             && f.tries > 0
             && !matches!(f.exit, prova_protocol::spec::ExitKind::Aborted)
         {
-            self.record(node, key, rerun_worker, true, &f, staged);
+            let execution = self.execution(node, key, rerun_worker, true, &f);
+            self.push(Command::Record { execution: Box::new(execution), staged });
         }
-        self.conclude(node, verdict).await;
-        self.try_finish_run(ctx).await;
-    }
-
-    fn execution(&self, node: usize, key: Digest, worker: WorkerId, f: &Finished) -> Execution {
-        Execution {
-            key,
-            task: self.plan.tasks[node].id.to_string(),
-            worker: worker.0,
-            platform: self
-                .cache
-                .as_ref()
-                .and_then(|c| c.keys.components[node].platform.clone())
-                .unwrap_or_else(|| "portable".to_owned()),
-            rerun: true,
-            ok: f.exit.success(),
-            fingerprint: f.outputs.as_ref().map(|o| o.fingerprint),
-            compared: f.outputs.as_ref().and_then(|o| {
-                verdicts::compared_fingerprint(&self.plan.tasks[node].spec, &o.manifest)
-            }),
-            manifest: f.outputs.as_ref().and_then(|o| rmp_serde::to_vec_named(&o.manifest).ok()),
-            artifact: f.outputs.as_ref().and_then(|o| o.artifact.map(|(d, _)| d)),
-            time_ms: now_ms(),
-            failed_tries: 0,
-        }
+        self.conclude(node, verdict);
+        self.try_finish_run();
     }
 
     /// Announces a task's final report: now, or — while proofs about it are still running —
     /// once the last of them concluded, so `TaskFinished` carries every verdict.
-    pub(super) async fn announce_finished(&mut self, node: usize, report: TaskReport) {
+    pub(super) fn announce_finished(&mut self, node: usize, report: TaskReport) {
         if !reruns::hold_report(&mut self.state[node]) {
-            self.send_finished(report).await;
+            self.send_finished(report);
         }
     }
 
-    async fn send_finished(&mut self, report: TaskReport) {
+    fn send_finished(&mut self, report: TaskReport) {
         let task = report.task.clone();
         let verdicts = report.verdicts.clone();
-        let _ = self.events.send(RunEvent::TaskFinished(report)).await;
+        self.emit(RunEvent::TaskFinished(report));
         for verdict in verdicts {
-            let _ = self.events.send(RunEvent::Verdict { task: task.clone(), verdict }).await;
+            self.emit(RunEvent::Verdict { task: task.clone(), verdict });
         }
     }
 
     /// Sends every report still held (the run ends, interrupted, with proofs unfinished).
-    pub(super) async fn release_all(&mut self) {
+    pub(super) fn release_all(&mut self) {
         for r in reruns::release_all(&mut self.state) {
-            self.send_finished(r).await;
+            self.send_finished(r);
         }
     }
 
     /// Adds a verdict to the task's report, announces it, and starts the next re-run.
-    async fn conclude(&mut self, node: usize, verdict: Verdict) {
-        match self.proofs.reruns.conclude(&mut self.state[node], verdict) {
-            Announce::Report(r) => self.send_finished(r).await,
+    pub(super) fn conclude(&mut self, node: usize, verdict: Verdict) {
+        match self.reruns.conclude(&mut self.state[node], verdict) {
+            Announce::Report(r) => self.send_finished(r),
             Announce::Verdict(verdict) => {
                 let task = self.plan.tasks[node].id.clone();
-                let _ = self.events.send(RunEvent::Verdict { task, verdict }).await;
+                self.emit(RunEvent::Verdict { task, verdict });
             }
             Announce::Nothing => {}
         }
-        Box::pin(self.pump_reruns()).await;
+        self.pump_reruns();
     }
 
     /// Interrupted: queued re-runs will not start; running ones are cancelled.
-    pub(super) async fn cancel_reruns(&mut self) {
-        let (queued, running) = self.proofs.reruns.interrupt(&mut self.state);
+    pub(super) fn cancel_reruns(&mut self) {
+        let (queued, running) = self.reruns.interrupt(&mut self.state);
         for node in queued {
             if let Some(r) = reruns::release(&mut self.state[node]) {
-                self.send_finished(r).await;
+                self.send_finished(r);
             }
         }
         for attempt in running {
-            let _ = self.work.cancel(attempt).await;
+            self.push(Command::Cancel(attempt));
         }
-    }
-}
-
-impl Message<ProofDone> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, m: ProofDone, ctx: &mut Context<Self, Self::Reply>) {
-        self.conclude(m.node, m.verdict).await;
-        self.try_finish_run(ctx).await;
     }
 }
