@@ -8,7 +8,7 @@ use prova_protocol::Digest;
 use prova_protocol::events::Perturbations;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::InputRef;
-use prova_protocol::work::{Assignment, Placement};
+use prova_protocol::work::{Assignment, Isolation, Placement};
 
 use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree};
 use crate::remote::BlobError;
@@ -295,7 +295,7 @@ pub fn wrap(
     p: &PreparedRoot,
     argv: Vec<String>,
     env: &mut Vec<(String, String)>,
-) -> (Wrapped, String) {
+) -> (Wrapped, Isolation) {
     let mut argv = argv;
     let isolation = if ctx.sandbox {
         let mut cfg = p.root.sandbox();
@@ -325,9 +325,9 @@ pub fn wrap(
                 None => env.push((k.to_owned(), v.to_owned())),
             }
         }
-        "bwrap"
+        Isolation::Bwrap
     } else {
-        "none"
+        Isolation::Unsandboxed
     };
     let trace = if a.trace_reads && ctx.strace {
         // The pid keeps two runs sharing a work dir (attempt ids restart per run) apart.
@@ -342,7 +342,7 @@ pub fn wrap(
     let perturbed = a.perturb.as_ref().map(|_| {
         let mut out = p.perturbed.clone();
         let tmp = p.scratch.as_ref().map(|s| s.0.as_path());
-        let sandboxed = isolation == "bwrap";
+        let sandboxed = isolation.sandboxed();
         let wrapped = std::mem::take(&mut argv);
         argv = crate::perturb::apply(
             a,
@@ -355,5 +355,5 @@ pub fn wrap(
         );
         out
     });
-    (Wrapped { argv, trace, perturbed }, isolation.to_owned())
+    (Wrapped { argv, trace, perturbed }, isolation)
 }
