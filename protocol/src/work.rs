@@ -169,9 +169,9 @@ pub struct Finished {
     /// With `trace_reads`: what the trace found.
     #[serde(default)]
     pub reads: Option<ReadsReport>,
-    /// How the task was isolated: `bwrap`, `none` (no sandbox), `in-place`.
+    /// How the task was isolated. On the wire, the word it always was (see [`Isolation`]).
     #[serde(default)]
-    pub isolation: String,
+    pub isolation: Isolation,
     /// For a perturbed re-run: what the worker changed, and what it could not.
     #[serde(default)]
     pub perturbed: Option<crate::events::Perturbations>,
@@ -192,6 +192,58 @@ pub struct Finished {
     /// it. Omitted when `None` (nothing, or not an exec root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wrote_outside: Option<WroteOutside>,
+}
+
+/// How a task was isolated ([`Finished::isolation`]). On the wire (and in every log that
+/// prints it), the word the field carried when it was a string: `""`, `bwrap`, `none`,
+/// `in-place`, `reapi`; the encoding is unchanged, so no protocol version moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Isolation {
+    /// It never ran (the report says why): `""`.
+    #[default]
+    #[serde(rename = "")]
+    NotRun,
+    /// In an exec root under bubblewrap: `bwrap`.
+    #[serde(rename = "bwrap")]
+    Bwrap,
+    /// In an exec root, without a sandbox (the worker has none): `none`.
+    #[serde(rename = "none")]
+    Unsandboxed,
+    /// In the workspace itself (local mode's default placement): `in-place`.
+    #[serde(rename = "in-place")]
+    InPlace,
+    /// By a REAPI server (`coordinator::layers::reapi::exec`): `reapi`.
+    #[serde(rename = "reapi")]
+    Reapi,
+    /// A word this build does not know (a newer peer's): kept apart, not refused, as the
+    /// string was. Sent back, should it ever be, as `unknown`.
+    #[serde(other, rename(serialize = "unknown"))]
+    Unknown,
+}
+
+impl Isolation {
+    /// The word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotRun => "",
+            Self::Bwrap => "bwrap",
+            Self::Unsandboxed => "none",
+            Self::InPlace => "in-place",
+            Self::Reapi => "reapi",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the task ran under bubblewrap (what a sandbox let it write is then known).
+    pub fn sandboxed(self) -> bool {
+        self == Self::Bwrap
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Paths a task wrote in its exec root outside its declared outputs ([`Finished::wrote_outside`]).
@@ -247,7 +299,7 @@ impl Finished {
             missing_literals: Vec::new(),
             output_error: None,
             reads: None,
-            isolation: String::new(),
+            isolation: Isolation::NotRun,
             perturbed: None,
             handback: None,
             exit_detail: None,
@@ -330,4 +382,78 @@ pub enum FromWorker {
     },
     /// The attempt is over.
     Finished(Box<Finished>),
+}
+
+#[cfg(test)]
+mod isolation_tests {
+    use super::{ExitKind, Finished, Isolation};
+    use crate::ids::AttemptId;
+
+    const EVERY: [(Isolation, &str); 5] = [
+        (Isolation::NotRun, ""),
+        (Isolation::Bwrap, "bwrap"),
+        (Isolation::Unsandboxed, "none"),
+        (Isolation::InPlace, "in-place"),
+        (Isolation::Reapi, "reapi"),
+    ];
+
+    #[test]
+    fn isolation_travels_as_the_word_it_always_was() {
+        for (typed, word) in EVERY {
+            assert_eq!(rmp_serde::to_vec(&typed).unwrap(), rmp_serde::to_vec(word).unwrap());
+            assert_eq!(serde_json::to_string(&typed).unwrap(), format!("{word:?}"));
+            let back: Isolation = rmp_serde::from_slice(&rmp_serde::to_vec(word).unwrap()).unwrap();
+            assert_eq!(back, typed, "{word:?}");
+            assert_eq!(typed.as_str(), word);
+        }
+    }
+
+    #[test]
+    fn an_unknown_isolation_word_is_kept_apart_not_refused() {
+        let bytes = rmp_serde::to_vec("podman").unwrap();
+        let got: Isolation = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(got, Isolation::Unknown);
+        // And re-encoding it is no error (a frame carrying it still goes out).
+        let again = rmp_serde::to_vec(&got).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Isolation>(&again).unwrap(), Isolation::Unknown);
+    }
+
+    /// The struct the field belonged to when it was a `String`, as an older peer encodes it.
+    #[derive(serde::Serialize)]
+    struct OldIsolation<'a> {
+        attempt: AttemptId,
+        exit: ExitKind,
+        tries: u32,
+        stats: crate::spec::ExecStats,
+        #[serde(with = "serde_bytes")]
+        log: Vec<u8>,
+        log_omitted: u64,
+        outputs: Option<super::Outputs>,
+        isolation: &'a str,
+    }
+
+    #[test]
+    fn a_report_with_the_string_field_decodes_and_one_without_it_never_ran() {
+        for (typed, word) in EVERY.into_iter().chain([(Isolation::Unknown, "sandboxie")]) {
+            let old = OldIsolation {
+                attempt: AttemptId(7),
+                exit: ExitKind::Code(0),
+                tries: 1,
+                stats: Default::default(),
+                log: Vec::new(),
+                log_omitted: 0,
+                outputs: None,
+                isolation: word,
+            };
+            let bytes = rmp_serde::to_vec_named(&old).unwrap();
+            let f: Finished = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(f.isolation, typed, "{word:?}");
+        }
+        let mut f = Finished::never_ran(AttemptId(1), ExitKind::Code(0));
+        assert_eq!(f.isolation, Isolation::NotRun);
+        f.isolation = Isolation::Bwrap;
+        let bytes = rmp_serde::to_vec_named(&f).unwrap();
+        let back: Finished = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back.isolation, Isolation::Bwrap);
+    }
 }

@@ -32,7 +32,7 @@ use prova_protocol::wire::{
     BlobAck, BlobRequest, CoordinatorMsg, Hello, HelloReply, PROTOCOL_VERSION, WorkerInfo,
     WorkerMsg,
 };
-use prova_protocol::work::{Finished, FromWorker, Outputs, ToWorker};
+use prova_protocol::work::{Finished, FromWorker, Isolation, Outputs, ToWorker};
 use prova_protocol::{Digest, TaskId};
 use tokio_util::sync::CancellationToken;
 
@@ -223,7 +223,7 @@ async fn serve(
                 let mut f = Finished::never_ran(a.attempt, ExitKind::Code(0));
                 f.tries = 1;
                 f.stats = ExecStats::default();
-                f.isolation = "none".to_owned();
+                f.isolation = Isolation::Unsandboxed;
                 let fingerprint = manifest.fingerprint();
                 f.outputs = Some(Outputs { manifest, fingerprint, artifact: Some(artifact) });
                 frame::write_msg(&mut send, &WorkerMsg::Report(FromWorker::Finished(Box::new(f))))

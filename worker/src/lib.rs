@@ -6,7 +6,8 @@
 //! - [`exec`]: the process executor — runs one command in its own process group with a
 //!   cleared environment; timeout/cancel (SIGTERM → grace → SIGKILL on the group), rusage,
 //!   merged line-chunked output, bounded log capture, `ready_when`; the [`exec::Executor`] seam.
-//! - [`runner`]: one assignment end to end: command line, environment (baseline + task +
+//! - [`runner`]: one assignment end to end, as stage types in order (checked, placed,
+//!   wrapped, executed, collected): command line, environment (baseline + task +
 //!   perturbations), tries with retries, output collection and packing.
 //! - [`rootprep`]: exec-root placements: fetch or locate the bytes, materialise the root, wrap
 //!   the command in the sandbox and the tracer.

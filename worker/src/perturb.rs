@@ -220,7 +220,35 @@ pub fn apply(
     if let Some(m) = p.umask {
         out.applied("umask", format!("{m:03o}"));
     }
-    // The locale: one this machine has, other than the first execution's.
+    apply_env(p, &declared, primary, env, out);
+    apply_identity(p, sandboxed, out);
+    if let Some(offset) = &p.clock {
+        apply_clock(offset, &declared, env, out);
+    }
+    if p.tmpdir {
+        match tmpdir {
+            _ if declared("TMPDIR") => out.skipped("tmpdir", "the task declares TMPDIR"),
+            Some(dir) => {
+                let d = dir.display().to_string();
+                set(env, "TMPDIR", &d);
+                out.applied("tmpdir", d);
+            }
+            None => out.skipped("tmpdir", "no scratch directory could be made"),
+        }
+    }
+    if p.one_cpu { on_one_cpu(argv, out) } else { argv }
+}
+
+/// The environment's perturbations (the task's `declared` names untouched): the locale, one
+/// this machine has other than the first execution's (`primary`), the other variables
+/// (already in `env`, reported here), and the reversed order.
+fn apply_env(
+    p: &Perturb,
+    declared: &dyn Fn(&str) -> bool,
+    primary: &[(String, String)],
+    env: &mut Vec<(String, String)>,
+    out: &mut Perturbations,
+) {
     if let Some((_, asked)) = p.env.iter().find(|(k, _)| k == "LANG")
         && !declared("LANG")
     {
@@ -247,6 +275,10 @@ pub fn apply(
     if p.reverse_env {
         out.applied("env-order", "reversed");
     }
+}
+
+/// The hostname and uid: the sandbox's to change (`sandboxed`), else not changed.
+fn apply_identity(p: &Perturb, sandboxed: bool, out: &mut Perturbations) {
     match (sandboxed, &p.hostname, p.uid) {
         (true, h, u) => {
             if let Some(h) = h {
@@ -263,51 +295,54 @@ pub fn apply(
             }
         }
     }
-    if let Some(offset) = &p.clock {
-        match libfaketime() {
-            _ if declared("FAKETIME") => out.skipped("clock", "the task declares FAKETIME"),
-            Some(lib) => {
-                let lib = lib.display().to_string();
-                let preload = match get(env, "LD_PRELOAD") {
-                    Some(x) if !x.is_empty() => format!("{lib}:{x}"),
-                    _ => lib,
-                };
-                set(env, "LD_PRELOAD", &preload);
-                set(env, "FAKETIME", offset);
-                // Only the wall clock: timeouts and sleeps keep working.
-                set(env, "FAKETIME_DONT_FAKE_MONOTONIC", "1");
-                out.applied("clock", format!("{offset} (libfaketime)"));
-            }
-            None => out.skipped("clock", "libfaketime is not installed on this worker"),
+}
+
+/// The wall clock moved by `offset` through libfaketime (unless the task declares
+/// `FAKETIME`, or the library is not here).
+fn apply_clock(
+    offset: &str,
+    declared: &dyn Fn(&str) -> bool,
+    env: &mut Vec<(String, String)>,
+    out: &mut Perturbations,
+) {
+    match libfaketime() {
+        _ if declared("FAKETIME") => out.skipped("clock", "the task declares FAKETIME"),
+        Some(lib) => {
+            let lib = lib.display().to_string();
+            let preload = match get(env, "LD_PRELOAD") {
+                Some(x) if !x.is_empty() => format!("{lib}:{x}"),
+                _ => lib,
+            };
+            set(env, "LD_PRELOAD", &preload);
+            set(env, "FAKETIME", offset);
+            // Only the wall clock: timeouts and sleeps keep working.
+            set(env, "FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            out.applied("clock", format!("{offset} (libfaketime)"));
+        }
+        None => out.skipped("clock", "libfaketime is not installed on this worker"),
+    }
+}
+
+/// `argv` under an outer `taskset` pinning it to one of the CPUs this worker may use.
+fn on_one_cpu(argv: Vec<String>, out: &mut Perturbations) -> Vec<String> {
+    let cpus = allowed_cpus();
+    match (cpus.len(), taskset()) {
+        (0 | 1, _) => {
+            out.skipped("cpus", "this worker has one CPU");
+            argv
+        }
+        (n, Some(ts)) => {
+            let cpu = cpus[n - 1];
+            let mut wrapped = vec![ts.display().to_string(), "-c".to_owned(), cpu.to_string()];
+            wrapped.extend(argv);
+            out.applied("cpus", format!("1 of {n}"));
+            wrapped
+        }
+        (_, None) => {
+            out.skipped("cpus", "taskset (util-linux) is not installed");
+            argv
         }
     }
-    if p.tmpdir {
-        match tmpdir {
-            _ if declared("TMPDIR") => out.skipped("tmpdir", "the task declares TMPDIR"),
-            Some(dir) => {
-                let d = dir.display().to_string();
-                set(env, "TMPDIR", &d);
-                out.applied("tmpdir", d);
-            }
-            None => out.skipped("tmpdir", "no scratch directory could be made"),
-        }
-    }
-    let mut argv = argv;
-    if p.one_cpu {
-        let cpus = allowed_cpus();
-        match (cpus.len(), taskset()) {
-            (0 | 1, _) => out.skipped("cpus", "this worker has one CPU"),
-            (n, Some(ts)) => {
-                let cpu = cpus[n - 1];
-                let mut wrapped = vec![ts.display().to_string(), "-c".to_owned(), cpu.to_string()];
-                wrapped.extend(argv);
-                argv = wrapped;
-                out.applied("cpus", format!("1 of {n}"));
-            }
-            (_, None) => out.skipped("cpus", "taskset (util-linux) is not installed"),
-        }
-    }
-    argv
 }
 
 #[cfg(test)]
@@ -322,6 +357,72 @@ mod tests {
         let mut s = v.clone();
         s.sort_unstable();
         assert_eq!(s, (0..20).collect::<Vec<_>>());
+    }
+
+    fn rerun(spec_env: &[(&str, &str)], p: Perturb) -> Assignment {
+        use prova_protocol::ids::TaskId;
+        use prova_protocol::spec::{CommandLine, TaskSpec};
+        let mut spec = TaskSpec::new(TaskId::new("p", "t"), "p", CommandLine::Shell("true".into()));
+        spec.env = spec_env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Assignment {
+            attempt: prova_protocol::AttemptId(1),
+            spec,
+            placement: prova_protocol::work::Placement::InPlace {
+                workspace_root: PathBuf::from("/ws"),
+                protected: Vec::new(),
+            },
+            clean_outputs: false,
+            collect_outputs: false,
+            pack_to: None,
+            perturb: Some(p),
+            trace_reads: false,
+        }
+    }
+
+    #[test]
+    fn apply_reports_each_perturbation_in_order_and_leaves_declared_names_alone() {
+        let p = Perturb {
+            umask: Some(0o077),
+            env: vec![
+                ("LANG".into(), "xx_NOPE.UTF-8".into()),
+                ("USER".into(), "nobody2".into()),
+                ("HOSTNAME".into(), "h2".into()),
+            ],
+            reverse_env: true,
+            hostname: Some("h2".into()),
+            uid: Some(1234),
+            tmpdir: true,
+            ..Perturb::default()
+        };
+        // Declared: LANG and TMPDIR are the task's; the rest is perturbed.
+        let a = rerun(&[("LANG", "C.UTF-8"), ("TMPDIR", "/mine")], p.clone());
+        let mut env = vec![("LANG".to_owned(), "C.UTF-8".to_owned())];
+        let mut out = Perturbations::default();
+        let argv = vec!["sh".to_owned()];
+        let got =
+            apply(&a, &[], false, Some(Path::new("/scratch")), &mut env, argv.clone(), &mut out);
+        assert_eq!(got, argv);
+        assert_eq!(get(&env, "LANG"), Some("C.UTF-8"));
+        assert_eq!(get(&env, "TMPDIR"), None);
+        let what = |v: &[prova_protocol::events::Perturbation]| {
+            v.iter().map(|x| x.what.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(what(&out.applied), ["umask", "user", "hostname-var", "env-order"]);
+        assert_eq!(what(&out.not_applied), ["hostname", "uid", "tmpdir"]);
+        // Sandboxed and undeclared: the locale is one this machine has, hostname and uid
+        // are the sandbox's, TMPDIR the scratch directory.
+        let a = rerun(&[], p);
+        let (mut env, mut out) = (Vec::new(), Perturbations::default());
+        apply(&a, &[], true, Some(Path::new("/scratch")), &mut env, Vec::new(), &mut out);
+        let lang = get(&env, "LANG").expect("a locale").to_owned();
+        assert!(locale_exists(&lang), "{lang}");
+        assert_eq!(get(&env, "LC_ALL"), Some(lang.as_str()));
+        assert_eq!(get(&env, "TMPDIR"), Some("/scratch"));
+        assert_eq!(
+            what(&out.applied),
+            ["umask", "locale", "user", "hostname-var", "env-order", "hostname", "uid", "tmpdir"]
+        );
+        assert!(out.not_applied.is_empty(), "{:?}", out.not_applied);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use prova_protocol::Digest;
 use prova_protocol::events::Perturbations;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::InputRef;
-use prova_protocol::work::{Assignment, Placement};
+use prova_protocol::work::{Assignment, Isolation, Placement};
 
 use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree};
 use crate::remote::BlobError;
@@ -106,7 +106,10 @@ fn read_manifest(
     prova_protocol::tree::TreeManifest::decode(&bytes, &t.path).map_err(|e| bad(e.to_string()))
 }
 
-/// Materialises the exec root of `a` (which must be an exec-root placement).
+/// Materialises the exec root of `a` (which must be an exec-root placement): the blobs it
+/// needs fetched (a farm worker) or found on this machine (a local proof run), its installed
+/// trees ready, then the root built — under another parent, its files in another order, for
+/// a determinism re-run.
 pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot, PrepareError> {
     let Placement::ExecRoot { inputs, upstream, local_source, local_blobs } = &a.placement else {
         return Err(PrepareError::NotExecRoot);
@@ -115,9 +118,9 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         return Err(PrepareError::NoBlobCache);
     };
     let started = std::time::Instant::now();
+    let (tree_refs, inputs): (Vec<&InputRef>, Vec<&InputRef>) = inputs.iter().partition(|i| i.tree);
     // Bring every blob the root needs into the blob cache (a farm worker), or find it on
     // this machine (a local proof run).
-    let (tree_refs, inputs): (Vec<&InputRef>, Vec<&InputRef>) = inputs.iter().partition(|i| i.tree);
     let mut wanted: Vec<Digest> = Vec::new();
     if local_source.is_none() {
         // A tree's manifest first: its file blobs are known once it is here.
@@ -127,45 +130,9 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     if local_blobs.is_none() {
         wanted.extend(upstream.iter().map(|(d, _)| *d));
     }
-    wanted.sort_unstable();
-    wanted.dedup();
-    let missing: Vec<Digest> = wanted.iter().copied().filter(|d| !blobs.has(d)).collect();
-    if !missing.is_empty() {
-        let Some(remote) = &ctx.remote else {
-            return Err(PrepareError::NoCoordinator { missing: missing.len() });
-        };
-        fetch_all(remote.as_ref(), &blobs, &missing, &inputs).await?;
-    }
+    let fetched_blobs = fetch_missing(ctx, &blobs, wanted, &inputs).await?;
     let fetched = started.elapsed();
-    // The trees: the workspace's own directory (a local proof run), or the worker's one
-    // materialised copy of each digest, its missing file blobs fetched first.
-    let mut trees = Vec::new();
-    for t in &tree_refs {
-        let source = match local_source {
-            Some(ws) => ws.join(&t.path),
-            None => {
-                let m = read_manifest(&blobs, t)?;
-                let missing: Vec<Digest> =
-                    m.blobs().into_iter().filter(|d| !blobs.has(d)).collect();
-                if !missing.is_empty() {
-                    let Some(remote) = &ctx.remote else {
-                        return Err(PrepareError::NoCoordinator { missing: missing.len() });
-                    };
-                    fetch_all(remote.as_ref(), &blobs, &missing, &[]).await?;
-                }
-                let name = t.path.rsplit('/').next().unwrap_or(&t.path).to_owned();
-                let (digest, blobs2, work) = (t.digest, blobs.clone(), ctx.work_dir.clone());
-                let _pins = blobs.pin(&m.blobs());
-                OwnedTask::spawn_blocking("worker.tree", move || {
-                    crate::trees::TreeStore::new(&work).ensure(&digest, &name, &m, &blobs2)
-                })
-                .join()
-                .await?
-                .map_err(|e| PrepareError::Tree { path: t.path.clone(), source: Box::new(e) })?
-            }
-        };
-        trees.push(RootTree { path: t.path.clone(), source });
-    }
+    let trees = ready_trees(ctx, &blobs, &tree_refs, local_source.as_deref()).await?;
     let trees_ready = started.elapsed();
     let mut spec = ExecRootSpec {
         trees,
@@ -194,34 +161,10 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
     };
-    // A determinism re-run gets a root under another parent, so the task sees another path,
-    // and its files made in another order (on a file system where that changes listings).
     let mut perturbed = Perturbations::default();
     let mut scratch = None;
-    let parent = match &a.perturb {
-        Some(p) => {
-            let bytes = if p.shuffle_inputs { input_bytes(&spec, &blobs) } else { 0 };
-            let plan = crate::perturb::plan_root(p, &ctx.work_dir, bytes, &mut perturbed);
-            if plan.shuffle {
-                crate::perturb::shuffle(&mut spec.inputs, a.attempt.0);
-            }
-            if p.tmpdir {
-                match crate::perturb::scratch(&ctx.work_dir, a) {
-                    Ok(s) => scratch = Some(s),
-                    Err(e) => tracing::warn!("making the re-run's TMPDIR failed: {e}"),
-                }
-            }
-            plan.parent
-        }
-        None => ctx.work_dir.join("roots"),
-    };
-    let hint: String = a
-        .spec
-        .id
-        .as_str()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-        .collect();
+    let parent = root_parent(a, ctx, &mut spec, &blobs, &mut perturbed, &mut scratch);
+    let hint = root_hint(a);
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
         ExecRoot::create(&parent, &hint, &spec, &blobs)
     })
@@ -231,7 +174,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     // (manifest read, blobs checked, materialised unless already there), root built.
     tracing::debug!(
         task = %a.spec.id,
-        fetched_blobs = missing.len(),
+        fetched_blobs,
         trees = tree_refs.len(),
         fetch = ?fetched,
         trees_ready = ?trees_ready,
@@ -239,6 +182,95 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         "exec root prepared"
     );
     Ok(PreparedRoot { root, scratch, perturbed })
+}
+
+/// Fetches what of `wanted` the blob cache lacks from the coordinator; how many that was.
+async fn fetch_missing(
+    ctx: &WorkerContext,
+    blobs: &crate::blobcache::BlobCache,
+    mut wanted: Vec<Digest>,
+    inputs: &[&InputRef],
+) -> Result<usize, PrepareError> {
+    wanted.sort_unstable();
+    wanted.dedup();
+    let missing: Vec<Digest> = wanted.into_iter().filter(|d| !blobs.has(d)).collect();
+    if !missing.is_empty() {
+        let Some(remote) = &ctx.remote else {
+            return Err(PrepareError::NoCoordinator { missing: missing.len() });
+        };
+        fetch_all(remote.as_ref(), blobs, &missing, inputs).await?;
+    }
+    Ok(missing.len())
+}
+
+/// The installed trees of the root: the workspace's own directory (a local proof run,
+/// `local_source`), or the worker's one materialised copy of each digest, its missing file
+/// blobs fetched first.
+async fn ready_trees(
+    ctx: &WorkerContext,
+    blobs: &crate::blobcache::BlobCache,
+    tree_refs: &[&InputRef],
+    local_source: Option<&std::path::Path>,
+) -> Result<Vec<RootTree>, PrepareError> {
+    let mut trees = Vec::new();
+    for t in tree_refs {
+        let source = match local_source {
+            Some(ws) => ws.join(&t.path),
+            None => {
+                let m = read_manifest(blobs, t)?;
+                fetch_missing(ctx, blobs, m.blobs(), &[]).await?;
+                let name = t.path.rsplit('/').next().unwrap_or(&t.path).to_owned();
+                let (digest, blobs2, work) = (t.digest, blobs.clone(), ctx.work_dir.clone());
+                let _pins = blobs.pin(&m.blobs());
+                OwnedTask::spawn_blocking("worker.tree", move || {
+                    crate::trees::TreeStore::new(&work).ensure(&digest, &name, &m, &blobs2)
+                })
+                .join()
+                .await?
+                .map_err(|e| PrepareError::Tree { path: t.path.clone(), source: Box::new(e) })?
+            }
+        };
+        trees.push(RootTree { path: t.path.clone(), source });
+    }
+    Ok(trees)
+}
+
+/// Where the root is made: under the work dir's `roots`, or — a determinism re-run — under
+/// another parent, so the task sees another path, its files made in another order (on a
+/// file system where that changes listings), and its own `TMPDIR` (`scratch`).
+fn root_parent(
+    a: &Assignment,
+    ctx: &WorkerContext,
+    spec: &mut ExecRootSpec,
+    blobs: &crate::blobcache::BlobCache,
+    perturbed: &mut Perturbations,
+    scratch: &mut Option<crate::perturb::ScratchDir>,
+) -> PathBuf {
+    let Some(p) = &a.perturb else {
+        return ctx.work_dir.join("roots");
+    };
+    let bytes = if p.shuffle_inputs { input_bytes(spec, blobs) } else { 0 };
+    let plan = crate::perturb::plan_root(p, &ctx.work_dir, bytes, perturbed);
+    if plan.shuffle {
+        crate::perturb::shuffle(&mut spec.inputs, a.attempt.0);
+    }
+    if p.tmpdir {
+        match crate::perturb::scratch(&ctx.work_dir, a) {
+            Ok(s) => *scratch = Some(s),
+            Err(e) => tracing::warn!("making the re-run's TMPDIR failed: {e}"),
+        }
+    }
+    plan.parent
+}
+
+/// The root directory's name hint: the task id, one safe character per character.
+fn root_hint(a: &Assignment) -> String {
+    a.spec
+        .id
+        .as_str()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .collect()
 }
 
 /// Fetches `missing` into `blobs`, naming the input a failed fetch was for.
@@ -295,7 +327,7 @@ pub fn wrap(
     p: &PreparedRoot,
     argv: Vec<String>,
     env: &mut Vec<(String, String)>,
-) -> (Wrapped, String) {
+) -> (Wrapped, Isolation) {
     let mut argv = argv;
     let isolation = if ctx.sandbox {
         let mut cfg = p.root.sandbox();
@@ -325,9 +357,9 @@ pub fn wrap(
                 None => env.push((k.to_owned(), v.to_owned())),
             }
         }
-        "bwrap"
+        Isolation::Bwrap
     } else {
-        "none"
+        Isolation::Unsandboxed
     };
     let trace = if a.trace_reads && ctx.strace {
         // The pid keeps two runs sharing a work dir (attempt ids restart per run) apart.
@@ -342,7 +374,7 @@ pub fn wrap(
     let perturbed = a.perturb.as_ref().map(|_| {
         let mut out = p.perturbed.clone();
         let tmp = p.scratch.as_ref().map(|s| s.0.as_path());
-        let sandboxed = isolation == "bwrap";
+        let sandboxed = isolation.sandboxed();
         let wrapped = std::mem::take(&mut argv);
         argv = crate::perturb::apply(
             a,
@@ -355,5 +387,5 @@ pub fn wrap(
         );
         out
     });
-    (Wrapped { argv, trace, perturbed }, isolation.to_owned())
+    (Wrapped { argv, trace, perturbed }, isolation)
 }

@@ -15,7 +15,7 @@ use prova_protocol::events::TaskStatus;
 use prova_protocol::spec::{CommandLine, ExitKind, TaskSpec};
 use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::{CoordinatorMsg, WorkerInfo, WorkerMsg};
-use prova_protocol::work::{Finished, FromWorker, ToWorker};
+use prova_protocol::work::{Finished, FromWorker, Isolation, ToWorker};
 use prova_protocol::{TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
@@ -72,7 +72,7 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
             let attempt = a.attempt;
             let mut done = Finished::never_ran(attempt, ExitKind::Code(0));
             done.tries = 1;
-            done.isolation = "none".into();
+            done.isolation = Isolation::Unsandboxed;
             let text = format!("output of {attempt}\n").into_bytes();
             for report in [
                 FromWorker::Started { attempt, try_no: 1 },

@@ -36,7 +36,7 @@ use prova_protocol::globs::PathGlobs;
 use prova_protocol::ids::AttemptId;
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::task::OwnedTask;
-use prova_protocol::work::{Assignment, Finished, FromWorker, Placement};
+use prova_protocol::work::{Assignment, Finished, FromWorker, Isolation, Placement};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -348,7 +348,7 @@ impl Inner {
         f.tries = try_no;
         f.stats = ExecStats { wall_ms: started.elapsed().as_millis() as u64, ..Default::default() };
         f.log = log;
-        f.isolation = "reapi".to_owned();
+        f.isolation = Isolation::Reapi;
         if exit.success() && a.collect_outputs {
             let staging = self.settings.scratch.join(format!("out-{attempt}"));
             let _ = std::fs::remove_dir_all(&staging);

@@ -24,8 +24,8 @@ use prova_protocol::wire::{
     TaskArtifact, Welcome, WorkerInfo, WorkerMsg, WorkerStatus,
 };
 use prova_protocol::work::{
-    Assignment, Finished, FromWorker, Listing, Outputs, Perturb, Placement, ReadsReport, ToWorker,
-    WroteOutside,
+    Assignment, Finished, FromWorker, Isolation, Listing, Outputs, Perturb, Placement, ReadsReport,
+    ToWorker, WroteOutside,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -695,7 +695,7 @@ fn finished() -> Finished {
             touched: vec!["apps/web/tsconfig.base.json".into()],
             wrote: vec!["apps/web/tsconfig.tsbuildinfo".into()],
         }),
-        isolation: "bwrap".into(),
+        isolation: Isolation::Bwrap,
         perturbed: Some(perturbations()),
         handback: None,
         exit_detail: Some("PATH was /usr/local/bin:/usr/bin:/bin".into()),

@@ -1,0 +1,277 @@
+//! The stages of one assignment, in order, each a type that owns what it was given and
+//! yields the next: [`Checked`] (the assignment against this worker) → [`Placed`] (where it
+//! runs) → [`Wrapped`] (the command line and environment it runs with) → [`Executed`] (its
+//! tries) → [`Collected`] (what it read and wrote, its outputs) → the [`Finished`] report.
+//! A stage that ends the assignment early yields its report instead ([`Stop`]).
+
+use std::path::PathBuf;
+
+use prova_protocol::globs::PathGlobs;
+use prova_protocol::spec::ExitKind;
+use prova_protocol::work::{Assignment, Finished, FromWorker, Isolation, Placement, ReadsReport};
+use regex::Regex;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    WorkerContext, collect, exit_detail, in_env_order, join, no_disk, set_markers, task_env, tries,
+};
+use crate::exec;
+use crate::execroot::strays::{StrayCheck, Survey};
+use crate::mask::SecretMask;
+use crate::rootprep::{self, PreparedRoot};
+
+/// The report of an assignment that ends before its last stage (boxed: a `Finished` is large).
+pub type Stop = Box<Finished>;
+
+/// A report for `a` that never ran, with `why` as its `SpawnFailed` reason.
+fn never_ran(a: &Assignment, why: String) -> Stop {
+    Box::new(Finished::never_ran(a.attempt, ExitKind::SpawnFailed(why)))
+}
+
+/// Stage 1: the assignment checked against this worker — its output globs and `ready_when`
+/// parse, its command line and environment composed, and its runtime inputs and programs
+/// give here what they gave on the client. Nothing is written yet.
+pub struct Checked {
+    pub(super) a: Assignment,
+    pub(super) globs: PathGlobs,
+    pub(super) ready: Option<Regex>,
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) mask: SecretMask,
+}
+
+impl Checked {
+    /// Checks `a`; a refusal is a report that never ran, saying why.
+    pub async fn check(
+        a: Assignment,
+        ctx: &WorkerContext,
+        cancel: &CancellationToken,
+    ) -> Result<Self, Stop> {
+        let globs = match PathGlobs::new(&a.spec.project_dir, &a.spec.outputs) {
+            Ok(g) => g,
+            Err(e) => return Err(never_ran(&a, format!("bad outputs: {e}"))),
+        };
+        let ready = match a.spec.ready_when.as_deref().map(Regex::new).transpose() {
+            Ok(r) => r,
+            Err(e) => return Err(never_ran(&a, format!("bad ready_when: {e}"))),
+        };
+        let argv = exec::command_argv(&a.spec.command, &a.spec.args);
+        let env = task_env(&ctx.config, &a);
+        // A farm task's runtime inputs must give here what they gave on the client.
+        if !a.spec.runtime.is_empty() {
+            let cwd = if ctx.work_dir.as_os_str().is_empty() {
+                std::path::Path::new("/")
+            } else {
+                &ctx.work_dir
+            };
+            if let Some(why) =
+                exec::runtime::mismatch(&ctx.executor, &a.spec.runtime, &env, cwd, cancel).await
+            {
+                return Err(never_ran(&a, why));
+            }
+        }
+        // And the program its command starts must be the client's build.
+        if !a.spec.programs.is_empty()
+            && let Some(why) = exec::programs::mismatch(&a.spec.programs, &env).await
+        {
+            return Err(never_ran(&a, why));
+        }
+        // Secret values of the task's declared variables never reach its log (crate::mask).
+        let mask = SecretMask::from_env(&a.spec.env);
+        Ok(Self { a, globs, ready, argv, env, mask })
+    }
+
+    /// Stage 2: where the task runs — the workspace itself, or an exec root built from its
+    /// declared inputs and upstream artifacts (fetched first by a farm worker).
+    pub async fn place(self, ctx: &WorkerContext) -> Result<Placed, Stop> {
+        let (root, cwd, exec_root) = match &self.a.placement {
+            Placement::InPlace { workspace_root, .. } => {
+                let cwd = join(workspace_root, &self.a.spec.project_dir);
+                (workspace_root.clone(), cwd, None)
+            }
+            Placement::ExecRoot { .. } => match rootprep::prepare(&self.a, ctx).await {
+                Ok(p) => (p.root.path().to_owned(), p.root.cwd(), Some(p)),
+                Err(e) => {
+                    // Fetching inputs or building the root on a full disk is this worker's
+                    // failure, not the task's: it runs elsewhere.
+                    if let Some(why) = no_disk(ctx, &e, "preparing the exec root") {
+                        let mut back = never_ran(&self.a, String::new());
+                        super::hand_back(&mut back, why);
+                        return Err(back);
+                    }
+                    return Err(never_ran(&self.a, e.to_string()));
+                }
+            },
+        };
+        Ok(Placed { checked: self, root, cwd, exec_root })
+    }
+}
+
+/// Stage 2: where the task runs. An exec root lives (and is removed) with the stages that
+/// follow, until its outputs are collected.
+pub struct Placed {
+    pub(super) checked: Checked,
+    /// The workspace root or the exec root (`PROVA_WORKSPACE`).
+    pub(super) root: PathBuf,
+    /// The task's working directory: its project's under `root`.
+    pub(super) cwd: PathBuf,
+    pub(super) exec_root: Option<PreparedRoot>,
+}
+
+impl Placed {
+    /// Stage 3: the command line wrapped in the sandbox and tracer of an exec root (and a
+    /// re-run's perturbations), and the markers and perturbed order of the environment.
+    pub fn wrap(self, ctx: &WorkerContext) -> Wrapped {
+        let Placed { checked, root, cwd, exec_root } = self;
+        let Checked { a, globs, ready, argv, mut env, mask } = checked;
+        let task_argv_len = argv.len();
+        let (argv, inner, isolation, trace, perturbed) = match &exec_root {
+            None => (argv, Vec::new(), Isolation::InPlace, None, None),
+            Some(p) => {
+                let inner = argv.clone();
+                let (wrapped, isolation) = rootprep::wrap(&a, ctx, p, argv, &mut env);
+                (wrapped.argv, inner, isolation, wrapped.trace, wrapped.perturbed)
+            }
+        };
+        set_markers(&mut env, &a, &root);
+        let argv = if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
+            in_env_order(argv, task_argv_len, &env)
+        } else {
+            argv
+        };
+        let report = Finished {
+            isolation,
+            perturbed,
+            ..Finished::never_ran(a.attempt, ExitKind::SpawnFailed(String::new()))
+        };
+        Wrapped { a, globs, ready, mask, root, cwd, exec_root, argv, inner, env, trace, report }
+    }
+}
+
+/// Stage 3: what runs, and how: the full argv, the environment, where a trace goes, and the
+/// report as far as it is known (how the task is isolated, what a re-run perturbed).
+pub struct Wrapped {
+    pub(super) a: Assignment,
+    pub(super) globs: PathGlobs,
+    pub(super) ready: Option<Regex>,
+    pub(super) mask: SecretMask,
+    pub(super) root: PathBuf,
+    pub(super) cwd: PathBuf,
+    pub(super) exec_root: Option<PreparedRoot>,
+    /// The full argv (sandbox, tracer, perturbations, then the task's own).
+    pub(super) argv: Vec<String>,
+    /// The task's own argv, for an inputs proof's survey (exec roots only).
+    pub(super) inner: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    /// Where strace writes, when the task is traced.
+    pub(super) trace: Option<PathBuf>,
+    pub(super) report: Finished,
+}
+
+impl Wrapped {
+    /// Stage 4: the task run — surveyed first where that applies (the whole workspace
+    /// visible for a local inputs proof; what its exec root holds beside its outputs), then
+    /// its tries, cleaning declared outputs before each. A clean that fails, or a failure on
+    /// a farm worker's short disk, ends it here.
+    pub async fn execute(
+        self,
+        ctx: &WorkerContext,
+        link: &mpsc::Sender<FromWorker>,
+        cancel: &CancellationToken,
+    ) -> Result<Executed, Stop> {
+        // A local inputs proof first surveys the task with the whole workspace visible, so
+        // every undeclared read is named in one round (crate::sandbox::survey).
+        let survey = match (&self.a.placement, &self.exec_root) {
+            (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p))
+                if self.a.trace_reads && ctx.sandbox && ctx.strace =>
+            {
+                let root = p.root.path().to_owned();
+                let (a, inner, env) = (&self.a, &self.inner, &self.env);
+                crate::sandbox::survey::run(a, ctx, ws, &root, inner, env, cancel.clone()).await
+            }
+            _ => None,
+        };
+        let sandboxed = self.report.isolation.sandboxed();
+        let strays = collect::survey_strays(self.exec_root.as_ref(), sandboxed).await;
+        let run = tries::Tries {
+            a: &self.a,
+            globs: &self.globs,
+            root: &self.root,
+            cwd: &self.cwd,
+            argv: &self.argv,
+            env: &self.env,
+            ready: &self.ready,
+            mask: &self.mask,
+        };
+        let mut report = run.run(ctx, link, cancel, self.report).await?;
+        report.exit_detail = exit_detail(&report.exit, &self.env);
+        Ok(Executed {
+            a: self.a,
+            globs: self.globs,
+            root: self.root,
+            exec_root: self.exec_root,
+            trace: self.trace,
+            survey,
+            strays,
+            report,
+        })
+    }
+}
+
+/// Stage 4: the task ran (the report holds its exit, tries, stats and log); what it read
+/// and wrote is still in its root and trace.
+pub struct Executed {
+    pub(super) a: Assignment,
+    pub(super) globs: PathGlobs,
+    pub(super) root: PathBuf,
+    pub(super) exec_root: Option<PreparedRoot>,
+    pub(super) trace: Option<PathBuf>,
+    /// A local inputs proof's survey (see [`Wrapped::execute`]).
+    pub(super) survey: Option<ReadsReport>,
+    /// What the exec root held beside the outputs before the task ran.
+    pub(super) strays: Option<(StrayCheck, Survey)>,
+    pub(super) report: Finished,
+}
+
+impl Executed {
+    /// Stage 5: what the run read (its trace, settled against installed trees and merged
+    /// with a survey), what a success wrote outside its outputs, and its outputs collected,
+    /// fingerprinted and packed (uploaded by a farm worker).
+    pub async fn collect(self, ctx: &WorkerContext) -> Collected {
+        let Executed { a, globs, root, exec_root, trace, survey, strays, mut report } = self;
+        if a.trace_reads {
+            let reads = collect::trace_reads(trace.as_deref(), exec_root.as_ref(), survey).await;
+            report.reads = Some(match reads {
+                Ok(reads) => reads,
+                Err(e) => {
+                    report.output_error = Some(e);
+                    ReadsReport::default()
+                }
+            });
+        }
+        if report.exit.success() {
+            report.wrote_outside = collect::stray_writes(strays).await;
+        }
+        // Collected even beside writes outside the outputs: the coordinator decides (a
+        // primary execution fails, a determinism re-run compares its outputs).
+        if report.exit.success() && a.collect_outputs {
+            collect::outputs(&a, ctx, &root, globs, &mut report).await;
+        }
+        Collected { exec_root, report }
+    }
+}
+
+/// Stage 5: the report complete; the exec root still held.
+pub struct Collected {
+    exec_root: Option<PreparedRoot>,
+    pub(super) report: Finished,
+}
+
+impl Collected {
+    /// The end: the exec root removed, the report to send.
+    pub fn finish(self) -> Finished {
+        drop(self.exec_root);
+        self.report
+    }
+}
