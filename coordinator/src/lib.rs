@@ -23,24 +23,21 @@
 //! - farm — [`farm`]: sans-IO placement and leases, the farm actor, the QUIC server.
 //! - http — [`http`]: the read-only HTTP listener: health, `/metrics`, the dashboard.
 
-pub mod cache;
-pub mod config;
+// The two lowest layers are crates of their own (`coordinator/model`, `coordinator/store`),
+// re-exported under their old paths.
+pub use prova_model::{config, graph, location, lockfile, suggest, workspace};
+pub use prova_store as cache;
 pub mod digests;
 pub mod farm;
-pub mod graph;
 pub mod hermeticity;
 pub mod http;
 pub mod inputs;
 pub mod keys;
 pub mod layers;
-pub mod location;
-pub mod lockfile;
 pub mod plan;
 pub mod prepare;
 pub mod remote_exec;
 pub mod run;
 pub mod scheduler;
 pub mod selection;
-pub mod suggest;
 pub mod trees;
-pub mod workspace;

@@ -9,8 +9,22 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// The coordinator's crates, bottom to top: (package, directory under `coordinator/`, the
+/// prova crates its manifest may depend on). A crate above may use those below, never the
+/// reverse: the manifests fix the layers.
+const CRATES: &[(&str, &str, &[&str])] = &[
+    ("prova-model", "model", &["prova-protocol"]),
+    ("prova-store", "store", &["prova-protocol"]),
+    (
+        "prova-coordinator",
+        ".",
+        &["prova-protocol", "prova-reapi-proto", "prova-model", "prova-store"],
+    ),
+];
+
 /// Bottom to top: (layer, its modules in order). A module may import any module listed
-/// before it, never one after it.
+/// before it, never one after it. The first two layers are the crates `prova-model` and
+/// `prova-store`, re-exported by `prova-coordinator` under the same names.
 const LAYERS: &[(&str, &[&str])] = &[
     ("model", &["location", "suggest", "lockfile", "workspace", "graph", "config"]),
     ("store", &["cache"]),
@@ -21,12 +35,22 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("http", &["http"]),
 ];
 
+/// The modules of a crate's `src/` in order; for the coordinator, its own modules only.
+fn crate_modules(dir: &str) -> Vec<(&'static str, &'static str)> {
+    let own = |layer: &str| match dir {
+        "model" => layer == "model",
+        "store" => false,
+        _ => !matches!(layer, "model" | "store"),
+    };
+    order().into_iter().filter(|(l, _)| own(l)).collect()
+}
+
 fn order() -> Vec<(&'static str, &'static str)> {
     LAYERS.iter().flat_map(|(layer, mods)| mods.iter().map(move |m| (*layer, *m))).collect()
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn crate_dir(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)
 }
 
 fn is_test_file(path: &Path) -> bool {
@@ -172,51 +196,94 @@ fn ident(s: &str) -> String {
     s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
 }
 
-/// The top-level module a file of `src/` belongs to (`None` for `lib.rs`).
-fn module_of(path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(src()).ok()?;
+/// The top-level module a file of `src` belongs to (`None` for `lib.rs`).
+fn module_of(src: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
     (first != "lib.rs").then(|| first.trim_end_matches(".rs").to_owned())
 }
 
 #[test]
-fn every_module_of_the_crate_is_placed_in_a_layer() {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
-    let declared: BTreeSet<String> = code_only(&lib)
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")))
-        .map(|m| m.trim_end_matches(';').trim().to_owned())
-        .collect();
-    let placed: BTreeSet<String> = order().iter().map(|(_, m)| (*m).to_owned()).collect();
-    assert_eq!(declared, placed, "lib.rs's modules and LAYERS differ: place the new module");
+fn every_module_of_each_crate_is_placed_in_a_layer() {
+    for (_, dir, _) in CRATES {
+        let src = crate_dir(dir).join("src");
+        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+        let declared: BTreeSet<String> = code_only(&lib)
+            .lines()
+            .filter_map(|l| {
+                l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod "))
+            })
+            .map(|m| m.trim_end_matches(';').trim().to_owned())
+            .collect();
+        let placed: BTreeSet<String> = if *dir == "store" {
+            // The store is one layer: its modules are its own business.
+            declared.clone()
+        } else {
+            crate_modules(dir).iter().map(|(_, m)| (*m).to_owned()).collect()
+        };
+        assert_eq!(declared, placed, "{dir}/src/lib.rs and LAYERS differ: place the new module");
+    }
+}
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it() {
+    for (name, dir, allowed) in CRATES {
+        let manifest =
+            std::fs::read_to_string(crate_dir(dir).join("Cargo.toml")).expect("Cargo.toml");
+        let mut section = String::new();
+        for line in manifest.lines() {
+            let line = line.trim();
+            if line.starts_with('[') {
+                section = line.to_owned();
+                continue;
+            }
+            if !matches!(section.as_str(), "[dependencies]" | "[build-dependencies]") {
+                continue;
+            }
+            let dep = line.split(['.', ' ', '=']).next().unwrap_or_default();
+            if dep.starts_with("prova-") {
+                assert!(allowed.contains(&dep), "{name} depends on {dep}, which is not below it");
+            }
+        }
+    }
 }
 
 #[test]
 fn no_module_imports_one_above_it() {
-    let rank = |m: &str| order().iter().position(|(_, x)| *x == m);
-    let layer = |m: &str| order().iter().find(|(_, x)| *x == m).map_or("?", |(l, _)| *l);
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
     let mut upward = Vec::new();
-    for file in &files {
-        let Some(module) = module_of(file) else { continue };
-        let Some(own) = rank(&module) else {
-            upward.push(format!("{}: module `{module}` is in no layer", file.display()));
+    for (name, dir, _) in CRATES {
+        let mods = crate_modules(dir);
+        if *dir == "store" {
             continue;
-        };
-        let text = std::fs::read_to_string(file).expect("a source file");
-        for (line, target) in imports(&code_only(&text)) {
-            if target == module || target == "self" {
+        }
+        // The coordinator sees the lower crates' modules as below all of its own.
+        let visible: Vec<(&str, &str)> = if *dir == "." { order() } else { mods.clone() };
+        let rank = |m: &str| visible.iter().position(|(_, x)| *x == m);
+        let layer = |m: &str| visible.iter().find(|(_, x)| *x == m).map_or("?", |(l, _)| *l);
+        let src = crate_dir(dir).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in &files {
+            let Some(module) = module_of(&src, file) else { continue };
+            let Some(own) = rank(&module) else {
+                upward
+                    .push(format!("{name}: {}: module `{module}` is in no layer", file.display()));
                 continue;
-            }
-            match rank(&target) {
-                Some(r) if r < own => {}
-                _ => upward.push(format!(
-                    "{}:{line}: `{module}` ({}) imports `{target}` ({}), which is not below it",
-                    file.strip_prefix(src()).unwrap_or(file).display(),
-                    layer(&module),
-                    layer(&target),
-                )),
+            };
+            let text = std::fs::read_to_string(file).expect("a source file");
+            for (line, target) in imports(&code_only(&text)) {
+                if target == module || target == "self" {
+                    continue;
+                }
+                match rank(&target) {
+                    Some(r) if r < own => {}
+                    _ => upward.push(format!(
+                        "{name}: {}:{line}: `{module}` ({}) imports `{target}` ({}), which is not below it",
+                        file.strip_prefix(&src).unwrap_or(file).display(),
+                        layer(&module),
+                        layer(&target),
+                    )),
+                }
             }
         }
     }

@@ -384,7 +384,7 @@ pub struct FileDivergence {
 mod lossy_text {
     use serde::{Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(bytes: &Vec<u8>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(bytes: &Vec<u8>, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
             String::from_utf8_lossy(bytes).serialize(s)
         } else {
@@ -392,7 +392,7 @@ mod lossy_text {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         // Either form, whatever the format claims (see `Digest`'s deserializer).
         d.deserialize_any(TextOrBytes)
     }

@@ -79,12 +79,12 @@ pub(crate) struct TaskState {
 
 impl TaskState {
     /// States for `n` tasks.
-    pub fn for_tasks(n: usize) -> Vec<Self> {
+    pub(super) fn for_tasks(n: usize) -> Vec<Self> {
         vec![Self::default(); n]
     }
 
     /// Where its last primary attempt ran, or `fallback` (the run's one worker).
-    pub fn worker_or(&self, fallback: &WorkerId) -> WorkerId {
+    pub(super) fn worker_or(&self, fallback: &WorkerId) -> WorkerId {
         self.ran_on.clone().unwrap_or_else(|| fallback.clone())
     }
 }
@@ -150,7 +150,7 @@ pub(crate) struct CacheUse {
 
 impl CacheUse {
     /// For `task` under the run's policy (`None`: the run has no cache).
-    pub fn of(task: &PlannedTask, policy: Option<CachePolicy>) -> Self {
+    pub(super) fn of(task: &PlannedTask, policy: Option<CachePolicy>) -> Self {
         let cacheable = task.cacheable && policy.is_some();
         Self {
             cacheable,

@@ -35,7 +35,7 @@ pub(crate) enum Announce {
 
 impl Reruns {
     /// No re-runs; at most `max_in_flight` (at least 1) at once.
-    pub fn new(max_in_flight: usize) -> Self {
+    pub(super) fn new(max_in_flight: usize) -> Self {
         Self {
             queue: VecDeque::new(),
             in_flight: Vec::new(),
@@ -45,20 +45,20 @@ impl Reruns {
     }
 
     /// Proofs still to conclude.
-    pub fn outstanding(&self) -> usize {
+    pub(super) fn outstanding(&self) -> usize {
         self.outstanding
     }
 
     /// Queues a re-run of the task `node` (whose state is `t`): a proof about it is now
     /// awaited.
-    pub fn queue(&mut self, node: usize, t: &mut TaskState) {
+    pub(super) fn queue(&mut self, node: usize, t: &mut TaskState) {
         self.queue.push_back(node);
         self.outstanding += 1;
         t.awaiting += 1;
     }
 
     /// The next queued re-run to hand out, while there is room and the run goes on.
-    pub fn next(&mut self, interrupted: bool) -> Option<usize> {
+    pub(super) fn next(&mut self, interrupted: bool) -> Option<usize> {
         if interrupted || self.in_flight.len() >= self.max_in_flight {
             return None;
         }
@@ -66,18 +66,18 @@ impl Reruns {
     }
 
     /// The re-run of `node` was handed out as `attempt`.
-    pub fn started(&mut self, node: usize, attempt: AttemptId) {
+    pub(super) fn started(&mut self, node: usize, attempt: AttemptId) {
         self.in_flight.push((node, attempt));
     }
 
     /// The re-run `attempt` of `node` ended (its comparison may still be running).
-    pub fn ended(&mut self, node: usize, attempt: AttemptId) {
+    pub(super) fn ended(&mut self, node: usize, attempt: AttemptId) {
         self.in_flight.retain(|&(n, a)| !(n == node && a == attempt));
     }
 
     /// A proof about the task concluded with `verdict`: it joins the task's report; the
     /// answer says what to announce.
-    pub fn conclude(&mut self, t: &mut TaskState, verdict: Verdict) -> Announce {
+    pub(super) fn conclude(&mut self, t: &mut TaskState, verdict: Verdict) -> Announce {
         if let Some(r) = &mut t.report {
             r.verdicts.push(verdict.clone());
         }
@@ -92,7 +92,7 @@ impl Reruns {
 
     /// The run was interrupted: queued re-runs will not start (the nodes whose reports that
     /// frees, to release), running ones are to be cancelled (their attempts).
-    pub fn interrupt(&mut self, state: &mut [TaskState]) -> (Vec<usize>, Vec<AttemptId>) {
+    pub(super) fn interrupt(&mut self, state: &mut [TaskState]) -> (Vec<usize>, Vec<AttemptId>) {
         let queued: Vec<usize> = self.queue.drain(..).collect();
         self.outstanding = self.outstanding.saturating_sub(queued.len());
         for &node in &queued {

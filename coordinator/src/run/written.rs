@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use prova_protocol::globs::PathGlobs;
 
 /// Largest project directory checked.
-pub const MAX_FILES: usize = 20_000;
+pub(super) const MAX_FILES: usize = 20_000;
 
 /// Most paths named in the warning; the rest are counted.
 const MAX_NAMED: usize = 10;
@@ -26,12 +26,12 @@ type Stamp = (u64, i64, i64, i64, i64, u64);
 
 /// A stat snapshot of one project directory: workspace-relative path → stamp.
 #[derive(Debug, Default)]
-pub struct Snapshot(BTreeMap<String, Stamp>);
+pub(super) struct Snapshot(BTreeMap<String, Stamp>);
 
 impl Snapshot {
     /// The snapshot of `project_dir` (workspace-relative) in workspace `root`; `None` past
     /// [`MAX_FILES`] or when it cannot be listed.
-    pub fn take(root: &Path, project_dir: &str) -> Option<Self> {
+    pub(super) fn take(root: &Path, project_dir: &str) -> Option<Self> {
         let dir = if project_dir.is_empty() { root.to_owned() } else { root.join(project_dir) };
         let walk = ignore::WalkBuilder::new(&dir)
             .hidden(false)
@@ -59,7 +59,7 @@ impl Snapshot {
 
     /// The files of `after` that are new or changed since `self` and are not matched by
     /// `outputs`, sorted.
-    pub fn written(&self, after: &Snapshot, outputs: &PathGlobs) -> Vec<String> {
+    pub(super) fn written(&self, after: &Snapshot, outputs: &PathGlobs) -> Vec<String> {
         after
             .0
             .iter()
@@ -73,7 +73,7 @@ impl Snapshot {
 /// The check's state over one run: a snapshot per node taken at dispatch, and which nodes
 /// overlapped another in-place task of an overlapping project directory.
 #[derive(Debug)]
-pub struct Watch {
+pub(super) struct Watch {
     root: PathBuf,
     before: Vec<Option<Snapshot>>,
     running: Vec<Option<String>>,
@@ -82,7 +82,7 @@ pub struct Watch {
 
 impl Watch {
     /// No snapshots yet, for a plan of `n` nodes in workspace `root`.
-    pub fn new(root: PathBuf, n: usize) -> Self {
+    pub(super) fn new(root: PathBuf, n: usize) -> Self {
         Self {
             root,
             before: (0..n).map(|_| None).collect(),
@@ -93,7 +93,7 @@ impl Watch {
 
     /// `node` (a task in `project_dir`) is about to run in place: snapshot its project. Any
     /// in-place task of an overlapping directory still running taints both.
-    pub fn before_run(&mut self, node: usize, project_dir: &str, check: bool) {
+    pub(super) fn before_run(&mut self, node: usize, project_dir: &str, check: bool) {
         let Some(slot) = self.running.get_mut(node) else { return };
         *slot = Some(project_dir.to_owned());
         for (m, dir) in self.running.iter().enumerate() {
@@ -107,7 +107,7 @@ impl Watch {
 
     /// `node` ended (`ok`: it succeeded): the warning to give, if it wrote files in its
     /// project that are neither outputs nor ignored.
-    pub fn after_run(
+    pub(super) fn after_run(
         &mut self,
         node: usize,
         task: &str,

@@ -7,6 +7,12 @@ use std::collections::{BTreeSet, HashMap};
 
 pub mod affected;
 
+// The graph's own tests live here too: they build workspaces and select from them.
+#[cfg(test)]
+mod filter_tests;
+#[cfg(test)]
+mod graph_tests;
+
 use prova_protocol::TaskId;
 
 use crate::graph::filter::{self, FilterError, GitRange, ResolveError, Selector};

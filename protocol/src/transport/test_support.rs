@@ -12,10 +12,10 @@ use super::certs::{self, Bundle, COORDINATOR_NAME, Role};
 use super::endpoint;
 
 /// Every wait in these tests: far above a loopback handshake (milliseconds), far below "hung".
-pub const WAIT: Duration = Duration::from_secs(10);
+pub(super) const WAIT: Duration = Duration::from_secs(10);
 
 /// Awaits `fut` for at most [`WAIT`], panicking with what was awaited.
-pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+pub(super) async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(WAIT, fut).await {
         Ok(v) => v,
         Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
@@ -24,12 +24,12 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 
 /// A cluster PKI in a temp dir: the CA, the coordinator (SANs `localhost`, `127.0.0.1`) and a
 /// worker `w1`.
-pub struct Pki {
+pub(super) struct Pki {
     pub dir: TempDir,
 }
 
 impl Pki {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         certs::init(dir.path(), &["localhost".to_owned(), "127.0.0.1".to_owned()])
             .expect("init PKI");
@@ -37,25 +37,25 @@ impl Pki {
         Self { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn bundle(&self, name: &str) -> Bundle {
+    pub(super) fn bundle(&self, name: &str) -> Bundle {
         Bundle::load(&self.path().join(name)).expect("load bundle")
     }
 
-    pub fn coordinator(&self) -> Bundle {
+    pub(super) fn coordinator(&self) -> Bundle {
         self.bundle(COORDINATOR_NAME)
     }
 
-    pub fn worker(&self) -> Bundle {
+    pub(super) fn worker(&self) -> Bundle {
         self.bundle("w1")
     }
 }
 
 /// A server endpoint on `127.0.0.1:0` and the address it got.
-pub fn loopback_server(bundle: &Bundle) -> (quinn::Endpoint, SocketAddr) {
+pub(super) fn loopback_server(bundle: &Bundle) -> (quinn::Endpoint, SocketAddr) {
     let ep = endpoint::server(SocketAddr::from(([127, 0, 0, 1], 0)), bundle).expect("bind server");
     let addr = ep.local_addr().expect("server address");
     (ep, addr)
@@ -63,7 +63,7 @@ pub fn loopback_server(bundle: &Bundle) -> (quinn::Endpoint, SocketAddr) {
 
 /// A worker connected to a coordinator over loopback: (client side, server side, client
 /// endpoint, server endpoint). The endpoints must outlive the connections.
-pub async fn connected_pair(
+pub(super) async fn connected_pair(
     pki: &Pki,
 ) -> (quinn::Connection, quinn::Connection, quinn::Endpoint, quinn::Endpoint) {
     let (server_ep, addr) = loopback_server(&pki.coordinator());
@@ -81,7 +81,7 @@ pub async fn connected_pair(
 
 /// A message like the real ones: a number, a string, bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Msg {
+pub(super) struct Msg {
     pub a: u32,
     pub b: String,
     #[serde(with = "serde_bytes")]
@@ -89,20 +89,20 @@ pub struct Msg {
 }
 
 impl Msg {
-    pub fn sample(n: u32) -> Self {
+    pub(super) fn sample(n: u32) -> Self {
         Self { a: n, b: format!("message {n}"), c: (0..n % 300).map(|i| i as u8).collect() }
     }
 }
 
 /// A deterministic xorshift64* generator: reproducible "random" inputs with no dependency.
-pub struct XorShift(u64);
+pub(super) struct XorShift(u64);
 
 impl XorShift {
-    pub fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         Self(seed.max(1))
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -110,11 +110,11 @@ impl XorShift {
     }
 
     /// Uniform-ish in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
 
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+    pub(super) fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()
     }
 }

@@ -31,13 +31,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// Where the committed fixtures live.
-pub fn golden_dir() -> PathBuf {
+pub(crate) fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden")
 }
 
 /// A value of one of the message types that travel as frames.
 #[derive(Clone, Debug)]
-pub enum Message {
+pub(crate) enum Message {
     Hello(Hello),
     HelloReply(HelloReply),
     WorkerMsg(WorkerMsg),
@@ -76,7 +76,7 @@ fn redecode<T: Serialize + DeserializeOwned>(
 
 impl Message {
     /// The Rust type, for messages.
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             Message::Hello(_) => "Hello",
             Message::HelloReply(_) => "HelloReply",
@@ -91,22 +91,22 @@ impl Message {
     }
 
     /// The whole frame: 4-byte big-endian length, then named-field MessagePack.
-    pub fn frame(&self) -> Vec<u8> {
+    pub(crate) fn frame(&self) -> Vec<u8> {
         with_value!(self, v => encode_frame(v)).expect("every sample encodes")
     }
 
     /// The frame's payload.
-    pub fn payload(&self) -> Vec<u8> {
+    pub(crate) fn payload(&self) -> Vec<u8> {
         self.frame()[HEADER_LEN..].to_vec()
     }
 
     /// `Debug` of the value inside.
-    pub fn debug(&self) -> String {
+    pub(crate) fn debug(&self) -> String {
         with_value!(self, v => format!("{v:#?}"))
     }
 
     /// Decodes `payload` as this message's type.
-    pub fn decode_same_type(&self, payload: &[u8]) -> Result<Message, FrameError> {
+    pub(crate) fn decode_same_type(&self, payload: &[u8]) -> Result<Message, FrameError> {
         match self {
             Message::Hello(v) => redecode(v, payload, Message::Hello),
             Message::HelloReply(v) => redecode(v, payload, Message::HelloReply),
@@ -124,7 +124,7 @@ impl Message {
     /// purpose: a new variant does not compile here until it is named, and
     /// [`EVERY_VARIANT`] (which the golden test checks the samples against) says it needs a
     /// fixture.
-    pub fn variant(&self) -> String {
+    pub(crate) fn variant(&self) -> String {
         match self {
             Message::Hello(_) => "Hello".into(),
             Message::HelloReply(r) => match r {
@@ -199,7 +199,7 @@ impl Message {
 }
 
 /// Every variant [`Message::variant`] can name: each must have a golden fixture.
-pub const EVERY_VARIANT: &[&str] = &[
+pub(crate) const EVERY_VARIANT: &[&str] = &[
     "Hello",
     "HelloReply::Welcome",
     "HelloReply::Reject",
@@ -248,7 +248,7 @@ pub const EVERY_VARIANT: &[&str] = &[
 
 /// Decodes `payload` as every message type (for robustness tests: results are ignored, only
 /// panics and allocations matter). Returns how many types accepted it.
-pub fn decode_as_every_type(payload: &[u8]) -> usize {
+pub(crate) fn decode_as_every_type(payload: &[u8]) -> usize {
     [
         decode_payload::<Hello>(payload).is_ok(),
         decode_payload::<HelloReply>(payload).is_ok(),
@@ -267,7 +267,7 @@ pub fn decode_as_every_type(payload: &[u8]) -> usize {
 
 /// One fixture: its file stem under `tests/golden/` and the value it must decode to.
 #[derive(Clone, Debug)]
-pub struct Golden {
+pub(crate) struct Golden {
     /// `<name>.bin`.
     pub name: &'static str,
     /// The value, built here.
@@ -502,7 +502,7 @@ fn report(
 /// The name of a proof verdict's variant. Exhaustive on purpose: a new verdict does not
 /// compile here until it is named, and [`EVERY_VERDICT`] says it needs a place in
 /// [`verdicts`] (which the `Done` fixture carries).
-pub fn verdict_variant(v: &Verdict) -> &'static str {
+pub(crate) fn verdict_variant(v: &Verdict) -> &'static str {
     match v {
         Verdict::ProvenDeterministic { .. } => "ProvenDeterministic",
         Verdict::Nondeterministic(_) => "Nondeterministic",
@@ -520,7 +520,7 @@ pub fn verdict_variant(v: &Verdict) -> &'static str {
 }
 
 /// Every variant [`verdict_variant`] names.
-pub const EVERY_VERDICT: &[&str] = &[
+pub(crate) const EVERY_VERDICT: &[&str] = &[
     "ProvenDeterministic",
     "Nondeterministic",
     "AllowedNondeterministic",
@@ -571,7 +571,7 @@ fn perturbations() -> Perturbations {
 }
 
 /// One verdict of every kind.
-pub fn verdicts() -> Vec<Verdict> {
+pub(crate) fn verdicts() -> Vec<Verdict> {
     vec![
         Verdict::ProvenDeterministic {
             rerun_worker: Some(WorkerId("w2".into())),
@@ -783,7 +783,7 @@ fn health() -> prova_protocol::wire::WorkerHealth {
 }
 
 /// Every fixture, in a stable order. File names are `<type>.<variant>[.<inner>]`.
-pub fn goldens() -> Vec<Golden> {
+pub(crate) fn goldens() -> Vec<Golden> {
     use Message as M;
     let hello = Hello {
         protocol_version: PROTOCOL_VERSION,
@@ -1080,14 +1080,14 @@ pub fn goldens() -> Vec<Golden> {
 
 /// A small deterministic PRNG (xorshift64*), so failures reproduce.
 #[derive(Debug)]
-pub struct XorShift(u64);
+pub(crate) struct XorShift(u64);
 
 impl XorShift {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed.max(1))
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -1097,16 +1097,16 @@ impl XorShift {
     }
 
     /// Uniform-ish in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
 
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next_u64() as u8).collect()
     }
 }
 
 /// Hex of `bytes` (for failure messages).
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

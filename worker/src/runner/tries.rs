@@ -37,7 +37,7 @@ impl Tries<'_> {
     /// Runs the tries into `report` (exit, tries, stats, masked log) until one succeeds, is
     /// aborted or cancelled, or none is left. A clean that fails ends the assignment, and so
     /// does a farm worker's failed task while its work dir was short of disk (a hand-back).
-    pub async fn run(
+    pub(super) async fn run(
         &self,
         ctx: &WorkerContext,
         link: &mpsc::Sender<FromWorker>,

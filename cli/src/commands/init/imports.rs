@@ -20,7 +20,10 @@ const SKIPPED: &[&str] = &["__tests__", "__mocks__", "__fixtures__", "test", "te
 
 /// The names of `packages` imported by a source file under any of `roots` (absolute
 /// directories), tests and fixtures left out.
-pub fn imported(roots: &[std::path::PathBuf], packages: &BTreeSet<&str>) -> BTreeSet<String> {
+pub(super) fn imported(
+    roots: &[std::path::PathBuf],
+    packages: &BTreeSet<&str>,
+) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut files = 0usize;
     for root in roots.iter().filter(|r| r.is_dir()) {

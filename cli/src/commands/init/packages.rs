@@ -15,7 +15,7 @@ const SKIPPED: &[&str] =
 
 /// The workspace-relative directories below `root` (not the root itself) that hold a
 /// `package.json`, sorted. Hidden and gitignored directories are skipped.
-pub fn package_dirs(root: &Path) -> Vec<String> {
+pub(super) fn package_dirs(root: &Path) -> Vec<String> {
     let walk = ignore::WalkBuilder::new(root)
         .hidden(true)
         .git_ignore(true)

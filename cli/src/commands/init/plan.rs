@@ -56,10 +56,10 @@ pub struct Findings {
 }
 
 /// The output patterns of a project whose build writes nowhere prova can tell.
-pub const DEFAULT_OUTPUTS: &[&str] = &["dist/**"];
+pub(super) const DEFAULT_OUTPUTS: &[&str] = &["dist/**"];
 
 /// Looks at every project of `ws`.
-pub fn find(ws: &Workspace) -> Findings {
+pub(super) fn find(ws: &Workspace) -> Findings {
     let root = ws.root.as_path();
     let dirs: BTreeMap<&str, &str> =
         ws.projects.iter().map(|p| (p.dir.as_str(), p.name.as_str())).collect();
@@ -116,7 +116,7 @@ pub fn find(ws: &Workspace) -> Findings {
 /// declared input a task's output can match is a config error (prova would clean it, and
 /// a restore would replace it). Patterns of a project at the same directory, so checked
 /// at the workspace root (`""`): both lists are project-relative alike.
-pub fn leave_out(reads: &[String], outputs: &[String]) -> Vec<String> {
+pub(super) fn leave_out(reads: &[String], outputs: &[String]) -> Vec<String> {
     use prova_coordinator::config::intersect::PathPattern;
     let shapes: Vec<PathPattern> =
         reads.iter().filter(|r| !r.starts_with('!')).map(|r| PathPattern::new("", r)).collect();
@@ -308,7 +308,7 @@ fn fold_configs(reads: BTreeSet<String>) -> Vec<String> {
 /// What a project's own prova.toml must say beyond the workspace defaults: its outputs when
 /// they differ, every file as an input when its build is not understood, its missing deps.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Override {
+pub(super) struct Override {
     pub outputs: Option<Vec<String>>,
     /// The workspace's reads with this project's own outputs left out, when they differ
     /// from the defaults' (its outputs are not the default ones); with `whole_project`,
@@ -319,7 +319,7 @@ pub struct Override {
 }
 
 /// The override `p` needs under `f`'s defaults (`None`: the defaults fit).
-pub fn override_of(f: &Findings, p: &Found) -> Option<Override> {
+pub(super) fn override_of(f: &Findings, p: &Found) -> Option<Override> {
     let mut o = Override { deps: p.missing_deps.iter().cloned().collect(), ..Override::default() };
     if let Some(b) = &p.build {
         let own: Vec<String> = b.outputs.iter().cloned().collect();

@@ -39,7 +39,7 @@ pub fn workspace(detected: &Detected, locks: &[&str], findings: Option<&Findings
 }
 
 /// The `[workspace]` table alone: what `prova init` loads first to see the projects.
-pub fn workspace_table(detected: &Detected, locks: &[&str]) -> String {
+pub(super) fn workspace_table(detected: &Detected, locks: &[&str]) -> String {
     let fingerprint = if locks.is_empty() {
         "# Root files whose change re-runs every task:\n# fingerprint = [\"yarn.lock\"]\n\n"
             .to_owned()
@@ -130,7 +130,7 @@ fn js_tasks(findings: Option<&Findings>) -> String {
 
 /// A project's own `prova.toml` for `o`; `workspace_file` is the path of the workspace
 /// file from the project (`../../prova.toml`).
-pub fn project(o: &Override, workspace_file: &str) -> String {
+pub(super) fn project(o: &Override, workspace_file: &str) -> String {
     let mut out = format!(
         "# Written by `prova init`: what this project needs beyond the workspace's defaults\n\
          # in {workspace_file}.\n"

@@ -10,14 +10,14 @@ use super::tsconfig::TscFlags;
 /// One `tsc` invocation: its config (project-relative; `tsconfig.json` unless `-p`/`-b`
 /// names another) and its flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TscCall {
+pub(super) struct TscCall {
     pub config: String,
     pub flags: TscFlags,
 }
 
 /// What a script runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Shape {
+pub(super) struct Shape {
     pub tsc: Vec<TscCall>,
     /// Something other than `tsc`, a cleaner or an `echo`: its inputs are unknown.
     pub other: Vec<String>,
@@ -31,7 +31,7 @@ const RUNNERS: &[&str] = &["npx", "exec", "cross-env", "env", "dotenv", "--"];
 
 /// The shape of script `name` of `scripts`, with its `pre` and `post` scripts (npm runs
 /// them around it).
-pub fn shape(scripts: &BTreeMap<String, String>, name: &str) -> Shape {
+pub(super) fn shape(scripts: &BTreeMap<String, String>, name: &str) -> Shape {
     let mut out = Shape::default();
     for script in [format!("pre{name}"), name.to_owned(), format!("post{name}")] {
         if let Some(text) = scripts.get(&script) {

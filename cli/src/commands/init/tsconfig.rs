@@ -22,7 +22,7 @@ const JS_EXTENSIONS: &[&str] = &["js", "jsx", "mjs", "cjs"];
 
 /// What one `tsc` invocation reads and writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TsBuild {
+pub(super) struct TsBuild {
     /// Files read: config files, source roots (`dir/**`), source files, extension globs.
     pub reads: BTreeSet<String>,
     /// Directories written (`outDir`, `declarationDir`).
@@ -35,7 +35,7 @@ pub struct TsBuild {
 
 /// Command-line options of the `tsc` call that change where it reads or writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TscFlags {
+pub(super) struct TscFlags {
     /// `-b`/`--build`.
     pub build: bool,
     /// `--outDir`, `--tsBuildInfoFile`, `--rootDir` (relative to the project directory).
@@ -47,7 +47,7 @@ pub struct TscFlags {
 }
 
 /// Parses JSON with `//` and `/* */` comments and trailing commas, as tsc accepts it.
-pub fn parse_jsonc(text: &str) -> Option<Value> {
+pub(super) fn parse_jsonc(text: &str) -> Option<Value> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -93,7 +93,7 @@ pub fn parse_jsonc(text: &str) -> Option<Value> {
 
 /// Normalises `dir/rel` (both workspace-relative, `rel` may hold `.` and `..`); `None` when
 /// it leaves the workspace or `rel` is absolute.
-pub fn join(dir: &str, rel: &str) -> Option<String> {
+pub(super) fn join(dir: &str, rel: &str) -> Option<String> {
     if rel.starts_with('/') {
         return None;
     }
@@ -181,7 +181,7 @@ fn bool_option(chain: &[Config], name: &str) -> bool {
 
 /// What a `tsc` call (`flags`) on the config at `config` (workspace-relative; the project
 /// directory is the config's) reads and writes.
-pub fn analyse(root: &Path, config: &str, flags: &TscFlags) -> Option<TsBuild> {
+pub(super) fn analyse(root: &Path, config: &str, flags: &TscFlags) -> Option<TsBuild> {
     let mut seen = BTreeSet::new();
     let mut build = TsBuild::default();
     let links = project(root, config, flags, &mut build, true)?;

@@ -20,7 +20,7 @@ const STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// Who a child is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
+pub(super) enum Role {
     /// A cycle's run of the selection.
     Cycle,
     /// A long-lived persistent task (by id).
@@ -29,7 +29,7 @@ pub enum Role {
 
 /// A child that ended by itself.
 #[derive(Debug)]
-pub struct Exited {
+pub(super) struct Exited {
     /// Which.
     pub role: Role,
     /// How (an error: it could not be waited for).
@@ -39,7 +39,7 @@ pub struct Exited {
 }
 
 /// A running child.
-pub struct Child {
+pub(super) struct Child {
     /// Its start number.
     pub serial: u64,
     stop: Option<oneshot::Sender<()>>,
@@ -49,7 +49,7 @@ pub struct Child {
 impl Child {
     /// Starts `exe args…`; its natural end is reported on `exits` (a stopped child's is
     /// returned by [`Child::stop`] instead).
-    pub fn start(
+    pub(super) fn start(
         exe: &std::path::Path,
         args: &[String],
         role: Role,
@@ -92,7 +92,7 @@ impl Child {
 
     /// Interrupts the child and waits for it to end (SIGKILL after [`STOP_GRACE`]). `None`
     /// when it had ended by itself already (its end went to `exits`).
-    pub async fn stop(mut self) -> Option<std::io::Result<ExitStatus>> {
+    pub(super) async fn stop(mut self) -> Option<std::io::Result<ExitStatus>> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }

@@ -21,7 +21,7 @@ const QUEUE: usize = 8192;
 const WALK_LIMIT: usize = 10_000;
 
 /// The live watch: events arrive on `rx` until it is dropped.
-pub struct Events {
+pub(super) struct Events {
     /// Held for its inotify instance.
     _watcher: notify::RecommendedWatcher,
     /// Changes, in arrival order.
@@ -32,7 +32,7 @@ pub struct Events {
 }
 
 /// Watches everything under `root` (canonical) but `skip` (absolute directories: the cache).
-pub fn watch(root: &Path, skip: Vec<PathBuf>) -> Result<Events, notify::Error> {
+pub(super) fn watch(root: &Path, skip: Vec<PathBuf>) -> Result<Events, notify::Error> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let overflowed = Arc::new(AtomicBool::new(false));
     let lost = overflowed.clone();

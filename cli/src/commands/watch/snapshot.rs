@@ -15,7 +15,7 @@ use crate::commands::common;
 
 /// One changed path, workspace-relative.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Change {
+pub(super) struct Change {
     /// The path (`/`-separated, relative to the workspace root).
     pub path: String,
     /// Whether the event was about a directory.
@@ -23,7 +23,7 @@ pub struct Change {
 }
 
 /// The plan of the selection and the rules a changed path is judged by.
-pub struct Snapshot {
+pub(super) struct Snapshot {
     /// The workspace root (canonical).
     pub root: std::path::PathBuf,
     /// Task ids, by plan index.
@@ -46,7 +46,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Loads the workspace found from `start` and plans `select` in it.
-    pub fn load(start: &Path, select: &SelectArgs) -> anyhow::Result<Self> {
+    pub(super) fn load(start: &Path, select: &SelectArgs) -> anyhow::Result<Self> {
         let common::Loaded { ws, graph } = common::load(start, select)?;
         let env = |k: &str| std::env::var(k).ok();
         let plan = prova_coordinator::run::RunPlan::new(&ws, &graph, &[], &env);
@@ -81,19 +81,19 @@ impl Snapshot {
     }
 
     /// The plan index of `id`.
-    pub fn position(&self, id: &TaskId) -> Option<usize> {
+    pub(super) fn position(&self, id: &TaskId) -> Option<usize> {
         self.ids.iter().position(|i| i == id)
     }
 
     /// Whether `id` is one of the long-lived persistent tasks.
-    pub fn is_long_lived(&self, id: &TaskId) -> bool {
+    pub(super) fn is_long_lived(&self, id: &TaskId) -> bool {
         self.long_lived.iter().any(|&i| &self.ids[i] == id)
     }
 
     /// Whether a change at `c` is a task's own doing: inside a declared output, or (a
     /// directory) an output's root or a directory above one, which cleaning and restoring
     /// outputs create and remove.
-    pub fn is_output(&self, c: &Change) -> bool {
+    pub(super) fn is_output(&self, c: &Change) -> bool {
         self.outputs.iter().any(|g| {
             g.is_match(&c.path)
                 || (c.dir
@@ -104,7 +104,7 @@ impl Snapshot {
     /// The changes that matter to the selection: not outputs, about a file the keys see (in
     /// the file list now, or in `before`'s — a file removed or renamed away) and folded in
     /// some task's key, or a `prova.toml`.
-    pub fn relevant(&self, before: Option<&Snapshot>, changes: &[Change]) -> Vec<String> {
+    pub(super) fn relevant(&self, before: Option<&Snapshot>, changes: &[Change]) -> Vec<String> {
         let listed =
             |p: &str| self.files.contains(p) || before.is_some_and(|b| b.files.contains(p));
         let listed_under = |d: &str| {
@@ -132,7 +132,7 @@ impl Snapshot {
 
     /// Whether any of `paths` is folded in the key of task `i` or of a task upstream of it
     /// (or is the `prova.toml` of the workspace or of one of their projects).
-    pub fn touched(&self, i: usize, paths: &[String]) -> bool {
+    pub(super) fn touched(&self, i: usize, paths: &[String]) -> bool {
         let mut seen = HashSet::new();
         let mut stack = vec![i];
         while let Some(t) = stack.pop() {

@@ -6,7 +6,7 @@
 
 /// A word as the shell would see it before expansion.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Word {
+pub(super) struct Word {
     /// The text with quotes and backslashes removed (expansions left out).
     pub text: String,
     /// The source text, quotes included (`PATH="$PWD/bin:$PATH"`).
@@ -22,7 +22,7 @@ pub struct Word {
 
 /// One token.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Tok {
+pub(super) enum Tok {
     /// A word.
     Word(Word),
     /// `;`, a newline, `&`, `&&`, `||` or `|`: ends a simple command.
@@ -47,7 +47,7 @@ pub enum LexError {
 
 /// The tokens of `src`, and whether a here-document's body holds a command substitution
 /// (its commands run, and are not read).
-pub fn lex(src: &str) -> Result<(Vec<Tok>, bool), LexError> {
+pub(super) fn lex(src: &str) -> Result<(Vec<Tok>, bool), LexError> {
     let mut l = Lexer { s: src.chars().collect(), i: 0, heredocs: Vec::new(), heredoc_subs: false };
     let mut out = Vec::new();
     while let Some(t) = l.next()? {

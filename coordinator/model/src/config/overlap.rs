@@ -168,7 +168,7 @@ fn candidates<'a>(
 
 /// Which tasks depend on which, from the full task graph (also what excuses a reader in
 /// [`crate::inputs::protect`]).
-pub(crate) struct Reach {
+pub struct Reach {
     graph: crate::graph::TaskGraph,
     /// Each asked node's transitive dependencies.
     upstream: HashMap<usize, HashSet<usize>>,
@@ -176,13 +176,13 @@ pub(crate) struct Reach {
 
 impl Reach {
     /// `None` when the graph does not build (its own error is reported where it is built).
-    pub(crate) fn new(ws: &Workspace) -> Option<Self> {
+    pub fn new(ws: &Workspace) -> Option<Self> {
         let graph = crate::graph::build_graph(ws).ok()?;
         Some(Self { graph, upstream: HashMap::new() })
     }
 
     /// Whether `consumer` depends on `producer`, directly or not.
-    pub(crate) fn depends_on(&mut self, consumer: &TaskId, producer: &TaskId) -> bool {
+    pub fn depends_on(&mut self, consumer: &TaskId, producer: &TaskId) -> bool {
         let (Some(&c), Some(&p)) = (self.graph.index.get(consumer), self.graph.index.get(producer))
         else {
             return false;

@@ -12,11 +12,6 @@ pub mod build;
 pub mod filter;
 pub mod render;
 
-#[cfg(test)]
-mod filter_tests;
-#[cfg(test)]
-mod tests;
-
 use std::collections::HashMap;
 
 use prova_protocol::TaskId;

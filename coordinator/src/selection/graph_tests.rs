@@ -13,8 +13,8 @@ use prova_protocol::TaskId;
 use prova_protocol::spec::CommandLine;
 use tempfile::TempDir;
 
-use super::filter::FilterError;
-use super::{GraphError, TaskGraph, build_graph, render};
+use crate::graph::filter::FilterError;
+use crate::graph::{GraphError, TaskGraph, build_graph, render};
 use crate::location::{Located, Location};
 use crate::selection::affected::{self, AffectedError};
 use crate::selection::{ProjectFilter, SelectError, Selection, closure, select};

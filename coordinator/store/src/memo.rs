@@ -181,7 +181,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::test_util::memo_row;
+    use crate::test_util::memo_row;
 
     #[test]
     fn memo_round_trip_upsert_and_remove() {

@@ -1,8 +1,8 @@
 //! Unit tests of [`super`] (store.rs).
 
 use super::*;
-use crate::cache::test_util::{entry, key};
-use crate::cache::{TRUSTED, UNTRUSTED};
+use crate::test_util::{entry, key};
+use crate::{TRUSTED, UNTRUSTED};
 
 #[test]
 fn open_creates_the_layout_in_wal_mode() {
@@ -265,7 +265,7 @@ fn corrupted_index_is_an_error_not_a_panic() {
     // `prova cache clean` on a broken index: set it aside and start empty; blobs stay.
     let blob = Digest::of(b"kept blob");
     fs::create_dir_all(dir.path().join("blobs").join(&blob.to_hex()[..2])).unwrap();
-    fs::write(crate::cache::blobs::blob_path_in(dir.path(), &blob), b"kept blob").unwrap();
+    fs::write(crate::blobs::blob_path_in(dir.path(), &blob), b"kept blob").unwrap();
     let moved = Store::discard_index(dir.path()).unwrap().unwrap();
     assert!(moved.starts_with(dir.path().join(QUARANTINE_DIR)));
     let mut store = Store::open(dir.path()).unwrap();
@@ -297,9 +297,8 @@ fn fill_and_close(dir: &Path) {
         e.manifest = vec![i as u8; 700];
         store.put_entry(&e).unwrap();
     }
-    let rows: Vec<(String, crate::cache::MemoRow)> = (0..500)
-        .map(|i| (format!("src/file{i}.ts"), crate::cache::test_util::memo_row(i)))
-        .collect();
+    let rows: Vec<(String, crate::MemoRow)> =
+        (0..500).map(|i| (format!("src/file{i}.ts"), crate::test_util::memo_row(i))).collect();
     store.memo_store("/ws", &rows).unwrap();
     drop(store);
     assert!(!dir.join("index.sqlite-wal").exists(), "the last close checkpoints the WAL");

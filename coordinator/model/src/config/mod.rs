@@ -48,4 +48,4 @@ pub const CONFIG_FILE: &str = "prova.toml";
 /// The JSON Schema of both config file kinds, for editors (`schemas/prova.toml.json`; printed
 /// by `prova schema config`, written by `prova init`). `tests/tests/config_schema.rs` keeps it
 /// equal to [`schema::TableKind`]'s key lists.
-pub const JSON_SCHEMA: &str = include_str!("../../../schemas/prova.toml.json");
+pub const JSON_SCHEMA: &str = include_str!("../../../../schemas/prova.toml.json");

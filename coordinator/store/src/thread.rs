@@ -113,8 +113,8 @@ mod tests {
     use prova_protocol::task::OwnedTask;
 
     use super::*;
-    use crate::cache::TRUSTED;
-    use crate::cache::test_util::{entry, key};
+    use crate::TRUSTED;
+    use crate::test_util::{entry, key};
 
     /// How long a test waits for the thread to end.
     const JOIN_WAIT: Duration = Duration::from_secs(10);

@@ -291,7 +291,7 @@ pub(crate) fn migrate(conn: &mut Connection, migrations: &[Migration]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Store;
+    use crate::Store;
 
     fn table_names(conn: &Connection) -> Vec<String> {
         let mut stmt = conn

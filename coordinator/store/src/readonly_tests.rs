@@ -1,8 +1,8 @@
 //! Unit tests of [`super`] (readonly.rs): what a read-only store reads, refuses and skips.
 
 use super::*;
-use crate::cache::test_util::{entry, key, memo_row};
-use crate::cache::{Execution, TRUSTED};
+use crate::test_util::{entry, key, memo_row};
+use crate::{Execution, TRUSTED};
 
 /// Every file under `dir` (relative) with its bytes.
 fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {

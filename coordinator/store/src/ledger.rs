@@ -298,7 +298,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::PENDING;
+    use crate::PENDING;
 
     fn exec(key: &[u8], worker: &str, fp: Option<&[u8]>, ok: bool, t: i64) -> Execution {
         Execution {
@@ -348,7 +348,7 @@ mod tests {
     }
 
     fn pending_entry(s: &mut Store, ns: &str, key: &[u8], fp: Option<&[u8]>) {
-        s.put_entry(&crate::cache::NewEntry {
+        s.put_entry(&crate::NewEntry {
             namespace: ns.into(),
             key: Digest::of(key),
             task: "a#build".into(),
@@ -456,7 +456,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (k, f, g) = (Digest::of(b"k"), Digest::of(b"f"), Digest::of(b"g"));
         {
-            let index = dir.path().join(crate::cache::INDEX_FILE);
+            let index = dir.path().join(crate::INDEX_FILE);
             let mut conn = rusqlite::Connection::open(index).unwrap();
             super::super::schema::migrate(&mut conn, &super::super::schema::MIGRATIONS[..4])
                 .unwrap();
@@ -517,7 +517,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
         let key = Digest::of(b"k");
-        s.put_entry(&crate::cache::NewEntry {
+        s.put_entry(&crate::NewEntry {
             namespace: "pending".into(),
             key,
             task: "a#b".into(),

@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn truncated_and_mutated_lockfiles_never_panic() {
         let samples = [
-            ("package-lock.json", include_str!("../../../examples/tsmono/package-lock.json")),
+            ("package-lock.json", include_str!("../../../../examples/tsmono/package-lock.json")),
             (
                 "pnpm-lock.yaml",
                 "lockfileVersion: '9.0'\nimporters:\n  .:\n    dependencies:\n      a: {specifier: ^1, version: 1.0.0(p@1)}\n  x:\n    dependencies:\n      b: {version: link:../y}\npackages:\n  a@1.0.0:\n    resolution: {integrity: sha512-a}\nsnapshots:\n  a@1.0.0(p@1):\n    dependencies: {p: '1'}\n",

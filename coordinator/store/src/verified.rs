@@ -80,7 +80,7 @@ pub(crate) fn forget(dir: &Path) {
 mod tests {
     use super::super::Store;
     use super::*;
-    use crate::cache::test_util::entry;
+    use crate::test_util::entry;
 
     fn fill(dir: &Path) {
         let mut store = Store::open(dir).unwrap();
@@ -119,13 +119,10 @@ mod tests {
             *b = 0xA5;
         }
         fs::write(&index, &bytes).unwrap();
-        assert!(matches!(
-            Store::open(dir.path()),
-            Err(crate::cache::CacheError::IntegrityCheck(_))
-        ));
+        assert!(matches!(Store::open(dir.path()), Err(crate::CacheError::IntegrityCheck(_))));
         assert!(matches!(
             Store::open_read_only(dir.path()),
-            Err(crate::cache::CacheError::IntegrityCheck(_))
+            Err(crate::CacheError::IntegrityCheck(_))
         ));
     }
 

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::TaskGraph;
-use super::filter::{FilterError, GitRange, ResolveError, Selector, resolve};
-use super::tests::{Repo, graph, project, requested, task, workspace};
+use super::graph_tests::{Repo, graph, project, requested, task, workspace};
+use crate::graph::TaskGraph;
+use crate::graph::filter::{FilterError, GitRange, ResolveError, Selector, resolve};
 use crate::selection::{ProjectFilter, SelectError, Selection, select};
 use crate::workspace::Workspace;
 

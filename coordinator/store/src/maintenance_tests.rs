@@ -1,8 +1,8 @@
 //! Unit tests of [`super`] (maintenance.rs).
 
 use super::*;
-use crate::cache::test_util::{entry, key};
-use crate::cache::{NewEntry, TRUSTED};
+use crate::test_util::{entry, key};
+use crate::{NewEntry, TRUSTED};
 
 /// An entry whose only bytes are its artifact `blob` (empty manifest and components).
 fn with_blob(store: &mut Store, i: u64, blob: &[u8], used: i64) -> (NewEntry, Digest) {
@@ -112,9 +112,9 @@ fn stats_count_what_is_there() {
     with_blob(&mut store, 1, &[1; 10], 5);
     with_blob(&mut store, 2, &[2; 20], 9);
     let mut u = entry(3, "x#y", 7);
-    u.namespace = crate::cache::UNTRUSTED.into();
+    u.namespace = crate::UNTRUSTED.into();
     store.put_entry(&u).unwrap();
-    store.memo_store("/ws", &[("a".into(), crate::cache::test_util::memo_row(1))]).unwrap();
+    store.memo_store("/ws", &[("a".into(), crate::test_util::memo_row(1))]).unwrap();
     let (_staged, _) = store.stage_file().unwrap();
     let s = store.stats().unwrap();
     assert_eq!(s.entries.get(""), Some(&2));
@@ -130,7 +130,7 @@ fn clean_empties_everything_and_the_store_still_works() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path()).unwrap();
     let (_, d) = with_blob(&mut store, 1, b"artifact", 1);
-    store.memo_store("/ws", &[("a".into(), crate::cache::test_util::memo_row(1))]).unwrap();
+    store.memo_store("/ws", &[("a".into(), crate::test_util::memo_row(1))]).unwrap();
     store.record_durations(&[("a#b".into(), 5)]).unwrap();
     store.stage_file().unwrap();
     fs::write(store.quarantine_dir().join("q"), b"x").unwrap();
@@ -158,7 +158,7 @@ fn clean_empties_everything_and_the_store_still_works() {
 fn blob_path_names_parse_back() {
     let d = Digest::of(b"x");
     let dir = Path::new("/c");
-    assert_eq!(digest_of_blob_path(&crate::cache::blobs::blob_path_in(dir, &d)), Some(d));
+    assert_eq!(digest_of_blob_path(&crate::blobs::blob_path_in(dir, &d)), Some(d));
     let hex = d.to_hex();
     assert_eq!(digest_of_blob_path(&dir.join("blobs/zz").join(&hex)), None);
     assert_eq!(

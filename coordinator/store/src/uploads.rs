@@ -130,7 +130,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::NewEntry;
+    use crate::NewEntry;
 
     fn open_store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
