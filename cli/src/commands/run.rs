@@ -57,7 +57,8 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         true => None,
         false => crate::reapi_exec::config(&ws.root, args.remote_exec.as_deref())?,
     };
-    let config = RunConfig { farm_required: ws.settings.farm_required, exec_reapi };
+    let config =
+        RunConfig { root: ws.root.clone(), farm_required: ws.settings.farm_required, exec_reapi };
     let s = RunSettings::resolve(args, &RunEnv::capture(), config, &|id| graph.get(id).is_some())?;
     let rt = common::runtime()?;
     // A remote run dials first: its keys fold the farm's salt. A farm that cannot be reached
@@ -80,7 +81,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         true => Some(crate::lock::acquire(&ws.root, s.lock_wait)?),
         false => None,
     };
-    let (cache, cache_join) = common::open_cache_as(&ws, &s.cache.dir, reach.cache_mode)?;
+    let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
     let (sandboxed, sandbox) = probe_sandbox(&ws, &graph, &s, reach)?;
     let act = Act {
@@ -226,7 +227,7 @@ impl Act<'_> {
     async fn salt(&self, session: Option<&Session>) -> anyhow::Result<Option<KeySalt>> {
         let salt = match session {
             Some(s) => s.key_salt,
-            None if self.s.cache.off => common::stored_key_salt(self.ws, &self.s.cache.dir),
+            None if self.s.cache.off => common::stored_key_salt_in(&self.s.cache.dir),
             None => None, // the opened cache's own
         };
         if let Some(farm) = salt

@@ -17,10 +17,8 @@ use prova_coordinator::scheduler::defaults::RunDefaults;
 use prova_protocol::TaskId;
 use prova_protocol::wire::{Proof, RunOptionsWire, UpstreamMode, VerifySample};
 
-use crate::args::{
-    CacheDirArgs, CacheSpec, ColorWhen, DownloadMode, Fallback, RemoteArgs, RunArgs,
-};
-use crate::commands::common::CacheMode;
+use crate::args::{CacheSpec, ColorWhen, DownloadMode, Fallback, RemoteArgs, RunArgs};
+use crate::commands::common::{self, CacheMode};
 use crate::render::Style;
 
 /// What `prova run` reads of its process: captured once by the action, passed in.
@@ -36,6 +34,8 @@ pub struct RunEnv {
     pub stderr_terminal: bool,
     /// The variables the settings read: [`RunEnv::VARS`], when set.
     pub vars: Vec<(String, String)>,
+    /// The working directory (a relative `--cache-dir` is taken from it).
+    pub cwd: Option<PathBuf>,
 }
 
 impl RunEnv {
@@ -55,6 +55,7 @@ impl RunEnv {
                 .iter()
                 .filter_map(|k| Some(((*k).to_owned(), std::env::var(k).ok()?)))
                 .collect(),
+            cwd: std::env::current_dir().ok(),
         }
     }
 
@@ -66,6 +67,8 @@ impl RunEnv {
 /// What the workspace's config says that a run's settings depend on.
 #[derive(Clone, Default)]
 pub struct RunConfig {
+    /// The workspace root (the default cache directory is under it).
+    pub root: PathBuf,
     /// `[workspace] fallback = "none"`.
     pub farm_required: bool,
     /// Where tasks execute remotely (`--remote-exec` over `[exec.reapi]`), not read for a dry
@@ -117,8 +120,8 @@ pub struct CacheSettings {
     pub open_remote: CacheMode,
     /// `--cache` as given (the REAPI layer reads its `reapi:` part).
     pub spec: Option<CacheSpec>,
-    /// `--cache-dir`.
-    pub dir: CacheDirArgs,
+    /// The cache directory (`--cache-dir`, `PROVA_CACHE_DIR`, else under the workspace).
+    pub dir: PathBuf,
 }
 
 /// `--remote` and what goes with it.
@@ -222,7 +225,10 @@ impl RunSettings {
             dry_run: args.dry_run,
             style,
             progress,
-            cache: cache_settings(&args),
+            cache: cache_settings(
+                &args,
+                common::cache_dir_in(&config.root, &args.cache_dir, env.cwd.as_deref()),
+            ),
             options,
             defaults: RunDefaults { retry: args.retry, timeout: args.timeout },
             farm,
@@ -321,7 +327,7 @@ fn required(args: &RunArgs, config_required: bool) -> Option<&'static str> {
 }
 
 /// `--no-cache`, `--force`, `--cache SPEC`, `--cache-dir`.
-fn cache_settings(args: &RunArgs) -> CacheSettings {
+fn cache_settings(args: &RunArgs, dir: PathBuf) -> CacheSettings {
     let on = CachePolicy { read: true, write: true };
     let off = CachePolicy { read: false, write: false };
     let write_only = CachePolicy { read: false, write: true };
@@ -349,7 +355,7 @@ fn cache_settings(args: &RunArgs) -> CacheSettings {
         open_local: cache_mode(args, false),
         open_remote: cache_mode(args, true),
         spec: args.cache,
-        dir: args.cache_dir.clone(),
+        dir,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The resolution of `prova run`'s flags, environment and config into [`RunSettings`]:
 //! defaults, conflicting flags (clap's and ours), environment overrides.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser as _;
@@ -247,4 +248,14 @@ fn remote_execution_is_refused_where_it_cannot_bring_results_home() {
     assert!(matches!(s.reach(false), Err(SettingsError::RemoteExec(_))));
     let s = resolve_in("build --dry-run --cache local:r", &env(), config()).expect("settings");
     assert!(s.remote_exec.is_none() && s.reach(false).is_ok(), "a dry run executes nothing");
+}
+
+#[test]
+fn the_cache_directory_is_under_the_workspace_unless_named() {
+    let env = RunEnv { cwd: Some(PathBuf::from("/here")), ..env() };
+    let config = || RunConfig { root: PathBuf::from("/ws"), ..RunConfig::default() };
+    let dir = |line: &str| resolve_in(line, &env, config()).expect("settings").cache.dir;
+    assert_eq!(dir("build"), PathBuf::from("/ws/.prova/cache"));
+    assert_eq!(dir("build --cache-dir /elsewhere"), PathBuf::from("/elsewhere"));
+    assert_eq!(dir("build --cache-dir rel"), PathBuf::from("/here/rel"), "from the working dir");
 }
