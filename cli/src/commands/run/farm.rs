@@ -13,7 +13,7 @@ use super::settings::FarmSettings;
 /// (`--farm-required`, `--fallback none`, `[workspace] fallback = "none"`), an error
 /// naming the address. A farm that answers and refuses is always an error.
 pub async fn dial(farm: &FarmSettings) -> anyhow::Result<Option<crate::remote::Session>> {
-    match crate::remote::connect(&farm.remote).await {
+    match crate::remote::connect_to(&farm.target).await {
         Ok(s) => Ok(Some(s)),
         Err(e) => match e.downcast::<crate::remote::Unreachable>() {
             Ok(u) => match farm.required {
@@ -69,7 +69,7 @@ pub async fn remote_run(
         let inputs = options.verify.contains(&prova_protocol::wire::Proof::Inputs);
         let mut judge = rrun::Judge::new(prepared.workspace_view(ws), prepared, inputs);
         let re = crate::remote::reattach::Resubmit {
-            args: &farm.remote,
+            target: &farm.target,
             root,
             trees: &prepared.trees,
             window: farm.reattach,

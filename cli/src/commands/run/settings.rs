@@ -17,8 +17,9 @@ use prova_coordinator::scheduler::defaults::RunDefaults;
 use prova_protocol::TaskId;
 use prova_protocol::wire::{Proof, RunOptionsWire, UpstreamMode, VerifySample};
 
-use crate::args::{CacheSpec, ColorWhen, DownloadMode, Fallback, RemoteArgs, RunArgs};
+use crate::args::{CacheSpec, ColorWhen, DownloadMode, Fallback, RunArgs};
 use crate::commands::common::{self, CacheMode};
+use crate::remote::{FarmTarget, TargetError};
 use crate::render::Style;
 
 /// What `prova run` reads of its process: captured once by the action, passed in.
@@ -97,6 +98,9 @@ pub enum SettingsError {
          outputs from the cache; use --only (it restores cached ones)"
     )]
     ExcludeVerify,
+    /// `--remote` without `--certs`.
+    #[error(transparent)]
+    Target(#[from] TargetError),
     /// Remote execution refused (`crate::reapi_exec::refusal`).
     #[error("{0}")]
     RemoteExec(&'static str),
@@ -127,8 +131,8 @@ pub struct CacheSettings {
 /// `--remote` and what goes with it.
 #[derive(Clone, Debug)]
 pub struct FarmSettings {
-    /// The farm and the certificate to reach it with.
-    pub remote: RemoteArgs,
+    /// The farm, the certificate to reach it with and the name it must carry.
+    pub target: FarmTarget,
     /// Why an unreachable farm fails the run, when it does (the flag or setting that says so).
     pub required: Option<&'static str>,
     /// `--fallback local` given (the warning names it).
@@ -214,13 +218,16 @@ impl RunSettings {
             env.stderr_terminal,
             env.var("CI").is_some(),
         );
-        let farm = args.remote.remote.is_some().then(|| FarmSettings {
-            required: required(&args, config.farm_required),
-            fallback_named: args.fallback == Some(Fallback::Local),
-            download: args.download,
-            reattach: Duration::from_secs(args.reattach_timeout),
-            remote: args.remote.clone(),
-        });
+        let farm = match args.remote.remote {
+            Some(_) => Some(FarmSettings {
+                target: FarmTarget::from_args(&args.remote)?,
+                required: required(&args, config.farm_required),
+                fallback_named: args.fallback == Some(Fallback::Local),
+                download: args.download,
+                reattach: Duration::from_secs(args.reattach_timeout),
+            }),
+            None => None,
+        };
         Ok(Self {
             dry_run: args.dry_run,
             style,

@@ -259,3 +259,17 @@ fn the_cache_directory_is_under_the_workspace_unless_named() {
     assert_eq!(dir("build --cache-dir /elsewhere"), PathBuf::from("/elsewhere"));
     assert_eq!(dir("build --cache-dir rel"), PathBuf::from("/here/rel"), "from the working dir");
 }
+
+#[test]
+fn a_farm_is_named_by_its_address_certificate_and_server_name() {
+    let farm = resolve("build --remote coord.example:7700 --certs c").farm.expect("a farm");
+    assert_eq!(farm.target.addr, "coord.example:7700");
+    assert_eq!(farm.target.certs, PathBuf::from("c"));
+    assert_eq!(farm.target.server_name, "coord.example", "the address's host unless told");
+    let farm = resolve("build --remote 10.0.0.1:7700 --certs c --server-name farm.internal")
+        .farm
+        .expect("a farm");
+    assert_eq!(farm.target.server_name, "farm.internal");
+    let err = resolve_in("build --remote h:1", &env(), RunConfig::default()).err();
+    assert_eq!(err, Some(SettingsError::Target(crate::remote::TargetError::NoCerts)));
+}
