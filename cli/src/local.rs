@@ -112,10 +112,12 @@ pub async fn run(
 /// The REAPI layer over `local`, when the run names it (`--cache …,reapi:MODE`) or, with no
 /// `--cache`, when `prova.toml` has `[cache.reapi]`. A server that does not answer, or a
 /// client that cannot be built (bad TLS files), is one warning: the run goes on locally.
+/// `ci`: the value of `CI`, which decides whether the run writes to it by default.
 pub async fn reapi_layer(
     root: &std::path::Path,
     spec: Option<crate::args::CacheSpec>,
     local: &prova_coordinator::layers::LocalLayer,
+    ci: Option<&str>,
 ) -> anyhow::Result<Option<prova_coordinator::layers::reapi::ReapiLayer>> {
     use prova_coordinator::layers::reapi::{ReapiClient, ReapiLayer};
     let named = spec.map(|s| s.reapi);
@@ -132,8 +134,7 @@ pub async fn reapi_layer(
     };
     // A shared cache: unless `--cache` names the mode, only the runs `upload` allows (by
     // default CI's) write to it; `upload = "never"` holds even against `--cache reapi:rw`.
-    let ci = std::env::var("CI").ok();
-    let writes = cfg.upload.writes(ci.as_deref());
+    let writes = cfg.upload.writes(ci);
     let mode = match named.flatten() {
         Some(m) if m.write && cfg.upload == prova_coordinator::layers::reapi::Upload::Never => {
             anyhow::bail!(

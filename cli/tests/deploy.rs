@@ -52,10 +52,11 @@ fn port_of(addr: &str) -> u16 {
 #[test]
 fn the_default_port_is_the_coordinators() {
     // Ties DEFAULT_PORT (which the manifests below are checked against) to the code.
-    let src = include_str!("../src/commands/daemons.rs");
-    assert!(
-        src.contains(&format!("\"0.0.0.0:{DEFAULT_PORT}\"")),
-        "prova coordinator no longer defaults to 0.0.0.0:{DEFAULT_PORT}: update deploy/ and this test"
+    let listen = prova_cli::commands::daemons::settings::DEFAULT_LISTEN;
+    assert_eq!(
+        port_of(listen),
+        DEFAULT_PORT,
+        "prova coordinator no longer defaults to port {DEFAULT_PORT}: update deploy/ and this test"
     );
 }
 

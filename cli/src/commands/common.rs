@@ -50,10 +50,20 @@ pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
 /// The cache directory for `ws`: `--cache-dir` / `PROVA_CACHE_DIR`, else
 /// `<workspace>/.prova/cache`.
 pub fn cache_dir(ws: &Workspace, args: &crate::args::CacheDirArgs) -> std::path::PathBuf {
-    match &args.cache_dir {
-        Some(d) if d.is_absolute() => d.clone(),
-        Some(d) => std::env::current_dir().map(|c| c.join(d)).unwrap_or_else(|_| d.clone()),
-        None => ws.root.join(".prova").join("cache"),
+    cache_dir_in(&ws.root, args, std::env::current_dir().ok().as_deref())
+}
+
+/// [`cache_dir`] for a workspace at `root`, a relative `--cache-dir` taken from `cwd`. Pure.
+pub fn cache_dir_in(
+    root: &Path,
+    args: &crate::args::CacheDirArgs,
+    cwd: Option<&Path>,
+) -> std::path::PathBuf {
+    match (&args.cache_dir, cwd) {
+        (Some(d), _) if d.is_absolute() => d.clone(),
+        (Some(d), Some(c)) => c.join(d),
+        (Some(d), None) => d.clone(),
+        (None, _) => root.join(".prova").join("cache"),
     }
 }
 
@@ -83,11 +93,18 @@ pub fn open_cache_as(
     args: &crate::args::CacheDirArgs,
     mode: CacheMode,
 ) -> anyhow::Result<(prova_coordinator::cache::CacheThread, std::thread::JoinHandle<()>)> {
+    open_cache_in(&cache_dir(ws, args), mode)
+}
+
+/// Opens the cache thread on `dir` in `mode`.
+pub fn open_cache_in(
+    dir: &Path,
+    mode: CacheMode,
+) -> anyhow::Result<(prova_coordinator::cache::CacheThread, std::thread::JoinHandle<()>)> {
     use prova_coordinator::cache::CacheThread;
-    let dir = cache_dir(ws, args);
     let opened = match mode {
-        CacheMode::ReadWrite => CacheThread::open(&dir),
-        CacheMode::ReadOnly => CacheThread::open_read_only(&dir),
+        CacheMode::ReadWrite => CacheThread::open(dir),
+        CacheMode::ReadOnly => CacheThread::open_read_only(dir),
         CacheMode::Scratch => CacheThread::scratch(),
     };
     opened.with_context(|| format!("cannot open the cache at {}", dir.display()))
@@ -99,7 +116,12 @@ pub fn stored_key_salt(
     ws: &Workspace,
     args: &crate::args::CacheDirArgs,
 ) -> Option<prova_coordinator::keys::KeySalt> {
-    let store = prova_coordinator::cache::Store::open_read_only(&cache_dir(ws, args)).ok()?;
+    stored_key_salt_in(&cache_dir(ws, args))
+}
+
+/// [`stored_key_salt`] of the cache in `dir`.
+pub fn stored_key_salt_in(dir: &Path) -> Option<prova_coordinator::keys::KeySalt> {
+    let store = prova_coordinator::cache::Store::open_read_only(dir).ok()?;
     store.key_salt().ok().flatten()
 }
 

@@ -89,18 +89,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
             .filter(|d| !hits.contains_key(d))
             .map(|&d| prepared.plan.tasks[d].id.to_string())
             .collect();
-        let (entry, current, older) = cache
-            .call(move |s| {
-                let newest = s.latest_for_task(TRUSTED, &task)?;
-                if let Some(key) = key
-                    && let Some(e) = s.get_entries(TRUSTED, &[key])?.remove(&key)
-                {
-                    let older = newest.is_some_and(|n| n.key != key);
-                    return Ok::<_, prova_coordinator::cache::CacheError>((Some(e), true, older));
-                }
-                Ok((newest, false, false))
-            })
-            .await??;
+        let (entry, current, older) = entry_for(&cache, task, key).await?;
         // The current key folds each upstream's fingerprint as it is now, so an upstream
         // entry newer than this one re-ran with the same bytes.
         let cutoff: Vec<String> = match (&entry, current) {
@@ -142,6 +131,28 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
             }
         },
     )
+}
+
+/// The task's entry under its current `key` (`current`: true; `older`: a newer entry of
+/// the task exists under another key), else its newest entry.
+async fn entry_for(
+    cache: &prova_coordinator::cache::CacheThread,
+    task: String,
+    key: Option<prova_protocol::Digest>,
+) -> anyhow::Result<(Option<prova_coordinator::cache::Entry>, bool, bool)> {
+    let found = cache
+        .call(move |s| {
+            let newest = s.latest_for_task(TRUSTED, &task)?;
+            if let Some(key) = key
+                && let Some(e) = s.get_entries(TRUSTED, &[key])?.remove(&key)
+            {
+                let older = newest.is_some_and(|n| n.key != key);
+                return Ok::<_, prova_coordinator::cache::CacheError>((Some(e), true, older));
+            }
+            Ok((newest, false, false))
+        })
+        .await??;
+    Ok(found)
 }
 
 /// For each upstream `old`'s key folded by outputs whose current entry (`now`) has other

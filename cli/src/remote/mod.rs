@@ -10,11 +10,10 @@ pub mod download;
 pub mod reattach;
 pub mod run;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::Context as _;
 use prova_protocol::events::{CacheStatus, RunEvent};
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::liveness::{self, Liveness, Watch};
@@ -173,11 +172,49 @@ impl Session {
     }
 }
 
-/// Dials `--remote` with `--certs`, says `Hello` in the bundle's role, and waits for
-/// `Welcome` (a refusal, including a refused certificate, is an error that says why).
+/// A farm to dial, resolved from `--remote`, `--certs` and `--server-name`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FarmTarget {
+    /// `HOST:PORT`.
+    pub addr: String,
+    /// The client's certificate bundle.
+    pub certs: PathBuf,
+    /// The name the coordinator's certificate must carry (the address's host unless told).
+    pub server_name: String,
+}
+
+/// `--remote` or `--certs` missing.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    /// No `--remote`.
+    #[error("--remote HOST:PORT is required")]
+    NoRemote,
+    /// No `--certs`.
+    #[error("--certs DIR is required with --remote")]
+    NoCerts,
+}
+
+impl FarmTarget {
+    /// Resolves the flags. Pure.
+    pub fn from_args(args: &RemoteArgs) -> Result<Self, TargetError> {
+        let addr = args.remote.clone().ok_or(TargetError::NoRemote)?;
+        let certs = args.certs.clone().ok_or(TargetError::NoCerts)?;
+        let server_name =
+            args.server_name.clone().unwrap_or_else(|| crate::commands::daemons::host_of(&addr));
+        Ok(Self { addr, certs, server_name })
+    }
+}
+
+/// Dials `--remote` with `--certs`: [`connect_to`] the target the flags name.
 pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
-    let remote = args.remote.as_deref().context("--remote HOST:PORT is required")?;
-    let certs: &Path = args.certs.as_deref().context("--certs DIR is required with --remote")?;
+    connect_to(&FarmTarget::from_args(args)?).await
+}
+
+/// Dials `target`, says `Hello` in the bundle's role, and waits for `Welcome` (a refusal,
+/// including a refused certificate, is an error that says why).
+pub async fn connect_to(target: &FarmTarget) -> anyhow::Result<Session> {
+    let remote = target.addr.as_str();
+    let certs: &Path = &target.certs;
     let bundle = Arc::new(Bundle::load(certs)?);
     if matches!(bundle.identity.role, Role::Worker | Role::Coordinator) {
         anyhow::bail!(
@@ -190,10 +227,9 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
     let addr = crate::commands::daemons::resolve(remote)
         .await
         .map_err(|e| Unreachable { addr: remote.to_owned(), why: format!("{e:#}") })?;
-    let server_name =
-        args.server_name.clone().unwrap_or_else(|| crate::commands::daemons::host_of(remote));
+    let server_name = &target.server_name;
     let ep = endpoint::client(&bundle, addr)?;
-    let conn = match endpoint::connect_within(&ep, addr, &server_name, CONNECT_TIMEOUT).await {
+    let conn = match endpoint::connect_within(&ep, addr, server_name, CONNECT_TIMEOUT).await {
         Ok(c) => c,
         Err(e) if unreachable(&e) => {
             return Err(Unreachable { addr: remote.to_owned(), why: e.to_string() }.into());
@@ -201,7 +237,7 @@ pub async fn connect(args: &RemoteArgs) -> anyhow::Result<Session> {
         // It answered, but the handshake failed (another cluster's CA, a name not in its
         // certificate): a real misconfiguration, never a reason to fall back.
         Err(e) => {
-            let hint = endpoint::name_mismatch_hint(&e, &server_name)
+            let hint = endpoint::name_mismatch_hint(&e, server_name)
                 .map(|h| format!(" ({h}, or pass --server-name)"))
                 .or_else(|| endpoint::clock_hint(&e).map(|h| format!(" ({h})")))
                 .unwrap_or_default();

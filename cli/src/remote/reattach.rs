@@ -22,7 +22,6 @@ use tokio::time::Instant;
 
 use super::run::{Judge, RemoteOutcome, submit_merged, upload_missing};
 use super::{CoordinatorLost, Session};
-use crate::args::RemoteArgs;
 
 /// The events of one run across its sessions: a task's events count once, from the session
 /// in which it finished first.
@@ -90,8 +89,8 @@ impl Merge {
 
 /// What a re-submission needs: the run as it was first submitted.
 pub struct Resubmit<'a> {
-    /// `--remote`, `--certs`.
-    pub args: &'a RemoteArgs,
+    /// The farm (`--remote`, `--certs`, `--server-name`).
+    pub target: &'a super::FarmTarget,
     /// The workspace root (input files are read from it).
     pub root: &'a Path,
     /// The scanned installed trees (their manifests and files are uploaded).
@@ -149,7 +148,7 @@ pub async fn submit_reattaching(
         );
         notice(&events, NoticeLevel::Warn, message).await;
         let lost_at = Instant::now();
-        let Some(next) = redial(re.args, re.window).await else { return Err(lost.into()) };
+        let Some(next) = redial(re.target, re.window).await else { return Err(lost.into()) };
         if next.key_salt != session.key_salt {
             anyhow::bail!(
                 "coordinator {} came back with another cache (its key salt differs): this \
@@ -171,14 +170,14 @@ pub async fn submit_reattaching(
     }
 }
 
-/// Dials `args` until it answers or `window` passes (each failed dial waits a jittered
+/// Dials `target` until it answers or `window` passes (each failed dial waits a jittered
 /// backoff: 250 ms doubling to 2 s); a second Ctrl-C-free wait, bounded.
-async fn redial(args: &RemoteArgs, window: Duration) -> Option<Session> {
+async fn redial(target: &super::FarmTarget, window: Duration) -> Option<Session> {
     let deadline = Instant::now() + window;
     let mut backoff = prova_worker::session::Backoff::standard();
     let mut interrupt = Box::pin(crate::local::signal_listener());
     loop {
-        match super::connect(args).await {
+        match super::connect_to(target).await {
             Ok(s) => return Some(s),
             Err(e) => tracing::debug!("re-attaching: {e:#}"),
         }

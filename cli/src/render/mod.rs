@@ -38,15 +38,6 @@ pub struct Style {
     pub logs: OutputLogs,
 }
 
-impl Style {
-    /// The style for a terminal or a pipe: colour as `--color` and the environment say
-    /// ([`crate::color`]), never in JSON.
-    pub fn new(mode: OutputMode, json: bool, logs: OutputLogs) -> Self {
-        let color = !json && crate::color::stdout();
-        Self { mode, json, color, logs }
-    }
-}
-
 /// An event and when it was received.
 type Stamped = (SystemTime, RunEvent);
 

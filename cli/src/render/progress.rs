@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::IsTerminal as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,8 +39,8 @@ pub struct Progress {
 
 impl Progress {
     /// Whether a run should draw one: stderr is a terminal, `CI` is not set, not `--json`.
-    pub fn wanted(json: bool) -> bool {
-        !json && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+    pub fn wanted(json: bool, stderr_terminal: bool, ci: bool) -> bool {
+        !json && stderr_terminal && !ci
     }
 
     /// A line for `total` tasks (`durations`: recorded milliseconds by task, for the ETA);

@@ -34,12 +34,12 @@
 
 mod child;
 mod events;
+pub mod settings;
 mod snapshot;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use prova_protocol::TaskId;
 use prova_protocol::task::OwnedTask;
@@ -47,6 +47,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use self::child::{Child, Exited, Role};
+use self::settings::WatchSettings;
 use self::snapshot::{Change, Snapshot};
 use super::common;
 use crate::args::{SelectArgs, WatchArgs};
@@ -67,29 +68,20 @@ pub fn watch(start: &Path, args: WatchArgs) -> anyhow::Result<Code> {
 async fn run(start: &Path, args: WatchArgs) -> anyhow::Result<Code> {
     // Registered before anything starts: a Ctrl-C from here on stops what it started.
     let mut signal = std::pin::pin!(crate::local::signal_listener());
+    let cwd = std::env::current_dir().ok();
+    let settings = WatchSettings::resolve(args, cwd.as_deref(), crate::color::choice());
     let start = start.to_owned();
-    let snap = load(&start, &args.select).await?;
-    let skip: Vec<PathBuf> = args
-        .cache_dir
-        .cache_dir
-        .iter()
-        .map(|d| {
-            let d = if d.is_absolute() {
-                d.clone()
-            } else {
-                std::env::current_dir().map(|c| c.join(d)).unwrap_or_else(|_| d.clone())
-            };
-            d.canonicalize().unwrap_or(d)
-        })
-        .collect();
+    let snap = load(&start, &settings.select).await?;
+    let skip: Vec<PathBuf> =
+        settings.cache_dir.iter().map(|d| d.canonicalize().unwrap_or_else(|_| d.clone())).collect();
     let mut events = events::watch(&snap.root, skip)
         .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", snap.root.display()))?;
     let (exits_tx, mut exits) = mpsc::channel(16);
-    let debounce = Duration::from_millis(args.debounce.max(1));
+    let debounce = settings.debounce;
     let mut w = Watch {
         exe: std::env::current_exe()?,
         start,
-        args,
+        settings,
         wanted: snap.long_lived.iter().map(|&i| snap.ids[i].clone()).collect(),
         snap,
         exits_tx,
@@ -139,7 +131,7 @@ async fn run(start: &Path, args: WatchArgs) -> anyhow::Result<Code> {
 struct Watch {
     exe: PathBuf,
     start: PathBuf,
-    args: WatchArgs,
+    settings: WatchSettings,
     snap: Snapshot,
     exits_tx: mpsc::Sender<Exited>,
     /// The cycle's run, while it runs.
@@ -154,7 +146,7 @@ struct Watch {
 impl Watch {
     /// A debounced batch of changes: what they touch, restarts, the next cycle.
     async fn on_changes(&mut self, changes: Vec<Change>, everything: bool) {
-        let fresh = match load(&self.start, &self.args.select).await {
+        let fresh = match load(&self.start, &self.settings.select).await {
             Ok(s) => s,
             Err(e) => {
                 say(&format!("watch: {e:#}"));
@@ -273,33 +265,9 @@ impl Watch {
 
     /// `prova -C <root> run --all <ids…>` with the watch's run flags.
     fn run_args(&self, ids: &[String]) -> Vec<String> {
-        use clap::ValueEnum as _;
-        let name = |v: Option<clap::builder::PossibleValue>| {
-            v.map(|p| p.get_name().to_owned()).unwrap_or_default()
-        };
-        let a = &self.args;
-        let mut out: Vec<String> = vec![
-            "-C".into(),
-            self.snap.root.to_string_lossy().into_owned(),
-            "run".into(),
-            "--all".into(),
-            "--output".into(),
-            name(a.output.to_possible_value()),
-            "--output-logs".into(),
-            name(a.output_logs.to_possible_value()),
-            // The children write to the watch's own stdout: the same colour choice.
-            "--color".into(),
-            name(crate::color::choice().to_possible_value()),
-        ];
-        if let Some(j) = a.concurrency {
-            out.extend(["-j".into(), j.to_string()]);
-        }
-        if a.keep_going {
-            out.push("--continue".into());
-        }
-        if let Some(d) = &a.cache_dir.cache_dir {
-            out.extend(["--cache-dir".into(), d.to_string_lossy().into_owned()]);
-        }
+        let root = self.snap.root.to_string_lossy().into_owned();
+        let mut out: Vec<String> = vec!["-C".into(), root, "run".into(), "--all".into()];
+        out.extend(self.settings.run_flags.iter().cloned());
         out.extend(ids.iter().cloned());
         out
     }
