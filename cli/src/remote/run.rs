@@ -146,18 +146,27 @@ async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyho
         .with_context(|| format!("cannot read {}", path.display()))?;
     let size = file.metadata().await?.len();
     let (mut send, mut recv) = conn.open_bi().await?;
-    frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
-    transport::send_blob(&mut send, digest, size, file).await?;
+    let sent = async {
+        frame::write_msg(&mut send, &BlobRequest::Put { digest, size }).await?;
+        transport::send_blob(&mut send, digest, size, file).await
+    }
+    .await;
     let _ = send.finish();
-    match frame::read_msg::<_, BlobAck>(&mut recv).await? {
-        Some(BlobAck::Stored) => Ok(size),
-        Some(BlobAck::Refused { reason }) => {
+    // A coordinator that refuses the upload (a quota, a digest mismatch) answers, then stops
+    // the stream: the answer is read even when the sending side already failed for it.
+    match (frame::read_msg::<_, BlobAck>(&mut recv).await, sent) {
+        (Ok(Some(BlobAck::Refused { reason })), _) => {
             anyhow::bail!(
                 "uploading {} was refused: {reason} (did it change since the run started?)",
                 path.display()
             )
         }
-        None => anyhow::bail!("uploading {}: the coordinator closed the stream", path.display()),
+        (_, Err(e)) => Err(e).with_context(|| format!("uploading {}", path.display())),
+        (Ok(Some(BlobAck::Stored)), Ok(())) => Ok(size),
+        (Ok(None), Ok(())) => {
+            anyhow::bail!("uploading {}: the coordinator closed the stream", path.display())
+        }
+        (Err(e), Ok(())) => Err(e).with_context(|| format!("uploading {}", path.display())),
     }
 }
 
