@@ -4,7 +4,7 @@
 //! real binary; a selection that matches nothing exits 2 unless `--allow-empty`; `--affected`
 //! with nothing changed is an empty run that passes; an unknown ref says how to pass one.
 //! The grammar case by case (Turborepo's documented cases) is in
-//! `coordinator/src/graph/filter_tests.rs`.
+//! `coordinator/src/selection/filter_tests.rs`.
 
 use std::collections::BTreeSet;
 use std::process::Command;
