@@ -153,7 +153,7 @@ fn stress_two_processes() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
-        .args(["--exact", "cache::stress_tests::stress_child_process_entry", "--nocapture"])
+        .args(["--exact", "stress_tests::stress_child_process_entry", "--nocapture"])
         .arg("--test-threads=1")
         .env(CHILD_ENV, format!("7:{}", dir.path().display()))
         .stdout(Stdio::piped())

@@ -3,7 +3,7 @@
 //! listener when asked for — and its shutdown. The binary (`prova coordinator`) only parses
 //! flags and its config file into the settings (`cli/src/commands/daemons.rs`), as it does
 //! for a worker (`prova_worker::start`); the in-process test farm starts coordinators the
-//! same way.
+//! same way. The top of the crate's layers: it wires the farm and the HTTP listener.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,10 +14,10 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, TransportError, endpoint};
 use tokio_util::sync::CancellationToken;
 
-use super::actor::FarmActor;
-use super::observe::Observer;
-use super::server::{self, Shared};
 use crate::cache::{CacheError, CacheThread};
+use crate::farm::actor::FarmActor;
+use crate::farm::observe::Observer;
+use crate::farm::server::{self, Shared};
 use crate::http::{HttpError, HttpListener};
 
 /// Why a coordinator could not start.
