@@ -52,125 +52,23 @@ pub async fn run(
     shared: Arc<Shared>,
 ) {
     let (tx, writer) = forward::<CoordinatorReply, _>("farm->client", CLIENT_QUEUE, Stream(send));
-    let mut pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)> = None;
-    let mut active: Option<(ActorRef<RunActor>, OwnedTask<()>)> = None;
+    let mut session = Session { identity, shared, tx, pending: None, active: None };
     loop {
         let msg = match frame::read_msg::<_, ClientMsg>(&mut recv).await {
             Ok(Some(m)) => m,
             Ok(None) => break,
             Err(e) => {
-                tracing::info!(client = %identity, "control stream: {e}");
+                tracing::info!(client = %session.identity, "control stream: {e}");
                 break;
             }
         };
-        tracing::debug!(hop = "client->farm", kind = client_msg_kind(&msg), client = %identity, "forward");
-        let reply = match msg {
-            ClientMsg::FindMissing { digests } => {
-                let who = identity.clone();
-                let missing = shared.store.call(move |s| missing_for(s, &who, digests)).await;
-                match missing {
-                    Ok(Ok(digests)) => CoordinatorReply::Missing { digests },
-                    Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
-                    Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                }
-            }
-            ClientMsg::Begin { options, tasks } => {
-                if !matches!(identity.role, Role::Ci | Role::Client) {
-                    CoordinatorReply::Error {
-                        message: format!("a `{}` certificate cannot submit runs", identity.role),
-                    }
-                } else if tasks > MAX_TASKS {
-                    CoordinatorReply::Error {
-                        message: format!("{tasks} tasks is over the limit of {MAX_TASKS}"),
-                    }
-                } else if active.as_ref().is_some_and(|(_, t)| !t.is_finished()) {
-                    CoordinatorReply::Error {
-                        message: "a run is already in progress on this connection".to_owned(),
-                    }
-                } else {
-                    pending = Some((options, tasks, Vec::new()));
-                    continue;
-                }
-            }
-            ClientMsg::Tasks(chunk) => match &mut pending {
-                Some((_, n, tasks)) if tasks.len() + chunk.len() <= *n as usize => {
-                    tasks.extend(chunk);
-                    continue;
-                }
-                _ => CoordinatorReply::Error {
-                    message: "tasks sent without Begin, or more than announced".to_owned(),
-                },
-            },
-            ClientMsg::Go => match pending.take() {
-                Some((options, n, tasks)) if tasks.len() == n as usize => {
-                    match start(&identity, &shared, options, tasks, tx.clone()).await {
-                        Ok(started) => {
-                            active = Some(started);
-                            continue;
-                        }
-                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                    }
-                }
-                _ => CoordinatorReply::Error {
-                    message: "Go before every announced task was sent".to_owned(),
-                },
-            },
-            ClientMsg::Interrupt => {
-                if let Some((run, _)) = &active {
-                    let _ = run.tell(Interrupt).await;
-                }
-                continue;
-            }
-            ClientMsg::Status => match shared.farm.ask(GetStatus).await {
-                Ok(mut s) => {
-                    s.coordinator = Some(facts(&shared).await);
-                    CoordinatorReply::Status(s)
-                }
-                Err(e) => CoordinatorReply::Error { message: e.to_string() },
-            },
-            ClientMsg::Drain { worker } => {
-                if identity.role != Role::Admin {
-                    CoordinatorReply::Error {
-                        message: format!("a `{}` certificate cannot drain workers", identity.role),
-                    }
-                } else {
-                    match shared.farm.ask(DrainWorker(worker)).await {
-                        Ok(running) => CoordinatorReply::Draining { running },
-                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                    }
-                }
-            }
-            ClientMsg::Release { worker } => {
-                if identity.role != Role::Admin {
-                    CoordinatorReply::Error {
-                        message: format!(
-                            "a `{}` certificate cannot release workers",
-                            identity.role
-                        ),
-                    }
-                } else {
-                    match shared.farm.ask(ReleaseWorker(worker)).await {
-                        Ok(was) => CoordinatorReply::Released { was },
-                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                    }
-                }
-            }
-            ClientMsg::Hermeticity => {
-                match shared.store.call(|s| crate::hermeticity::report(s, HERMETICITY_LIMIT)).await
-                {
-                    Ok(Ok(r)) => match serde_json::to_string(&r) {
-                        Ok(json) => CoordinatorReply::Hermeticity(json),
-                        Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                    },
-                    Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
-                    Err(e) => CoordinatorReply::Error { message: e.to_string() },
-                }
-            }
-        };
-        if tx.send(reply).await.is_err() {
+        tracing::debug!(hop = "client->farm", kind = client_msg_kind(&msg), client = %session.identity, "forward");
+        let Some(reply) = session.answer(msg).await else { continue };
+        if session.tx.send(reply).await.is_err() {
             break;
         }
     }
+    let Session { active, tx, .. } = session;
     // The client went away: a run still going is interrupted (its tasks are cancelled).
     if let Some((run, task)) = active
         && !task.is_finished()
@@ -180,6 +78,142 @@ pub async fn run(
     }
     drop(tx);
     let _ = writer.join().await;
+}
+
+/// One client's session: who it is, its reply queue, the run it is announcing and the one
+/// it runs.
+struct Session {
+    identity: Identity,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<CoordinatorReply>,
+    /// A run announced by `Begin`: its options, its task count and the tasks sent so far.
+    pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)>,
+    /// The run started by `Go`, and its relay.
+    active: Option<(ActorRef<RunActor>, OwnedTask<()>)>,
+}
+
+impl Session {
+    /// The reply to one message (`None`: it has none).
+    async fn answer(&mut self, msg: ClientMsg) -> Option<CoordinatorReply> {
+        let (identity, shared) = (&self.identity, &self.shared);
+        let reply = match msg {
+            ClientMsg::FindMissing { digests } => find_missing(identity, shared, digests).await,
+            ClientMsg::Begin { options, tasks } => return self.begin(options, tasks),
+            ClientMsg::Tasks(chunk) => match &mut self.pending {
+                Some((_, n, tasks)) if tasks.len() + chunk.len() <= *n as usize => {
+                    tasks.extend(chunk);
+                    return None;
+                }
+                _ => CoordinatorReply::Error {
+                    message: "tasks sent without Begin, or more than announced".to_owned(),
+                },
+            },
+            ClientMsg::Go => return self.go().await,
+            ClientMsg::Interrupt => {
+                if let Some((run, _)) = &self.active {
+                    let _ = run.tell(Interrupt).await;
+                }
+                return None;
+            }
+            ClientMsg::Status => match shared.farm.ask(GetStatus).await {
+                Ok(mut s) => {
+                    s.coordinator = Some(facts(shared).await);
+                    CoordinatorReply::Status(s)
+                }
+                Err(e) => CoordinatorReply::Error { message: e.to_string() },
+            },
+            ClientMsg::Drain { worker } => drain(identity, shared, worker).await,
+            ClientMsg::Release { worker } => release(identity, shared, worker).await,
+            ClientMsg::Hermeticity => hermeticity(shared).await,
+        };
+        Some(reply)
+    }
+
+    /// `Begin`: a run is announced (`None`), or refused.
+    fn begin(&mut self, options: RunOptionsWire, tasks: u32) -> Option<CoordinatorReply> {
+        let identity = &self.identity;
+        let message = if !matches!(identity.role, Role::Ci | Role::Client) {
+            format!("a `{}` certificate cannot submit runs", identity.role)
+        } else if tasks > MAX_TASKS {
+            format!("{tasks} tasks is over the limit of {MAX_TASKS}")
+        } else if self.active.as_ref().is_some_and(|(_, t)| !t.is_finished()) {
+            "a run is already in progress on this connection".to_owned()
+        } else {
+            self.pending = Some((options, tasks, Vec::new()));
+            return None;
+        };
+        Some(CoordinatorReply::Error { message })
+    }
+
+    /// `Go`: the announced run starts (`None`), or an error.
+    async fn go(&mut self) -> Option<CoordinatorReply> {
+        let message = match self.pending.take() {
+            Some((options, n, tasks)) if tasks.len() == n as usize => {
+                match start(&self.identity, &self.shared, options, tasks, self.tx.clone()).await {
+                    Ok(started) => {
+                        self.active = Some(started);
+                        return None;
+                    }
+                    Err(e) => e.to_string(),
+                }
+            }
+            _ => "Go before every announced task was sent".to_owned(),
+        };
+        Some(CoordinatorReply::Error { message })
+    }
+}
+
+/// `FindMissing`: which of `digests` the store lacks, as the client may know.
+async fn find_missing(
+    identity: &Identity,
+    shared: &Shared,
+    digests: Vec<Digest>,
+) -> CoordinatorReply {
+    let who = identity.clone();
+    let missing = shared.store.call(move |s| missing_for(s, &who, digests)).await;
+    match missing {
+        Ok(Ok(digests)) => CoordinatorReply::Missing { digests },
+        Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
+        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+    }
+}
+
+/// `prova farm drain` (admin only).
+async fn drain(identity: &Identity, shared: &Shared, worker: WorkerId) -> CoordinatorReply {
+    if identity.role != Role::Admin {
+        return CoordinatorReply::Error {
+            message: format!("a `{}` certificate cannot drain workers", identity.role),
+        };
+    }
+    match shared.farm.ask(DrainWorker(worker)).await {
+        Ok(running) => CoordinatorReply::Draining { running },
+        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+    }
+}
+
+/// `prova farm release` (admin only).
+async fn release(identity: &Identity, shared: &Shared, worker: WorkerId) -> CoordinatorReply {
+    if identity.role != Role::Admin {
+        return CoordinatorReply::Error {
+            message: format!("a `{}` certificate cannot release workers", identity.role),
+        };
+    }
+    match shared.farm.ask(ReleaseWorker(worker)).await {
+        Ok(was) => CoordinatorReply::Released { was },
+        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+    }
+}
+
+/// `prova hermeticity --remote`: the report as JSON.
+async fn hermeticity(shared: &Shared) -> CoordinatorReply {
+    match shared.store.call(|s| crate::hermeticity::report(s, HERMETICITY_LIMIT)).await {
+        Ok(Ok(r)) => match serde_json::to_string(&r) {
+            Ok(json) => CoordinatorReply::Hermeticity(json),
+            Err(e) => CoordinatorReply::Error { message: e.to_string() },
+        },
+        Ok(Err(e)) => CoordinatorReply::Error { message: e.to_string() },
+        Err(e) => CoordinatorReply::Error { message: e.to_string() },
+    }
 }
 
 /// A client message's kind, for the `client->farm` hop's debug log.
@@ -208,6 +242,71 @@ async fn start(
 ) -> Result<(ActorRef<RunActor>, OwnedTask<()>), EdgeError> {
     let plan = plan_of(&tasks).map_err(EdgeError::Refused)?;
     let namespace = namespace_of(identity);
+    check_inputs(identity, shared, &tasks).await?;
+    let mut keys = farm_keys(&plan, &tasks);
+    let tmp: PathBuf = shared.tmp.clone();
+    let layer = layer_of(shared, &namespace, &tmp);
+    let policy = CachePolicy { read: options.read, write: options.write };
+    let hits = if policy.read {
+        crate::keys::progressive::presolve(&plan, &mut keys, |ks| layer.lookup(ks))
+            .await
+            .map_err(EdgeError::Layer)?
+    } else {
+        HashMap::new()
+    };
+    let own_logs = layer.clone();
+    let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
+    let (events_tx, events_rx) = mpsc::channel(CLIENT_QUEUE);
+    let (done_tx, done_rx) = oneshot::channel();
+    let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
+    let reserve = report_reserve(&plan);
+    let actor = RunActor::spawn(RunActorArgs {
+        plan,
+        options: run_options(&options),
+        weights,
+        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace.clone(), tasks.len())),
+        worker: WorkerId("farm".into()),
+        events: events_tx,
+        done: done_tx,
+        first_attempt: 1,
+        cache: Some(RunCache {
+            layer: Arc::new(layer),
+            policy,
+            keys,
+            hits,
+            staging: tmp,
+            protected: Arc::default(),
+        }),
+        exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
+        local_proof_sources: None,
+    });
+    shared
+        .farm
+        .tell(AttachRun { actor: actor.clone(), run, reserve })
+        .await
+        .map_err(EdgeError::actor)?;
+    let _ = out.send(CoordinatorReply::Accepted { run }).await;
+    shared.observe.run_started(
+        run,
+        &format!("{} {}", identity.role, identity.name),
+        &namespace,
+        tasks.len(),
+    );
+    actor.tell(Begin).await.map_err(EdgeError::actor)?;
+    let relay = Relay { shared: shared.clone(), run, namespace, own_logs, out };
+    // The `run->client` hop: the run's events, then its artifacts and summary, into the
+    // client's queue (drained by the `farm->client` forwarder).
+    let relay = OwnedTask::spawn("run->client", relay.run(events_rx, done_rx));
+    Ok((actor, relay))
+}
+
+/// Refuses a run whose inputs the client could not have: every input blob, and every blob
+/// an input tree names, must be visible to it.
+async fn check_inputs(
+    identity: &Identity,
+    shared: &Arc<Shared>,
+    tasks: &[RemoteTask],
+) -> Result<(), EdgeError> {
     let mut inputs: Vec<Digest> = tasks
         .iter()
         .flat_map(|t| t.inputs.iter().filter(|i| i.symlink.is_none()).map(|i| i.digest))
@@ -239,6 +338,12 @@ async fn start(
     if let Some(d) = unseen {
         return Err(EdgeError::UnseenInput { blob: d.short(), name: identity.name.clone() });
     }
+    Ok(())
+}
+
+/// The run's keys as the farm settles them: from the client's components, upstreams keyed
+/// by the farm itself.
+fn farm_keys(plan: &RunPlan, tasks: &[RemoteTask]) -> PlanKeys {
     let mut keys = PlanKeys {
         keys: vec![None; tasks.len()],
         components: tasks.iter().map(|t| t.components.clone()).collect(),
@@ -249,87 +354,65 @@ async fn start(
     };
     // The farm keys the upstreams itself, from its own entries and executions: what the
     // client predicted from its local cache is not taken on trust.
-    keys.settle_all(&plan, &|_| None);
-    let tmp: PathBuf = shared.tmp.clone();
-    let inner = LocalLayer::new(shared.store.clone(), &namespace, &tmp);
+    keys.settle_all(plan, &|_| None);
+    keys
+}
+
+/// The cache layer of a run in `namespace`.
+fn layer_of(shared: &Shared, namespace: &str, tmp: &std::path::Path) -> FarmLayer {
+    let inner = LocalLayer::new(shared.store.clone(), namespace, tmp);
     // Under --trust=proven a trusted run's entries wait for a second worker's agreement.
-    let layer = if shared.trust_proven && namespace == TRUSTED {
+    if shared.trust_proven && namespace == TRUSTED {
         FarmLayer::proven(inner, TRUSTED)
     } else {
-        FarmLayer::new(inner, &namespace).demoting(shared.trust_proven)
-    };
-    let policy = CachePolicy { read: options.read, write: options.write };
-    let hits = if policy.read {
-        crate::keys::progressive::presolve(&plan, &mut keys, |ks| layer.lookup(ks))
-            .await
-            .map_err(EdgeError::Layer)?
-    } else {
-        HashMap::new()
-    };
-    let own_logs = layer.clone();
-    let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
-    let (events_tx, mut events_rx) = mpsc::channel(CLIENT_QUEUE);
-    let (done_tx, done_rx) = oneshot::channel();
-    let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
-    let reserve = report_reserve(&plan);
-    let actor = RunActor::spawn(RunActorArgs {
-        plan,
-        options: RunOptions {
-            concurrency: FARM_RUN_CONCURRENCY,
-            continue_on_failure: options.continue_on_failure,
-            verify: VerifyOptions {
-                determinism: options.verify.contains(&Proof::Determinism),
-                inputs: options.verify.contains(&Proof::Inputs),
-                allow: options.verify_allow.iter().cloned().collect(),
-                // The client judges what a traced run touched against its workspace.
-                workspace: None,
-                sample: options.verify_sample,
-            },
-            upstreams: options.upstreams,
+        FarmLayer::new(inner, namespace).demoting(shared.trust_proven)
+    }
+}
+
+/// The run's options from the client's.
+fn run_options(options: &RunOptionsWire) -> RunOptions {
+    RunOptions {
+        concurrency: FARM_RUN_CONCURRENCY,
+        continue_on_failure: options.continue_on_failure,
+        verify: VerifyOptions {
+            determinism: options.verify.contains(&Proof::Determinism),
+            inputs: options.verify.contains(&Proof::Inputs),
+            allow: options.verify_allow.iter().cloned().collect(),
+            // The client judges what a traced run touched against its workspace.
+            workspace: None,
+            sample: options.verify_sample,
         },
-        weights,
-        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace.clone(), tasks.len())),
-        worker: WorkerId("farm".into()),
-        events: events_tx,
-        done: done_tx,
-        first_attempt: 1,
-        cache: Some(RunCache {
-            layer: Arc::new(layer),
-            policy,
-            keys,
-            hits,
-            staging: tmp,
-            protected: Arc::default(),
-        }),
-        exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
-        local_proof_sources: None,
-    });
-    shared
-        .farm
-        .tell(AttachRun { actor: actor.clone(), run, reserve })
-        .await
-        .map_err(EdgeError::actor)?;
-    let _ = out.send(CoordinatorReply::Accepted { run }).await;
-    shared.observe.run_started(
-        run,
-        &format!("{} {}", identity.role, identity.name),
-        &namespace,
-        tasks.len(),
-    );
-    actor.tell(Begin).await.map_err(EdgeError::actor)?;
-    let shared = shared.clone();
-    // The `run->client` hop: the run's events, then its artifacts and summary, into the
-    // client's queue (drained by the `farm->client` forwarder).
-    let relay = OwnedTask::spawn("run->client", async move {
+        upstreams: options.upstreams,
+    }
+}
+
+/// The `run->client` hop of one run.
+struct Relay {
+    shared: Arc<Shared>,
+    run: prova_protocol::RunId,
+    namespace: String,
+    /// Whose logs the run may replay.
+    own_logs: FarmLayer,
+    out: mpsc::Sender<CoordinatorReply>,
+}
+
+impl Relay {
+    /// The run's events, then its artifacts and summary.
+    async fn run(
+        self,
+        mut events_rx: mpsc::Receiver<prova_protocol::events::RunEvent>,
+        done_rx: oneshot::Receiver<prova_protocol::events::RunSummary>,
+    ) {
+        let Self { shared, run, out, .. } = &self;
         while let Some(ev) = events_rx.recv().await {
-            shared.observe.event(run, &ev);
+            shared.observe.event(*run, &ev);
             if out.send(CoordinatorReply::Event(ev)).await.is_err() {
                 break;
             }
         }
         let summary = done_rx.await;
-        let _ = shared.farm.tell(DetachRun(run)).await;
-        shared.observe.run_finished(run, summary.as_ref().ok());
+        let _ = shared.farm.tell(DetachRun(*run)).await;
+        shared.observe.run_finished(*run, summary.as_ref().ok());
         let Ok(summary) = summary else {
             let _ = out
                 .send(CoordinatorReply::Error {
@@ -338,7 +421,12 @@ async fn start(
                 .await;
             return;
         };
-        // The artifacts of every task that has an entry now, for the client to download.
+        self.artifacts(&summary).await;
+        let _ = self.out.send(CoordinatorReply::Done(without_evidence(summary))).await;
+    }
+
+    /// The artifacts of every task that has an entry now, for the client to download.
+    async fn artifacts(&self, summary: &prova_protocol::events::RunSummary) {
         let wanted: Vec<Digest> = summary
             .tasks
             .iter()
@@ -347,7 +435,7 @@ async fn start(
             .collect();
         // Under --trust=proven this run's own saves wait in `pending`: they are served to it
         // (its outputs) and to nobody else until a second worker agrees.
-        let own: Vec<Digest> = if shared.trust_proven && namespace == TRUSTED {
+        let own: Vec<Digest> = if self.shared.trust_proven && self.namespace == TRUSTED {
             summary
                 .tasks
                 .iter()
@@ -357,8 +445,10 @@ async fn start(
         } else {
             Vec::new()
         };
-        let proven = shared.trust_proven;
-        let found = shared
+        let proven = self.shared.trust_proven;
+        let namespace = self.namespace.clone();
+        let found = self
+            .shared
             .store
             .call(move |s| {
                 if proven {
@@ -371,27 +461,24 @@ async fn start(
                 Ok::<_, crate::cache::CacheError>(found)
             })
             .await;
-        if let Ok(Ok(entries)) = found {
-            // By the key each task resolved to in the run (settled as its upstreams finished).
-            for r in &summary.tasks {
-                if let Some(e) = r.key.and_then(|k| entries.get(&k)) {
-                    let msg = CoordinatorReply::Artifact(TaskArtifact {
-                        task: r.task.clone(),
-                        key: e.key,
-                        artifact: e.artifact,
-                        manifest: e.manifest.clone(),
-                        // A log is data of its tier: only the run's own tier's is sent.
-                        log: e.log.filter(|_| own_logs.replays_log_of(&e.namespace)),
-                        duration_ms: e.duration_ms,
-                        tier: tier_of(&e.namespace),
-                    });
-                    let _ = out.send(msg).await;
-                }
+        let Ok(Ok(entries)) = found else { return };
+        // By the key each task resolved to in the run (settled as its upstreams finished).
+        for r in &summary.tasks {
+            if let Some(e) = r.key.and_then(|k| entries.get(&k)) {
+                let msg = CoordinatorReply::Artifact(TaskArtifact {
+                    task: r.task.clone(),
+                    key: e.key,
+                    artifact: e.artifact,
+                    manifest: e.manifest.clone(),
+                    // A log is data of its tier: only the run's own tier's is sent.
+                    log: e.log.filter(|_| self.own_logs.replays_log_of(&e.namespace)),
+                    duration_ms: e.duration_ms,
+                    tier: tier_of(&e.namespace),
+                });
+                let _ = self.out.send(msg).await;
             }
         }
-        let _ = out.send(CoordinatorReply::Done(without_evidence(summary))).await;
-    });
-    Ok((actor, relay))
+    }
 }
 
 /// `summary` with the evidence of its inputs verdicts emptied: the client judged each one
