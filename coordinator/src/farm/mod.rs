@@ -21,6 +21,7 @@ pub mod observe;
 pub mod persist;
 pub mod server;
 pub mod start;
+mod submit;
 pub mod worker_session;
 
 #[cfg(test)]
