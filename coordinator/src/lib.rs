@@ -22,6 +22,8 @@
 //!   ledger), [`remote_exec`] (executing on an existing REAPI farm).
 //! - farm — [`farm`]: sans-IO placement and leases, the farm actor, the QUIC server.
 //! - http — [`http`]: the read-only HTTP listener: health, `/metrics`, the dashboard.
+//! - start — [`start`]: a coordinator's start-up (cache, farm actor, endpoint, HTTP
+//!   listener), above both it wires.
 
 // The two lowest layers are crates of their own (`coordinator/model`, `coordinator/store`),
 // re-exported under their old paths.
@@ -40,4 +42,5 @@ pub mod remote_exec;
 pub mod run;
 pub mod scheduler;
 pub mod selection;
+pub mod start;
 pub mod trees;

@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("run", &["scheduler", "run", "hermeticity", "remote_exec"]),
     ("farm", &["farm"]),
     ("http", &["http"]),
+    ("start", &["start"]),
 ];
 
 /// The modules of a crate's `src/` in order; for the coordinator, its own modules only.

@@ -1,7 +1,7 @@
 //! `prova coordinator` and `prova worker`: the farm's long-running roles. Each resolves its
 //! config file and flags into settings (`settings.rs`, pure), reads what they name
 //! (certificates, token files), and hands them to its crate's start-up —
-//! `prova_coordinator::farm::start`, `prova_worker::start` — which prints where it is (tests
+//! `prova_coordinator::start`, `prova_worker::start` — which prints where it is (tests
 //! read that line) and runs until SIGINT/SIGTERM.
 
 pub mod settings;
@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 // The start-ups live in their crates; re-exported for the in-process test farm.
-pub use prova_coordinator::farm::start::{
+pub use prova_coordinator::start::{
     BoundCoordinator, CoordinatorSettings, HttpSettings, bind_coordinator, run_coordinator,
 };
 use prova_protocol::task::OwnedTask;
@@ -41,7 +41,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<Code> {
 /// Reads what a coordinator's resolved choice names: its bundle and token file.
 fn coordinator_settings(c: CoordinatorChoice) -> anyhow::Result<CoordinatorSettings> {
     let bundle = Bundle::load(&c.certs)?;
-    prova_coordinator::farm::start::check_bundle(&bundle, &c.certs)?;
+    prova_coordinator::start::check_bundle(&bundle, &c.certs)?;
     let token = match &c.http_token_file {
         Some(f) => Some(
             std::fs::read_to_string(f)

@@ -20,7 +20,6 @@ pub mod forward;
 pub mod observe;
 pub mod persist;
 pub mod server;
-pub mod start;
 mod submit;
 pub mod worker_session;
 

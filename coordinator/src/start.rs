@@ -14,10 +14,10 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Bundle, Role, TransportError, endpoint};
 use tokio_util::sync::CancellationToken;
 
-use super::actor::FarmActor;
-use super::observe::Observer;
-use super::server::{self, Shared};
 use crate::cache::{CacheError, CacheThread};
+use crate::farm::actor::FarmActor;
+use crate::farm::observe::Observer;
+use crate::farm::server::{self, Shared};
 use crate::http::{HttpError, HttpListener};
 
 /// Why a coordinator could not start.
