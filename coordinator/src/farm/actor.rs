@@ -17,11 +17,9 @@ use kameo::prelude::*;
 use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
-use prova_protocol::wire::{
-    CoordinatorMsg, FarmStatus, WorkerHealth, WorkerInfo, WorkerMsg, WorkerStatus,
-};
+use prova_protocol::wire::{CoordinatorMsg, WorkerHealth, WorkerInfo, WorkerMsg};
 use prova_protocol::work::{Assignment, FromWorker, Placement};
-use prova_protocol::{AttemptId, Digest, RunId, TaskId, WorkerId};
+use prova_protocol::{AttemptId, Digest, RunId, WorkerId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -31,6 +29,10 @@ use super::forward::{Traced, forward};
 use super::persist::Persist;
 use crate::cache::CacheThread;
 use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
+
+#[path = "ops.rs"]
+mod ops;
+pub use ops::{DrainWorker, GetCounts, GetHeld, GetStatus, ReleaseWorker, UnknownWorker};
 
 /// How often leases are checked for expiry and unplaceable items for their wait.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -485,114 +487,6 @@ fn requirements(hints: &AssignHints) -> Requirements {
     }
     r.labels = hints.labels.clone();
     r
-}
-
-/// `prova farm drain`: take a worker out; the reply is how many tasks it still runs, or why
-/// not (no such worker).
-pub struct DrainWorker(pub WorkerId);
-
-/// A drain named a worker the farm does not have.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no worker {0} on the farm")]
-pub struct UnknownWorker(pub WorkerId);
-
-impl Message<DrainWorker> for FarmActor {
-    type Reply = Result<u32, UnknownWorker>;
-    async fn handle(
-        &mut self,
-        DrainWorker(id): DrainWorker,
-        _ctx: &mut Context<Self, Self::Reply>,
-    ) -> Self::Reply {
-        let running = self.core.running().filter(|(w, _)| **w == id).count() as u32;
-        if !self.core.workers().any(|(w, _, _)| *w == id) {
-            return Err(UnknownWorker(id));
-        }
-        tracing::info!(worker = %id, running, "draining worker");
-        self.feed(FarmEvent::Drain { id }).await;
-        Ok(running)
-    }
-}
-
-/// `prova farm release`: a quarantined worker may take work again; the reply is why it had
-/// been quarantined (`None`: it was not).
-pub struct ReleaseWorker(pub WorkerId);
-
-impl Message<ReleaseWorker> for FarmActor {
-    type Reply = Result<Option<String>, Infallible>;
-    async fn handle(
-        &mut self,
-        ReleaseWorker(id): ReleaseWorker,
-        _ctx: &mut Context<Self, Self::Reply>,
-    ) -> Self::Reply {
-        let was = self.core.quarantined().find(|(w, _)| **w == id).map(|(_, r)| r.to_owned());
-        if was.is_some() {
-            tracing::info!(worker = %id, "worker released from quarantine");
-        }
-        self.feed(FarmEvent::Release { id }).await;
-        Ok(was)
-    }
-}
-
-/// The farm's state.
-pub struct GetStatus;
-
-impl Message<GetStatus> for FarmActor {
-    type Reply = Result<FarmStatus, Infallible>;
-    async fn handle(&mut self, _: GetStatus, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        // Running tasks come from the live leases: a lease that expired or was lost is gone
-        // from here even while the worker's connection lingers.
-        let mut running: HashMap<&WorkerId, Vec<TaskId>> = HashMap::new();
-        for (worker, task) in self.core.running() {
-            running.entry(worker).or_default().push(task.clone());
-        }
-        running.values_mut().for_each(|v| v.sort());
-        let quarantined: HashMap<&WorkerId, &str> = self.core.quarantined().collect();
-        let workers = self
-            .core
-            .workers()
-            .map(|(id, caps, busy)| {
-                let link = self.links.get(id);
-                WorkerStatus {
-                    id: id.clone(),
-                    slots: caps.slots,
-                    busy,
-                    platform: format!("{}/{}", caps.os, caps.arch),
-                    labels: caps.labels.clone(),
-                    sandbox: link.map(|l| l.info.sandbox.clone()).unwrap_or_default(),
-                    running: running.remove(id).unwrap_or_default(),
-                    version: link.map(|l| l.version.clone()).unwrap_or_default(),
-                    health: link.and_then(|l| l.health.clone()),
-                    quarantined: quarantined.get(id).map(|r| (*r).to_owned()),
-                }
-            })
-            .collect();
-        Ok(FarmStatus {
-            workers,
-            queued: self.core.queued() as u32,
-            runs: self.runs.len() as u32,
-            coordinator: None,
-        })
-    }
-}
-
-/// What the farm holds for runs now: its core's per-run state and the runs it routes to.
-pub struct GetHeld;
-
-impl Message<GetHeld> for FarmActor {
-    type Reply = Result<(super::core::CoreHeld, usize), Infallible>;
-    async fn handle(&mut self, _: GetHeld, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        Ok((self.core.held(), self.runs.len()))
-    }
-}
-
-/// What the farm counted (lease expiries, requeues), for `/metrics`.
-pub struct GetCounts;
-
-impl Message<GetCounts> for FarmActor {
-    type Reply = Result<super::core::FarmCounts, Infallible>;
-    async fn handle(&mut self, _: GetCounts, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        Ok(self.core.counts())
-    }
 }
 
 /// Submissions and cancels a run may have queued per task before the sink waits: a task is

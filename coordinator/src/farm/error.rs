@@ -100,7 +100,7 @@ pub enum EdgeError {
         /// The certificate's name.
         name: String,
     },
-    /// A submitted run's plan was refused (`client_session::plan_of`'s reason).
+    /// A submitted run's plan was refused (`submit::plan_of`'s reason).
     #[error("{0}")]
     Refused(String),
     /// An actor (the farm, a run) stopped; its message as kameo words it.

@@ -20,6 +20,7 @@ pub mod forward;
 pub mod observe;
 pub mod persist;
 pub mod server;
+mod submit;
 pub mod worker_session;
 
 #[cfg(test)]

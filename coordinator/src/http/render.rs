@@ -12,7 +12,7 @@ use prova_protocol::wire::FarmStatus;
 use crate::cache::maintenance::Stats;
 use crate::farm::actor::{GetCounts, GetStatus};
 use crate::farm::core::FarmCounts;
-use crate::farm::observe::{DURATION_BUCKETS, Observer, ProofRow, RunRow};
+use crate::farm::observe::{Counters, DURATION_BUCKETS, Observer, ProofRow, RunRow};
 use crate::farm::server::Shared;
 use crate::hermeticity::HermeticityReport;
 
@@ -117,31 +117,39 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 pub fn metrics(s: &State, o: &Observer) -> String {
     let c = &o.counters;
     let mut out = String::new();
-    family(&mut out, "prova_tasks_total", "counter", "Tasks finished in farm runs, by outcome.");
+    run_metrics(&mut out, s, c);
+    worker_metrics(&mut out, s);
+    cache_metrics(&mut out, s, c);
+    time_metrics(&mut out, s, c);
+    out
+}
+
+/// Tasks, the queue and runs.
+fn run_metrics(out: &mut String, s: &State, c: &Counters) {
+    family(out, "prova_tasks_total", "counter", "Tasks finished in farm runs, by outcome.");
     let tasks = c.tasks.lock().map(|m| m.clone()).unwrap_or_default();
     for outcome in ["succeeded", "failed", "skipped", "aborted"] {
         let n = tasks.get(outcome).copied().unwrap_or(0);
         let _ = writeln!(out, "prova_tasks_total{{outcome=\"{outcome}\"}} {n}");
     }
-    family(&mut out, "prova_queue_depth", "gauge", "Assignments waiting for a slot.");
+    family(out, "prova_queue_depth", "gauge", "Assignments waiting for a slot.");
     let _ = writeln!(out, "prova_queue_depth {}", s.status.queued);
     let running: usize = s.status.workers.iter().map(|w| w.running.len()).sum();
-    family(&mut out, "prova_running_tasks", "gauge", "Tasks holding a live lease.");
+    family(out, "prova_running_tasks", "gauge", "Tasks holding a live lease.");
     let _ = writeln!(out, "prova_running_tasks {running}");
-    family(&mut out, "prova_runs_in_progress", "gauge", "Runs in progress.");
+    family(out, "prova_runs_in_progress", "gauge", "Runs in progress.");
     let _ = writeln!(out, "prova_runs_in_progress {}", s.status.runs);
-    family(&mut out, "prova_runs_started_total", "counter", "Runs accepted.");
+    family(out, "prova_runs_started_total", "counter", "Runs accepted.");
     let _ = writeln!(out, "prova_runs_started_total {}", c.runs_started.load(Ordering::Relaxed));
-    family(&mut out, "prova_runs_finished_total", "counter", "Runs ended.");
+    family(out, "prova_runs_finished_total", "counter", "Runs ended.");
     let _ = writeln!(out, "prova_runs_finished_total {}", c.runs_finished.load(Ordering::Relaxed));
-    family(&mut out, "prova_workers", "gauge", "Connected workers.");
+}
+
+/// Workers, their slots, leases lost.
+fn worker_metrics(out: &mut String, s: &State) {
+    family(out, "prova_workers", "gauge", "Connected workers.");
     let _ = writeln!(out, "prova_workers {}", s.status.workers.len());
-    family(
-        &mut out,
-        "prova_workers_unavailable",
-        "gauge",
-        "Connected workers given no work, by why.",
-    );
+    family(out, "prova_workers_unavailable", "gauge", "Connected workers given no work, by why.");
     let quarantined = s.status.workers.iter().filter(|w| w.quarantined.is_some()).count();
     let unfit = s
         .status
@@ -151,22 +159,26 @@ pub fn metrics(s: &State, o: &Observer) -> String {
         .count();
     let _ = writeln!(out, "prova_workers_unavailable{{why=\"quarantined\"}} {quarantined}");
     let _ = writeln!(out, "prova_workers_unavailable{{why=\"unfit\"}} {unfit}");
-    family(&mut out, "prova_worker_slots", "gauge", "Worker slots, by state.");
+    family(out, "prova_worker_slots", "gauge", "Worker slots, by state.");
     let total: u32 = s.status.workers.iter().map(|w| w.slots).sum();
     let busy: u32 = s.status.workers.iter().map(|w| w.busy).sum();
     let _ = writeln!(out, "prova_worker_slots{{state=\"total\"}} {total}");
     let _ = writeln!(out, "prova_worker_slots{{state=\"busy\"}} {busy}");
     family(
-        &mut out,
+        out,
         "prova_lease_expiries_total",
         "counter",
         "Leases that expired without a heartbeat.",
     );
     let _ = writeln!(out, "prova_lease_expiries_total {}", s.counts.lease_expiries);
-    family(&mut out, "prova_requeues_total", "counter", "Items requeued after a lost lease.");
+    family(out, "prova_requeues_total", "counter", "Items requeued after a lost lease.");
     let _ = writeln!(out, "prova_requeues_total {}", s.counts.requeues);
+}
+
+/// Cache lookups, verdicts, bytes moved, the store and the ledger.
+fn cache_metrics(out: &mut String, s: &State, c: &Counters) {
     family(
-        &mut out,
+        out,
         "prova_cache_lookups_total",
         "counter",
         "Farm cache lookups of finished tasks, by tier and result.",
@@ -181,13 +193,13 @@ pub fn metrics(s: &State, o: &Observer) -> String {
             );
         }
     }
-    family(&mut out, "prova_verdicts_total", "counter", "Proof verdicts, by kind.");
+    family(out, "prova_verdicts_total", "counter", "Proof verdicts, by kind.");
     let verdicts = c.verdicts.lock().map(|m| m.clone()).unwrap_or_default();
     for (kind, n) in &verdicts {
         let _ = writeln!(out, "prova_verdicts_total{{verdict=\"{}\"}} {n}", label(kind));
     }
     family(
-        &mut out,
+        out,
         "prova_artifact_bytes_total",
         "counter",
         "Blob bytes moved between the farm store and its peers.",
@@ -202,25 +214,24 @@ pub fn metrics(s: &State, o: &Observer) -> String {
         "prova_artifact_bytes_total{{direction=\"out\"}} {}",
         c.bytes_out.load(Ordering::Relaxed)
     );
-    family(&mut out, "prova_cache_entries", "gauge", "Farm cache entries, by namespace.");
+    family(out, "prova_cache_entries", "gauge", "Farm cache entries, by namespace.");
     if let Some(stats) = &s.cache {
         for (ns, n) in &stats.entries {
             let ns = if ns.is_empty() { "trusted" } else { ns };
             let _ = writeln!(out, "prova_cache_entries{{namespace=\"{}\"}} {n}", label(ns));
         }
-        family(&mut out, "prova_cache_blob_bytes", "gauge", "Bytes of blobs in the farm store.");
+        family(out, "prova_cache_blob_bytes", "gauge", "Bytes of blobs in the farm store.");
         let _ = writeln!(out, "prova_cache_blob_bytes {}", stats.blob_bytes);
     }
-    family(&mut out, "prova_divergent_keys", "gauge", "Ledger keys whose executions disagree.");
+    family(out, "prova_divergent_keys", "gauge", "Ledger keys whose executions disagree.");
     let _ = writeln!(out, "prova_divergent_keys {}", s.ledger.keys.len());
-    family(&mut out, "prova_uptime_seconds", "gauge", "Seconds since the coordinator started.");
+}
+
+/// Uptime and task durations.
+fn time_metrics(out: &mut String, s: &State, c: &Counters) {
+    family(out, "prova_uptime_seconds", "gauge", "Seconds since the coordinator started.");
     let _ = writeln!(out, "prova_uptime_seconds {}", s.uptime_secs);
-    family(
-        &mut out,
-        "prova_task_duration_seconds",
-        "histogram",
-        "Wall time of executed farm tasks.",
-    );
+    family(out, "prova_task_duration_seconds", "histogram", "Wall time of executed farm tasks.");
     let (buckets, sum) = c.durations.lock().map(|d| *d).unwrap_or_default();
     let mut cumulative = 0;
     for (i, le) in DURATION_BUCKETS.iter().enumerate() {
@@ -231,7 +242,6 @@ pub fn metrics(s: &State, o: &Observer) -> String {
     let _ = writeln!(out, "prova_task_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
     let _ = writeln!(out, "prova_task_duration_seconds_sum {sum}");
     let _ = writeln!(out, "prova_task_duration_seconds_count {cumulative}");
-    out
 }
 
 /// HTML-escapes user data (task names, labels, paths).
@@ -264,6 +274,16 @@ pub fn page(s: &State) -> String {
 /// The dashboard's content (what `/api/fragment` answers and the script swaps in).
 pub fn body(s: &State) -> String {
     let mut h = String::new();
+    summary(&mut h, s);
+    tiers(&mut h, s);
+    workers(&mut h, s);
+    runs(&mut h, s);
+    proofs(&mut h, s);
+    h
+}
+
+/// The line above the tables: version, uptime, queue, counts, the cache, the hit rate.
+fn summary(h: &mut String, s: &State) {
     let hits: u64 = s.runs.iter().map(|r| r.hits as u64).sum();
     let done: u64 = s.runs.iter().map(|r| r.done as u64).sum();
     let _ = write!(
@@ -284,7 +304,10 @@ pub fn body(s: &State) -> String {
         let _ = write!(h, " · hit rate (shown runs) {:.0}%", hits as f64 * 100.0 / done as f64);
     }
     h.push_str("</p></section>");
-    tiers(&mut h, s);
+}
+
+/// The workers table.
+fn workers(h: &mut String, s: &State) {
     h.push_str("<section id=\"workers\"><h2>Workers</h2><table><tr><th>worker</th><th>state</th><th>version</th><th>platform</th><th>sandbox</th><th>slots busy/total</th><th>labels</th><th>running</th></tr>");
     for w in &s.status.workers {
         let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -305,6 +328,10 @@ pub fn body(s: &State) -> String {
         );
     }
     h.push_str("</table></section>");
+}
+
+/// The runs table, then the newest run's tasks and timeline.
+fn runs(h: &mut String, s: &State) {
     h.push_str("<section id=\"runs\"><h2>Runs</h2><table><tr><th>run</th><th>who</th><th>tier</th><th>state</th><th>done/total</th><th>hits</th><th>failures</th><th>verdicts</th><th>duration</th></tr>");
     for r in &s.runs {
         let state = match (r.live, r.ok) {
@@ -347,9 +374,13 @@ pub fn body(s: &State) -> String {
             );
         }
         h.push_str("</table>");
-        timeline(&mut h, r);
+        timeline(h, r);
     }
     h.push_str("</section>");
+}
+
+/// Failed proofs seen here, and the ledger's divergent keys.
+fn proofs(h: &mut String, s: &State) {
     h.push_str("<section id=\"proofs\"><h2>Proofs</h2><h3>Failed proofs (this coordinator)</h3><table><tr><th>run</th><th>task</th><th>verdict</th><th>key</th><th>files</th></tr>");
     for p in &s.proofs {
         let _ = write!(
@@ -378,7 +409,6 @@ pub fn body(s: &State) -> String {
         );
     }
     h.push_str("</table></section>");
-    h
 }
 
 /// The cache by trust tier: entries (the tier's namespaces; `pending` beside `trusted`),

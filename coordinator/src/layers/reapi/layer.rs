@@ -118,23 +118,7 @@ impl ReapiLayer {
         else {
             return Ok(false);
         };
-        let entry_file =
-            map::output(&result, ENTRY_PATH).ok_or_else(|| malformed("no prova/entry output"))?;
-        let d = entry_file.digest.clone().ok_or_else(|| malformed("prova/entry has no digest"))?;
-        let Some(bytes) = self.client.read(&d, MAX_ENTRY_BYTES).await? else { return Ok(false) };
-        let remote: RemoteEntry =
-            rmp_serde::from_slice(&bytes).map_err(|e| malformed(&format!("prova/entry: {e}")))?;
-        if remote.version != REMOTE_ENTRY_VERSION || remote.key != key {
-            return Err(malformed("prova/entry is of another key or format"));
-        }
-        let manifest: OutputManifest = rmp_serde::from_slice(&remote.manifest)
-            .map_err(|e| malformed(&format!("manifest: {e}")))?;
-        if remote.fingerprint != Some(manifest.fingerprint()) {
-            return Err(ReapiError::Mismatch(format!(
-                "the manifest fingerprint of {}",
-                remote.task
-            )));
-        }
+        let Some(remote) = self.remote_entry(key, &result).await? else { return Ok(false) };
         let artifact = match remote.artifact {
             None => None,
             Some((digest, size)) => {
@@ -172,6 +156,46 @@ impl ReapiLayer {
             Some(raw) => Some(encode_log(&raw).map_err(|e| malformed(&e.to_string()))?),
             None => None,
         };
+        self.file(key, remote, artifact, log).await
+    }
+
+    /// The `prova/entry` record of `key`'s result, checked: of this key and format, its
+    /// manifest's fingerprint the one it names. `None`: the server lost its blob.
+    async fn remote_entry(
+        &self,
+        key: Digest,
+        result: &re::ActionResult,
+    ) -> Result<Option<RemoteEntry>, ReapiError> {
+        let malformed =
+            |reason: &str| ReapiError::Malformed { key: key.to_hex(), reason: reason.to_owned() };
+        let entry_file =
+            map::output(result, ENTRY_PATH).ok_or_else(|| malformed("no prova/entry output"))?;
+        let d = entry_file.digest.clone().ok_or_else(|| malformed("prova/entry has no digest"))?;
+        let Some(bytes) = self.client.read(&d, MAX_ENTRY_BYTES).await? else { return Ok(None) };
+        let remote: RemoteEntry =
+            rmp_serde::from_slice(&bytes).map_err(|e| malformed(&format!("prova/entry: {e}")))?;
+        if remote.version != REMOTE_ENTRY_VERSION || remote.key != key {
+            return Err(malformed("prova/entry is of another key or format"));
+        }
+        let manifest: OutputManifest = rmp_serde::from_slice(&remote.manifest)
+            .map_err(|e| malformed(&format!("manifest: {e}")))?;
+        if remote.fingerprint != Some(manifest.fingerprint()) {
+            return Err(ReapiError::Mismatch(format!(
+                "the manifest fingerprint of {}",
+                remote.task
+            )));
+        }
+        Ok(Some(remote))
+    }
+
+    /// Files a downloaded result into the local store as a save would.
+    async fn file(
+        &self,
+        key: Digest,
+        remote: RemoteEntry,
+        artifact: Option<super::client::Downloaded>,
+        log: Option<Vec<u8>>,
+    ) -> Result<bool, ReapiError> {
         let ns = self.inner.namespace().to_owned();
         let filed = self
             .inner
