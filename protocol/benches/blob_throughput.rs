@@ -130,12 +130,17 @@ fn main() {
         }
     });
 
+    report(mib, rounds, &mut times);
+}
+
+/// Prints each way's median and the ratios of the blob stream to the plain ones.
+fn report(mib: usize, rounds: usize, times: &mut [(Way, Vec<Duration>)]) {
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
     };
     let mut medians = Vec::new();
-    for (way, samples) in &mut times {
+    for (way, samples) in times.iter_mut() {
         let m = median(samples);
         let name = match way {
             Way::PlainDiscard => "plain quinn stream, discarded",
