@@ -28,6 +28,10 @@ pub const TASK_CHUNK: usize = 256;
 /// Uploads in flight at once.
 pub const PARALLEL_UPLOADS: usize = 8;
 
+/// How long an upload waits for the coordinator's answer once its bytes are sent (it hashes
+/// and files them first: seconds for the largest blobs).
+const UPLOAD_ANSWER_WAIT: Duration = Duration::from_secs(120);
+
 /// What came back from the farm.
 pub struct RemoteOutcome {
     /// The summary.
@@ -151,10 +155,25 @@ async fn upload(conn: quinn::Connection, digest: Digest, path: PathBuf) -> anyho
         transport::send_blob(&mut send, digest, size, file).await
     }
     .await;
-    let _ = send.finish();
     // A coordinator that refuses the upload (a quota, a digest mismatch) answers, then stops
-    // the stream: the answer is read even when the sending side already failed for it.
-    match (frame::read_msg::<_, BlobAck>(&mut recv).await, sent) {
+    // the stream: the answer is read even when the sending side already failed for it. A send
+    // that failed here (the file went short) resets the stream, so the coordinator stops
+    // waiting for the rest; and the wait for its answer is bounded either way.
+    match &sent {
+        Ok(()) => drop(send.finish()),
+        Err(_) => drop(send.reset(quinn::VarInt::from_u32(0))),
+    }
+    let answer =
+        match tokio::time::timeout(UPLOAD_ANSWER_WAIT, frame::read_msg::<_, BlobAck>(&mut recv))
+            .await
+        {
+            Ok(read) => read.map_err(anyhow::Error::from),
+            Err(_) => Err(anyhow::anyhow!(
+                "no answer from the coordinator within {} s",
+                UPLOAD_ANSWER_WAIT.as_secs()
+            )),
+        };
+    match (answer, sent) {
         (Ok(Some(BlobAck::Refused { reason })), _) => {
             anyhow::bail!(
                 "uploading {} was refused: {reason} (did it change since the run started?)",
