@@ -32,7 +32,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use collect::collect_outputs;
-pub use pack::{PackStats, pack};
+pub use pack::{PackStats, pack, pack_to_file};
 pub use place::{PlaceStats, place};
 pub use unpack::{
     DEFAULT_MAX_ENTRIES, DEFAULT_MAX_PATH_LEN, DEFAULT_MAX_TOTAL_BYTES, UnpackLimits,

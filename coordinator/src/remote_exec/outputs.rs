@@ -246,39 +246,17 @@ pub fn collect(
     Ok((Outputs { manifest, fingerprint, artifact }, missing))
 }
 
+/// Packs to `path` ([`artifact::pack_to_file`]); the archive file's own I/O errors stay
+/// this module's `Io`.
 fn pack_file(
     root: &Path,
     manifest: &prova_protocol::manifest::OutputManifest,
     path: &Path,
 ) -> Result<(Digest, u64), OutputsError> {
-    let io_err = |source| OutputsError::Io { path: path.to_owned(), source };
-    let file = fs::File::create(path).map_err(io_err)?;
-    let mut w = Hashing {
-        inner: io::BufWriter::with_capacity(256 * 1024, file),
-        hasher: blake3::Hasher::new(),
-        len: 0,
-    };
-    artifact::pack(root, manifest, &mut w, 3)?;
-    let file = w.inner.into_inner().map_err(|e| io_err(e.into_error()))?;
-    file.sync_all().map_err(io_err)?;
-    Ok((Digest(*w.hasher.finalize().as_bytes()), w.len))
-}
-
-struct Hashing<W> {
-    inner: W,
-    hasher: blake3::Hasher,
-    len: u64,
-}
-
-impl<W: io::Write> io::Write for Hashing<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.len += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
+    artifact::pack_to_file(root, manifest, path, 3).map_err(|e| match e {
+        artifact::ArtifactError::Io { path: p, source } if p == path => {
+            OutputsError::Io { path: p, source }
+        }
+        e => e.into(),
+    })
 }

@@ -28,6 +28,48 @@ pub struct PackStats {
     pub compressed_bytes: u64,
 }
 
+/// [`pack`] into a new file at `path`, fsynced, hashing the archive bytes as they are
+/// written so the file is never read back: the archive's BLAKE3 digest and its length.
+/// Creating or syncing `path` fails as [`ArtifactError::Io`] naming `path`.
+pub fn pack_to_file(
+    workspace_root: &Path,
+    manifest: &OutputManifest,
+    path: &Path,
+    level: i32,
+) -> Result<(Digest, u64), ArtifactError> {
+    let io_err = |source| ArtifactError::Io { path: path.to_owned(), source };
+    let file = fs::File::create(path).map_err(io_err)?;
+    let mut w = Hashing {
+        inner: io::BufWriter::with_capacity(256 * 1024, file),
+        hasher: blake3::Hasher::new(),
+        len: 0,
+    };
+    pack(workspace_root, manifest, &mut w, level)?;
+    let file = w.inner.into_inner().map_err(|e| io_err(e.into_error()))?;
+    file.sync_all().map_err(io_err)?;
+    Ok((Digest(*w.hasher.finalize().as_bytes()), w.len))
+}
+
+/// A writer that hashes and counts what passes through it.
+struct Hashing<W> {
+    inner: W,
+    hasher: blake3::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Writes the entries of `manifest`, read from under `workspace_root`, as a deterministic
 /// tar+zstd stream at zstd `level` into `out`. Each file is hashed while it streams into the
 /// archive; if its bytes, size or kind no longer match the manifest (it changed after it was
