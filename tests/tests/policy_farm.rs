@@ -1,4 +1,4 @@
-//! Proof policy on an in-process farm (issue 19): the farm's run actor re-runs tasks, so an
+//! Proof policy on an in-process farm (issue 19): the farm's run (driven by the farm actor) re-runs tasks, so an
 //! exemption (`verify = false`), an ignored output (`verify_ignore`) and a sample
 //! (`--verify-sample`) must hold there as they do locally — the policy travels in the task's
 //! spec, the sample in the run's options.

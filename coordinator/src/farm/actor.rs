@@ -1,34 +1,33 @@
-//! The farm actor: the shell around [`FarmCore`]. One per coordinator. Worker sessions
-//! register here with the sender of their control stream; run actors submit work through a
-//! [`FarmSink`]; the actor feeds the core and carries its commands out (send to a worker,
-//! deliver a report to a run, fail an item, refuse a stale report).
+//! The farm actor: the shell around [`FarmCore`] and the one task that drives the runs
+//! clients submit (`runs.rs`). One per coordinator. Worker sessions register here with the
+//! sender of their control stream; the actor feeds the core and carries its commands out
+//! (send to a worker, hand a report to a run, fail an item, refuse a stale report); a run's
+//! report is handed to its state machine and what the run hands out in answer placed by the
+//! core in the same turn.
 //!
-//! Flow control: the farm actor never waits on a run or a worker, and a run never waits on
-//! the farm. Each direction goes through a queue sized from what can be in flight, drained
-//! by the one forwarder ([`super::forward::forward`]: [`FarmSink`] `run->farm`, `RunLink`
-//! `farm->run`, `worker_session::worker_queue` `farm->worker`); see `flow_tests.rs` for the
-//! deadlock this prevents.
+//! Flow control: the farm actor never waits on a run, a client or a worker. A worker's
+//! messages go through a queue sized from what can be in flight, drained by the one
+//! forwarder ([`super::forward::forward`]: `worker_session::worker_queue`, `farm->worker`);
+//! a run's events go into a queue sized for every event that must arrive (`runs.rs`); see
+//! `flow_tests.rs` for the stalls this prevents.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::time::Duration;
 
 use kameo::prelude::*;
-use prova_protocol::digest::Fold;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::{CoordinatorMsg, WorkerHealth, WorkerInfo, WorkerMsg};
-use prova_protocol::work::{Assignment, FromWorker, Placement};
-use prova_protocol::{AttemptId, Digest, RunId, WorkerId};
+use prova_protocol::work::FromWorker;
+use prova_protocol::{RunId, WorkerId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::clock::RunningClock;
-use super::core::{FarmCommand, FarmCore, FarmEvent, Item, Origin, Requirements, WorkerCaps};
-use super::forward::{Traced, forward};
+use super::core::{FarmCommand, FarmCore, FarmEvent, WorkerCaps};
 use super::persist::Persist;
 use crate::cache::CacheThread;
-use crate::run::{AssignHints, LinkClosed, LinkFuture, RunActor, WorkSink};
 
 #[path = "ops.rs"]
 mod ops;
@@ -46,22 +45,6 @@ struct Link {
     health: Option<WorkerHealth>,
 }
 
-/// A run, as the actor knows it: its reports go through a queue of its own to a forwarder
-/// that waits on the run actor's mailbox, so the farm itself never waits on a run (a run
-/// waits on its client: a client that stops reading must not stall the farm).
-struct RunLink {
-    tx: mpsc::Sender<crate::run::actor::FromFarm>,
-    /// Room kept for reports that must arrive (`Started`, `Ready`, `Finished`): live output
-    /// is queued only while more than this is free, and dropped beyond (the task's log, in
-    /// its `Finished`, still holds it).
-    reserve: usize,
-    /// Output chunks dropped so far (logged once).
-    dropped: u64,
-}
-
-/// Output chunks a run may have queued beyond its reserve before live output is dropped.
-pub const OUTPUT_ALLOWANCE: usize = 4096;
-
 /// The farm actor.
 pub struct FarmActor {
     core: FarmCore,
@@ -69,7 +52,7 @@ pub struct FarmActor {
     /// Time as leases count it: a stall of this process does not count (see [`RunningClock`]).
     clock: RunningClock,
     links: HashMap<WorkerId, Link>,
-    runs: HashMap<RunId, RunLink>,
+    pub(super) runs: HashMap<RunId, super::runs::FarmRun>,
     next_run: u64,
     /// Where leases and quarantines are kept across restarts (`None`: nowhere, in tests).
     persist: Option<Persist>,
@@ -140,10 +123,29 @@ fn lease_base() -> u64 {
 }
 
 impl FarmActor {
-    async fn feed(&mut self, event: FarmEvent) {
-        let now = self.clock.running(self.started.elapsed());
-        let before = self.core.counts();
-        let cmds = self.core.handle(now, event);
+    pub(super) async fn feed(&mut self, event: FarmEvent) {
+        self.feed_all(VecDeque::from([event])).await;
+    }
+
+    /// Feeds the core every event of `queue` and carries its commands out; what a run hands
+    /// out in answer to a report joins the queue, so one turn takes it to a worker.
+    pub(super) async fn feed_all(&mut self, mut queue: VecDeque<FarmEvent>) {
+        while let Some(event) = queue.pop_front() {
+            let now = self.clock.running(self.started.elapsed());
+            let before = self.core.counts();
+            let cmds = self.core.handle(now, event);
+            self.log_counts(&before);
+            let journal = self.core.take_journal();
+            if let Some(p) = &self.persist {
+                p.journal(journal);
+            }
+            for cmd in cmds {
+                self.apply(cmd, &mut queue).await;
+            }
+        }
+    }
+
+    fn log_counts(&self, before: &super::core::FarmCounts) {
         let after = self.core.counts();
         if after.lease_expiries > before.lease_expiries {
             let n = after.lease_expiries - before.lease_expiries;
@@ -157,16 +159,9 @@ impl FarmActor {
             let n = after.requeues - before.requeues;
             tracing::info!(items = n, total = after.requeues, "requeued");
         }
-        let journal = self.core.take_journal();
-        if let Some(p) = &self.persist {
-            p.journal(journal);
-        }
-        for cmd in cmds {
-            self.apply(cmd).await;
-        }
     }
 
-    async fn apply(&mut self, cmd: FarmCommand) {
+    async fn apply(&mut self, cmd: FarmCommand, queue: &mut VecDeque<FarmEvent>) {
         match cmd {
             FarmCommand::Send { worker, msg } => {
                 let tx = self.links.get(&worker).map(|l| l.tx.clone());
@@ -177,14 +172,16 @@ impl FarmActor {
                     tracing::debug!(%worker, "send to a closed worker session");
                 }
             }
-            FarmCommand::Deliver { run, msg, worker } => self.deliver(run, msg, worker).await,
+            FarmCommand::Deliver { run, msg, worker } => {
+                self.deliver(run, msg, worker, queue).await;
+            }
             FarmCommand::Fail { origin, reason } => {
                 let f = prova_protocol::work::Finished::never_ran(
                     origin.attempt,
                     ExitKind::SpawnFailed(reason),
                 );
                 let msg = FromWorker::Finished(Box::new(f));
-                self.deliver(origin.run, msg, WorkerId("farm".into())).await;
+                self.deliver(origin.run, msg, WorkerId("farm".into()), queue).await;
             }
             FarmCommand::Refuse { worker, lease, reason } => {
                 if let Some(l) = self.links.get(&worker) {
@@ -207,18 +204,18 @@ impl FarmActor {
         }
     }
 
-    /// Queues a report for `run` without waiting on it (see [`RunLink`]).
-    async fn deliver(&mut self, run: RunId, msg: FromWorker, worker: WorkerId) {
-        let Some(link) = self.runs.get_mut(&run) else { return };
-        if matches!(msg, FromWorker::Output { .. }) && link.tx.capacity() <= link.reserve {
-            if link.dropped == 0 {
-                tracing::warn!(%run, "the run's client is not keeping up: dropping live output");
-            }
-            link.dropped += 1;
-            return;
+    /// A fresh run id.
+    pub(super) fn new_run_id(&mut self) -> RunId {
+        let id = RunId(self.next_run);
+        self.next_run += 1;
+        id
+    }
+
+    /// Run `run` is over: its leases need no adopting after a restart.
+    pub(super) fn run_over(&mut self, run: RunId) {
+        if let Some(p) = &self.persist {
+            p.run_over(run);
         }
-        let msg = crate::run::actor::FromFarm { msg, worker };
-        let _ = send_within_bound(&link.tx, msg, "run").await;
     }
 }
 
@@ -350,208 +347,5 @@ impl Message<FromWorkerSession> for FarmActor {
                 self.feed(FarmEvent::Report { worker: m.id, msg }).await;
             }
         }
-    }
-}
-
-/// Route a run's reports to `actor`.
-pub struct AttachRun {
-    /// The run's actor.
-    pub actor: ActorRef<RunActor>,
-    /// Its id (from [`NewRunId`]).
-    pub run: RunId,
-    /// Its plan's [`report_reserve`].
-    pub reserve: usize,
-}
-
-impl Message<AttachRun> for FarmActor {
-    type Reply = ();
-    async fn handle(&mut self, m: AttachRun, _ctx: &mut Context<Self, ()>) {
-        // Ends when the run is detached (the sender dropped) and its queue drained, or when
-        // the run actor stops.
-        let (tx, task) = forward("farm->run", m.reserve.saturating_add(OUTPUT_ALLOWANCE), m.actor);
-        drop(task.detach());
-        self.runs.insert(m.run, RunLink { tx, reserve: m.reserve, dropped: 0 });
-    }
-}
-
-/// Reports that must reach a run which it can have in flight at once: per task, two
-/// attempts (its execution and a determinism re-run), each with a `Started` per try, a
-/// `Ready` and a `Finished`.
-pub fn report_reserve(plan: &crate::run::RunPlan) -> usize {
-    plan.tasks
-        .iter()
-        .map(|t| 2 * (t.spec.retries as usize + 3))
-        .fold(16usize, usize::saturating_add)
-}
-
-/// A fresh run id.
-pub struct NewRunId;
-
-impl Message<NewRunId> for FarmActor {
-    type Reply = Result<RunId, Infallible>;
-    async fn handle(&mut self, _: NewRunId, _ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        let id = RunId(self.next_run);
-        self.next_run += 1;
-        Ok(id)
-    }
-}
-
-/// A run is over: stop routing to it.
-pub struct DetachRun(pub RunId);
-
-impl Message<DetachRun> for FarmActor {
-    type Reply = ();
-    async fn handle(&mut self, m: DetachRun, _ctx: &mut Context<Self, ()>) {
-        self.runs.remove(&m.0);
-        if let Some(p) = &self.persist {
-            p.run_over(m.0);
-        }
-    }
-}
-
-/// Submit or cancel work on behalf of a run.
-pub enum RunWork {
-    /// Place this assignment.
-    Submit {
-        /// The run.
-        run: RunId,
-        /// What.
-        assignment: Box<Assignment>,
-        /// Priority, key, worker to avoid.
-        hints: AssignHints,
-    },
-    /// Cancel the run's attempt.
-    Cancel(Origin),
-}
-
-impl Traced for RunWork {
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::Submit { .. } => "Submit",
-            Self::Cancel(_) => "Cancel",
-        }
-    }
-    fn attempt(&self) -> Option<AttemptId> {
-        Some(match self {
-            Self::Submit { assignment, .. } => assignment.attempt,
-            Self::Cancel(origin) => origin.attempt,
-        })
-    }
-}
-
-impl Traced for crate::run::actor::FromFarm {
-    fn kind(&self) -> &'static str {
-        self.msg.kind()
-    }
-    fn attempt(&self) -> Option<AttemptId> {
-        self.msg.attempt()
-    }
-}
-
-impl Message<RunWork> for FarmActor {
-    type Reply = ();
-    async fn handle(&mut self, m: RunWork, _ctx: &mut Context<Self, ()>) {
-        match m {
-            RunWork::Submit { run, assignment, hints } => {
-                let origin = Origin { run, attempt: assignment.attempt };
-                let blobs = match &assignment.placement {
-                    Placement::ExecRoot { inputs, upstream, .. } => inputs
-                        .iter()
-                        .map(|i| i.digest)
-                        .chain(upstream.iter().map(|(d, _)| *d))
-                        .collect(),
-                    Placement::InPlace { .. } => Vec::new(),
-                };
-                let reqs = requirements(&hints);
-                let item = Item {
-                    origin,
-                    assignment: *assignment,
-                    priority: hints.priority,
-                    reqs,
-                    avoid: hints.avoid,
-                    blobs,
-                    key: hints.key,
-                };
-                self.feed(FarmEvent::Submit(Box::new(item))).await;
-            }
-            RunWork::Cancel(origin) => self.feed(FarmEvent::Cancel(origin)).await,
-        }
-    }
-}
-
-fn requirements(hints: &AssignHints) -> Requirements {
-    let mut r = Requirements::default();
-    if let Some((os, arch)) = hints.platform.as_deref().and_then(|p| p.split_once('/')) {
-        r.os = Some(os.to_owned());
-        r.arch = Some(arch.to_owned());
-    }
-    r.labels = hints.labels.clone();
-    r
-}
-
-/// Submissions and cancels a run may have queued per task before the sink waits: a task is
-/// submitted at most twice (its execution and a determinism re-run) and each attempt
-/// cancelled at most twice (abort, then stop), so a run never reaches it.
-const WORK_PER_TASK: usize = 4;
-
-/// A run's link to the farm: assignments become items for placement.
-///
-/// The run actor never waits on the farm's mailbox: the farm waits on the run's (it delivers
-/// reports), so a run blocked submitting while the farm blocked delivering was a deadlock
-/// (a 2,000-task run stalled before its first event). A run's work goes into its own queue,
-/// sized by its task count, and a forwarder relays it to the farm in order.
-pub struct FarmSink {
-    tx: mpsc::Sender<RunWork>,
-    run: RunId,
-    namespace: String,
-}
-
-impl FarmSink {
-    /// The link of run `run` (`tasks` nodes) writing the cache namespace `namespace`.
-    pub fn new(farm: ActorRef<FarmActor>, run: RunId, namespace: String, tasks: usize) -> Self {
-        // Sent with `send_within_bound` (a run keeps within `WORK_PER_TASK`). The forwarder is
-        // not aborted with the sink: what the run queued last (cancels as it ends) still
-        // reaches the farm; it ends once the sink is dropped and its queue drained.
-        let capacity = tasks.saturating_mul(WORK_PER_TASK).saturating_add(16);
-        let (tx, task) = forward("run->farm", capacity, farm);
-        drop(task.detach());
-        Self { tx, run, namespace }
-    }
-
-    async fn push(&self, work: RunWork) -> Result<(), LinkClosed> {
-        send_within_bound(&self.tx, work, "run work").await.map_err(|_| LinkClosed)
-    }
-}
-
-/// The key two runs' executions are shared under: the task key within the run's trust tier.
-/// A trusted (ci) run never waits on, and adopts, an execution a client run asked for.
-pub fn dedup_key(namespace: &str, key: &Digest) -> Digest {
-    Fold::new("prova.farm.dedup.v1").str(namespace).digest(key).finish()
-}
-
-impl WorkSink for FarmSink {
-    fn assign(&self, a: Assignment, mut hints: AssignHints) -> LinkFuture<'_> {
-        hints.key = hints.key.map(|k| dedup_key(&self.namespace, &k));
-        Box::pin(async move {
-            self.push(RunWork::Submit { run: self.run, assignment: Box::new(a), hints }).await
-        })
-    }
-
-    fn cancel(&self, attempt: AttemptId) -> LinkFuture<'_> {
-        Box::pin(async move { self.push(RunWork::Cancel(Origin { run: self.run, attempt })).await })
-    }
-}
-
-#[cfg(test)]
-mod dedup_tests {
-    use super::*;
-
-    #[test]
-    fn executions_are_shared_within_a_trust_tier_only() {
-        let k = Digest::of(b"task key");
-        let other = Digest::of(b"another key");
-        assert_eq!(dedup_key("trusted", &k), dedup_key("trusted", &k));
-        assert_ne!(dedup_key("trusted", &k), dedup_key("untrusted", &k));
-        assert_ne!(dedup_key("trusted", &k), dedup_key("trusted", &other));
     }
 }

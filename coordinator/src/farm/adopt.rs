@@ -42,7 +42,7 @@ pub struct LeaseRecord {
     pub lease: AttemptId,
     /// Where it runs.
     pub worker: WorkerId,
-    /// Its dedup key (the task key within the run's tier, `actor::dedup_key`).
+    /// Its dedup key (the task key within the run's tier, `runs::dedup_key`).
     pub key: Digest,
     /// The task, for `farm status` and logs.
     pub task: TaskId,

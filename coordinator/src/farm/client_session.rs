@@ -1,12 +1,11 @@
 //! A connected client (`ci`, `client` or `admin` certificate): blob queries, run submission,
-//! status. A submitted run gets its own run actor — the same one local mode uses — with the
-//! farm as its work sink and the farm's store as its cache layer (`submit.rs`); its
-//! events stream back on the control stream, then the artifacts to download, then the
+//! status. A submitted run is driven by the farm actor (its state machine the same one local
+//! mode uses, the farm's store as its cache layer: `submit.rs`, `runs.rs`); its events
+//! stream back on the control stream, then the artifacts to download, then the
 //! summary.
 
 use std::sync::Arc;
 
-use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::{Identity, Role, frame};
 use prova_protocol::wire::{ClientMsg, CoordinatorReply, HeldState, RemoteTask, RunOptionsWire};
@@ -15,10 +14,10 @@ use tokio::sync::mpsc;
 
 use super::actor::{DrainWorker, GetHeld, GetStatus, ReleaseWorker};
 use super::forward::{Stream, forward};
+use super::runs::InterruptRun;
 use super::server::Shared;
 use super::submit::start;
 use crate::cache::{PENDING, TRUSTED, Visibility, untrusted_of};
-use crate::run::{Interrupt, RunActor};
 
 /// Replies queued for a client: events of a busy run wait here, then hold the run back.
 pub const CLIENT_QUEUE: usize = 1024;
@@ -59,7 +58,7 @@ pub async fn run(
     if let Some((run, task)) = active
         && !task.is_finished()
     {
-        let _ = run.tell(Interrupt).await;
+        let _ = session.shared.farm.tell(InterruptRun(run)).await;
         let _ = task.join().await;
     }
     drop(tx);
@@ -75,7 +74,7 @@ struct Session {
     /// A run announced by `Begin`: its options, its task count and the tasks sent so far.
     pending: Option<(RunOptionsWire, u32, Vec<RemoteTask>)>,
     /// The run started by `Go`, and its relay.
-    active: Option<(ActorRef<RunActor>, OwnedTask<()>)>,
+    active: Option<(prova_protocol::RunId, OwnedTask<()>)>,
 }
 
 impl Session {
@@ -97,7 +96,7 @@ impl Session {
             ClientMsg::Go => return self.go().await,
             ClientMsg::Interrupt => {
                 if let Some((run, _)) = &self.active {
-                    let _ = run.tell(Interrupt).await;
+                    let _ = shared.farm.tell(InterruptRun(*run)).await;
                 }
                 return None;
             }

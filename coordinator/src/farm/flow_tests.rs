@@ -1,13 +1,13 @@
-//! Flow control between the farm actor and the run actors it serves: a run that submits
-//! thousands of ready tasks while their reports stream back must finish. Both actors have
-//! bounded mailboxes; if each waited on the other's the farm stalled (a 2,000-task remote
-//! run hung before its first event, and `farm status` with it).
+//! Flow control between the farm actor and the runs it drives: a run that submits
+//! thousands of ready tasks while their reports stream back must finish (when runs were
+//! actors of their own and each side waited on the other's mailbox, a 2,000-task remote run
+//! hung before its first event, and `farm status` with it), and a run whose client stops
+//! reading must not stall the farm or another run.
 //!
 //! The worker here is a peer stand-in on the farm's real worker link: it answers every
 //! assignment at once with `Started` and a successful `Finished`, which is the fastest a
 //! report stream can come back and so the hardest case for the farm.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kameo::prelude::*;
@@ -19,13 +19,13 @@ use prova_protocol::work::{Finished, FromWorker, Isolation, ToWorker};
 use prova_protocol::{TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{
-    AttachRun, FarmActor, FarmSink, FromWorkerSession, NewRunId, WorkerUp, report_reserve,
-};
+use super::actor::{FarmActor, FromWorkerSession, WorkerUp};
 use super::client_session::FARM_RUN_CONCURRENCY;
+use super::runs::{StartRun, run_events};
 use super::worker_session::WORKER_QUEUE;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
-use crate::run::{Begin, ExecMode, RunActor, RunActorArgs, RunOptions, VerifyOptions};
+use crate::run::shell::EventSink;
+use crate::run::{ExecMode, RunOptions, RunShellArgs, VerifyOptions};
 
 /// Far beyond any healthy run of this size (well under a second); only a stall reaches it.
 const STALL: Duration = Duration::from_secs(60);
@@ -91,7 +91,7 @@ async fn instant_worker(farm: &ActorRef<FarmActor>, name: &str, slots: u32) {
 
 /// Runs `n` independent tasks through the farm; `Some(statuses)` unless it stalled.
 async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<TaskStatus>> {
-    let (events, mut events_rx) = mpsc::channel(1024);
+    let (events, mut events_rx) = run_events(&plan(n));
     // The client side: events are read as they come.
     let client =
         OwnedTask::spawn("test.client", async move { while events_rx.recv().await.is_some() {} });
@@ -105,14 +105,11 @@ async fn run_through_farm(farm: &ActorRef<FarmActor>, n: usize) -> Option<Vec<Ta
 async fn start_run(
     farm: &ActorRef<FarmActor>,
     n: usize,
-    events: mpsc::Sender<prova_protocol::events::RunEvent>,
+    events: EventSink,
 ) -> oneshot::Receiver<prova_protocol::events::RunSummary> {
-    let run = farm.ask(NewRunId).await.expect("a run id");
     let (done, done_rx) = oneshot::channel();
-    let plan = plan(n);
-    let reserve = report_reserve(&plan);
-    let actor = RunActor::spawn(RunActorArgs {
-        plan,
+    let args = RunShellArgs {
+        plan: plan(n),
         options: RunOptions {
             concurrency: FARM_RUN_CONCURRENCY,
             continue_on_failure: false,
@@ -120,7 +117,6 @@ async fn start_run(
             upstreams: Default::default(),
         },
         weights: vec![1; n],
-        work: Arc::new(FarmSink::new(farm.clone(), run, "trusted".into(), n)),
         worker: WorkerId("farm".into()),
         events,
         done,
@@ -128,9 +124,8 @@ async fn start_run(
         cache: None,
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
-    });
-    farm.tell(AttachRun { actor: actor.clone(), run, reserve }).await.expect("attach");
-    actor.tell(Begin).await.expect("begin");
+    };
+    farm.ask(StartRun { args, namespace: "trusted".into() }).await.expect("started");
     done_rx
 }
 
@@ -142,7 +137,7 @@ async fn thousands_of_ready_tasks_with_instant_reports_do_not_stall_the_farm() {
     let n = 3_000;
     let statuses = run_through_farm(&farm, n)
         .await
-        .expect("the run stalled: the farm and the run actor wait on each other");
+        .expect("the run stalled: the farm and its run wait on each other");
     assert_eq!(statuses.len(), n);
     assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded), "{statuses:?}");
 }
@@ -163,11 +158,14 @@ async fn two_runs_at_once_both_finish() {
 async fn a_run_whose_client_stops_reading_does_not_stall_another() {
     let farm = FarmActor::spawn(None);
     instant_worker(&farm, "w1", 8).await;
-    // Its client never reads an event: the run stops at its first few.
-    let (events, _unread) = mpsc::channel(4);
-    let stuck = start_run(&farm, 2_000, events).await;
+    // Its client never reads an event (and its queue is far too small): the run is stopped
+    // once an event that must arrive finds no room, and ends with a summary.
+    let (tx, _unread) = mpsc::channel(4);
+    let stuck = start_run(&farm, 2_000, EventSink::NeverWait { tx, reserve: 2 }).await;
     let statuses = run_through_farm(&farm, 500).await.expect("the other run stalled");
     assert!(statuses.iter().all(|s| *s == TaskStatus::Succeeded));
     assert_eq!(statuses.len(), 500);
-    drop(stuck);
+    let summary = tokio::time::timeout(STALL, stuck).await.expect("the stuck run ended");
+    let summary = summary.expect("a summary");
+    assert!(summary.interrupted, "{summary:?}");
 }

@@ -6,7 +6,7 @@
 //!
 //! Every message forwarded is logged at debug level under the hop's name with what it
 //! carries ([`Traced`]): `RUST_LOG=prova_coordinator::farm=debug` shows the path of one
-//! assignment (`run->farm`, `farm->worker`, `worker->farm`, `farm->run`, `farm->client`; see
+//! assignment (`client->farm`, `farm->worker`, `worker->farm`, `run->client`, `farm->client`; see
 //! ARCHITECTURE.md, "A farm assignment, hop by hop").
 
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! What an operator sees of the farm's runs: counters and a bounded book of live and recent
 //! runs and their proof failures, fed by the `run->client` relay in `client_session.rs`
 //! (every `RunEvent`, then the summary) and read by the HTTP listener (`crate::http`).
-//! Nothing here decides anything; the run actors and the farm core do.
+//! Nothing here decides anything; the runs' state machines and the farm core do.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;

@@ -1,24 +1,23 @@
 //! A run a client submitted (see [`super::client_session`]): its inputs checked against what
-//! the client may see, its keys settled by the farm, its run actor started with the farm as
-//! its work sink and the farm's store as its cache layer, and the `run->client` relay of its
-//! events, then the artifacts to download, then the summary.
+//! the client may see, its keys settled by the farm, its state machine handed to the farm
+//! actor (which drives it, `runs.rs`) with the farm's store as its cache layer, and the
+//! `run->client` relay of its events, then the artifacts to download, then the summary.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kameo::prelude::*;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::transport::Identity;
 use prova_protocol::wire::{
     CoordinatorReply, EntryTier, Proof, RemoteKind, RemoteTask, RunOptionsWire, TaskArtifact,
 };
-use prova_protocol::{Digest, WorkerId};
+use prova_protocol::{Digest, RunId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{AttachRun, DetachRun, FarmSink, NewRunId, report_reserve};
-use super::client_session::{CLIENT_QUEUE, FARM_RUN_CONCURRENCY, namespace_of, visibility_of};
+use super::client_session::{FARM_RUN_CONCURRENCY, namespace_of, visibility_of};
 use super::error::EdgeError;
+use super::runs::{StartRun, run_events};
 use super::server::Shared;
 use crate::cache::{PENDING, TRUSTED};
 use crate::keys::PlanKeys;
@@ -26,9 +25,9 @@ use crate::layers::CacheLayer as _;
 use crate::layers::{FarmLayer, LocalLayer};
 use crate::run::VerifyOptions;
 use crate::run::plan::{PlannedTask, RunPlan, TaskKind};
-use crate::run::{Begin, CachePolicy, ExecMode, RunActor, RunActorArgs, RunCache, RunOptions};
+use crate::run::{CachePolicy, ExecMode, RunCache, RunOptions, RunShellArgs};
 
-/// Validates and starts a submitted run; returns its actor and the task that relays its
+/// Validates and starts a submitted run; returns its id and the task that relays its
 /// events and, at the end, its artifacts and summary.
 pub(super) async fn start(
     identity: &Identity,
@@ -36,7 +35,7 @@ pub(super) async fn start(
     options: RunOptionsWire,
     tasks: Vec<RemoteTask>,
     out: mpsc::Sender<CoordinatorReply>,
-) -> Result<(ActorRef<RunActor>, OwnedTask<()>), EdgeError> {
+) -> Result<(RunId, OwnedTask<()>), EdgeError> {
     let plan = plan_of(&tasks).map_err(EdgeError::Refused)?;
     let namespace = namespace_of(identity);
     check_inputs(identity, shared, &tasks).await?;
@@ -52,18 +51,15 @@ pub(super) async fn start(
         HashMap::new()
     };
     let own_logs = layer.clone();
-    let run = shared.farm.ask(NewRunId).await.map_err(EdgeError::actor)?;
-    let (events_tx, events_rx) = mpsc::channel(CLIENT_QUEUE);
+    let (events, events_rx) = run_events(&plan);
     let (done_tx, done_rx) = oneshot::channel();
     let weights = tasks.iter().map(|t| t.weight.max(1)).collect();
-    let reserve = report_reserve(&plan);
-    let actor = RunActor::spawn(RunActorArgs {
+    let args = RunShellArgs {
         plan,
         options: run_options(&options),
         weights,
-        work: Arc::new(FarmSink::new(shared.farm.clone(), run, namespace.clone(), tasks.len())),
         worker: WorkerId("farm".into()),
-        events: events_tx,
+        events,
         done: done_tx,
         first_attempt: 1,
         cache: Some(RunCache {
@@ -76,25 +72,21 @@ pub(super) async fn start(
         }),
         exec: ExecMode::ExecRoot { local_source: None, local_blobs: None },
         local_proof_sources: None,
-    });
-    shared
+    };
+    let n = tasks.len();
+    let run = shared
         .farm
-        .tell(AttachRun { actor: actor.clone(), run, reserve })
+        .ask(StartRun { args, namespace: namespace.clone() })
         .await
         .map_err(EdgeError::actor)?;
+    // The run's events wait in their queue until the relay starts: `Accepted` goes first.
     let _ = out.send(CoordinatorReply::Accepted { run }).await;
-    shared.observe.run_started(
-        run,
-        &format!("{} {}", identity.role, identity.name),
-        &namespace,
-        tasks.len(),
-    );
-    actor.tell(Begin).await.map_err(EdgeError::actor)?;
+    shared.observe.run_started(run, &format!("{} {}", identity.role, identity.name), &namespace, n);
     let relay = Relay { shared: shared.clone(), run, namespace, own_logs, out };
     // The `run->client` hop: the run's events, then its artifacts and summary, into the
     // client's queue (drained by the `farm->client` forwarder).
     let relay = OwnedTask::spawn("run->client", relay.run(events_rx, done_rx));
-    Ok((actor, relay))
+    Ok((run, relay))
 }
 
 /// Refuses a run whose inputs the client could not have: every input blob, and every blob
@@ -208,7 +200,6 @@ impl Relay {
             }
         }
         let summary = done_rx.await;
-        let _ = shared.farm.tell(DetachRun(*run)).await;
         shared.observe.run_finished(*run, summary.as_ref().ok());
         let Ok(summary) = summary else {
             let _ = out

@@ -19,9 +19,12 @@
 //!   saves), `verify` (proofs: re-runs, ledger rows, reports held until their verdicts are
 //!   in), `excluded` (tasks a run did not ask for under `--only` /
 //!   `--exclude-dependencies`: restored or assumed from disk, never run).
-//! - [`actor`]: [`RunActor`], the kameo shell around the machine: it feeds it inputs and
-//!   carries out its commands — events, assignments and cancels down a [`WorkSink`], cache
-//!   layer calls (the longer ones' IO in `effects`), the summary.
+//! - `shell`: the IO side of one run, for whoever drives it — it feeds the machine inputs
+//!   and carries out its commands (events, cache-layer calls off the driver, the longer
+//!   ones' IO in `effects`, ledger rows, the summary) and hands assignments and cancels back
+//!   to its driver: the run actor, or the farm actor for the runs clients submit.
+//! - [`actor`]: [`RunActor`], a kameo mailbox around a shell for this process's runs
+//!   (local mode, a REAPI farm): assignments and cancels go down a [`WorkSink`].
 //! - [`undeclared`]: which paths a traced run touched are undeclared inputs (and outputs).
 //! - `written`: the cheap post-run check of a plain run for files written outside outputs.
 
@@ -34,6 +37,7 @@ mod excluded;
 mod finished;
 mod machine;
 mod reruns;
+pub(crate) mod shell;
 pub mod types;
 pub mod undeclared;
 mod verdicts;
@@ -52,7 +56,9 @@ use tokio::sync::mpsc;
 pub(crate) use self::core::refusal;
 pub use crate::plan;
 pub use crate::plan::{PlannedTask, RunPlan, TaskKind};
-pub use actor::{Begin, FromFarm, Interrupt, RunActor, live_run_actors};
+pub use actor::{Begin, FromFarm, Interrupt, RunActor};
+pub use shell::live_run_actors;
+pub(crate) use types::RunShellArgs;
 pub use types::{CachePolicy, ExecMode, RunActorArgs, RunCache, RunOptions, VerifyOptions};
 pub use verdicts::sandbox_violation;
 pub use verify::perturbation;

@@ -119,3 +119,37 @@ pub struct RunActorArgs {
     /// Where a local worker's proofs find the workspace and the cache's blobs (local mode).
     pub local_proof_sources: Option<(PathBuf, PathBuf)>,
 }
+
+impl RunActorArgs {
+    /// The shell's part of these (everything but the work sink), events waited on.
+    pub(crate) fn split(self) -> (RunShellArgs, Arc<dyn WorkSink>) {
+        let shell = RunShellArgs {
+            plan: self.plan,
+            options: self.options,
+            weights: self.weights,
+            worker: self.worker,
+            events: super::shell::EventSink::Wait(self.events),
+            done: self.done,
+            first_attempt: self.first_attempt,
+            cache: self.cache,
+            exec: self.exec,
+            local_proof_sources: self.local_proof_sources,
+        };
+        (shell, self.work)
+    }
+}
+
+/// What a run's [`super::shell::Shell`] is built from: a [`RunActorArgs`] without the work
+/// sink (the shell hands its work to its driver), with how its events are sent.
+pub(crate) struct RunShellArgs {
+    pub(crate) plan: RunPlan,
+    pub(crate) options: RunOptions,
+    pub(crate) weights: Vec<u64>,
+    pub(crate) worker: WorkerId,
+    pub(crate) events: super::shell::EventSink,
+    pub(crate) done: oneshot::Sender<RunSummary>,
+    pub(crate) first_attempt: u64,
+    pub(crate) cache: Option<RunCache>,
+    pub(crate) exec: ExecMode,
+    pub(crate) local_proof_sources: Option<(PathBuf, PathBuf)>,
+}

@@ -1,7 +1,7 @@
 //! The scheduler's sans-IO core: which task may start next. It holds the ready set (a heap
 //! ordered by longest remaining path), the in-flight set and the `-j` bound, and turns
 //! `(now, event)` into commands. No sockets, clocks, actors or processes in here — the
-//! run actor ([`crate::run::actor`], in local mode and on a farm coordinator) carries them out,
+//! run's shell ([`crate::run::shell`], driven by the run actor in local mode and by the farm actor on a farm coordinator) carries them out,
 //! and the simulation tests below drive it with a fake clock.
 
 use std::collections::BinaryHeap;
