@@ -5,18 +5,22 @@
 //! # Layout
 //! Modules form layers; each imports only modules below it (`tests/layers.rs` checks it, and
 //! ARCHITECTURE.md draws it). Bottom to top:
-//! - model — [`location`] (`file:line:col`), [`suggest`] (did-you-mean), [`lockfile`]
-//!   (per-project externals), [`workspace`] (the resolved model: [`workspace::Workspace`],
-//!   its projects and their merged [`workspace::TaskDef`]s), [`graph`] (`project#task`
-//!   nodes and edges, the `--filter` grammar, rendering), [`config`] (reading `prova.toml`
-//!   and `package.json` into the model, [`config::ConfigError`], `Workspace::load`).
-//! - store — [`cache`]: the SQLite index, blob files, memo, durations, fingerprint ledger
-//!   and its owner thread.
-//! - analysis — [`plan`] (a selected graph as a [`plan::RunPlan`]), [`inputs`] (the file
-//!   list and each task's inputs), [`digests`] (file digests through the stat memo),
-//!   [`trees`] (installed trees), [`keys`] (every task's key), [`prepare`] (everything before
-//!   the first task), [`selection`] (`--all`, `-p`, `--filter`, `--affected`).
-//! - cache layers — [`layers`]: local (restore into the workspace), farm, REAPI.
+//! - model (crate `prova-model`) — [`location`] (`file:line:col`), [`suggest`]
+//!   (did-you-mean), [`lockfile`] (per-project externals), [`workspace`] (the resolved
+//!   model: [`workspace::Workspace`], its projects and their merged
+//!   [`workspace::TaskDef`]s), [`graph`] (`project#task` nodes and edges, the `--filter`
+//!   grammar, rendering), [`config`] (reading `prova.toml` and `package.json` into the
+//!   model, [`config::ConfigError`], `Workspace::load`).
+//! - store (crate `prova-store`) — [`cache`]: the SQLite index, blob files, memo,
+//!   durations, fingerprint ledger and its owner thread.
+//! - analysis (crate `prova-analysis`) — [`plan`] (a selected graph as a
+//!   [`plan::RunPlan`]), [`inputs`] (the file list and each task's inputs), [`digests`]
+//!   (file digests through the stat memo), [`trees`] (installed trees), [`keys`] (every
+//!   task's key).
+//! - cache layers (crate `prova-layers`) — [`layers`]: local (restore into the workspace),
+//!   farm, REAPI.
+//! - preparation — [`prepare`] (everything before the first task), [`selection`] (`--all`,
+//!   `-p`, `--filter`, `--affected`).
 //! - run — [`scheduler`] (the sans-IO scheduling core), [`run`] (a run's decisions,
 //!   sans-IO, and the actor that carries them out), [`hermeticity`] (the report from the
 //!   ledger), [`remote_exec`] (executing on an existing REAPI farm).
@@ -24,22 +28,18 @@
 //! - http — [`http`]: the read-only HTTP listener: health, `/metrics`, the dashboard.
 //! - start — [`start`]: a coordinator's start-up (cache, farm actor, QUIC endpoint, HTTP).
 
-// The two lowest layers are crates of their own (`coordinator/model`, `coordinator/store`),
-// re-exported under their old paths.
+// The four lowest layers are crates of their own (`coordinator/model`, `coordinator/store`,
+// `coordinator/analysis`, `coordinator/layers`), re-exported under their old paths.
+pub use prova_analysis::{digests, inputs, keys, plan, trees};
+pub use prova_layers as layers;
 pub use prova_model::{config, graph, location, lockfile, suggest, workspace};
 pub use prova_store as cache;
-pub mod digests;
 pub mod farm;
 pub mod hermeticity;
 pub mod http;
-pub mod inputs;
-pub mod keys;
-pub mod layers;
-pub mod plan;
 pub mod prepare;
 pub mod remote_exec;
 pub mod run;
 pub mod scheduler;
 pub mod selection;
 pub mod start;
-pub mod trees;

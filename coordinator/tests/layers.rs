@@ -1,49 +1,92 @@
 //! The coordinator's modules form layers: each may import only modules below it. This test
-//! reads `src/` and fails on an import that points up (or sideways to a module not yet
-//! placed), which also rules out any cycle between modules. Test code (`*_tests.rs`,
+//! reads each coordinator crate's `src/` and fails on an import that points up (or sideways
+//! to a module not yet placed), which also rules out any cycle between modules; and it reads
+//! their manifests, which may depend only on the crates below. Test code (`*_tests.rs`,
 //! `tests.rs`, `test_util.rs`, inline `#[cfg(test)] mod … { … }`) may reach anywhere.
 //!
 //! Placing a new top-level module: add it to [`LAYERS`] at the lowest place its imports
-//! allow, and to ARCHITECTURE.md's crate map.
+//! allow (in a layer its crate holds, see [`CRATES`]), and to ARCHITECTURE.md's crate map.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// What a crate of the coordinator holds.
+#[derive(Clone, Copy, Debug)]
+enum Holds {
+    /// The modules of these layers (its `lib.rs` declares exactly those), each checked
+    /// against the order of [`LAYERS`].
+    Layers(&'static [&'static str]),
+    /// One module of [`LAYERS`]: the crate is that module (`prova-coordinator` re-exports it
+    /// under its name); its own modules are its own business, and anything else it names
+    /// through `crate::` (a lower crate's module under an alias) must be below it.
+    Module(&'static str),
+}
+
+/// The prova crates below all of the coordinator's, which any of them may depend on.
+const LEAVES: &[&str] = &["prova-protocol", "prova-reapi-proto"];
+
 /// The coordinator's crates, bottom to top: (package, directory under `coordinator/`, the
-/// prova crates its manifest may depend on). A crate above may use those below, never the
-/// reverse: the manifests fix the layers.
-const CRATES: &[(&str, &str, &[&str])] = &[
-    ("prova-model", "model", &["prova-protocol"]),
-    ("prova-store", "store", &["prova-protocol"]),
+/// prova crates its manifest may depend on, what it holds). A crate above may use those
+/// below, never the reverse: the manifests fix the layers.
+const CRATES: &[(&str, &str, &[&str], Holds)] = &[
+    ("prova-model", "model", &["prova-protocol"], Holds::Layers(&["model"])),
+    ("prova-store", "store", &["prova-protocol"], Holds::Module("cache")),
+    (
+        "prova-analysis",
+        "analysis",
+        &["prova-protocol", "prova-model", "prova-store"],
+        Holds::Layers(&["analysis"]),
+    ),
+    (
+        "prova-layers",
+        "layers",
+        &["prova-protocol", "prova-reapi-proto", "prova-model", "prova-store", "prova-analysis"],
+        Holds::Module("layers"),
+    ),
     (
         "prova-coordinator",
         ".",
-        &["prova-protocol", "prova-reapi-proto", "prova-model", "prova-store"],
+        &[
+            "prova-protocol",
+            "prova-reapi-proto",
+            "prova-model",
+            "prova-store",
+            "prova-analysis",
+            "prova-layers",
+        ],
+        Holds::Layers(&["preparation", "run", "farm", "http", "start-up"]),
     ),
 ];
 
 /// Bottom to top: (layer, its modules in order). A module may import any module listed
-/// before it, never one after it. The first two layers are the crates `prova-model` and
-/// `prova-store`, re-exported by `prova-coordinator` under the same names.
+/// before it, never one after it. The first four layers are the crates `prova-model`,
+/// `prova-store`, `prova-analysis` and `prova-layers`, re-exported by `prova-coordinator`
+/// under the same names.
 const LAYERS: &[(&str, &[&str])] = &[
     ("model", &["location", "suggest", "lockfile", "workspace", "graph", "config"]),
     ("store", &["cache"]),
-    ("analysis", &["plan", "inputs", "digests", "trees", "keys", "prepare", "selection"]),
+    ("analysis", &["plan", "inputs", "digests", "trees", "keys"]),
     ("cache layers", &["layers"]),
+    ("preparation", &["prepare", "selection"]),
     ("run", &["scheduler", "run", "hermeticity", "remote_exec"]),
     ("farm", &["farm"]),
     ("http", &["http"]),
     ("start-up", &["start"]),
 ];
 
-/// The modules of a crate's `src/` in order; for the coordinator, its own modules only.
-fn crate_modules(dir: &str) -> Vec<(&'static str, &'static str)> {
-    let own = |layer: &str| match dir {
-        "model" => layer == "model",
-        "store" => false,
-        _ => !matches!(layer, "model" | "store"),
-    };
-    order().into_iter().filter(|(l, _)| own(l)).collect()
+/// The layers' modules a crate sees, in order: those of the crates below it and its own.
+fn visible(holds: Holds) -> Vec<(&'static str, &'static str)> {
+    let top = match holds {
+        Holds::Layers(ls) => ls.iter().filter_map(|l| rank_of_layer(l)).max(),
+        Holds::Module(m) => order().iter().position(|(_, x)| *x == m),
+    }
+    .expect("a crate holds a placed layer or module");
+    order().into_iter().take(top + 1).collect()
+}
+
+/// The index in [`order`] of `layer`'s last module.
+fn rank_of_layer(layer: &str) -> Option<usize> {
+    order().iter().rposition(|(l, _)| *l == layer)
 }
 
 fn order() -> Vec<(&'static str, &'static str)> {
@@ -204,31 +247,58 @@ fn module_of(src: &Path, path: &Path) -> Option<String> {
     (first != "lib.rs").then(|| first.trim_end_matches(".rs").to_owned())
 }
 
+/// The modules a crate's `src/lib.rs` declares.
+fn declared_modules(dir: &str) -> BTreeSet<String> {
+    let lib = std::fs::read_to_string(crate_dir(dir).join("src/lib.rs")).expect("lib.rs");
+    code_only(&lib)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")))
+        .map(|m| m.trim_end_matches(';').trim().to_owned())
+        .collect()
+}
+
 #[test]
 fn every_module_of_each_crate_is_placed_in_a_layer() {
-    for (_, dir, _) in CRATES {
-        let src = crate_dir(dir).join("src");
-        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
-        let declared: BTreeSet<String> = code_only(&lib)
-            .lines()
-            .filter_map(|l| {
-                l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod "))
-            })
-            .map(|m| m.trim_end_matches(';').trim().to_owned())
+    for (_, dir, _, holds) in CRATES {
+        let Holds::Layers(layers) = holds else { continue };
+        let placed: BTreeSet<String> = order()
+            .into_iter()
+            .filter(|(l, _)| layers.contains(l))
+            .map(|(_, m)| m.to_owned())
             .collect();
-        let placed: BTreeSet<String> = if *dir == "store" {
-            // The store is one layer: its modules are its own business.
-            declared.clone()
-        } else {
-            crate_modules(dir).iter().map(|(_, m)| (*m).to_owned()).collect()
-        };
-        assert_eq!(declared, placed, "{dir}/src/lib.rs and LAYERS differ: place the new module");
+        assert_eq!(
+            declared_modules(dir),
+            placed,
+            "{dir}/src/lib.rs and LAYERS differ: place the new module"
+        );
     }
 }
 
 #[test]
+fn each_layer_is_held_by_one_crate_in_order() {
+    let mut held = Vec::new();
+    for (name, _, _, holds) in CRATES {
+        match holds {
+            Holds::Layers(ls) => held.extend(ls.iter().copied()),
+            Holds::Module(m) => {
+                let (l, _) = order().into_iter().find(|(_, x)| x == m).expect("a placed module");
+                let alone = LAYERS.iter().any(|(x, mods)| *x == l && mods.len() == 1);
+                assert!(alone, "{name} is the module `{m}`, which is not a layer of its own");
+                held.push(l);
+            }
+        }
+    }
+    let layers: Vec<&str> = LAYERS.iter().map(|(l, _)| *l).collect();
+    assert_eq!(held, layers, "CRATES must hold every layer of LAYERS once, bottom to top");
+}
+
+#[test]
 fn each_crate_depends_only_on_the_crates_below_it() {
-    for (name, dir, allowed) in CRATES {
+    for (i, (name, dir, allowed, _)) in CRATES.iter().enumerate() {
+        for dep in *allowed {
+            let below = LEAVES.contains(dep) || CRATES[..i].iter().any(|(n, ..)| n == dep);
+            assert!(below, "CRATES lets {name} depend on {dep}, which is not below it");
+        }
         let manifest =
             std::fs::read_to_string(crate_dir(dir).join("Cargo.toml")).expect("Cargo.toml");
         let mut section = String::new();
@@ -252,32 +322,42 @@ fn each_crate_depends_only_on_the_crates_below_it() {
 #[test]
 fn no_module_imports_one_above_it() {
     let mut upward = Vec::new();
-    for (name, dir, _) in CRATES {
-        let mods = crate_modules(dir);
-        if *dir == "store" {
-            continue;
-        }
-        // The coordinator sees the lower crates' modules as below all of its own.
-        let visible: Vec<(&str, &str)> = if *dir == "." { order() } else { mods.clone() };
+    for (name, dir, _, holds) in CRATES {
+        // A crate sees the lower crates' modules as below all of its own.
+        let visible = visible(*holds);
         let rank = |m: &str| visible.iter().position(|(_, x)| *x == m);
         let layer = |m: &str| visible.iter().find(|(_, x)| *x == m).map_or("?", |(l, _)| *l);
+        // A crate that is one module: its own modules and items are that module's business;
+        // only the names of other placed modules are checked.
+        let own = |target: &str| match holds {
+            Holds::Module(_) => {
+                declared_modules(dir).contains(target) || !order().iter().any(|(_, x)| *x == target)
+            }
+            Holds::Layers(_) => false,
+        };
         let src = crate_dir(dir).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         for file in &files {
-            let Some(module) = module_of(&src, file) else { continue };
-            let Some(own) = rank(&module) else {
+            let module = match holds {
+                Holds::Module(m) => (*m).to_owned(),
+                Holds::Layers(_) => {
+                    let Some(module) = module_of(&src, file) else { continue };
+                    module
+                }
+            };
+            let Some(at) = rank(&module) else {
                 upward
                     .push(format!("{name}: {}: module `{module}` is in no layer", file.display()));
                 continue;
             };
             let text = std::fs::read_to_string(file).expect("a source file");
             for (line, target) in imports(&code_only(&text)) {
-                if target == module || target == "self" {
+                if target == module || target == "self" || own(&target) {
                     continue;
                 }
                 match rank(&target) {
-                    Some(r) if r < own => {}
+                    Some(r) if r < at => {}
                     _ => upward.push(format!(
                         "{name}: {}:{line}: `{module}` ({}) imports `{target}` ({}), which is not below it",
                         file.strip_prefix(&src).unwrap_or(file).display(),

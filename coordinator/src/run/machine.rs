@@ -34,6 +34,7 @@ use crate::cache::{Entry, Execution};
 use crate::keys::PlanKeys;
 use crate::layers::{HitQuery, LayerError, Restored};
 use crate::plan::RunPlan;
+use crate::scheduler::SchedPlan as _;
 use crate::scheduler::core::{Command as Sched, Event, Options, Scheduler, SkipReason};
 
 /// What a run knows of its cache, without the layer itself (the shell holds that).

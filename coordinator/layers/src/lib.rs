@@ -1,5 +1,14 @@
 //! The layered cache (brief §6): the [`local`] layer (the workspace's `.prova/cache` or a
-//! shared `--cache-dir`); the farm layer (the coordinator's) sits above it in farm mode.
+//! shared `--cache-dir`); the farm layer (the coordinator's) sits above it in farm mode; a
+//! [`reapi`] cache above the local one. The layer of the coordinator's crates above
+//! `prova-analysis`; it knows nothing of runs or the farm's server. `prova-coordinator`
+//! re-exports it as `layers`.
+
+// The layers below under the names the coordinator gives them, so `crate::cache`,
+// `crate::keys`, … read as they did when this module lived in the coordinator.
+use prova_analysis::{inputs, keys};
+use prova_model::config;
+use prova_store as cache;
 
 pub mod diff;
 pub mod farm;

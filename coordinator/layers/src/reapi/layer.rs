@@ -25,10 +25,8 @@ use super::map::{self, ARTIFACT_PATH, ENTRY_PATH, REMOTE_ENTRY_VERSION, RemoteEn
 use super::proto::re;
 use super::{ReapiClient, ReapiError};
 use crate::cache::{Entry, Execution, NewEntry};
-use crate::layers::local::{LocalLayer, MAX_LOG_BYTES, encode_log, now_ms};
-use crate::layers::{
-    CacheLayer, HitQuery, LayerError, LayerFuture, Restored, SaveOutcome, SaveRequest,
-};
+use crate::local::{LocalLayer, MAX_LOG_BYTES, encode_log, now_ms};
+use crate::{CacheLayer, HitQuery, LayerError, LayerFuture, Restored, SaveOutcome, SaveRequest};
 
 /// Largest entry record read.
 const MAX_ENTRY_BYTES: u64 = 64 << 20;

@@ -102,15 +102,16 @@ impl LocalLayer {
     }
 
     /// The layer, refusing any restore that would remove or overwrite one of a task's
-    /// protected files (`protected` by task id, from [`crate::prepare::Prepared::protected`]):
-    /// a file git tracks or a task's declared input is never replaced by a cache entry.
+    /// protected files (`protected` by task id, from the coordinator's
+    /// `prepare::Prepared::protected`): a file git tracks or a task's declared input is never
+    /// replaced by a cache entry.
     pub fn with_protected(mut self, protected: Arc<crate::inputs::protect::Protected>) -> Self {
         self.protected = protected;
         self
     }
 
     /// The layer, rechecking before each save that no input was added to the task while it
-    /// ran (`scopes` by task id, from [`crate::prepare::Prepared::input_scopes`]).
+    /// ran (`scopes` by task id, from the coordinator's `prepare::Prepared::input_scopes`).
     pub fn with_input_scopes(mut self, scopes: Arc<HashMap<String, InputScope>>) -> Self {
         self.scopes = Some(scopes);
         self

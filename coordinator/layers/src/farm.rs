@@ -28,7 +28,7 @@ use crate::cache::{Entry, Execution, PENDING, Store, TRUSTED};
 
 /// Entries visible to a run writing `namespace`: an untrusted run also reads trusted entries;
 /// a trusted run never reads untrusted ones.
-pub(crate) fn lookup(
+pub fn lookup(
     s: &Store,
     namespace: &str,
     keys: &[Digest],

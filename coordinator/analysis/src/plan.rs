@@ -1,6 +1,7 @@
 //! From a selected task graph to a [`RunPlan`]: one fully resolved [`TaskSpec`] per node
 //! (environment values read once, forwarded args on requested tasks only). The scheduler's
-//! view of a plan (`RunPlan::sched_plan`) is defined in `crate::scheduler`, above this module.
+//! view of a plan (`SchedPlan::sched_plan`) is defined in the coordinator's `scheduler`,
+//! above this crate.
 
 use std::path::PathBuf;
 

@@ -121,13 +121,13 @@ impl ReapiClient {
 
     /// The channel, the instance name and the largest batch, for the executor's calls
     /// (`exec/`).
-    pub(crate) fn parts(&self) -> (Channel, &str, u64) {
+    pub fn parts(&self) -> (Channel, &str, u64) {
         (self.channel.clone(), &self.instance, self.max_batch.load(Ordering::Relaxed))
     }
 
     /// A request with the bearer token but no deadline: an `Execute` stream lasts as long as
     /// the action runs.
-    pub(crate) fn untimed<T>(&self, msg: T) -> Request<T> {
+    pub fn untimed<T>(&self, msg: T) -> Request<T> {
         let mut r = Request::new(msg);
         if let Some(t) = &self.token {
             r.metadata_mut().insert("authorization", t.clone());
@@ -135,7 +135,7 @@ impl ReapiClient {
         r
     }
 
-    pub(crate) fn req<T>(&self, msg: T) -> Request<T> {
+    pub fn req<T>(&self, msg: T) -> Request<T> {
         let mut r = Request::new(msg);
         r.set_timeout(self.timeout);
         if let Some(t) = &self.token {
@@ -144,7 +144,7 @@ impl ReapiClient {
         r
     }
 
-    pub(crate) fn err(&self, what: &'static str, s: tonic::Status) -> ReapiError {
+    pub fn err(&self, what: &'static str, s: tonic::Status) -> ReapiError {
         ReapiError::Call {
             endpoint: self.endpoint.clone(),
             what,
@@ -163,11 +163,8 @@ impl ReapiClient {
     /// One call under a permit (held as long as the caller keeps it, e.g. while a stream is
     /// read). A server at its concurrency limit answers `RESOURCE_EXHAUSTED`: the permit is
     /// given up for good (one call fewer in flight, never below one) and the call retried
-    /// after a backoff, up to [`BUSY_RETRIES`] times.
-    pub(crate) async fn call<T, F, Fut>(
-        &self,
-        mut f: F,
-    ) -> Result<(SemaphorePermit<'_>, T), tonic::Status>
+    /// after a backoff, up to `BUSY_RETRIES` times.
+    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<(SemaphorePermit<'_>, T), tonic::Status>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
@@ -327,7 +324,7 @@ impl ReapiClient {
         Ok(())
     }
 
-    pub(crate) async fn batch_update(
+    pub async fn batch_update(
         &self,
         requests: Vec<re::batch_update_blobs_request::Request>,
     ) -> Result<(), ReapiError> {
@@ -357,11 +354,11 @@ impl ReapiClient {
         Ok(())
     }
 
-    pub(crate) fn resource(&self, tail: String) -> String {
+    pub fn resource(&self, tail: String) -> String {
         if self.instance.is_empty() { tail } else { format!("{}/{tail}", self.instance) }
     }
 
-    pub(crate) async fn write(&self, d: &re::Digest, bytes: &[u8]) -> Result<(), ReapiError> {
+    pub async fn write(&self, d: &re::Digest, bytes: &[u8]) -> Result<(), ReapiError> {
         let name =
             self.resource(format!("uploads/{}/blobs/{}/{}", upload_id(d), d.hash, d.size_bytes));
         let mut msgs = Vec::new();
