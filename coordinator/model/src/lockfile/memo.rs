@@ -177,6 +177,32 @@ mod tests {
     }
 
     #[test]
+    fn a_lockfile_rewritten_after_its_digest_was_taken_is_not_memoised_under_it() {
+        let (ws, memo) = workspace(LOCK);
+        let old = Digest::of(LOCK.as_bytes());
+        let moved = LOCK.replace("sha512-+FbBPE1o", "sha512-XFbBPE1o");
+        let expected = {
+            let k = load(ws.path(), &memo, Some(old));
+            std::fs::remove_dir_all(&memo).unwrap();
+            pairs(&k)
+        };
+        // The digest pass saw the old bytes; an install rewrote the file before the parse.
+        std::fs::write(ws.path().join("package-lock.json"), &moved).unwrap();
+        let racing = load(ws.path(), &memo, Some(old));
+        assert_eq!(racing.parsed.len(), 1);
+        // Back to the old bytes: the answer must be the old bytes', from a parse or a memo
+        // written from them — never the new bytes' filed under the old digest.
+        std::fs::write(ws.path().join("package-lock.json"), LOCK).unwrap();
+        let back = load(ws.path(), &memo, Some(old));
+        assert_eq!(
+            back.parsed.len(),
+            1,
+            "nothing was memoised under a digest the bytes did not have"
+        );
+        assert_eq!(pairs(&back), expected);
+    }
+
+    #[test]
     fn without_a_content_digest_or_with_a_broken_memo_the_file_is_parsed() {
         let (ws, memo) = workspace(LOCK);
         let digest = Digest::of(LOCK.as_bytes());

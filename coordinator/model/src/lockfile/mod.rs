@@ -296,15 +296,22 @@ impl Keyed {
                 continue;
             }
             out.parsed.push(path.to_owned());
+            let mut read = None;
             let result = std::fs::read(root.join(path))
                 .map_err(|e| LockError::Invalid(format!("cannot read it: {e}")))
                 .and_then(|bytes| {
+                    read = Some(Digest::of(&bytes));
                     String::from_utf8(bytes).map_err(|_| LockError::Invalid("not UTF-8".to_owned()))
                 })
                 .and_then(|text| parse(path, &text, &manifests));
             match result {
                 Ok(graph) => {
-                    if let (Some(m), Some(key)) = (memo, &key) {
+                    // Memoised only under the digest of the bytes parsed: a lockfile rewritten
+                    // since its digest was taken (an install running) must not file the new
+                    // bytes' answer under the old digest.
+                    if let (Some(m), Some(key)) = (memo, &key)
+                        && read.is_some_and(|d| (m.content)(path) == Some(d))
+                    {
                         memo::store(m.dir, path, key, Self::digests_of(&graph, dirs));
                     }
                     out.graphs.insert(path.to_owned(), graph);
