@@ -246,11 +246,12 @@ impl History {
                 .map_err(sql("insert task"))?;
             }
         }
-        tx.execute(
-            "DELETE FROM runs WHERE seq NOT IN (SELECT seq FROM runs ORDER BY seq DESC LIMIT ?1)",
-            params![KEEP],
-        )
-        .map_err(sql("prune"))?;
+        // `seq` is AUTOINCREMENT (never reused; a rolled-back insert leaves no gap): the
+        // newest KEEP are those above `seq - KEEP`. A range of the rowid tree, so a run reads
+        // only what it deletes — `NOT IN (… LIMIT KEEP)` read every kept run's pages (their
+        // summaries and keys) on every run, the most of a warm no-op's history cost.
+        tx.execute("DELETE FROM runs WHERE seq <= ?1", params![seq - KEEP])
+            .map_err(sql("prune"))?;
         tx.commit().map_err(sql("commit"))
     }
 

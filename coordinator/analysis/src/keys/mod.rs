@@ -91,7 +91,13 @@ pub fn compute(
     let fingerprint: Vec<&str> =
         inputs.fingerprint.iter().map(|&i| files.all()[i as usize].as_str()).collect();
     let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
-    let locks = crate::lockfile::Keyed::load(&ws.root, &fingerprint, &dirs);
+    // Memoised under the lockfile's digest (this pass's, through the stat memo): a warm run
+    // neither reads nor parses an unchanged lockfile.
+    let content =
+        |path: &str| pass.facts.get(path).filter(|f| f.kind == InputKind::File).map(|f| f.digest);
+    let memo_dir = ws.root.join(".prova").join("lockfiles");
+    let memo = crate::lockfile::MemoSource { dir: &memo_dir, content: &content };
+    let locks = crate::lockfile::Keyed::load_memoised(&ws.root, &fingerprint, &dirs, &memo);
     // Keyed per project, but still a file the task may read: exec roots hold it.
     let (keyed_locks, workspace): (Vec<InputFile>, Vec<InputFile>) =
         workspace.into_iter().partition(|f| locks.is_keyed(&f.path));

@@ -15,6 +15,7 @@
 //! file into every key, with a notice.
 
 pub mod cargo;
+pub mod memo;
 pub mod npm;
 pub mod pnpm;
 pub mod yarn;
@@ -225,8 +226,22 @@ pub fn digest_of(externals: &[External]) -> Digest {
 pub struct Keyed {
     /// Lockfile path (workspace-relative) → its graph.
     graphs: BTreeMap<String, Graph>,
+    /// Lockfile path → per project directory, the digest of its externals, as the
+    /// [`memo`] answered it (the file neither read nor parsed).
+    memoised: BTreeMap<String, BTreeMap<String, Digest>>,
     /// Lockfiles that could not be read, with why: folded whole.
     pub fallbacks: Vec<(String, LockError)>,
+    /// Lockfiles this load parsed (not answered by the memo).
+    pub parsed: Vec<String>,
+}
+
+/// Where [`Keyed::load_memoised`] finds a lockfile's content digest and keeps its memo.
+pub struct MemoSource<'a> {
+    /// The memo directory (`.prova/lockfiles`).
+    pub dir: &'a Path,
+    /// The content digest of a workspace-relative path, when it is a regular file whose
+    /// digest is known (a symlink's digest is its target's name: never a memo key).
+    pub content: &'a dyn Fn(&str) -> Option<Digest>,
 }
 
 impl Keyed {
@@ -234,22 +249,71 @@ impl Keyed {
     /// the projects at `dirs`. A lockfile that cannot be read is listed in `fallbacks` and
     /// logged as a warning.
     pub fn load(root: &Path, fingerprint: &[&str], dirs: &[&str]) -> Self {
+        Self::load_with(root, fingerprint, dirs, None)
+    }
+
+    /// [`Keyed::load`] through the [`memo`]: a lockfile whose content digest `memo` knows
+    /// and whose memo holds that digest's answer is neither read nor parsed; one parsed is
+    /// recorded there for the next run.
+    pub fn load_memoised(
+        root: &Path,
+        fingerprint: &[&str],
+        dirs: &[&str],
+        memo: &MemoSource<'_>,
+    ) -> Self {
+        Self::load_with(root, fingerprint, dirs, Some(memo))
+    }
+
+    fn load_with(
+        root: &Path,
+        fingerprint: &[&str],
+        dirs: &[&str],
+        memo: Option<&MemoSource<'_>>,
+    ) -> Self {
         let mut out = Self::default();
         let candidates: Vec<&str> =
             fingerprint.iter().copied().filter(|p| is_lockfile(p)).collect();
         if candidates.is_empty() {
             return out;
         }
-        let manifests = Manifests::read(root, dirs);
+        // Only yarn v1 and Cargo read the projects' manifests: npm and pnpm lockfiles name
+        // the workspace's packages themselves.
+        let manifests = if candidates.iter().any(|p| memo::needs_manifests(p)) {
+            Manifests::read(root, dirs)
+        } else {
+            Manifests::default()
+        };
         for path in candidates {
+            let key = memo.and_then(|m| {
+                let content = (m.content)(path)?;
+                let manifests = memo::needs_manifests(path).then_some(&manifests);
+                Some(memo::key(path, &content, dirs, manifests))
+            });
+            if let (Some(m), Some(key)) = (memo, &key)
+                && let Some(digests) = memo::load(m.dir, path, key)
+            {
+                out.memoised.insert(path.to_owned(), digests);
+                continue;
+            }
+            out.parsed.push(path.to_owned());
+            let mut read = None;
             let result = std::fs::read(root.join(path))
                 .map_err(|e| LockError::Invalid(format!("cannot read it: {e}")))
                 .and_then(|bytes| {
+                    read = Some(Digest::of(&bytes));
                     String::from_utf8(bytes).map_err(|_| LockError::Invalid("not UTF-8".to_owned()))
                 })
                 .and_then(|text| parse(path, &text, &manifests));
             match result {
                 Ok(graph) => {
+                    // Memoised only under the digest of the bytes parsed: a lockfile rewritten
+                    // since its digest was taken (an install running) must not file the new
+                    // bytes' answer under the old digest.
+                    if let (Some(m), Some(key)) = (memo, &key)
+                        && read.is_some_and(|d| (m.content)(path) == Some(d))
+                    {
+                        memo::store(m.dir, path, key, Self::digests_of(&graph, dirs));
+                    }
                     out.graphs.insert(path.to_owned(), graph);
                 }
                 Err(err) => {
@@ -263,13 +327,24 @@ impl Keyed {
         out
     }
 
-    /// Whether `path` is keyed per project (so its whole-file digest is not folded).
-    pub fn is_keyed(&self, path: &str) -> bool {
-        self.graphs.contains_key(path)
+    /// Per project directory among `dirs` (normalised): the digest of its externals in `g`.
+    fn digests_of(g: &Graph, dirs: &[&str]) -> BTreeMap<String, Digest> {
+        dirs.iter()
+            .map(|d| {
+                let ext = g.externals_of(d).unwrap_or_default();
+                (normalise_dir(d), digest_of(&ext))
+            })
+            .collect()
     }
 
-    /// Per keyed lockfile: the externals of the project at `dir`. A lockfile that knows
-    /// neither the project nor the root gives an empty list.
+    /// Whether `path` is keyed per project (so its whole-file digest is not folded).
+    pub fn is_keyed(&self, path: &str) -> bool {
+        self.graphs.contains_key(path) || self.memoised.contains_key(path)
+    }
+
+    /// Per parsed lockfile: the externals of the project at `dir`. A lockfile that knows
+    /// neither the project nor the root gives an empty list. A lockfile the memo answered is
+    /// not listed ([`Keyed::load`] reads every one).
     pub fn externals_of(&self, dir: &str) -> Vec<(&str, Vec<External>)> {
         self.graphs
             .iter()
@@ -277,12 +352,30 @@ impl Keyed {
             .collect()
     }
 
-    /// The key config pairs of the project at `dir`: `("external:<lockfile>", digest)`.
+    /// The key config pairs of the project at `dir`: `("external:<lockfile>", digest)`,
+    /// sorted by lockfile.
     pub fn config_pairs(&self, dir: &str) -> Vec<(String, String)> {
-        self.externals_of(dir)
-            .into_iter()
-            .map(|(path, ext)| (format!("external:{path}"), digest_of(&ext).to_hex()))
-            .collect()
+        let parsed = self
+            .graphs
+            .iter()
+            .map(|(path, g)| (path, digest_of(&g.externals_of(dir).unwrap_or_default())));
+        // The memo holds a row for every project the load was asked about; one it was not
+        // asked about gets a digest no lockfile gives (a miss, never another's entry).
+        let memoised = self.memoised.iter().map(|(path, digests)| {
+            let d = digests.get(&normalise_dir(dir)).copied();
+            (
+                path,
+                d.unwrap_or_else(|| {
+                    Digest::of(b"prova: a project the lockfile memo was not asked about")
+                }),
+            )
+        });
+        let mut pairs: Vec<(String, String)> = parsed
+            .chain(memoised)
+            .map(|(path, d)| (format!("external:{path}"), d.to_hex()))
+            .collect();
+        pairs.sort();
+        pairs
     }
 }
 
