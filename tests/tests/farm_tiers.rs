@@ -185,6 +185,31 @@ impl Peer {
         })
     }
 
+    /// `BlobRequest::Put` of `bytes` announced as `digest`: `Ok` when stored, else the
+    /// refusal's reason.
+    fn put(&self, digest: Digest, bytes: &[u8]) -> Result<(), String> {
+        let conn = self.conn.clone();
+        let size = bytes.len() as u64;
+        self.rt.block_on(async move {
+            let exchange = async {
+                let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+                frame::write_msg(&mut send, &BlobRequest::Put { digest, size })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // The coordinator may refuse before the bytes (and stop reading): a failed
+                // send is not the answer, what it says on the stream is.
+                let _ = transport::send_blob(&mut send, digest, size, bytes).await;
+                let _ = send.finish();
+                match frame::read_msg::<_, BlobAck>(&mut recv).await.map_err(|e| e.to_string())? {
+                    Some(BlobAck::Stored) => Ok(()),
+                    Some(BlobAck::Refused { reason }) => Err(reason),
+                    None => Err("closed".to_owned()),
+                }
+            };
+            tokio::time::timeout(WAIT, exchange).await.expect("bounded")
+        })
+    }
+
     /// `ClientMsg::FindMissing`.
     fn find_missing(&mut self, digests: Vec<Digest>) -> Vec<Digest> {
         let (send, recv) = (&mut self.send, &mut self.recv);
@@ -292,4 +317,35 @@ fn a_clients_uploads_stop_at_its_blob_quota() {
     assert_ne!(out.code(), Some(0), "{out}");
     // CI has no quota.
     farm.run(&workspace(&big), ["build", "--all"]).assert_code(0);
+}
+
+#[test]
+fn an_upload_whose_bytes_are_not_its_digest_is_refused_and_not_stored() {
+    let farm = Cluster::builder().workers(1).start();
+    let alice = farm.client_certs("client", "alice");
+    let mut peer = Peer::dial(&farm, &alice, "client");
+    let (claimed, sent) =
+        (b"what the digest names".as_slice(), b"other bytes, same size".as_slice());
+    let digest = Digest::of(claimed);
+    let refused = peer.put(digest, sent).expect_err("bytes that are not their digest were stored");
+    assert!(refused.contains(&digest.short()) || refused.contains("digest"), "{refused}");
+    assert_eq!(peer.find_missing(vec![digest]), vec![digest], "the refused blob was kept");
+    // The same digest with its own bytes goes in: the refusal left nothing half-stored.
+    peer.put(digest, claimed).expect("the right bytes are stored");
+    assert!(peer.find_missing(vec![digest]).is_empty());
+}
+
+#[test]
+fn an_admin_certificates_run_is_refused_at_its_upload_with_the_coordinators_reason() {
+    let farm = Cluster::builder().workers(1).start();
+    let admin = farm.client_certs("admin", "ops");
+    let out = farm.run_as(&workspace("an admin's input\n"), &admin, ["build", "--all"]);
+    assert_ne!(out.code(), Some(0), "an admin certificate's run was taken\n{out}");
+    assert!(out.stderr.contains("an admin certificate cannot upload"), "{out}");
+    // A raw admin peer is told the same, and nothing is stored.
+    let mut peer = Peer::dial(&farm, &admin, "admin");
+    let bytes = b"an admin's blob".as_slice();
+    let refused = peer.put(Digest::of(bytes), bytes).expect_err("an admin upload was stored");
+    assert!(refused.contains("admin"), "{refused}");
+    assert_eq!(peer.find_missing(vec![Digest::of(bytes)]), vec![Digest::of(bytes)]);
 }
