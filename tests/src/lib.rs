@@ -103,6 +103,18 @@ pub fn skip_for_missing(why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// libfaketime itself (`LD_PRELOAD` it with `FAKETIME`), when installed. Not the `faketime`
+/// wrapper: it keeps a named semaphore and a shared-memory segment per process, which a
+/// SIGKILLed process leaves in `/dev/shm`; a later wrapper whose pid is reused then fails
+/// ("sem_open: File exists").
+pub fn libfaketime() -> Option<std::path::PathBuf> {
+    let mut dirs = vec![std::path::PathBuf::from("/usr/lib/faketime")];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        dirs.extend(rd.flatten().map(|e| e.path().join("faketime")));
+    }
+    dirs.into_iter().map(|d| d.join("libfaketime.so.1")).find(|p| p.is_file())
+}
+
 pub use locate::{prova_bin, repo_root};
 pub use procs::{
     alive_in_group, alive_under, is_alive, read_pids, wait_all_gone, wait_group_empty,

@@ -35,18 +35,9 @@ fn faketime_or_skip() -> bool {
     }
 }
 
-/// libfaketime itself, for daemons: the `faketime` wrapper keeps a named semaphore and a
-/// shared-memory segment per process, which a SIGKILLed daemon leaves in `/dev/shm`; a
-/// later wrapper whose pid is reused then fails ("sem_open: File exists").
+/// libfaketime itself, for daemons (see [`prova_tests::libfaketime`]).
 fn libfaketime() -> std::path::PathBuf {
-    let mut dirs = vec![std::path::PathBuf::from("/usr/lib/faketime")];
-    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
-        dirs.extend(rd.flatten().map(|e| e.path().join("faketime")));
-    }
-    dirs.into_iter()
-        .map(|d| d.join("libfaketime.so.1"))
-        .find(|p| p.is_file())
-        .expect("libfaketime.so.1 beside the faketime wrapper")
+    prova_tests::libfaketime().expect("libfaketime.so.1 beside the faketime wrapper")
 }
 
 /// A daemon under libfaketime (two days behind), its stderr in `log`; killed (its whole

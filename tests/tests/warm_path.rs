@@ -212,8 +212,8 @@ fn a_warm_no_op_run_flushes_nothing_to_disk() {
     // write in the same tick would go unseen), so a run right after the files were written
     // stores their rows again. An hour later (libfaketime) they are a checkout's old files:
     // one run memoises them, the next is the no-op measured.
-    let Ok(faketime) = which("faketime") else {
-        prova_tests::skip_for_missing("faketime is not on PATH (Debian package faketime)");
+    let Some(libfaketime) = prova_tests::libfaketime() else {
+        prova_tests::skip_for_missing("libfaketime is not installed (Debian package faketime)");
         return;
     };
     let later = |strace_log: Option<&Path>| {
@@ -221,13 +221,14 @@ fn a_warm_no_op_run_flushes_nothing_to_disk() {
             Some(log) => {
                 let mut c = Command::new(&strace);
                 c.args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range,syncfs,sync"]);
-                c.arg("-o").arg(log).arg(&faketime);
+                c.arg("-o").arg(log).arg(prova_tests::locate::prova_bin());
                 c
             }
-            None => Command::new(&faketime),
+            None => Command::new(prova_tests::locate::prova_bin()),
         };
-        cmd.args(["-f", "+1h"])
-            .arg(prova_tests::locate::prova_bin())
+        // libfaketime preloaded, not the `faketime` wrapper (see `prova_tests::libfaketime`).
+        cmd.env("LD_PRELOAD", &libfaketime)
+            .env("FAKETIME", "+1h")
             .arg("-C")
             .arg(ws.path(""))
             .args(["run", "build", "--all"])
