@@ -90,8 +90,23 @@ fn the_lock_is_released_when_its_holder_is_killed() {
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     drop(holder);
     wait_until("the killed run to be gone", || !prova_tests::is_alive(pid));
-    release(&dir); // the task (its own process group) may outlive prova; let it end
-    let out = ws.prova(["run", "build", "--all", "--no-wait"]).run();
+    // The killed run's task (its own process group) may outlive prova and take a release
+    // meant for the next run's task (each removes the file it passes): keep one present
+    // until the next run ends, whichever task takes it.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if !dir.join("release").exists() {
+                    release(&dir);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let out = ws.prova(["run", "build", "--all", "--no-wait"]).run();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
     assert_ne!(out.code(), Some(BUSY), "the lock outlived its holder\n{out}");
 }
 
