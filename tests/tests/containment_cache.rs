@@ -103,7 +103,16 @@ fn the_lock_is_released_when_its_holder_is_killed() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
-        let out = ws.prova(["run", "build", "--all", "--no-wait"]).run();
+        // Whatever prova forked before it died (the guardian that kills its task tree) may
+        // hold the lock a moment longer; the lock must be free within the poll limit.
+        let deadline = Instant::now() + POLL_LIMIT;
+        let out = loop {
+            let out = ws.prova(["run", "build", "--all", "--no-wait"]).run();
+            if out.code() != Some(BUSY) || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         out
     });
