@@ -452,4 +452,4 @@ impl Run {
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]
-mod machine_tests;
+pub(super) mod machine_tests;

@@ -51,8 +51,9 @@ fn components(task: &str) -> KeyComponents {
     }
 }
 
-/// Keys settled as before a run: a task below one folded by outputs waits for its bytes.
-fn keys_for(plan: &RunPlan) -> PlanKeys {
+/// Keys settled as before a run: a task below one folded by outputs waits for its bytes
+/// (also the shell's tests' keys).
+pub(in crate::run) fn keys_for(plan: &RunPlan) -> PlanKeys {
     let mut keys = PlanKeys {
         keys: vec![None; plan.tasks.len()],
         components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),

@@ -5,16 +5,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use prova_protocol::events::{RunEvent, TaskStatus};
-use prova_protocol::key::{KEY_VERSION, KeyComponents};
 use prova_protocol::spec::{CommandLine, TaskSpec};
 use prova_protocol::{Digest, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::cache::{CacheThread, Entry, Store};
-use crate::keys::PlanKeys;
 use crate::layers::LocalLayer;
 use crate::plan::{PlannedTask, RunPlan, TaskKind};
+use crate::run::machine::machine_tests::keys_for;
 use crate::run::types::{CachePolicy, ExecMode, RunCache, RunOptions};
 
 fn plan(root: PathBuf, n: usize) -> RunPlan {
@@ -37,31 +36,6 @@ fn plan(root: PathBuf, n: usize) -> RunPlan {
         })
         .collect();
     RunPlan { root, tasks }
-}
-
-fn keys(plan: &RunPlan) -> PlanKeys {
-    let components = |task: &str| KeyComponents {
-        version: KEY_VERSION,
-        task: task.to_owned(),
-        command: "sh:true".into(),
-        config: vec![],
-        env: vec![],
-        inputs: vec![],
-        workspace: vec![],
-        upstream: vec![],
-        upstream_outputs: vec![],
-        args: vec![],
-        platform: None,
-    };
-    let mut keys = PlanKeys {
-        keys: vec![None; plan.tasks.len()],
-        components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),
-        stamps: vec![Vec::new(); plan.tasks.len()],
-        unfolded: vec![],
-        closures: Default::default(),
-    };
-    keys.settle_all(plan, &|_| None);
-    keys
 }
 
 /// A hit for `key` whose outputs are not on disk (a restore would be asked for).
@@ -96,7 +70,7 @@ fn world(n: usize) -> World {
     let (store, _join) = CacheThread::spawn(Store::open(cache_dir.path()).unwrap()).unwrap();
     let layer = LocalLayer::new(store, "trusted", &cache_dir.path().join("tmp"));
     let plan = plan(ws.path().to_owned(), n);
-    let keys = keys(&plan);
+    let keys = keys_for(&plan);
     let hits: HashMap<usize, Entry> = (0..n).map(|i| (i, hit(keys.key(i).unwrap()))).collect();
     let (events_tx, events) = mpsc::channel(1024);
     let (done_tx, done) = oneshot::channel();
