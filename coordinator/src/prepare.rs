@@ -201,33 +201,49 @@ pub async fn prepare(
     let plan = RunPlan::new(ws, graph, args, env);
     let scope = ws.root.to_string_lossy().into_owned();
     let memo_scope = scope.clone();
-    let memo = cache.call(move |s| s.memo_load(&memo_scope)).await??;
-    let salt = match salt {
-        Some(s) => Some(s),
-        None => cache.call(|s| s.key_salt()).await??,
-    };
-    let durations = cache.call(|s| s.durations()).await??;
-
-    let files = enumerate_files(ws).await?;
-    tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
+    // Taken before any file is read: a memo row stamped with it never claims a later moment
+    // than its read (the racy-stat rule then errs towards hashing again).
+    let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
     let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
     let tree_dirs = crate::trees::tree_dirs(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    // What does not depend on the file list runs beside `git ls-files` (a process, the
+    // largest wait of a warm run): the cache's reads, the installed trees' walk and the
+    // programs' lookup.
+    let stored = async {
+        let memo = cache.call(move |s| s.memo_load(&memo_scope)).await??;
+        let salt = match salt {
+            Some(s) => Some(s),
+            None => cache.call(|s| s.key_salt()).await??,
+        };
+        let durations = cache.call(|s| s.durations()).await??;
+        Ok::<_, PrepareError>((memo, salt, durations))
+    };
+    let listed = async {
+        let files = enumerate_files(ws).await?;
+        tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
+        Ok::<_, PrepareError>(files)
+    };
+    let trees = async {
+        let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs.clone()).await?;
+        tracing::info!(
+            elapsed = ?started.elapsed(),
+            trees = tree_pass.trees.len(),
+            hashed = tree_pass.hashed,
+            memo_hits = tree_pass.memo_hits,
+            "installed trees"
+        );
+        Ok::<_, PrepareError>(tree_pass)
+    };
+    let programs = program_pairs(ws, &plan, env, cache, now_ns);
+    let ((memo, salt, durations), files, tree_pass, programs) =
+        tokio::try_join!(stored, listed, trees, programs)?;
+
     let files = with_unlisted_inputs(ws, &plan, files, &tree_dirs);
     let sets: InputSets = inputs::resolve(ws, &plan, &files)?;
     let protected = inputs::protect::protected(ws, &plan, &files)?;
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
-    let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
     let pass = digest_inputs(ws, &files, &sets, memo, now_ns).await?;
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
-    let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs).await?;
-    tracing::info!(
-        elapsed = ?started.elapsed(),
-        trees = tree_pass.trees.len(),
-        hashed = tree_pass.hashed,
-        memo_hits = tree_pass.memo_hits,
-        "installed trees"
-    );
-    let programs = program_pairs(ws, &plan, env, cache, now_ns).await?;
     let plan_keys = keys::compute(
         ws,
         &plan,

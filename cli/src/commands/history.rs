@@ -25,6 +25,21 @@ pub const KEEP: i64 = 200;
 /// The file, under the workspace's `.prova/`.
 pub const FILE: &str = "runs.db";
 
+/// The WAL a run leaves for the next one to read back. Every `prova` is the file's only
+/// connection and exits without a checkpoint, so the next one rebuilds the WAL's index by
+/// reading and checksumming every frame before its first query. That rebuild also forgets
+/// which frames were already copied into the database, so SQLite's automatic checkpoint
+/// never restarted the WAL: it grew run after run (7 MB after 300 runs; each copied whole at
+/// every checkpoint), the largest part of a warm no-op's history cost. A run writes about
+/// eight pages; past this bound `record` checkpoints and truncates the WAL (two fsyncs every
+/// few runs).
+const WAL_KEEP_BYTES: u64 = 256 * 1024;
+
+/// What the WAL file may reach between checkpoints: the pages before one, plus one more
+/// run's worth (a small run's record; a large one checkpoints at its own commit).
+#[cfg(test)]
+const WAL_BOUND_BYTES: u64 = WAL_KEEP_BYTES + 32 * (4096 + 24);
+
 /// What went wrong with the history.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
@@ -160,8 +175,8 @@ impl History {
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
             .map_err(sql("pragma"))?;
         // Each `prova` is the file's last connection: closing would checkpoint (two fsyncs)
-        // and delete the WAL every run. SQLite's automatic checkpoint (every 1,000 pages)
-        // still bounds the WAL.
+        // and delete the WAL every run. `record` restarts the WAL once it passes
+        // [`WAL_KEEP_BYTES`] instead.
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .map_err(sql("no checkpoint on close"))?;
         conn.execute_batch(SCHEMA).map_err(sql("schema"))?;
@@ -252,7 +267,16 @@ impl History {
         // summaries and keys) on every run, the most of a warm no-op's history cost.
         tx.execute("DELETE FROM runs WHERE seq <= ?1", params![seq - KEEP])
             .map_err(sql("prune"))?;
-        tx.commit().map_err(sql("commit"))
+        tx.commit().map_err(sql("commit"))?;
+        let wal = self.path.with_file_name(format!("{FILE}-wal"));
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_KEEP_BYTES) {
+            // A reader at this moment (`prova runs`) leaves it for the next run: no waiting.
+            self.conn.busy_timeout(Duration::ZERO).map_err(sql("busy_timeout"))?;
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(sql("checkpoint"))?;
+        }
+        Ok(())
     }
 
     /// The newest `limit` runs, newest first.
@@ -457,5 +481,39 @@ mod tests {
         let last = KEEP as usize + 4;
         assert_eq!(ids, [format!("r{last}"), format!("r{}", last - 1)]);
         assert_eq!(newest[0].summary.wall_ms, last as u64);
+    }
+
+    /// Each `prova run` opens the history, records one run and exits without a checkpoint;
+    /// the next one re-reads (and checksums) every frame of the WAL before its first query.
+    /// The WAL must stay a few runs long, not grow to SQLite's default 1,000 pages (4 MB).
+    #[test]
+    fn the_wal_each_run_reads_back_stays_a_few_runs_long() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let timeline = Timeline::new();
+        let keys = serde_json::json!({});
+        let command = vec!["prova".to_owned(), "run".to_owned()];
+        let wal = dir.path().join(".prova").join(format!("{FILE}-wal"));
+        let mut largest = 0;
+        for i in 0..300 {
+            // A process's connection: opened, one record, dropped (no checkpoint on close).
+            let mut h = History::open(dir.path()).expect("opened");
+            let meta = RunMeta { run_id: format!("r{i}") };
+            let s = summary(i);
+            let rec = Recorded {
+                meta: &meta,
+                command: &command,
+                summary: &s,
+                keys: &keys,
+                timeline: &timeline,
+                ended_at: SystemTime::now(),
+            };
+            h.record(&rec).expect("recorded");
+            drop(h);
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        assert!(largest > 0, "the history is a WAL database");
+        assert!(largest <= WAL_BOUND_BYTES, "the WAL reached {largest} bytes");
+        let h = History::open(dir.path()).expect("opened");
+        assert_eq!(h.count().expect("counted"), KEEP, "every checkpoint kept the runs");
     }
 }

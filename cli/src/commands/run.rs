@@ -97,14 +97,17 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         sandbox,
     };
     let outcome = rt.block_on(act.execute(session, Arc::new(Mutex::new(lock))));
+    // The cache thread closes the index when the last handle is gone: while the summary is
+    // printed and the history written (another file), and joined before the process exits
+    // whatever the outcome, so a close is never cut short.
     drop(cache);
-    let outcome = outcome?;
-    // The cache thread closes the index when the last handle is gone.
+    let code = match outcome {
+        Ok(Some(done)) => finish(&ws.root, &s, &meta, done),
+        Ok(None) => Ok(Code::Ok),
+        Err(e) => Err(e),
+    };
     let _ = cache_join.join();
-    match outcome {
-        Some(done) => finish(&ws.root, &s, &meta, done),
-        None => Ok(Code::Ok),
-    }
+    code
 }
 
 /// What a finished run hands to the report: its summary, key statistics and timeline.
@@ -191,11 +194,13 @@ impl Act<'_> {
                 crate::local::reapi_layer(&self.ws.root, self.s.cache.spec, &layer, ci).await?
             }
         };
+        let probed = std::time::Instant::now();
         let hits = match &reapi {
             _ if !self.s.cache.local.read => HashMap::new(),
             Some(r) => presolve(&mut prepared, |ks| r.probe(ks)).await?,
             None => presolve(&mut prepared, |ks| layer.probe(ks)).await?,
         };
+        tracing::debug!(elapsed = ?probed.elapsed(), hits = hits.len(), "cache probed");
         self.refuse_unsandboxed(&prepared, &hits)?;
         if self.s.dry_run {
             let upstreams = self.s.options.upstreams;
@@ -217,7 +222,9 @@ impl Act<'_> {
             }
             None => self.run_here(prepared, layer, reapi, hits, options, tx).await,
         };
+        tracing::debug!(elapsed = ?probed.elapsed(), "run ended");
         let timeline = render.join().await.unwrap_or_default();
+        tracing::debug!(elapsed = ?probed.elapsed(), "report drawn");
         Ok(Some(Done { summary: summary?, key_stats, timeline }))
     }
 

@@ -92,7 +92,7 @@ pub trait CacheLayer: Send + Sync + 'static {
 }
 
 /// One hit asked about by [`CacheLayer::resolve_current`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct HitQuery {
     /// The entry found for the task's key.
     pub entry: Entry,

@@ -245,8 +245,25 @@ impl LocalLayer {
         &self,
         hits: Vec<super::HitQuery>,
     ) -> Result<Vec<(Entry, Option<Restored>)>, LayerError> {
+        let started = std::time::Instant::now();
+        let n = hits.len();
+        // The manifests and their files' memo rows from the index; the comparison with the
+        // disk (a walk and a stat per output, a hash where no row proves a file) off the
+        // cache thread, spread over the cores; the logs of the current ones from the store.
         let root = self.root.clone();
-        Ok(self.cache.call(move |s| resolve_current_on(s, &root, hits)).await?)
+        let memo = self.cache.call(move |s| memo_for_hits(s, &root, hits)).await?;
+        let root = self.root.clone();
+        let compared = OwnedTask::spawn_blocking("resolve.compare", move || {
+            let on_disk = compare_all(&root, &memo);
+            (memo, on_disk)
+        })
+        .join()
+        .await
+        .map_err(|e| LayerError::Corrupt(e.to_string()))?;
+        let root = self.root.clone();
+        let out = self.cache.call(move |s| current_hits_on(s, &root, compared)).await?;
+        tracing::debug!(elapsed = ?started.elapsed(), hits = n, "hits compared with the disk");
+        Ok(out)
     }
 
     /// Files an entry, unless an input changed while the task ran (then it is withheld).
@@ -493,12 +510,16 @@ fn compare_on_disk(
     Ok((current, extras))
 }
 
-/// [`LocalLayer::resolve_current`] on the cache thread, over its store.
-fn resolve_current_on(
-    s: &mut crate::cache::Store,
-    root: &Path,
+/// The hits of [`LocalLayer::resolve_current`] with their manifests (`None`: undecodable or
+/// outside the task's outputs, never current) and the output memo's rows for their files.
+struct HitsMemo {
     hits: Vec<super::HitQuery>,
-) -> Vec<(Entry, Option<Restored>)> {
+    decoded: Vec<Option<OutputManifest>>,
+    rows: HashMap<String, MemoRow>,
+}
+
+/// On the cache thread: the manifests decoded and confined, and their files' memo rows.
+fn memo_for_hits(s: &mut crate::cache::Store, root: &Path, hits: Vec<super::HitQuery>) -> HitsMemo {
     let decoded: Vec<Option<OutputManifest>> = hits
         .iter()
         .map(|h| {
@@ -514,12 +535,65 @@ fn resolve_current_on(
         tracing::debug!(error = %e, "output memo unreadable");
         HashMap::new()
     });
+    HitsMemo { hits, decoded, rows }
+}
+
+/// Hits per thread below which one thread compares them all.
+const COMPARE_CHUNK: usize = 64;
+
+/// Each hit's manifest compared with the disk ([`compare_with_rows`]), in order, spread over
+/// the machine's cores. `None`: no manifest, or the comparison failed (not current).
+fn compare_all(root: &Path, memo: &HitsMemo) -> Vec<Option<OnDisk>> {
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, 8);
+    compare_spread(root, memo, threads, COMPARE_CHUNK)
+}
+
+/// [`compare_all`] on at most `threads` threads, each given at least `min_chunk` hits.
+fn compare_spread(
+    root: &Path,
+    memo: &HitsMemo,
+    threads: usize,
+    min_chunk: usize,
+) -> Vec<Option<OnDisk>> {
+    let one = |i: usize| {
+        let m = memo.decoded[i].as_ref()?;
+        compare_with_rows(root, m, &memo.hits[i].outputs, &memo.rows).ok()
+    };
+    let n = memo.hits.len();
+    let chunk = n.div_ceil(threads.max(1)).max(min_chunk.max(1));
+    if n <= chunk {
+        return (0..n).map(one).collect();
+    }
+    let starts: Vec<usize> = (0..n).step_by(chunk).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = starts
+            .iter()
+            .map(|&from| {
+                let one = &one;
+                scope.spawn(move || (from..(from + chunk).min(n)).map(one).collect::<Vec<_>>())
+            })
+            .collect();
+        // A chunk whose thread panicked is not current: those hits are restored.
+        let mut out = Vec::with_capacity(n);
+        for (h, &from) in handles.into_iter().zip(&starts) {
+            let len = (from + chunk).min(n) - from;
+            out.extend(h.join().unwrap_or_else(|_| vec![None; len]));
+        }
+        out
+    })
+}
+
+/// On the cache thread again: the current hits' logs read, the rows the comparison
+/// recorded stored; each hit with what it restored (`None`: not current, to be restored).
+fn current_hits_on(
+    s: &mut crate::cache::Store,
+    root: &Path,
+    (memo, on_disk): (HitsMemo, Vec<Option<OnDisk>>),
+) -> Vec<(Entry, Option<Restored>)> {
     let mut updates = Vec::new();
-    let mut out = Vec::with_capacity(hits.len());
-    for (h, m) in hits.into_iter().zip(decoded) {
-        let restored = m.and_then(|m| {
-            let (current, extras, mut found) =
-                compare_with_rows(root, &m, &h.outputs, &rows).ok()?;
+    let mut out = Vec::with_capacity(memo.hits.len());
+    for ((h, m), found) in memo.hits.into_iter().zip(memo.decoded).zip(on_disk) {
+        let restored = m.zip(found).and_then(|(m, (current, extras, mut found))| {
             updates.append(&mut found);
             if !current || !extras.is_empty() {
                 return None;
@@ -535,7 +609,7 @@ fn resolve_current_on(
         });
         out.push((h.entry, restored));
     }
-    if let Err(e) = s.memo_store(&scope, &updates) {
+    if let Err(e) = s.memo_store(&digests::outputs_scope(root), &updates) {
         tracing::debug!(error = %e, "output memo not written");
     }
     out

@@ -128,3 +128,85 @@ fn nothing_behind_a_symlinked_output_dir_is_current_or_extra() {
     // in the entry, but as a link it is removed and replaced): never what lies behind it.
     assert!(extras.iter().all(|e| !e.starts_with("p/dist/sub/")), "{extras:?}");
 }
+
+/// `p{i}/dist/out.txt` for `n` projects, pinned, with each project's outputs and the hit
+/// (an entry whose manifest is the project's outputs as they are now).
+fn many(n: usize) -> (tempfile::TempDir, Vec<super::super::HitQuery>) {
+    let ws = tempfile::tempdir().unwrap();
+    let mut hits = Vec::new();
+    for i in 0..n {
+        let dir = format!("p{i}");
+        fs::create_dir_all(ws.path().join(&dir).join("dist")).unwrap();
+        let rel = format!("{dir}/dist/out.txt");
+        fs::write(ws.path().join(&rel), format!("out {i}")).unwrap();
+        pin(ws.path(), &rel);
+        let outputs = PathGlobs::new(&dir, &["dist/**".to_owned()]).unwrap();
+        let m = collect_outputs(ws.path(), &outputs).unwrap();
+        let entry = Entry {
+            namespace: crate::cache::TRUSTED.to_owned(),
+            key: Digest::of(rel.as_bytes()),
+            task: format!("{dir}#build"),
+            artifact: None,
+            log: None,
+            manifest: rmp_serde::to_vec_named(&m).unwrap(),
+            components: Vec::new(),
+            fingerprint: None,
+            duration_ms: 0,
+            created_ms: 0,
+            last_used_ms: 0,
+        };
+        hits.push(super::super::HitQuery { entry, outputs, project_dir: dir });
+    }
+    (ws, hits)
+}
+
+/// The comparison spread over threads answers each hit in its place, as one thread does:
+/// changed bytes, a missing file, an extra file and an undecodable manifest are not current,
+/// wherever they fall among the chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_compared_on_many_threads_keep_their_order_and_their_answers() {
+    let n = 300;
+    let (ws, mut hits) = many(n);
+    let root = ws.path();
+    // Changed bytes (same size and pinned mtime), gone, an extra, a broken manifest: spread
+    // over the chunks, one of them the very last hit.
+    let changed = [3, 150, n - 1];
+    for i in changed {
+        let rel = format!("p{i}/dist/out.txt");
+        let old = fs::read_to_string(root.join(&rel)).unwrap();
+        fs::write(root.join(&rel), old.replace("out", "OUT")).unwrap();
+        pin(root, &rel);
+    }
+    fs::remove_file(root.join("p77/dist/out.txt")).unwrap();
+    fs::write(root.join("p201/dist/extra.txt"), "x").unwrap();
+    hits[260].entry.manifest = b"not a manifest".to_vec();
+    let stale: Vec<usize> = vec![3, 77, 150, 201, 260, n - 1];
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let (cache, _join) = CacheThread::spawn(Store::open(cache_dir.path()).unwrap()).unwrap();
+    let memo = {
+        let (root, hits) = (root.to_owned(), hits.clone());
+        cache.call(move |s| memo_for_hits(s, &root, hits)).await.unwrap()
+    };
+    let one = compare_spread(root, &memo, 1, 1);
+    for threads in [2, 3, 8] {
+        let spread = compare_spread(root, &memo, threads, 1);
+        assert_eq!(spread.len(), n);
+        for (i, (a, b)) in one.iter().zip(&spread).enumerate() {
+            let (a, b) = (a.as_ref().map(|x| (x.0, &x.1)), b.as_ref().map(|x| (x.0, &x.1)));
+            assert_eq!(a, b, "hit {i} answered differently on {threads} threads");
+        }
+    }
+
+    let layer = LocalLayer::new(cache.clone(), crate::cache::TRUSTED, root);
+    let resolved = layer.resolve_current(hits).await.unwrap();
+    assert_eq!(resolved.len(), n);
+    for (i, (entry, restored)) in resolved.iter().enumerate() {
+        assert_eq!(entry.task, format!("p{i}#build"), "hit {i} out of its place");
+        assert_eq!(restored.is_some(), !stale.contains(&i), "hit {i}: {restored:?}");
+    }
+    // Every file hashed on the way now has its row: the next run only stats them.
+    let scope = digests::outputs_scope(root);
+    let rows = cache.call(move |s| s.memo_load(&scope)).await.unwrap().unwrap();
+    assert!(rows.len() >= n - stale.len(), "{} rows", rows.len());
+}
