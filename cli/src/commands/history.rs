@@ -233,8 +233,12 @@ impl History {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 )
                 .map_err(sql("prepare task"))?;
+            // Each task's span by its id: a search per task was quadratic (a million
+            // comparisons for a 1,000-task run).
+            let spans: std::collections::HashMap<&prova_protocol::TaskId, _> =
+                run.timeline.spans.iter().map(|s| (&s.task, s)).collect();
             for t in &run.summary.tasks {
-                let span = run.timeline.spans.iter().find(|s| s.task == t.task);
+                let span = spans.get(&t.task);
                 let cache = match &t.cache {
                     CacheStatus::Hit { layer, .. } => format!("hit:{layer}"),
                     CacheStatus::Saved => "saved".to_owned(),

@@ -112,24 +112,30 @@ pub fn outputs_missing(
     wanted: &BTreeSet<TaskId>,
 ) -> Vec<(TaskId, String)> {
     let mut out = Vec::new();
+    // By task id: a search of the plan and the artifacts per task was quadratic.
+    let specs: std::collections::HashMap<&TaskId, _> =
+        prepared.plan.tasks.iter().map(|t| (&t.id, &t.spec)).collect();
+    let mut by_task: std::collections::HashMap<&TaskId, &TaskArtifact> =
+        std::collections::HashMap::with_capacity(artifacts.len());
+    for a in artifacts {
+        by_task.entry(&a.task).or_insert(a); // the first, as the search found it
+    }
     for r in &summary.tasks {
         if r.status != TaskStatus::Succeeded
             || !wanted.contains(&r.task)
             || matches!(r.cache, CacheStatus::Uncached)
             // A hit without a farm artifact was restored by the local cache.
-            || (matches!(r.cache, CacheStatus::Hit { .. })
-                && !artifacts.iter().any(|a| a.task == r.task))
+            || (matches!(r.cache, CacheStatus::Hit { .. }) && !by_task.contains_key(&r.task))
         {
             continue;
         }
-        let Some(spec) = prepared.plan.tasks.iter().find(|t| t.id == r.task).map(|t| &t.spec)
-        else {
+        let Some(&spec) = specs.get(&r.task) else {
             continue;
         };
         if spec.outputs.is_empty() {
             continue;
         }
-        let Some(a) = artifacts.iter().find(|a| a.task == r.task) else {
+        let Some(&a) = by_task.get(&r.task) else {
             let why = match &r.cache {
                 CacheStatus::NotSaved { reason } => format!(": {reason}"),
                 _ => String::new(),
