@@ -81,8 +81,10 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         true => Some(crate::lock::acquire(&ws.root, s.lock_wait)?),
         false => None,
     };
+    tracing::debug!("workspace locked");
     let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
+    tracing::debug!("cache opened");
     let (sandboxed, sandbox) = probe_sandbox(&ws, &graph, &s, reach)?;
     let act = Act {
         ws: &ws,
@@ -181,6 +183,7 @@ impl Act<'_> {
         session: Option<Session>,
         lock: HeldLock,
     ) -> anyhow::Result<Option<Done>> {
+        tracing::debug!("run starts");
         let salt = self.salt(session.as_ref()).await?;
         let (mut prepared, options) = self.prepare(salt).await?;
         let layer =
