@@ -105,8 +105,14 @@ pub struct Member {
 }
 
 /// The live processes of this user that `select` picks (never this process itself).
+///
+/// One look reads `/proc` and, for each process, opens its `environ` relative to an open
+/// `/proc` (one path component, not three) and takes the owner from that open file, not
+/// from a separate `stat` of its directory: every task's end looks once, and with many short
+/// tasks these path walks were most of the executor's kernel time.
 pub fn find(select: Select<'_>) -> Vec<Member> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
     let me = std::process::id();
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
@@ -114,36 +120,55 @@ pub fn find(select: Select<'_>) -> Vec<Member> {
     dir.filter_map(Result::ok)
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            (pid != me).then_some((pid, e.path()))
+            (pid != me).then_some(pid)
         })
-        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.uid() == uid))
-        .filter(|(_, path)| {
-            read_environ(path).is_some_and(|env| {
+        .filter(|&pid| {
+            read_environ(&proc_fd, pid, uid).is_some_and(|env| {
                 env.split(|&b| b == 0)
                     .filter_map(|var| var.strip_prefix(key.as_bytes()))
                     .flat_map(|value| value.split(|&b| b == b':'))
                     .any(|marker| select.matches(marker))
             })
         })
-        .filter_map(|(pid, path)| {
-            let comm = std::fs::read(path.join("comm")).unwrap_or_default();
+        .filter_map(|pid| {
+            let comm = read_at(&proc_fd, pid, "comm", None).unwrap_or_default();
             let comm = OsStr::from_bytes(comm.trim_ascii_end()).to_string_lossy().into_owned();
             Some(Member { pid: i32::try_from(pid).ok()?, comm })
         })
         .collect()
 }
 
-/// A process's environment block. It reads empty for a zombie — and, briefly, for a
-/// process in the middle of `execve` (its memory is being replaced): that one is read again
-/// until it is not, so a member caught exec'ing is not missed. `None`: gone, or not ours.
-fn read_environ(path: &std::path::Path) -> Option<Vec<u8>> {
+/// `/proc/<pid>/<name>` read through the open `/proc`; `None` when it is gone, or when `uid`
+/// is given and does not own it (checked on the open file, before anything is read).
+fn read_at(proc_fd: &std::fs::File, pid: u32, name: &str, uid: Option<u32>) -> Option<Vec<u8>> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    use std::io::Read as _;
+    let path = format!("{pid}/{name}");
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    let mut file = std::fs::File::from(openat(proc_fd, path.as_str(), flags, Mode::empty()).ok()?);
+    if let Some(uid) = uid
+        && file.metadata().ok()?.uid() != uid
+    {
+        return None;
+    }
+    let mut out = Vec::new();
+    file.read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// A process's environment block, if it is `uid`'s. It reads empty for a zombie — and,
+/// briefly, for a process in the middle of `execve` (its memory is being replaced): that
+/// one is read again until it is not, so a member caught exec'ing is not missed. `None`:
+/// gone, or not ours.
+fn read_environ(proc_fd: &std::fs::File, pid: u32, uid: u32) -> Option<Vec<u8>> {
     const EXEC_RETRIES: usize = 100;
     for _ in 0..EXEC_RETRIES {
-        let env = std::fs::read(path.join("environ")).ok()?;
+        let env = read_at(proc_fd, pid, "environ", Some(uid))?;
         if !env.is_empty() {
             return Some(env);
         }
-        let stat = std::fs::read(path.join("stat")).ok()?;
+        let stat = read_at(proc_fd, pid, "stat", None)?;
         // `pid (comm) S …`: the state follows the last `)`.
         let rest = stat.get(stat.iter().rposition(|&b| b == b')')? + 2..)?;
         let mut fields = rest.split(|&b| b == b' ');
@@ -238,6 +263,30 @@ mod tests {
         assert_ne!(a, b);
         assert!(Select::Run(run_nonce()).matches(a.as_bytes()));
         assert_eq!(run_nonce().len(), 32);
+    }
+
+    /// A process carrying an execution's marker is found by it (through the open `/proc`),
+    /// named, and killed by the sweep; one carrying another marker is left alone.
+    #[test]
+    fn a_marked_process_is_found_and_swept_and_another_marker_is_not() {
+        let (marker, other) = (new_marker(), new_marker());
+        let start = |m: &str| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .env(MARKER_VAR, marker_value(m))
+                .spawn()
+                .expect("sleep")
+        };
+        let (mut mine, mut theirs) = (start(&marker), start(&other));
+        let found = find(Select::Task(&marker));
+        let pids: Vec<i32> = found.iter().map(|m| m.pid).collect();
+        assert_eq!(pids, [i32::try_from(mine.id()).expect("a pid")]);
+        assert_eq!(found[0].comm, "sleep");
+        assert_eq!(sweep(Select::Task(&marker)).len(), 1);
+        assert!(!mine.wait().expect("reaped").success(), "killed, not finished");
+        assert!(theirs.try_wait().expect("a status").is_none(), "another task's was killed");
+        let _ = theirs.kill();
+        let _ = theirs.wait();
     }
 
     #[test]
