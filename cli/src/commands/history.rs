@@ -456,25 +456,27 @@ mod tests {
         }
     }
 
+    /// Records run `r{i}` (one task, `wall_ms` = `i`).
+    fn record_run(h: &mut History, i: usize) {
+        let meta = RunMeta { run_id: format!("r{i}") };
+        let s = summary(i);
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned(), "run".to_owned()],
+            summary: &s,
+            keys: &serde_json::json!({}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        h.record(&rec).expect("recorded");
+    }
+
     #[test]
     fn runs_are_kept_newest_first_and_pruned_to_the_bound() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut h = History::open(dir.path()).expect("opened");
-        let timeline = Timeline::new();
-        let keys = serde_json::json!({});
-        let command = vec!["prova".to_owned(), "run".to_owned()];
         for i in 0..(KEEP as usize + 5) {
-            let meta = RunMeta { run_id: format!("r{i}") };
-            let s = summary(i);
-            let rec = Recorded {
-                meta: &meta,
-                command: &command,
-                summary: &s,
-                keys: &keys,
-                timeline: &timeline,
-                ended_at: SystemTime::now(),
-            };
-            h.record(&rec).expect("recorded");
+            record_run(&mut h, i);
         }
         assert_eq!(h.count().expect("counted"), KEEP);
         let tasks: i64 =
@@ -493,25 +495,12 @@ mod tests {
     #[test]
     fn the_wal_each_run_reads_back_stays_a_few_runs_long() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let timeline = Timeline::new();
-        let keys = serde_json::json!({});
-        let command = vec!["prova".to_owned(), "run".to_owned()];
         let wal = dir.path().join(".prova").join(format!("{FILE}-wal"));
         let mut largest = 0;
         for i in 0..300 {
             // A process's connection: opened, one record, dropped (no checkpoint on close).
             let mut h = History::open(dir.path()).expect("opened");
-            let meta = RunMeta { run_id: format!("r{i}") };
-            let s = summary(i);
-            let rec = Recorded {
-                meta: &meta,
-                command: &command,
-                summary: &s,
-                keys: &keys,
-                timeline: &timeline,
-                ended_at: SystemTime::now(),
-            };
-            h.record(&rec).expect("recorded");
+            record_run(&mut h, i);
             drop(h);
             largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
         }
