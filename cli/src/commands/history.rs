@@ -512,4 +512,60 @@ mod tests {
         let h = History::open(dir.path()).expect("opened");
         assert_eq!(h.count().expect("counted"), KEEP, "every checkpoint kept the runs");
     }
+
+    fn wal_len(dir: &Path) -> u64 {
+        let wal = dir.join(".prova").join(format!("{FILE}-wal"));
+        std::fs::metadata(wal).map_or(0, |m| m.len())
+    }
+
+    /// A single run whose record alone passes the bound (a large workspace) leaves no long
+    /// WAL behind it for the next run to read back.
+    #[test]
+    fn one_run_larger_than_the_bound_leaves_no_long_wal() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        let mut s = summary(0);
+        s.tasks = (0..3000)
+            .map(|i| TaskReport {
+                task: TaskId::new(&format!("p{i}"), "build"),
+                ..s.tasks[0].clone()
+            })
+            .collect();
+        let meta = RunMeta { run_id: "big".to_owned() };
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned()],
+            summary: &s,
+            keys: &serde_json::json!({}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        h.record(&rec).expect("recorded");
+        assert!(wal_len(dir.path()) <= WAL_KEEP_BYTES, "{} bytes left", wal_len(dir.path()));
+        assert_eq!(h.list(1).expect("listed")[0].summary.tasks.len(), 3000);
+    }
+
+    /// A reader holding the WAL (`prova runs` at that moment) neither fails the record nor
+    /// delays it; the first run after the reader is gone cuts the WAL back.
+    #[test]
+    fn a_reader_holding_the_wal_leaves_the_cut_to_the_next_run() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        record_run(&mut h, 0);
+        let reader = Connection::open(dir.path().join(".prova").join(FILE)).expect("a reader");
+        reader.execute_batch("BEGIN; SELECT count(*) FROM runs;").expect("a read transaction");
+        let mut i = 1;
+        while wal_len(dir.path()) <= WAL_KEEP_BYTES {
+            record_run(&mut h, i);
+            i += 1;
+            assert!(i < 1000, "the WAL never passed its bound");
+        }
+        record_run(&mut h, i);
+        assert!(wal_len(dir.path()) > WAL_KEEP_BYTES, "cut although a reader held it");
+        reader.execute_batch("COMMIT;").expect("the read ends");
+        drop(reader);
+        record_run(&mut h, i + 1);
+        assert!(wal_len(dir.path()) <= WAL_KEEP_BYTES, "{} bytes left", wal_len(dir.path()));
+        assert_eq!(h.count().expect("counted"), (i + 2).min(KEEP as usize) as i64);
+    }
 }

@@ -81,7 +81,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         true => Some(crate::lock::acquire(&ws.root, s.lock_wait)?),
         false => None,
     };
-    tracing::debug!("workspace locked");
+    tracing::debug!(locked = lock.is_some(), "workspace lock");
     let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
     tracing::debug!("cache opened");
