@@ -104,12 +104,19 @@ pub struct ProofPolicy {
     /// or a write outside its outputs, with or without `--verify`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sandbox: bool,
+    /// `upstream_outputs = "direct"` (needs `sandbox`): its exec roots hold the outputs of
+    /// its direct dependencies only (a group's seen through), not of every transitive
+    /// upstream, and its key folds just those — so a transitive upstream whose bytes moved
+    /// leaves it a hit when the direct ones held. Decided on the coordinator (exec roots and
+    /// keys); a worker only receives the smaller exec root.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct_upstreams: bool,
 }
 
 impl ProofPolicy {
     /// No exemption, nothing ignored, not sandboxed.
     pub fn is_default(&self) -> bool {
-        self.exempt.is_none() && self.ignore.is_empty() && !self.sandbox
+        self.exempt.is_none() && self.ignore.is_empty() && !self.sandbox && !self.direct_upstreams
     }
 }
 

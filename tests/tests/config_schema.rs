@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use prova_coordinator::config::JSON_SCHEMA;
-use prova_coordinator::config::schema::{FALLBACK_VALUES, TableKind, UPLOAD_VALUES};
+use prova_coordinator::config::schema::{
+    FALLBACK_VALUES, TableKind, UPLOAD_VALUES, UPSTREAM_OUTPUTS_VALUES,
+};
 use prova_tests::TempWorkspace;
 use prova_tests::schema::{check_config, config_schema};
 use serde_json::{Value, json};
@@ -107,6 +109,10 @@ fn required_keys_and_enums_are_the_parser_s() {
     }
     assert_eq!(def(TableKind::Reapi)["properties"]["upload"]["enum"], json!(UPLOAD_VALUES));
     assert_eq!(def(TableKind::Workspace)["properties"]["fallback"]["enum"], json!(FALLBACK_VALUES));
+    assert_eq!(
+        def(TableKind::Task)["properties"]["upstream_outputs"]["enum"],
+        json!(UPSTREAM_OUTPUTS_VALUES)
+    );
     // The embedded copy is the committed file.
     let committed = std::fs::read_to_string(repo().join("schemas/prova.toml.json"))
         .expect("schemas/prova.toml.json");

@@ -1,7 +1,8 @@
 //! From a selected task graph to a [`RunPlan`]: one fully resolved [`TaskSpec`] per node
 //! (environment values read once, forwarded args on requested tasks only). The scheduler's
 //! view of a plan (`SchedPlan::sched_plan`) is defined in the coordinator's `scheduler`,
-//! above this crate.
+//! above this crate. Which upstreams an exec root of a task holds
+//! ([`exec_root_upstreams`]) is answered here, once, for the run, the keys and the proofs.
 
 use std::path::PathBuf;
 
@@ -147,4 +148,53 @@ fn spec_for(
         runtime: Vec::new(),
         programs: Vec::new(),
     }
+}
+
+/// Whether `t`'s exec roots hold its direct dependencies' outputs only: `upstream_outputs =
+/// "direct"`, which counts only on a confined task (config refuses it otherwise; a plan from
+/// the wire may say anything).
+pub fn direct_only(t: &PlannedTask) -> bool {
+    t.spec.proof.direct_upstreams && t.spec.proof.sandbox
+}
+
+/// The upstreams whose artifacts an exec root of `node` holds, by node index, ascending —
+/// and so, for a confined task (`sandbox = true`), every upstream whose outputs it can read:
+/// every upstream, direct or transitive; under `upstream_outputs = "direct"`
+/// ([`direct_only`]) its direct dependencies only, a group among them seen through (it only
+/// stands for its deps). The exec roots (`upstream_artifacts` in the run), the keys
+/// (`keys::progressive::Closure::outputs`) and the inputs proof (`InputScope::represents`)
+/// all draw on this one answer, so a key never leaves out bytes its task could read.
+pub fn exec_root_upstreams(tasks: &[PlannedTask], node: usize) -> Vec<usize> {
+    held_upstreams(
+        tasks.len(),
+        node,
+        direct_only(&tasks[node]),
+        |d| &tasks[d].deps,
+        |d| tasks[d].kind == TaskKind::Group,
+    )
+}
+
+/// [`exec_root_upstreams`] over any graph: `deps` of a node, whether it is a group, and
+/// whether `node` holds its direct dependencies only (`direct`).
+pub fn held_upstreams<'a>(
+    n: usize,
+    node: usize,
+    direct: bool,
+    deps: impl Fn(usize) -> &'a [usize],
+    group: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let mut seen = vec![false; n];
+    let mut stack = deps(node).to_vec();
+    let mut out = Vec::new();
+    while let Some(d) = stack.pop() {
+        if std::mem::replace(&mut seen[d], true) {
+            continue;
+        }
+        out.push(d);
+        if !direct || group(d) {
+            stack.extend_from_slice(deps(d));
+        }
+    }
+    out.sort_unstable();
+    out
 }

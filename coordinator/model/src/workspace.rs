@@ -189,6 +189,8 @@ pub struct TaskPolicy {
     pub retries_set: bool,
     /// `sandbox = true`.
     pub sandbox: bool,
+    /// `upstream_outputs = "direct"` (only with `sandbox`).
+    pub direct_upstreams: bool,
 }
 
 impl TaskPolicy {
@@ -205,6 +207,7 @@ impl TaskPolicy {
             exempt,
             ignore: self.verify_ignore.clone(),
             sandbox: self.sandbox,
+            direct_upstreams: self.direct_upstreams,
         }
     }
 }

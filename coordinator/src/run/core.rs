@@ -536,27 +536,19 @@ pub(crate) fn exec_root_sources(
     }
 }
 
-/// Artifacts of every task `node` depends on, transitively (an exec root holds all the
-/// upstream outputs a task may read), in node order.
+/// Artifacts of the upstreams an exec root of `node` holds
+/// ([`crate::keys::progressive::exec_root_upstreams`]: every one, direct or transitive, or
+/// under `upstream_outputs = "direct"` its direct dependencies'; the same set its key folds),
+/// in node order.
 pub(crate) fn upstream_artifacts(
     tasks: &[PlannedTask],
     state: &[TaskState],
     node: usize,
 ) -> Vec<(Digest, u64)> {
-    let mut seen = vec![false; tasks.len()];
-    let mut stack = tasks[node].deps.clone();
-    let mut out = Vec::new();
-    while let Some(d) = stack.pop() {
-        if std::mem::replace(&mut seen[d], true) {
-            continue;
-        }
-        if let Some(a) = state[d].artifact {
-            out.push((d, a));
-        }
-        stack.extend(tasks[d].deps.iter().copied());
-    }
-    out.sort_by_key(|(d, _)| *d);
-    out.into_iter().map(|(_, a)| a).collect()
+    crate::keys::progressive::exec_root_upstreams(tasks, node)
+        .into_iter()
+        .filter_map(|d| state[d].artifact)
+        .collect()
 }
 
 /// Whether the run may end now: the scheduler said done (`Some(ok)`) and no proof is

@@ -330,6 +330,13 @@ fn an_exec_root_holds_every_known_upstream_artifact_transitively_in_node_order()
     let got = upstream_artifacts(&tasks, &state, 3);
     assert_eq!(got, vec![art(0).unwrap(), art(2).unwrap()]);
     assert!(upstream_artifacts(&tasks, &state, 0).is_empty());
+    // Under `upstream_outputs = "direct"` (confined): d's direct dependencies only — c's;
+    // b has none, and a is b's upstream. Not confined, the flag changes nothing.
+    let mut direct = tasks.clone();
+    direct[3].spec.proof.direct_upstreams = true;
+    assert_eq!(upstream_artifacts(&direct, &state, 3), got, "not confined: every upstream");
+    direct[3].spec.proof.sandbox = true;
+    assert_eq!(upstream_artifacts(&direct, &state, 3), vec![art(2).unwrap()]);
 }
 
 #[test]

@@ -16,7 +16,9 @@
 //!   task sees is declared — unless the task failed to find a path that the tree holds (the
 //!   tree was not there: never proven) —, a path in a tree it does not see is named when it
 //!   exists, whatever `inputs` say (an input never lies inside a tree, so declaring it
-//!   would bring nothing into the root), with [`Judged::advice`] instead of a pattern.
+//!   would bring nothing into the root), with [`Judged::advice`] instead of a pattern;
+//! - an output of a transitive upstream that a task under `upstream_outputs = "direct"`
+//!   does not hold ([`InputScope::hidden_upstream`]) is named, with advice, not a pattern.
 //!
 //! The same judgement serves a farm run: its coordinator has no workspace and hands what
 //! the run touched to the client ([`Verdict::UndeclaredInputs`]'s `evidence`), which calls
@@ -59,7 +61,20 @@ impl WorkspaceView {
         let own = self.trees.get(task).map(Vec::as_slice).unwrap_or_default();
         let mut advice: Vec<String> = Vec::new();
         let mut declarable = Vec::new();
+        let scope = self.scopes.get(task);
         for p in &paths {
+            if let Some(up) = scope.and_then(|s| s.hidden_upstream(p)) {
+                let words = format!(
+                    "`{p}` is an output of `{up}`, not a direct dependency: under \
+                     `upstream_outputs = \"direct\"` the exec root holds only direct \
+                     dependencies' outputs, and `inputs` cannot bring an upstream's in; depend \
+                     on `{up}`, or drop `upstream_outputs`"
+                );
+                if !advice.contains(&words) {
+                    advice.push(words);
+                }
+                continue;
+            }
             let Some((tree, holder)) = self.tree_of(p) else {
                 declarable.push(p.clone());
                 continue;

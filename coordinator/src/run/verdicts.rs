@@ -69,10 +69,20 @@ pub fn sandbox_violation(found: &[Verdict]) -> Option<String> {
                 named(&touched, 0)
             )
         }
-        Verdict::UndeclaredInputs { paths, more, .. } if !paths.is_empty() => format!(
-            "`sandbox = true`: it read undeclared inputs: {} (declare them in `inputs`)",
-            named(paths, *more)
-        ),
+        Verdict::UndeclaredInputs { paths, more, suggest, advice, .. } if !paths.is_empty() => {
+            // What `inputs` can declare, and what it cannot (each with its advice).
+            let mut what = advice.clone();
+            if advice.is_empty() {
+                what.push("declare them in `inputs`".to_owned());
+            } else if !suggest.is_empty() {
+                what.push("declare the others in `inputs`".to_owned());
+            }
+            format!(
+                "`sandbox = true`: it read undeclared inputs: {} ({})",
+                named(paths, *more),
+                what.join("; ")
+            )
+        }
         Verdict::UndeclaredInputs { failed: None, .. } => {
             "`sandbox = true`: it read undeclared inputs".to_owned()
         }

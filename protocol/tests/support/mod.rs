@@ -301,6 +301,7 @@ fn spec_shell() -> TaskSpec {
             exempt: None,
             ignore: vec!["dist/build-info.json".into()],
             sandbox: true,
+            direct_upstreams: true,
         },
         runtime: vec![prova_protocol::spec::RuntimeCheck {
             command: "node --version".into(),
@@ -355,6 +356,7 @@ fn spec_persistent() -> TaskSpec {
             exempt: Some("`side_effects = true`".into()),
             ignore: Vec::new(),
             sandbox: false,
+            direct_upstreams: false,
         },
         runtime: Vec::new(),
         programs: Vec::new(),

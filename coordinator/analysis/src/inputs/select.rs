@@ -64,6 +64,8 @@ pub struct InputScope {
     /// The `package.json` of every project upstream of it (a JS project's task only).
     manifests: Vec<String>,
     shared: Arc<ScopeShared>,
+    /// [`Self::held`], once asked (a proof asks it of every path a task touched).
+    held: std::sync::OnceLock<Vec<usize>>,
 }
 
 /// The parts of every scope of a run that are the same for all tasks.
@@ -78,6 +80,13 @@ struct ScopeShared {
     outputs: Vec<PathGlobs>,
     /// Every plan task's direct dependencies.
     deps: Vec<Vec<usize>>,
+    /// Per plan task: its exec roots hold its direct dependencies' outputs only
+    /// ([`crate::plan::direct_only`]).
+    direct: Vec<bool>,
+    /// Per plan task: a group.
+    groups: Vec<bool>,
+    /// Per plan task: its id.
+    ids: Vec<String>,
     /// `fingerprint` lockfiles listed at key time: keyed per project (not among a key's
     /// files, see [`crate::lockfile`]) and guarded by their stamps, so never "added".
     lockfiles: HashSet<String>,
@@ -163,17 +172,44 @@ impl InputScope {
         if own {
             return true;
         }
-        let mut seen = HashSet::new();
-        let mut stack = sh.deps[self.task].clone();
-        while let Some(d) = stack.pop() {
-            if seen.insert(d) {
-                if sh.outputs[d].is_match(path) {
-                    return true;
-                }
-                stack.extend(sh.deps[d].iter().copied());
-            }
+        self.held().iter().any(|&d| sh.outputs[d].is_match(path))
+    }
+
+    /// The upstreams whose outputs the task's exec roots hold (and its key folds, by key or
+    /// by bytes): [`crate::plan::held_upstreams`].
+    fn held(&self) -> &[usize] {
+        self.held.get_or_init(|| {
+            let sh = &self.shared;
+            crate::plan::held_upstreams(
+                sh.deps.len(),
+                self.task,
+                sh.direct[self.task],
+                |d| &sh.deps[d],
+                |d| sh.groups[d],
+            )
+        })
+    }
+
+    /// The upstream (its task id) whose outputs hold `path` although this task's exec roots
+    /// do not (`upstream_outputs = "direct"`, `path` an output of a transitive upstream), if
+    /// any: a read there is undeclared, and declaring it in `inputs` would not bring it in.
+    pub fn hidden_upstream(&self, path: &str) -> Option<&str> {
+        let sh = &self.shared;
+        if !sh.direct[self.task] {
+            return None;
         }
-        false
+        let held = self.held();
+        let every = crate::plan::held_upstreams(
+            sh.deps.len(),
+            self.task,
+            false,
+            |d| &sh.deps[d],
+            |d| sh.groups[d],
+        );
+        every
+            .into_iter()
+            .find(|d| held.binary_search(d).is_err() && sh.outputs[*d].is_match(path))
+            .map(|d| sh.ids[d].as_str())
     }
 }
 
@@ -233,6 +269,9 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         everyone,
         outputs,
         deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
+        direct: plan.tasks.iter().map(crate::plan::direct_only).collect(),
+        groups: plan.tasks.iter().map(|t| t.kind == crate::plan::TaskKind::Group).collect(),
+        ids: plan.tasks.iter().map(|t| t.id.to_string()).collect(),
         lockfiles,
     });
     out.scopes = scopes
@@ -245,6 +284,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
             workspace: s.workspace,
             manifests: s.manifests,
             shared: Arc::clone(&shared),
+            held: std::sync::OnceLock::new(),
         })
         .collect();
     Ok(out)

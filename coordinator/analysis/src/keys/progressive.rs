@@ -1,5 +1,6 @@
 //! Keys known progressively (early cutoff). A dependent reads what its upstreams produced —
-//! direct or transitive: an exec root holds every upstream artifact, and in place the whole
+//! direct or transitive: an exec root holds every upstream artifact (unless a confined task
+//! asks for its direct dependencies' only, [`exec_root_upstreams`]), and in place the whole
 //! workspace is there — so every upstream that declares outputs is folded into a dependent's
 //! key by the **fingerprint of its outputs** as this run produced or restored them
 //! ([`folds_outputs`]; a `cache = false` upstream's too: its key says nothing of what it
@@ -35,6 +36,7 @@ use prova_protocol::manifest::OutputManifest;
 use super::PlanKeys;
 use crate::cache::Entry;
 use crate::plan::{PlannedTask, RunPlan, TaskKind};
+pub use crate::plan::{direct_only, exec_root_upstreams, held_upstreams};
 
 /// Whether a dependent folds `t` by its outputs' fingerprint: `t` runs a command and declares
 /// outputs (cached or not: an uncached task's outputs are collected for this). Otherwise its
@@ -62,11 +64,13 @@ pub fn entry_fingerprint(e: &Entry) -> Option<Digest> {
 /// the key folds them in).
 #[derive(Clone, Debug, Default)]
 pub struct Closure {
-    /// Folded by their output fingerprint: every upstream (direct or transitive) that
-    /// [`folds_outputs`].
+    /// Folded by their output fingerprint: every upstream its exec roots hold
+    /// ([`exec_root_upstreams`]: direct or transitive, or under `upstream_outputs =
+    /// "direct"` its direct dependencies) that [`folds_outputs`].
     pub outputs: Vec<u32>,
     /// Folded by their key. A task that [`trusts_outputs`]: its direct dependencies that do
-    /// not fold outputs. Any other: enough upstreams that every upstream's key is folded,
+    /// not fold outputs (a group among them seen through: it only stands for its deps, and
+    /// its own key would fold every upstream below it). Any other: enough upstreams that every upstream's key is folded,
     /// directly or through another's — its direct dependencies, and the upstreams a confined
     /// one among them leaves out of its own key ([`closures`]).
     pub keys: Vec<u32>,
@@ -101,12 +105,19 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
         }
         up.sort_unstable();
         up.dedup();
+        // What its exec roots hold: every upstream (`up`), or fewer (`exec_root_upstreams`).
+        let visible: Vec<u32> = if direct_only(&plan.tasks[i]) {
+            exec_root_upstreams(&plan.tasks, i).into_iter().map(|d| d as u32).collect()
+        } else {
+            up.clone()
+        };
         let mut outputs: Vec<u32> =
-            up.iter().copied().filter(|&d| folds_outputs(&plan.tasks[d as usize])).collect();
+            visible.into_iter().filter(|&d| folds_outputs(&plan.tasks[d as usize])).collect();
         let (mut keys, mut left_out): (Vec<u32>, Vec<u32>) = if trusts_outputs(&plan.tasks[i]) {
             let mut keys = Vec::new();
             let mut left_out = Vec::new();
-            for &d in deps {
+            // A group only stands for its deps: what it groups is folded as if direct.
+            for d in through_groups(plan, deps) {
                 if folds_outputs(&plan.tasks[d]) {
                     left_out.push(d as u32);
                     left_out.extend_from_slice(&all[d]);
@@ -132,6 +143,24 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
         out[i] = Closure { outputs, keys };
         all[i] = up;
         uncovered[i] = left_out;
+    }
+    out
+}
+
+/// `deps` with every group among them replaced by what it groups, recursively.
+fn through_groups(plan: &RunPlan, deps: &[usize]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = deps.to_vec();
+    while let Some(d) = stack.pop() {
+        if !seen.insert(d) {
+            continue;
+        }
+        if plan.tasks[d].kind == TaskKind::Group {
+            stack.extend_from_slice(&plan.tasks[d].deps);
+        } else {
+            out.push(d);
+        }
     }
     out
 }

@@ -242,6 +242,131 @@ fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
     assert_eq!(keys.settle(&plan, 2, &|d| if d == 1 { Some(lib_fp) } else { None }), None);
 }
 
+/// gen → lib → app, all with outputs, app confined and `upstream_outputs = "direct"`.
+fn direct_chain() -> (RunPlan, PlanKeys) {
+    let mut tasks = vec![
+        task("gen", &["dist/**"], true, vec![]),
+        task("lib", &["lib/**"], true, vec![0]),
+        task("app", &["app/**"], true, vec![1]),
+    ];
+    tasks[2].spec.proof.sandbox = true;
+    tasks[2].spec.proof.direct_upstreams = true;
+    let keys = plain_keys(&tasks);
+    (RunPlan { root: PathBuf::from("/ws"), tasks }, keys)
+}
+
+fn plain_keys(tasks: &[PlannedTask]) -> PlanKeys {
+    PlanKeys {
+        keys: vec![None; tasks.len()],
+        components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
+        stamps: vec![Vec::new(); tasks.len()],
+        unfolded: vec![],
+        closures: Default::default(),
+    }
+}
+
+#[test]
+fn under_direct_upstream_outputs_a_transitive_upstream_is_neither_seen_nor_folded() {
+    let (plan, mut keys) = direct_chain();
+    assert_eq!(exec_root_upstreams(&plan.tasks, 2), [1], "the exec root holds lib's only");
+    keys.settle_all(&plan, &|_| None);
+    let lib_fp = Digest::of(b"lib");
+    let a = keys.settle(&plan, 2, &|d| Some(if d == 1 { lib_fp } else { Digest::of(b"gen 1") }));
+    let b = keys.settle(&plan, 2, &|d| Some(if d == 1 { lib_fp } else { Digest::of(b"gen 2") }));
+    assert!(a.is_some());
+    assert_eq!(a, b, "gen's bytes moved, lib's held: app is cut off");
+    assert_eq!(keys.components[2].upstream_outputs, vec![("p#lib".to_owned(), lib_fp)]);
+    // It waits on lib alone: gen unresolved does not hold its key back.
+    assert_eq!(keys.settle(&plan, 2, &|d| (d == 1).then_some(lib_fp)), a);
+    // lib's bytes still move it.
+    assert_ne!(keys.settle(&plan, 2, &|_| Some(Digest::of(b"lib 2"))), a);
+}
+
+#[test]
+fn direct_upstream_outputs_count_only_on_a_confined_task() {
+    let (mut plan, mut keys) = direct_chain();
+    plan.tasks[2].spec.proof.sandbox = false;
+    assert_eq!(exec_root_upstreams(&plan.tasks, 2), [0, 1]);
+    keys.settle_all(&plan, &|d| Some(Digest::of(&[d as u8])));
+    let names: Vec<&str> =
+        keys.components[2].upstream_outputs.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["p#gen", "p#lib"]);
+}
+
+#[test]
+fn a_group_among_direct_dependencies_is_seen_through() {
+    // gen → all (a group of gen) → app (direct); base → gen: app sees gen's outputs through
+    // the group, not base's.
+    let mut tasks = vec![
+        task("base", &["base/**"], true, vec![]),
+        task("gen", &["dist/**"], true, vec![0]),
+        task("all", &[], false, vec![1]),
+        task("app", &["app/**"], true, vec![2]),
+    ];
+    tasks[2].kind = TaskKind::Group;
+    tasks[3].spec.proof.sandbox = true;
+    tasks[3].spec.proof.direct_upstreams = true;
+    assert_eq!(exec_root_upstreams(&tasks, 3), [1, 2]);
+    let mut keys = plain_keys(&tasks);
+    let plan = RunPlan { root: PathBuf::from("/ws"), tasks };
+    keys.settle_all(&plan, &|d| Some(Digest::of(&[d as u8])));
+    let names: Vec<&str> =
+        keys.components[3].upstream_outputs.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names, ["p#gen"]);
+    assert!(keys.components[3].upstream.is_empty(), "not the group's key: it folds base's");
+    // base's bytes move; gen's hold: app keeps its key.
+    let before = keys.key(3);
+    keys.settle_all(&plan, &|d| Some(Digest::of(&[d as u8 + u8::from(d == 0)])));
+    assert_eq!(keys.key(3), before);
+}
+
+/// A small deterministic generator (xorshift), for plans of every shape.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+#[test]
+fn a_key_folds_the_outputs_of_exactly_the_upstreams_its_exec_roots_hold() {
+    // The soundness of early cutoff under a smaller exec root rests on this: the bytes a
+    // task can read are the bytes its key folds. Random DAGs mixing groups, tasks without
+    // outputs, confined tasks with either setting, and flags on tasks that are not confined.
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..200 {
+        let n = 2 + rng.next(14) as usize;
+        let mut tasks = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut deps: Vec<usize> = (0..i).filter(|_| rng.next(3) == 0).collect();
+            deps.dedup();
+            let outputs: &[&str] = if rng.next(4) == 0 { &[] } else { &["out/**"] };
+            let mut t = task(&format!("t{i}"), outputs, true, deps);
+            if rng.next(6) == 0 {
+                t.kind = TaskKind::Group;
+            }
+            t.spec.proof.sandbox = rng.next(2) == 0;
+            t.spec.proof.direct_upstreams = rng.next(2) == 0;
+            tasks.push(t);
+        }
+        let plan = RunPlan { root: PathBuf::from("/ws"), tasks };
+        let closures = closures(&plan);
+        for (i, c) in closures.iter().enumerate() {
+            let mut folded: Vec<usize> = c.outputs.iter().map(|&d| d as usize).collect();
+            folded.sort_unstable();
+            let held: Vec<usize> = exec_root_upstreams(&plan.tasks, i)
+                .into_iter()
+                .filter(|&d| folds_outputs(&plan.tasks[d]))
+                .collect();
+            assert_eq!(folded, held, "round {round}, task {i}");
+        }
+    }
+}
+
 #[test]
 fn an_unresolved_upstream_clears_a_predicted_key() {
     let (plan, mut keys) = chain();

@@ -11,7 +11,7 @@ pub use crate::workspace::TaskPolicy;
 use super::Located;
 use super::error::ConfigError;
 use super::parse::ConfigSource;
-use super::schema::TaskTable;
+use super::schema::{TaskTable, UpstreamOutputsValue};
 
 /// Longest runtime command accepted: it is a config pair name in every key.
 pub const MAX_RUNTIME_COMMAND: usize = 200;
@@ -29,6 +29,9 @@ pub struct PolicyLayer {
     pub runtime: Option<Vec<String>>,
     /// `sandbox`, located for the conflict with an uncached task.
     pub sandbox: Option<Located<bool>>,
+    /// `upstream_outputs`: `true` for `"direct"`, located for the conflict with an
+    /// unsandboxed task.
+    pub direct_upstreams: Option<Located<bool>>,
 }
 
 impl PolicyLayer {
@@ -44,6 +47,9 @@ impl PolicyLayer {
             side_effects: t.side_effects.take().map(Spanned::into_inner),
             runtime: t.runtime.take().map(|v| check_runtime(src, v)).transpose()?,
             sandbox: t.sandbox.take().map(|v| Located::new(*v.get_ref(), src.at(v.span()))),
+            direct_upstreams: t.upstream_outputs.take().map(|v| {
+                Located::new(*v.get_ref() == UpstreamOutputsValue::Direct, src.at(v.span()))
+            }),
         })
     }
 }
@@ -133,13 +139,31 @@ pub fn resolve(
             });
         }
     }
+    let sandbox = field!(sandbox).is_some_and(|s| s.value);
+    let direct = field!(direct_upstreams);
+    if let Some(d) = direct.as_ref().filter(|d| d.value && !sandbox) {
+        return Err(ConfigError::InvalidValue {
+            at: d.at.clone().into(),
+            field: "upstream_outputs".to_owned(),
+            message: format!(
+                "{task} is not sandboxed, and `upstream_outputs = \"direct\"` needs it"
+            ),
+            help: Some(
+                "only a sandboxed task's exec root can hide its transitive upstreams' outputs; \
+                 in place it could read them, so its key must fold them: add `sandbox = true`, \
+                 or drop `upstream_outputs`"
+                    .to_owned(),
+            ),
+        });
+    }
     Ok(TaskPolicy {
         verify: !side_effects && verify.is_none_or(|v| v.value),
         verify_ignore: field!(verify_ignore).unwrap_or_default(),
         side_effects,
         runtime: field!(runtime).unwrap_or_default(),
         retries_set: false,
-        sandbox: field!(sandbox).is_some_and(|s| s.value),
+        sandbox,
+        direct_upstreams: direct.is_some_and(|d| d.value),
     })
 }
 

@@ -136,6 +136,19 @@ pub enum FallbackValue {
 /// The values `fallback` accepts, as written.
 pub const FALLBACK_VALUES: &[&str] = &["local", "none"];
 
+/// A task's `upstream_outputs`: which upstreams' outputs its exec root holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamOutputsValue {
+    /// Every upstream's, direct or transitive (the default).
+    All,
+    /// Its direct dependencies' only (a group's seen through); needs `sandbox = true`.
+    Direct,
+}
+
+/// The values `upstream_outputs` accepts, as written.
+pub const UPSTREAM_OUTPUTS_VALUES: &[&str] = &["all", "direct"];
+
 /// `[workspace]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +260,10 @@ pub struct TaskTable {
     /// undeclared read (the inputs proof's run, without `--verify`). Never keyed. Default:
     /// false.
     pub sandbox: Option<Spanned<bool>>,
+    /// Which upstreams' outputs a sandboxed task's exec root holds, and its key folds:
+    /// `"all"` (every upstream, direct or transitive) or `"direct"` (its direct dependencies
+    /// only; needs `sandbox = true`). Default: `"all"`.
+    pub upstream_outputs: Option<Spanned<UpstreamOutputsValue>>,
 }
 
 /// `command = "npm run build"` (run by `sh -c`) or `command = ["tsc", "-p", "."]` (argv).
@@ -342,6 +359,7 @@ const TASK_KEYS: &[&str] = &[
     "side_effects",
     "runtime",
     "sandbox",
+    "upstream_outputs",
 ];
 
 const STRINGS: &str = "an array of strings";
@@ -419,6 +437,7 @@ impl TableKind {
             (Self::Workspace, "retry") => "a non-negative integer",
             (Self::Workspace, "runtime_binary") => BOOL,
             (Self::Workspace, "fallback") => "one of \"local\" or \"none\"",
+            (Self::Task, "upstream_outputs") => "one of \"all\" or \"direct\"",
             (Self::Task, "ready_when") => "a string (a regular expression)",
             (Self::Task, "labels") => "a table of strings (`{ pool = \"gpu\" }`)",
             _ => STRINGS,
@@ -512,6 +531,18 @@ mod tests {
             assert!(file.workspace.and_then(|w| w.fallback).is_some(), "{v}");
         }
         assert!(toml::from_str::<WorkspaceFile>("[workspace]\nfallback = \"remote\"\n").is_err());
+    }
+
+    #[test]
+    fn upstream_outputs_values_are_the_enum() {
+        for v in UPSTREAM_OUTPUTS_VALUES {
+            let src = format!("[tasks.b]\nupstream_outputs = \"{v}\"\n");
+            let file: WorkspaceFile = toml::from_str(&src).unwrap();
+            let b = file.tasks.values().next().map(|t| t.get_ref().upstream_outputs.is_some());
+            assert_eq!(b, Some(true), "{v}");
+        }
+        let src = "[tasks.b]\nupstream_outputs = \"transitive\"\n";
+        assert!(toml::from_str::<WorkspaceFile>(src).is_err());
     }
 
     #[test]
