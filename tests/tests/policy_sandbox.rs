@@ -104,6 +104,44 @@ fn a_sandboxed_task_writing_outside_its_outputs_or_failing_in_the_sandbox_fails(
     assert!(!ws.path("p/stray").exists(), "an exec root's stray write never reaches the workspace");
 }
 
+/// Probes `local.env` (gitignored, present in the workspace) and goes on without it; with
+/// `then` appended (a failure, or nothing).
+fn probes_ignored(then: &str) -> prova_tests::TempWorkspace {
+    let command = format!(
+        "mkdir -p out && (cat local.env 2>/dev/null || true) && cat src/a.txt > out/s.txt{then}"
+    );
+    workspace(&task_with("probe", &command, &["out/s.txt"], "sandbox = true"))
+        .file(".gitignore", "p/local.env\n")
+        .file("p/local.env", "TOKEN=1\n")
+}
+
+#[test]
+fn a_confined_run_that_succeeds_answers_for_its_exec_root_only_and_a_failure_is_surveyed() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // A confined task never sees `local.env`, in any execution: what it produced follows
+    // from its exec root, which its key folds. No survey of the whole workspace runs first
+    // (the inputs proof's, which would name the file), so it succeeds.
+    let ws = probes_ignored("");
+    let out = prova(&ws, ["run", "probe", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("p#probe"), "saved", "{out}");
+    // A failed one is surveyed after it failed: the note names every read of the workspace
+    // it made, the gitignored file included.
+    let ws = probes_ignored(" && cat src/missing.txt");
+    let out = prova(&ws, ["run", "probe", "--all", "--json"]).run();
+    out.assert_code(1);
+    let why = note(&out, "p#probe");
+    assert!(why.contains("`p/local.env`") && why.contains("`p/src/missing.txt`"), "{why}\n{out}");
+    // Under --verify=inputs the survey runs first, and names it for the succeeding task.
+    let ws = probes_ignored("");
+    let out = prova(&ws, ["run", "probe", "--all", "--json", "--verify=inputs"]).run();
+    out.assert_code(1);
+    assert_eq!(name(&only_verdict(&out, "p#probe")), "undeclared-inputs", "{out}");
+    assert!(note(&out, "p#probe").contains("`p/local.env`"), "{out}");
+}
+
 /// Sandboxed tasks that write beside `dist/**` (whose parent, `p`, the sandbox makes
 /// writable so that `rm -rf dist` works): a file, a new directory, a symlink; and the path
 /// each must be named by.

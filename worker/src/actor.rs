@@ -187,6 +187,7 @@ mod tests {
             pack_to: None,
             perturb: None,
             trace_reads: false,
+            survey_on_failure: false,
         }))
     }
 

@@ -376,6 +376,7 @@ mod tests {
             pack_to: None,
             perturb: Some(p),
             trace_reads: false,
+            survey_on_failure: false,
         }
     }
 

@@ -48,6 +48,7 @@ fn item(run: u64, n: u64) -> Item {
             pack_to: None,
             perturb: None,
             trace_reads: false,
+            survey_on_failure: false,
         },
         priority: 1,
         reqs: Requirements::default(),

@@ -38,6 +38,7 @@ fn item(run: u64, attempt: u64, priority: u64) -> Item {
             pack_to: None,
             perturb: None,
             trace_reads: false,
+            survey_on_failure: false,
         },
         priority,
         reqs: Requirements::default(),

@@ -46,6 +46,7 @@ fn item(n: u64) -> Item {
             pack_to: None,
             perturb: None,
             trace_reads: false,
+            survey_on_failure: false,
         },
         priority: 1,
         reqs: Requirements::default(),

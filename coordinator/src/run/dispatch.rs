@@ -177,6 +177,8 @@ impl Run {
             pack_to,
             perturb,
             trace_reads: shape.traced,
+            // Traced only because it is confined (no inputs proof asked): no survey first.
+            survey_on_failure: shape.traced && !self.proves_inputs(node),
         };
         let hints = AssignHints {
             // A re-run never holds back the critical path.

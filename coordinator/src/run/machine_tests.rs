@@ -496,6 +496,7 @@ fn the_inputs_proof_traces_the_execution_in_an_exec_root() {
     let cmds = d.give(Input::Begin);
     let a = assigned(&cmds)[0];
     assert!(a.trace_reads && matches!(a.placement, Placement::ExecRoot { .. }), "{a:?}");
+    assert!(!a.survey_on_failure, "a proof surveys first: every read named in one round");
     let mut f = Finished::never_ran(a.attempt, ExitKind::Code(0));
     f.tries = 1;
     f.outputs = Some(outputs(b"x"));
@@ -519,6 +520,20 @@ fn the_inputs_proof_traces_the_execution_in_an_exec_root() {
         "{r:?}"
     );
     assert!(summary(&cmds).is_some_and(|s| !s.ok), "a failing verdict fails the run");
+}
+
+#[test]
+fn a_confined_execution_outside_a_proof_is_traced_and_surveyed_only_after_a_failure() {
+    let mut t = task("a", &["dist/**"], vec![]);
+    t.spec.proof.sandbox = true;
+    let cmds = Drive::new(vec![t.clone()], Knobs::default()).give(Input::Begin);
+    let a = assigned(&cmds)[0];
+    assert!(a.trace_reads && a.survey_on_failure, "{a:?}");
+    // Under --verify=inputs its execution is the proof's: surveyed first.
+    let verify = VerifyOptions { inputs: true, ..Default::default() };
+    let cmds = Drive::new(vec![t], Knobs { verify, ..Knobs::default() }).give(Input::Begin);
+    let a = assigned(&cmds)[0];
+    assert!(a.trace_reads && !a.survey_on_failure, "{a:?}");
 }
 
 #[test]

@@ -187,7 +187,12 @@ impl Run {
     /// Whether the task's own execution is the inputs proof's (traced in an exec root):
     /// under `--verify=inputs` unless its proof is skipped, and always for `sandbox = true`.
     pub(super) fn traces_inputs(&self, node: usize) -> bool {
-        (self.options.verify.inputs && self.skipped_proof(node).is_none()) || self.sandboxed(node)
+        self.proves_inputs(node) || self.sandboxed(node)
+    }
+
+    /// Whether the run proves `node`'s inputs (`--verify=inputs`, its proof not skipped).
+    pub(super) fn proves_inputs(&self, node: usize) -> bool {
+        self.options.verify.inputs && self.skipped_proof(node).is_none()
     }
 
     /// Whether the task sets `sandbox = true`.

@@ -729,6 +729,7 @@ fn assignment(placement: Placement, attempt: u64) -> Assignment {
             shuffle_inputs: true,
         }),
         trace_reads: true,
+        survey_on_failure: true,
     }
 }
 
@@ -930,6 +931,7 @@ pub(crate) fn goldens() -> Vec<Golden> {
                 perturb: None,
                 pack_to: None,
                 trace_reads: false,
+                survey_on_failure: false,
                 clean_outputs: false,
                 collect_outputs: false,
                 ..assignment(in_place, 44)

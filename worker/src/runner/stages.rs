@@ -181,17 +181,12 @@ impl Wrapped {
         cancel: &CancellationToken,
     ) -> Result<Executed, Stop> {
         // A local inputs proof first surveys the task with the whole workspace visible, so
-        // every undeclared read is named in one round (crate::sandbox::survey).
-        let survey = match (&self.a.placement, &self.exec_root) {
-            (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p))
-                if self.a.trace_reads && ctx.sandbox && ctx.strace =>
-            {
-                let root = p.root.path().to_owned();
-                let (a, inner, env) = (&self.a, &self.inner, &self.env);
-                crate::sandbox::survey::run(a, ctx, ws, &root, inner, env, cancel.clone()).await
-            }
-            _ => None,
-        };
+        // every undeclared read is named in one round (crate::sandbox::survey); a confined
+        // execution outside a proof only after it failed (`survey_on_failure`).
+        let mut survey = None;
+        if !self.a.survey_on_failure {
+            survey = self.survey(ctx, cancel).await;
+        }
         let sandboxed = self.report.isolation.sandboxed();
         let strays = collect::survey_strays(self.exec_root.as_ref(), sandboxed).await;
         let run = tries::Tries {
@@ -204,8 +199,11 @@ impl Wrapped {
             ready: &self.ready,
             mask: &self.mask,
         };
-        let mut report = run.run(ctx, link, cancel, self.report).await?;
+        let mut report = run.run(ctx, link, cancel, self.report.clone()).await?;
         report.exit_detail = exit_detail(&report.exit, &self.env);
+        if self.a.survey_on_failure && !report.exit.success() && !cancel.is_cancelled() {
+            survey = self.survey(ctx, cancel).await;
+        }
         Ok(Executed {
             a: self.a,
             globs: self.globs,
@@ -216,6 +214,22 @@ impl Wrapped {
             strays,
             report,
         })
+    }
+}
+
+impl Wrapped {
+    /// The survey run, where one applies: a traced local execution in an exec root.
+    async fn survey(&self, ctx: &WorkerContext, cancel: &CancellationToken) -> Option<ReadsReport> {
+        match (&self.a.placement, &self.exec_root) {
+            (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p))
+                if self.a.trace_reads && ctx.sandbox && ctx.strace =>
+            {
+                let root = p.root.path().to_owned();
+                let (a, inner, env) = (&self.a, &self.inner, &self.env);
+                crate::sandbox::survey::run(a, ctx, ws, &root, inner, env, cancel.clone()).await
+            }
+            _ => None,
+        }
     }
 }
 

@@ -30,6 +30,7 @@ fn assignment(ws: &Path, script: &str) -> Assignment {
         pack_to: None,
         perturb: None,
         trace_reads: false,
+        survey_on_failure: false,
     }
 }
 
