@@ -130,6 +130,29 @@ fn a_direct_only_task_cannot_read_a_transitive_upstreams_outputs() {
 }
 
 #[test]
+fn a_probe_of_a_transitive_upstreams_gitignored_outputs_is_named_too() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // `dist` is gitignored, as in any JS repo; top only looks (as a compiler resolving a
+    // module looks for `dist` before its files) and goes on without: it succeeds in the
+    // sandbox, but what it looked for is named, and why.
+    let probe = "mkdir -p dist && (test -d ../gen/dist || true) && cat ../mid/dist/out.txt \
+                 src/in.txt > dist/top.txt";
+    let ws = ws(&top("../mid/dist/out.txt", DIRECT)
+        .replace("mkdir -p dist && cat ../mid/dist/out.txt src/in.txt > dist/top.txt", probe))
+    .file(".gitignore", "dist\n");
+    assert!(ws.read("top/prova.toml").contains("test -d"));
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(1);
+    let note = out.report("top#build")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        note.contains("`gen/dist`") && note.contains("is an output of `gen#build`"),
+        "{note}\n{out}"
+    );
+}
+
+#[test]
 fn a_group_among_the_direct_dependencies_is_seen_through() {
     if !sandbox_or_skip() {
         return;

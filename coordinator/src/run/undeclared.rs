@@ -137,6 +137,12 @@ impl WorkspaceView {
             if represented(p) {
                 continue;
             }
+            // An upstream's output its exec root does not hold (`upstream_outputs =
+            // "direct"`): looked for, so wanted — named even where gitignored.
+            if scope.is_some_and(|s| s.hidden_upstream(p).is_some()) {
+                out.push(p.clone());
+                continue;
+            }
             let exists = self.files.all().binary_search(p).is_ok();
             let named = if exists {
                 true

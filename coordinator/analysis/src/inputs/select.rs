@@ -191,8 +191,9 @@ impl InputScope {
     }
 
     /// The upstream (its task id) whose outputs hold `path` although this task's exec roots
-    /// do not (`upstream_outputs = "direct"`, `path` an output of a transitive upstream), if
-    /// any: a read there is undeclared, and declaring it in `inputs` would not bring it in.
+    /// do not (`upstream_outputs = "direct"`, `path` an output of a transitive upstream or a
+    /// directory holding its outputs), if any: a read there is undeclared, and declaring it
+    /// in `inputs` would not bring it in.
     pub fn hidden_upstream(&self, path: &str) -> Option<&str> {
         let sh = &self.shared;
         if !sh.direct[self.task] {
@@ -206,9 +207,14 @@ impl InputScope {
             |d| &sh.deps[d],
             |d| sh.groups[d],
         );
+        // An output, or a directory holding outputs (`dist`, looked up before its files).
+        let holds = |d: usize| {
+            sh.outputs[d].is_match(path)
+                || sh.outputs[d].roots().iter().any(|r| !r.is_empty() && is_within(r, path))
+        };
         every
             .into_iter()
-            .find(|d| held.binary_search(d).is_err() && sh.outputs[*d].is_match(path))
+            .find(|&d| held.binary_search(&d).is_err() && holds(d))
             .map(|d| sh.ids[d].as_str())
     }
 }
