@@ -53,6 +53,9 @@ struct Input<'w> {
     written: &'w str,
     shape: PathPattern,
     exclusions: Vec<PathPattern>,
+    /// Inputs of one class have the same shape and exclusions (every project's build
+    /// declaring `//packages/*/package.json`): one answer per output serves them all.
+    class: usize,
 }
 
 /// Checks every output of every task of `ws` against every declared input (module doc).
@@ -66,6 +69,8 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
         by_prefix.entry(input.shape.prefix()).or_default().push(i);
     }
     let mut graph: Option<Option<Reach>> = None;
+    // Per output: whether each class of inputs met so far can match it.
+    let mut overlaps: HashMap<usize, bool> = HashMap::new();
     for project in &ws.projects {
         for (name, task) in &project.tasks {
             for (k, written) in task.outputs.iter().enumerate() {
@@ -73,11 +78,14 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
                     continue;
                 }
                 let out = PathPattern::new(&project.dir, written);
+                overlaps.clear();
                 for i in candidates(&by_prefix, out.prefix()) {
                     let input = &inputs[i];
-                    if !out.intersects(&input.shape)
-                        || input.exclusions.iter().any(|e| e.covers(&out))
-                    {
+                    let overlap = *overlaps.entry(input.class).or_insert_with(|| {
+                        out.intersects(&input.shape)
+                            && !input.exclusions.iter().any(|e| e.covers(&out))
+                    });
+                    if !overlap {
                         continue;
                     }
                     if let Owner::Task { project: qi, name: reader } = input.owner {
@@ -120,6 +128,12 @@ fn declared_inputs(ws: &Workspace) -> Vec<Input<'_>> {
             push_list(&mut out, owner, &p.dir, list, |include| !include.starts_with("//"));
         }
     }
+    let mut classes: HashMap<(&str, Vec<&str>), usize> = HashMap::new();
+    for input in &mut out {
+        let exclusions = input.exclusions.iter().map(PathPattern::text).collect();
+        let n = classes.len();
+        input.class = *classes.entry((input.shape.text(), exclusions)).or_insert(n);
+    }
     out
 }
 
@@ -142,7 +156,8 @@ fn push_list<'w>(
             .filter(|(e, _)| all || e.starts_with("//"))
             .map(|(_, shape)| shape.clone())
             .collect();
-        out.push(Input { owner, written, shape: PathPattern::new(dir, written), exclusions });
+        let shape = PathPattern::new(dir, written);
+        out.push(Input { owner, written, shape, exclusions, class: 0 });
     }
 }
 

@@ -143,3 +143,31 @@ fn the_reverse_dependency_is_no_excuse() {
     let why = refused(&[("prova.toml", ROOT), ("apps/web/prova.toml", t)]);
     assert!(why.contains("output `out/**` of task `web#build`"), "{why}");
 }
+
+#[test]
+fn one_answer_per_input_shape_still_weighs_every_reader_that_declared_it() {
+    // Every app declares the same `//libs/core/dist/**` (one class of inputs, judged once
+    // per output); the apps that depend on core's build may, the last one may not.
+    let core = "[tasks.build]\ncommand = \"true\"\noutputs = [\"dist/**\"]\n";
+    let reader = |deps: &str| {
+        format!(
+            "[project]\ndeps = [{deps}]\n[tasks.build]\ncommand = \"true\"\ndeps = [\"^build\"]\n\
+             inputs = [\"//libs/core/dist/**\"]\n"
+        )
+    };
+    let (a, b, c) = (reader("\"core\""), reader("\"core\""), reader(""));
+    let files = [
+        ("prova.toml", ROOT),
+        ("libs/core/prova.toml", core),
+        ("apps/a/prova.toml", a.as_str()),
+        ("apps/b/prova.toml", b.as_str()),
+        ("apps/c/prova.toml", c.as_str()),
+    ];
+    let why = refused(&files);
+    assert!(why.contains("input `//libs/core/dist/**` of task `c#build`"), "{why}");
+    // With c depending on core too, every reader is excused.
+    let c = reader("\"core\"");
+    let mut files = files;
+    files[4] = ("apps/c/prova.toml", c.as_str());
+    load(&files).expect("every reader depends on the producer");
+}
