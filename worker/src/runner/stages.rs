@@ -215,9 +215,7 @@ impl Wrapped {
             report,
         })
     }
-}
 
-impl Wrapped {
     /// The survey run, where one applies: a traced local execution in an exec root.
     async fn survey(&self, ctx: &WorkerContext, cancel: &CancellationToken) -> Option<ReadsReport> {
         match (&self.a.placement, &self.exec_root) {

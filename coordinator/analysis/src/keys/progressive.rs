@@ -70,9 +70,10 @@ pub struct Closure {
     pub outputs: Vec<u32>,
     /// Folded by their key. A task that [`trusts_outputs`]: its direct dependencies that do
     /// not fold outputs (a group among them seen through: it only stands for its deps, and
-    /// its own key would fold every upstream below it). Any other: enough upstreams that every upstream's key is folded,
-    /// directly or through another's — its direct dependencies, and the upstreams a confined
-    /// one among them leaves out of its own key ([`closures`]).
+    /// its own key would fold every upstream below it). Any other: enough upstreams that
+    /// every upstream's key is folded, directly or through another's — its direct
+    /// dependencies, and the upstreams a confined one among them leaves out of its own key
+    /// ([`closures`]).
     pub keys: Vec<u32>,
 }
 
