@@ -537,7 +537,7 @@ pub(crate) fn exec_root_sources(
 }
 
 /// Artifacts of the upstreams an exec root of `node` holds
-/// ([`crate::keys::progressive::exec_root_upstreams`]: every one, direct or transitive, or
+/// ([`crate::plan::exec_root_upstreams`]: every one, direct or transitive, or
 /// under `upstream_outputs = "direct"` its direct dependencies'; the same set its key folds),
 /// in node order.
 pub(crate) fn upstream_artifacts(
@@ -545,7 +545,7 @@ pub(crate) fn upstream_artifacts(
     state: &[TaskState],
     node: usize,
 ) -> Vec<(Digest, u64)> {
-    crate::keys::progressive::exec_root_upstreams(tasks, node)
+    crate::plan::exec_root_upstreams(tasks, node)
         .into_iter()
         .filter_map(|d| state[d].artifact)
         .collect()

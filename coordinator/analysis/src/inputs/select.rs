@@ -66,6 +66,8 @@ pub struct InputScope {
     shared: Arc<ScopeShared>,
     /// [`Self::held`], once asked (a proof asks it of every path a task touched).
     held: std::sync::OnceLock<Vec<usize>>,
+    /// [`Self::hidden`], once asked.
+    hidden: std::sync::OnceLock<Vec<usize>>,
 }
 
 /// The parts of every scope of a run that are the same for all tasks.
@@ -199,23 +201,30 @@ impl InputScope {
         if !sh.direct[self.task] {
             return None;
         }
-        let held = self.held();
-        let every = crate::plan::held_upstreams(
-            sh.deps.len(),
-            self.task,
-            false,
-            |d| &sh.deps[d],
-            |d| sh.groups[d],
-        );
         // An output, or a directory holding outputs (`dist`, looked up before its files).
         let holds = |d: usize| {
             sh.outputs[d].is_match(path)
                 || sh.outputs[d].roots().iter().any(|r| !r.is_empty() && is_within(r, path))
         };
-        every
+        self.hidden().iter().copied().find(|&d| holds(d)).map(|d| sh.ids[d].as_str())
+    }
+
+    /// The upstreams, direct or transitive, whose outputs the task's exec roots do not hold.
+    fn hidden(&self) -> &[usize] {
+        self.hidden.get_or_init(|| {
+            let sh = &self.shared;
+            let held = self.held();
+            crate::plan::held_upstreams(
+                sh.deps.len(),
+                self.task,
+                false,
+                |d| &sh.deps[d],
+                |d| sh.groups[d],
+            )
             .into_iter()
-            .find(|&d| held.binary_search(&d).is_err() && holds(d))
-            .map(|d| sh.ids[d].as_str())
+            .filter(|d| held.binary_search(d).is_err())
+            .collect()
+        })
     }
 }
 
@@ -291,6 +300,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
             manifests: s.manifests,
             shared: Arc::clone(&shared),
             held: std::sync::OnceLock::new(),
+            hidden: std::sync::OnceLock::new(),
         })
         .collect();
     Ok(out)

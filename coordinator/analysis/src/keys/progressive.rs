@@ -35,8 +35,9 @@ use prova_protocol::manifest::OutputManifest;
 
 use super::PlanKeys;
 use crate::cache::Entry;
-use crate::plan::{PlannedTask, RunPlan, TaskKind};
-pub use crate::plan::{direct_only, exec_root_upstreams, held_upstreams};
+use crate::plan::{
+    PlannedTask, RunPlan, TaskKind, direct_only, exec_root_upstreams, held_upstreams,
+};
 
 /// Whether a dependent folds `t` by its outputs' fingerprint: `t` runs a command and declares
 /// outputs (cached or not: an uncached task's outputs are collected for this). Otherwise its
@@ -118,7 +119,14 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
             let mut keys = Vec::new();
             let mut left_out = Vec::new();
             // A group only stands for its deps: what it groups is folded as if direct.
-            for d in through_groups(plan, deps) {
+            let direct = held_upstreams(
+                plan.tasks.len(),
+                i,
+                true,
+                |d| &plan.tasks[d].deps,
+                |d| plan.tasks[d].kind == TaskKind::Group,
+            );
+            for d in direct.into_iter().filter(|&d| plan.tasks[d].kind != TaskKind::Group) {
                 if folds_outputs(&plan.tasks[d]) {
                     left_out.push(d as u32);
                     left_out.extend_from_slice(&all[d]);
@@ -144,24 +152,6 @@ fn closures(plan: &RunPlan) -> Vec<Closure> {
         out[i] = Closure { outputs, keys };
         all[i] = up;
         uncovered[i] = left_out;
-    }
-    out
-}
-
-/// `deps` with every group among them replaced by what it groups, recursively.
-fn through_groups(plan: &RunPlan, deps: &[usize]) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut stack = deps.to_vec();
-    while let Some(d) = stack.pop() {
-        if !seen.insert(d) {
-            continue;
-        }
-        if plan.tasks[d].kind == TaskKind::Group {
-            stack.extend_from_slice(&plan.tasks[d].deps);
-        } else {
-            out.push(d);
-        }
     }
     out
 }
