@@ -492,6 +492,27 @@ impl Cluster {
         logs_of(&self.root.join("logs"), "coordinator")
     }
 
+    /// Polls the coordinator's log until it holds `needle`, for a line the coordinator writes
+    /// after its peer has already seen the outcome (a refused handshake is felt by the client
+    /// before the server's task logs it); panics after `timeout` with every log.
+    #[track_caller]
+    pub fn wait_for_coordinator_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.coordinator_log();
+            if log.contains(needle) {
+                return log;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "timed out after {timeout:?} waiting for `{needle}` in the coordinator's log\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Every daemon log, for a failing test's message.
     pub fn logs(&self) -> String {
         let mut out = format!("=== coordinator\n{}", self.coordinator_log());
