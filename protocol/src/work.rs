@@ -117,10 +117,11 @@ pub struct Assignment {
     #[serde(default)]
     pub trace_reads: bool,
     /// With `trace_reads`: a local survey (the whole workspace visible, naming every read
-    /// in one round) runs only after a traced run that failed, not before every run. Set
-    /// for a `sandbox = true` execution outside `--verify=inputs`: it is confined to its
-    /// exec root in every execution, so what it read there is all its key must answer for,
-    /// and the survey only names more of what a failure was missing.
+    /// in one round) runs only after a traced run that failed, not after every run whose
+    /// trace met a place where its exec root and the workspace differ. Set for a
+    /// `sandbox = true` execution outside `--verify=inputs`: it is confined to its exec root
+    /// in every execution, so what it read there is all its key must answer for, and the
+    /// survey only names more of what a failure was missing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub survey_on_failure: bool,
 }

@@ -121,8 +121,8 @@ fn a_confined_run_that_succeeds_answers_for_its_exec_root_only_and_a_failure_is_
         return;
     }
     // A confined task never sees `local.env`, in any execution: what it produced follows
-    // from its exec root, which its key folds. No survey of the whole workspace runs first
-    // (the inputs proof's, which would name the file), so it succeeds.
+    // from its exec root, which its key folds. A success is not surveyed (the inputs
+    // proof's survey would name the file), so it succeeds.
     let ws = probes_ignored("");
     let out = prova(&ws, ["run", "probe", "--all", "--json"]).run();
     out.assert_code(0);
@@ -134,7 +134,8 @@ fn a_confined_run_that_succeeds_answers_for_its_exec_root_only_and_a_failure_is_
     out.assert_code(1);
     let why = note(&out, "p#probe");
     assert!(why.contains("`p/local.env`") && why.contains("`p/src/missing.txt`"), "{why}\n{out}");
-    // Under --verify=inputs the survey runs first, and names it for the succeeding task.
+    // Under --verify=inputs the failed lookup of a workspace file leads to the survey,
+    // which names it for the succeeding task.
     let ws = probes_ignored("");
     let out = prova(&ws, ["run", "probe", "--all", "--json", "--verify=inputs"]).run();
     out.assert_code(1);

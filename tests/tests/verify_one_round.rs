@@ -109,6 +109,35 @@ fn reads_behind_a_guard_through_globs_find_and_other_projects_are_named_at_once(
     assert!(suggest.iter().any(|s| s == "//libs/shared/data.txt"), "{suggest:?}\n{out}");
 }
 
+#[test]
+fn reads_behind_a_listing_short_of_the_workspace_are_named_in_the_same_round() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // The sandboxed run lists `src` without the undeclared `b.txt`, so it never reads
+    // `other.txt`; a run whose trace met no place where the root and the workspace differ
+    // is not surveyed, so the listing itself must lead to the survey.
+    let ws = workspace(&task(
+        "lister",
+        "mkdir -p dist && if ls src | grep -q b.txt; then cat other.txt > dist/o; fi; echo ok >> dist/o",
+        &["dist/**"],
+    ))
+    .file("p/src/b.txt", "b\n")
+    .file("p/other.txt", "o\n");
+    let out = prova(&ws, ["run", "lister", "--all", "--verify=inputs", "--json"]).run();
+    out.assert_code(1);
+    let v = verdict(&out, "p#lister", "undeclared-inputs");
+    assert_eq!(v["paths"], json!(["p/other.txt", "p/src/"]), "{out}");
+    // With `b.txt` gone from the workspace, the listing is the workspace's: complete.
+    std::fs::remove_file(ws.path("p/src/b.txt")).expect("remove b.txt");
+    let out = prova(&ws, ["run", "lister", "--all", "--force", "--verify=inputs", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(
+        verdicts(&out, "p#lister").iter().map(name).collect::<Vec<_>>(),
+        ["proven-complete"]
+    );
+}
+
 /// `dist/out.js` is declared; `state.tsbuildinfo` (incremental build state) is not.
 fn tsc_like(extra: &str) -> String {
     task(

@@ -40,12 +40,11 @@ pub(super) async fn stray_writes(strays: Option<(StrayCheck, Survey)>) -> Option
 }
 
 /// What a traced run read: its trace (then removed) settled against the root's installed
-/// trees, merged with a local inputs proof's `survey`. Nothing without a trace or an exec
-/// root; `Err` (the report's `output_error`) when the trace could not be read.
+/// trees. Nothing without a trace or an exec root; `Err` (the report's `output_error`) when
+/// the trace could not be read.
 pub(super) async fn trace_reads(
     trace: Option<&Path>,
     exec_root: Option<&PreparedRoot>,
-    survey: Option<ReadsReport>,
 ) -> Result<ReadsReport, String> {
     let (Some(t), Some(p)) = (trace, exec_root) else {
         return Ok(ReadsReport::default());
@@ -63,9 +62,6 @@ pub(super) async fn trace_reads(
         Ok(mut reads) => {
             // Lookups inside installed trees, settled against the trees here.
             crate::trees::settle_reads(&mut reads, p.root.trees());
-            if let Some(s) = survey {
-                crate::sandbox::survey::merge(&mut reads, s);
-            }
             Ok(reads)
         }
         Err(e) => Err(format!("{TRACE_READ_FAILED}: {e}")),

@@ -17,9 +17,11 @@ use super::{
     WorkerContext, collect, exit_detail, in_env_order, join, no_disk, set_markers, task_env, tries,
 };
 use crate::exec;
+use crate::execroot::OutputLayout;
 use crate::execroot::strays::{StrayCheck, Survey};
 use crate::mask::SecretMask;
 use crate::rootprep::{self, PreparedRoot};
+use crate::sandbox::survey;
 
 /// The report of an assignment that ends before its last stage (boxed: a `Finished` is large).
 pub type Stop = Box<Finished>;
@@ -170,23 +172,15 @@ pub struct Wrapped {
 }
 
 impl Wrapped {
-    /// Stage 4: the task run — surveyed first where that applies (the whole workspace
-    /// visible for a local inputs proof; what its exec root holds beside its outputs), then
-    /// its tries, cleaning declared outputs before each. A clean that fails, or a failure on
-    /// a farm worker's short disk, ends it here.
+    /// Stage 4: the task run — its tries, cleaning declared outputs before each —, then
+    /// what a traced run read, surveyed where that can name more. A clean that fails, or a
+    /// failure on a farm worker's short disk, ends it here.
     pub async fn execute(
         self,
         ctx: &WorkerContext,
         link: &mpsc::Sender<FromWorker>,
         cancel: &CancellationToken,
     ) -> Result<Executed, Stop> {
-        // A local inputs proof first surveys the task with the whole workspace visible, so
-        // every undeclared read is named in one round (crate::sandbox::survey); a confined
-        // execution outside a proof only after it failed (`survey_on_failure`).
-        let mut survey = None;
-        if !self.a.survey_on_failure {
-            survey = self.survey(ctx, cancel).await;
-        }
         let sandboxed = self.report.isolation.sandboxed();
         let strays = collect::survey_strays(self.exec_root.as_ref(), sandboxed).await;
         let run = tries::Tries {
@@ -201,66 +195,86 @@ impl Wrapped {
         };
         let mut report = run.run(ctx, link, cancel, self.report.clone()).await?;
         report.exit_detail = exit_detail(&report.exit, &self.env);
-        if self.a.survey_on_failure && !report.exit.success() && !cancel.is_cancelled() {
-            survey = self.survey(ctx, cancel).await;
-        }
+        let failed = !report.exit.success();
+        let reads =
+            if self.a.trace_reads { Some(self.reads(ctx, failed, cancel).await) } else { None };
         Ok(Executed {
             a: self.a,
             globs: self.globs,
             root: self.root,
             exec_root: self.exec_root,
-            trace: self.trace,
-            survey,
+            reads,
             strays,
             report,
         })
     }
 
-    /// The survey run, where one applies: a traced local execution in an exec root.
-    async fn survey(&self, ctx: &WorkerContext, cancel: &CancellationToken) -> Option<ReadsReport> {
-        match (&self.a.placement, &self.exec_root) {
-            (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p))
-                if self.a.trace_reads && ctx.sandbox && ctx.strace =>
-            {
-                let root = p.root.path().to_owned();
-                let (a, inner, env) = (&self.a, &self.inner, &self.env);
-                crate::sandbox::survey::run(a, ctx, ws, &root, inner, env, cancel.clone()).await
-            }
-            _ => None,
+    /// What the traced run read: its trace (then removed), settled against the root's
+    /// installed trees. A local run whose trace touched a place where its root and the
+    /// workspace differ ([`survey::diverged`]: a failed lookup of a workspace file, say) is
+    /// surveyed as well — run again with the whole workspace visible, read-only — so every
+    /// undeclared read is named in one round, not only the first the root hid; with
+    /// `survey_on_failure`, only when it failed. A run that met no such place needs no
+    /// survey: the survey would read what it read.
+    async fn reads(
+        &self,
+        ctx: &WorkerContext,
+        failed: bool,
+        cancel: &CancellationToken,
+    ) -> Result<ReadsReport, String> {
+        let mut reads =
+            collect::trace_reads(self.trace.as_deref(), self.exec_root.as_ref()).await?;
+        if self.a.survey_on_failure && !failed {
+            return Ok(reads);
         }
+        let (Placement::ExecRoot { local_source: Some(ws), .. }, Some(p)) =
+            (&self.a.placement, &self.exec_root)
+        else {
+            return Ok(reads);
+        };
+        if !(ctx.sandbox && ctx.strace) || cancel.is_cancelled() {
+            return Ok(reads);
+        }
+        let Ok(layout) = OutputLayout::new(&self.a.spec.project_dir, &self.a.spec.outputs) else {
+            return Ok(reads);
+        };
+        let Some(at) = survey::diverged(&reads, ws, &layout) else {
+            return Ok(reads);
+        };
+        tracing::debug!(task = %self.a.spec.id, %at, "surveying: the root and the workspace differ there");
+        let root = p.root.path().to_owned();
+        let (a, inner, env) = (&self.a, &self.inner, &self.env);
+        if let Some(s) = survey::run(a, ctx, ws, &root, inner, env, cancel.clone()).await {
+            survey::merge(&mut reads, s);
+        }
+        Ok(reads)
     }
 }
 
-/// Stage 4: the task ran (the report holds its exit, tries, stats and log); what it read
-/// and wrote is still in its root and trace.
+/// Stage 4: the task ran (the report holds its exit, tries, stats and log); what it wrote
+/// is still in its root.
 pub struct Executed {
     pub(super) a: Assignment,
     pub(super) globs: PathGlobs,
     pub(super) root: PathBuf,
     pub(super) exec_root: Option<PreparedRoot>,
-    pub(super) trace: Option<PathBuf>,
-    /// A local inputs proof's survey (see [`Wrapped::execute`]).
-    pub(super) survey: Option<ReadsReport>,
+    /// What a traced run read (`Err`: the trace could not be read).
+    pub(super) reads: Option<Result<ReadsReport, String>>,
     /// What the exec root held beside the outputs before the task ran.
     pub(super) strays: Option<(StrayCheck, Survey)>,
     pub(super) report: Finished,
 }
 
 impl Executed {
-    /// Stage 5: what the run read (its trace, settled against installed trees and merged
-    /// with a survey), what a success wrote outside its outputs, and its outputs collected,
-    /// fingerprinted and packed (uploaded by a farm worker).
+    /// Stage 5: what the run read, what a success wrote outside its outputs, and its
+    /// outputs collected, fingerprinted and packed (uploaded by a farm worker).
     pub async fn collect(self, ctx: &WorkerContext) -> Collected {
-        let Executed { a, globs, root, exec_root, trace, survey, strays, mut report } = self;
-        if a.trace_reads {
-            let reads = collect::trace_reads(trace.as_deref(), exec_root.as_ref(), survey).await;
-            report.reads = Some(match reads {
-                Ok(reads) => reads,
-                Err(e) => {
-                    report.output_error = Some(e);
-                    ReadsReport::default()
-                }
-            });
+        let Executed { a, globs, root, exec_root, reads, strays, mut report } = self;
+        if let Some(reads) = reads {
+            report.reads = Some(reads.unwrap_or_else(|e| {
+                report.output_error = Some(e);
+                ReadsReport::default()
+            }));
         }
         if report.exit.success() {
             report.wrote_outside = collect::stray_writes(strays).await;

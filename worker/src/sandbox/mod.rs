@@ -8,7 +8,8 @@
 //! - [`trace`]: the `strace` command line around that, and [`undeclared_reads`], which reads
 //!   the trace back into workspace-relative paths (and the paths written).
 //! - [`survey`]: the traced run with the whole workspace visible read-only that a local
-//!   inputs proof makes first, so every undeclared read is named in one round.
+//!   inputs proof makes after a sandboxed run whose trace met a place where its exec root
+//!   and the workspace differ, so every undeclared read is named in one round.
 //!
 //! The pieces compose as argv wrappers, so the executor ([`crate::exec`]) runs a sandboxed,
 //! traced task like any other process: `strace … -- bwrap … -- sh -c '<cmd>'`. strace runs

@@ -1,9 +1,10 @@
 //! The survey run of a local inputs proof: every undeclared read in one round (issue 11).
 //!
 //! The sandboxed run sees only the declared inputs, so a task stops at the first file it
-//! lacks and the reads behind it stay unknown. Before it, the task runs once traced in a
-//! sandbox that shows the **whole workspace** at the exec root's path, read-only, with its
-//! writes landing on a throw-away tmpfs:
+//! lacks and the reads behind it stay unknown. When its trace met such a place
+//! ([`diverged`]), the task runs once more traced, in a sandbox that shows the **whole
+//! workspace** at the exec root's path, read-only, with its writes landing on a throw-away
+//! tmpfs:
 //!
 //! - a tmpfs at the exec root's path; each directory on the way to a declared output
 //!   directory is made on it (`--dir`), every other workspace entry beside them is mounted
@@ -15,14 +16,15 @@
 //!
 //! Its trace ([`super::trace::survey_reads`]) names what the task read that exists (files
 //! it opened, stat'ed, executed) besides what it probed and listed; the coordinator keeps
-//! what the key does not represent. The sandboxed run that follows still decides the
-//! verdict's failure: the survey only adds paths.
+//! what the key does not represent. The sandboxed run still decides the verdict's failure:
+//! the survey only adds paths.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use prova_protocol::globs::is_within;
 use prova_protocol::spec::ExitKind;
 use prova_protocol::task::OwnedTask;
 use prova_protocol::work::{Assignment, ReadsReport};
@@ -59,8 +61,6 @@ pub enum SurveyError {
 /// The view of workspace `ws` at exec root `root` for a task whose outputs are laid out as
 /// `layout`: see the module docs.
 pub fn view(ws: &Path, root: &Path, layout: &OutputLayout) -> Result<Vec<ViewOp>, SurveyError> {
-    let join =
-        |base: &Path, rel: &str| if rel.is_empty() { base.to_owned() } else { base.join(rel) };
     // Output directories start empty, as after cleaning; literal outputs absent.
     let empty: BTreeSet<&str> =
         layout.slots.iter().filter(|(_, dir)| *dir).map(|(s, _)| s.as_str()).collect();
@@ -187,6 +187,62 @@ pub async fn run(
     reads
 }
 
+/// Where the sandboxed run whose trace is `reads` touched the workspace `ws` (laid out for
+/// outputs `layout`) differently from how a survey would see it, if anywhere: the first
+/// such path, to log.
+///
+/// A survey can only add reads that follow such a place. Up to the first lookup, listing or
+/// write where the exec root and the survey's view differ, both runs see the same files and
+/// take the same path; so when the sandboxed run met none, a survey would read exactly what
+/// it read (whatever a nondeterministic task does aside). The places, each compared with the
+/// view [`view`] makes — the workspace, but for `.prova` and the output slots (emptied, as
+/// in the root):
+/// - a lookup that failed in the root of a path the workspace holds;
+/// - a directory listed whose workspace entries the root lacked one of (or a listing cut
+///   short);
+/// - a write outside the output slots but of a new entry of a directory the root binds
+///   writable (one may refuse it where the other does not: a workspace file is read-only
+///   in the survey).
+///
+/// Conservative: a place the key does represent (an input were it there, a hidden upstream)
+/// still counts — a survey more, never a read less.
+pub fn diverged(reads: &ReadsReport, ws: &Path, layout: &OutputLayout) -> Option<String> {
+    // What both runs show alike whatever the workspace holds: the output slots (an emptied
+    // directory or an absent file, then what the task made there) and `.prova` (in neither).
+    let alike =
+        |rel: &str| is_within(rel, ".prova") || layout.slots.iter().any(|(s, _)| is_within(rel, s));
+    let exists = |rel: &str| fs::symlink_metadata(join(ws, rel)).is_ok();
+    if let Some(p) = reads.missing.iter().find(|p| !alike(p) && exists(p)) {
+        return Some(p.clone());
+    }
+    for l in reads.listed.iter().filter(|l| !alike(&l.dir)) {
+        let Ok(rd) = fs::read_dir(join(ws, &l.dir)) else { continue };
+        if !l.complete {
+            return Some(format!("{}/", l.dir));
+        }
+        for e in rd.filter_map(Result::ok) {
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+                return Some(format!("{}/", l.dir));
+            };
+            let rel = if l.dir.is_empty() { name.clone() } else { format!("{}/{name}", l.dir) };
+            if !alike(&rel) && l.entries.binary_search(&name).is_err() {
+                return Some(rel);
+            }
+        }
+    }
+    // A write both take alike: inside a slot, or a new entry of a directory the root binds
+    // writable (made on the survey's tmpfs too). Anything else may be refused by one only.
+    let dirs = layout.dirs();
+    let parent = |w: &str| w.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
+    let both_take = |w: &str| alike(w) || (!exists(w) && dirs.contains(&parent(w)));
+    reads.wrote.iter().find(|w| !both_take(w)).cloned()
+}
+
+/// `rel` (workspace-relative, `""`: the root) under `base`.
+fn join(base: &Path, rel: &str) -> PathBuf {
+    if rel.is_empty() { base.to_owned() } else { base.join(rel) }
+}
+
 /// `into` (the sandboxed run's reads) with a survey's added: its failed lookups, listings,
 /// writes, and what it read.
 pub fn merge(into: &mut ReadsReport, survey: ReadsReport) {
@@ -248,5 +304,64 @@ mod tests {
         assert!(!ops.contains(&ro("p/info.json")), "{ops:?}");
         let ops = view(w, root, &layout(&["**/*.js"])).unwrap();
         assert!(ops.contains(&ro("p/a.txt")) && ops.contains(&ro("p/dist")), "{ops:?}");
+    }
+    /// A sandboxed run's reads, from plain values.
+    fn reads(missing: &[&str], listed: &[(&str, &[&str])], wrote: &[&str]) -> ReadsReport {
+        let v = |x: &[&str]| x.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        ReadsReport {
+            traced: true,
+            missing: v(missing),
+            listed: listed
+                .iter()
+                .map(|(dir, entries)| prova_protocol::work::Listing {
+                    dir: (*dir).to_owned(),
+                    entries: v(entries),
+                    complete: true,
+                })
+                .collect(),
+            touched: vec![],
+            wrote: v(wrote),
+        }
+    }
+
+    #[test]
+    fn a_survey_follows_only_a_place_where_the_root_and_the_workspace_differ() {
+        let ws = tempfile::tempdir().unwrap();
+        let w = ws.path();
+        for d in ["p/src", "p/dist", "p/extra", ".prova/cache", "q"] {
+            fs::create_dir_all(w.join(d)).unwrap();
+        }
+        for f in ["p/src/a.ts", "p/src/b.ts", "p/dist/old.js", "p/info.json", "p/README", "q/x"] {
+            fs::write(w.join(f), "x").unwrap();
+        }
+        let outputs = ["dist/**".to_owned(), "info.json".to_owned()];
+        let layout = OutputLayout::new("p", &outputs).unwrap();
+        let at = |r: ReadsReport| diverged(&r, w, &layout);
+        let none: &[(&str, &[&str])] = &[];
+
+        // Nothing differs: probes of paths the workspace lacks too, of the outputs (emptied
+        // in both), of `.prova`; listings that show every workspace entry; writes inside
+        // the outputs, or of new files beside them (the survey's tmpfs takes them too).
+        let alike = reads(
+            &["p/node_modules", "p/src/c.ts", "p/dist/old.js", "p/info.json", ".prova/cache"],
+            &[("p/src", &["a.ts", "b.ts"]), ("p/dist", &["new.js"])],
+            &["p/dist", "p/dist/new.js", "p/info.json", "p/notes.txt"],
+        );
+        assert_eq!(at(alike), None);
+        // A failed lookup of a workspace file or directory the root lacks.
+        assert_eq!(at(reads(&["q/x"], none, &[])), Some("q/x".to_owned()));
+        assert_eq!(at(reads(&["p/extra"], none, &[])), Some("p/extra".to_owned()));
+        // A listing short of a workspace entry, or cut short.
+        assert_eq!(at(reads(&[], &[("p/src", &["a.ts"])], &[])), Some("p/src/b.ts".to_owned()));
+        let mut cut = reads(&[], &[("p/src", &["a.ts", "b.ts"])], &[]);
+        cut.listed[0].complete = false;
+        assert_eq!(at(cut), Some("p/src/".to_owned()));
+        // The root lists without the output slot's stale contents and `.prova`: alike.
+        assert_eq!(at(reads(&[], &[("", &["p", "q"])], &[])), None);
+        // A write the survey's read-only view refuses (a workspace file), or the root's.
+        assert_eq!(at(reads(&[], none, &["p/README"])), Some("p/README".to_owned()));
+        assert_eq!(at(reads(&[], none, &["q/new"])), Some("q/new".to_owned()));
+        // A new file at the workspace's root: the survey's tmpfs takes it, the root does not.
+        assert_eq!(at(reads(&[], none, &["top.txt"])), Some("top.txt".to_owned()));
     }
 }
