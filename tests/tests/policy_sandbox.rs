@@ -286,3 +286,34 @@ fn on_the_farm_a_sandboxed_task_is_judged_the_same_way() {
     assert_eq!(out.status_of("p#clean"), "succeeded", "no false finding on the farm\n{out}");
     assert_eq!(ws.read("p/out/c.txt"), "hello\n");
 }
+
+/// Writes the sandbox's `HOME` and the update-check switches it sees into `out/env.txt`;
+/// with `extra` TOML lines.
+fn env_dump(extra: &str) -> prova_tests::TempWorkspace {
+    let command = "mkdir -p out && env | grep -e ^HOME= -e ^npm_config_update_notifier= \
+                   -e ^NO_UPDATE_NOTIFIER= | sort > out/env.txt";
+    workspace(&task_with("dump", command, &["out/env.txt"], &format!("sandbox = true\n{extra}")))
+}
+
+#[test]
+fn a_sandbox_turns_tools_update_checks_off_unless_the_task_declares_the_switch() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // A fresh, empty HOME and no network: npm would look for its own update in every
+    // execution (and fail). The switches are set for it, never keyed.
+    let ws = env_dump("");
+    prova(&ws, ["run", "dump", "--all"]).run().assert_code(0);
+    assert_eq!(
+        ws.read("p/out/env.txt"),
+        "HOME=/tmp\nNO_UPDATE_NOTIFIER=1\nnpm_config_update_notifier=false\n"
+    );
+    // A declared name keeps its value: the host's, or unset when the host has none.
+    let ws = env_dump("env = [\"npm_config_update_notifier\", \"NO_UPDATE_NOTIFIER\"]");
+    let out = prova(&ws, ["run", "dump", "--all"])
+        .env("npm_config_update_notifier", "true")
+        .env_remove("NO_UPDATE_NOTIFIER")
+        .run();
+    out.assert_code(0);
+    assert_eq!(ws.read("p/out/env.txt"), "HOME=/tmp\nnpm_config_update_notifier=true\n", "{out}");
+}

@@ -97,12 +97,21 @@ pub async fn run_assignment(
     link: mpsc::Sender<FromWorker>,
     cancel: CancellationToken,
 ) -> Finished {
+    let task = a.spec.id.clone();
     let run = async {
+        let t0 = std::time::Instant::now();
         let checked = Checked::check(a, ctx, &cancel).await?;
         let placed = checked.place(ctx).await?;
         let wrapped = placed.wrap(ctx);
+        let t1 = std::time::Instant::now();
         let executed = wrapped.execute(ctx, &link, &cancel).await?;
-        Ok::<_, Stop>(executed.collect(ctx).await.finish())
+        let t2 = std::time::Instant::now();
+        let done = executed.collect(ctx).await.finish();
+        // Where an assignment's time went (placing covers the exec root; running, the
+        // task's tries and what a traced run read; collecting, outputs and the root's end).
+        tracing::debug!(%task, placing = ?t1 - t0, running = ?t2 - t1, collecting = ?t2.elapsed(),
+            "assignment done");
+        Ok::<_, Stop>(done)
     };
     run.await.unwrap_or_else(|stop| *stop)
 }
