@@ -124,7 +124,8 @@ fn protected(placement: &Placement) -> &[prova_protocol::work::ProtectedPath] {
     }
 }
 
-fn join(root: &Path, rel: &str) -> PathBuf {
+/// `rel` (workspace-relative, `""`: the root) under `root`.
+pub(crate) fn join(root: &Path, rel: &str) -> PathBuf {
     if rel.is_empty() { root.to_owned() } else { root.join(rel) }
 }
 

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::bwrap::{SandboxConfig, ViewOp};
 use crate::exec::{ProcessIo, ProcessRequest};
 use crate::execroot::OutputLayout;
-use crate::runner::WorkerContext;
+use crate::runner::{WorkerContext, join};
 
 /// Most mount operations of one survey view (a directory of many entries on the way to an
 /// output directory): past this the survey is skipped and the proof names what the
@@ -236,11 +236,6 @@ pub fn diverged(reads: &ReadsReport, ws: &Path, layout: &OutputLayout) -> Option
     let parent = |w: &str| w.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
     let both_take = |w: &str| alike(w) || (!exists(w) && dirs.contains(&parent(w)));
     reads.wrote.iter().find(|w| !both_take(w)).cloned()
-}
-
-/// `rel` (workspace-relative, `""`: the root) under `base`.
-fn join(base: &Path, rel: &str) -> PathBuf {
-    if rel.is_empty() { base.to_owned() } else { base.join(rel) }
 }
 
 /// `into` (the sandboxed run's reads) with a survey's added: its failed lookups, listings,
