@@ -194,6 +194,9 @@ impl Run {
             labels: self.plan.tasks[node].spec.labels.clone(),
         };
         self.push(Command::Assign { assignment: Box::new(assignment), hints });
+        if purpose == Purpose::Primary && self.reruns_beside(node, shape.in_place) {
+            self.start_early_rerun(node);
+        }
         attempt
     }
 
@@ -207,8 +210,11 @@ impl Run {
             Some((node, Purpose::Rerun)) => {
                 self.attempts.remove(&attempt);
                 self.reruns.ended(node, attempt);
-                // The link is gone: the proof cannot run.
-                self.conclude(node, super::verdicts::link_closed_verdict());
+                // An early re-run not confirmed yet is withdrawn (the first execution, on
+                // the same link, fails too); otherwise the proof cannot run.
+                if self.reruns.withdraw(node, &mut self.state[node]).is_none() {
+                    self.conclude(node, super::verdicts::link_closed_verdict());
+                }
                 self.try_finish_run();
             }
             None => {}

@@ -34,7 +34,7 @@ impl Run {
     pub(super) fn on_finished(&mut self, f: Box<Finished>) -> Option<Event> {
         let (node, purpose) = self.attempts.remove(&f.attempt)?;
         if purpose == Purpose::Rerun {
-            self.on_rerun_finished(node, f);
+            self.on_rerun_arrived(node, f);
             return None;
         }
         self.state[node].live = None;

@@ -253,12 +253,17 @@ impl Run {
             Input::Interrupt => self.interrupt(),
             Input::Worker { msg, worker } => self.on_worker(msg, worker),
             Input::AssignFailed(attempt) => self.assign_failed(attempt),
-            Input::CancelFailed(attempt) => {
-                if let Some(&(node, Purpose::Primary)) = self.attempts.get(&attempt) {
+            Input::CancelFailed(attempt) => match self.attempts.get(&attempt).copied() {
+                Some((node, Purpose::Primary)) => {
                     let ev = self.lost(node);
                     self.feed(ev);
                 }
-            }
+                Some((node, Purpose::Rerun)) => {
+                    self.reruns.lost_dropped(node, attempt);
+                    self.try_finish_run();
+                }
+                None => {}
+            },
             Input::Probed { node, key, result } => self.probed(node, key, result),
             Input::Restored { node, result } => self.restored(node, result),
             Input::Saved(done) => self.saved(*done),
@@ -421,12 +426,15 @@ impl Run {
 
     /// Files `node`'s final report and announces it (held while proofs about it run).
     pub(super) fn finish(&mut self, node: usize, mut report: TaskReport) {
+        // An early re-run not confirmed by now never will be: no longer awaited.
+        self.withdraw_early_rerun(node);
         // Verdicts concluded before the final report (the inputs proof) go first.
         let mut verdicts = std::mem::take(&mut self.state[node].pending);
         verdicts.append(&mut report.verdicts);
         report.verdicts = verdicts;
         self.state[node].report = Some(report.clone());
         self.announce_finished(node, report);
+        self.compare_confirmed_rerun(node);
     }
 
     /// Whether tasks run on farm workers (exec roots fed by the coordinator).

@@ -19,7 +19,7 @@ use crate::layers::{SaveOutcome, local::Restored};
 use crate::plan::{PlannedTask, TaskKind};
 use crate::run::types::{CachePolicy, VerifyOptions};
 
-fn task(name: &str, outputs: &[&str], deps: Vec<usize>) -> PlannedTask {
+pub(in crate::run) fn task(name: &str, outputs: &[&str], deps: Vec<usize>) -> PlannedTask {
     let id = TaskId::new("p", name);
     let mut spec = TaskSpec::new(id.clone(), "p".to_owned(), CommandLine::Shell("true".into()));
     spec.outputs = outputs.iter().map(|s| (*s).to_owned()).collect();
@@ -81,7 +81,7 @@ fn entry(key: Digest, outputs: &Outputs) -> Entry {
     }
 }
 
-fn outputs(body: &[u8]) -> Outputs {
+pub(in crate::run) fn outputs(body: &[u8]) -> Outputs {
     let manifest = OutputManifest::new(vec![ManifestEntry {
         path: "p/dist/out.js".to_owned(),
         kind: EntryKind::File,
@@ -98,7 +98,12 @@ fn outputs(body: &[u8]) -> Outputs {
     }
 }
 
-fn finished(attempt: AttemptId, exit: ExitKind, tries: u32, out: Option<Outputs>) -> Input {
+pub(in crate::run) fn finished(
+    attempt: AttemptId,
+    exit: ExitKind,
+    tries: u32,
+    out: Option<Outputs>,
+) -> Input {
     let mut f = Finished::never_ran(attempt, exit);
     f.tries = tries;
     f.outputs = out;
@@ -106,18 +111,18 @@ fn finished(attempt: AttemptId, exit: ExitKind, tries: u32, out: Option<Outputs>
 }
 
 /// A run of `tasks` with a cache holding `hits` (by node), and its driver.
-struct Drive {
-    run: Run,
+pub(in crate::run) struct Drive {
+    pub(in crate::run) run: Run,
     now: Duration,
 }
 
-struct Knobs {
-    concurrency: usize,
-    continue_on_failure: bool,
-    verify: VerifyOptions,
-    hits: Vec<(usize, Outputs)>,
-    exec: ExecMode,
-    upstreams: prova_protocol::wire::UpstreamMode,
+pub(in crate::run) struct Knobs {
+    pub(in crate::run) concurrency: usize,
+    pub(in crate::run) continue_on_failure: bool,
+    pub(in crate::run) verify: VerifyOptions,
+    pub(in crate::run) hits: Vec<(usize, Outputs)>,
+    pub(in crate::run) exec: ExecMode,
+    pub(in crate::run) upstreams: prova_protocol::wire::UpstreamMode,
 }
 
 impl Default for Knobs {
@@ -139,7 +144,7 @@ fn farm() -> ExecMode {
 }
 
 impl Drive {
-    fn new(tasks: Vec<PlannedTask>, knobs: Knobs) -> Self {
+    pub(in crate::run) fn new(tasks: Vec<PlannedTask>, knobs: Knobs) -> Self {
         let plan = RunPlan { root: PathBuf::from("/ws"), tasks };
         let keys = keys_for(&plan);
         let hits: HashMap<usize, Entry> = knobs
@@ -177,14 +182,14 @@ impl Drive {
     }
 
     /// Hands the run `input` a millisecond later; the commands it gives, in order.
-    fn give(&mut self, input: Input) -> Vec<Command> {
+    pub(in crate::run) fn give(&mut self, input: Input) -> Vec<Command> {
         self.now += Duration::from_millis(1);
         self.run.handle(self.now, input);
         std::iter::from_fn(|| self.run.poll()).collect()
     }
 }
 
-fn assigned(cmds: &[Command]) -> Vec<&Assignment> {
+pub(in crate::run) fn assigned(cmds: &[Command]) -> Vec<&Assignment> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Assign { assignment, .. } => Some(&**assignment),
@@ -193,7 +198,7 @@ fn assigned(cmds: &[Command]) -> Vec<&Assignment> {
         .collect()
 }
 
-fn reports(cmds: &[Command]) -> Vec<&TaskReport> {
+pub(in crate::run) fn reports(cmds: &[Command]) -> Vec<&TaskReport> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Emit(RunEvent::TaskFinished(r)) => Some(r),
@@ -202,21 +207,21 @@ fn reports(cmds: &[Command]) -> Vec<&TaskReport> {
         .collect()
 }
 
-fn summary(cmds: &[Command]) -> Option<&RunSummary> {
+pub(in crate::run) fn summary(cmds: &[Command]) -> Option<&RunSummary> {
     cmds.iter().find_map(|c| match c {
         Command::Finish(s) => Some(s),
         _ => None,
     })
 }
 
-fn save_of(cmds: &[Command]) -> Option<usize> {
+pub(in crate::run) fn save_of(cmds: &[Command]) -> Option<usize> {
     cmds.iter().find_map(|c| match c {
         Command::Save(job) => Some(job.node),
         _ => None,
     })
 }
 
-fn saved(node: usize) -> Input {
+pub(in crate::run) fn saved(node: usize) -> Input {
     let done = crate::run::cached::SaveDone {
         node,
         result: Ok(SaveOutcome::Saved),
@@ -226,7 +231,7 @@ fn saved(node: usize) -> Input {
     Input::Saved(Box::new(done))
 }
 
-fn ledger(cmds: &[Command]) -> Vec<&crate::cache::Execution> {
+pub(in crate::run) fn ledger(cmds: &[Command]) -> Vec<&crate::cache::Execution> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Record { execution, .. } => Some(&**execution),

@@ -11,7 +11,9 @@
 //! - `verdicts`: which verdict an execution (inputs proof) or a pair of executions
 //!   (determinism proof) earns, as pure functions (`verdicts_tests.rs`).
 //! - `reruns`: the determinism proof's bookkeeping, sans-IO — queued and running re-runs,
-//!   outstanding proofs, when a report is held or released (`reruns_tests.rs`).
+//!   outstanding proofs, when a report is held or released, early re-runs' results gated
+//!   until their first execution's save (`reruns_tests.rs`; whole runs in
+//!   `early_rerun_tests.rs`).
 //! - `machine`: the run as a state machine, sans-IO (`Run`: `handle(now, input)`, `poll()`
 //!   for commands) — the whole order of a run: probe, restore, run, save, prove, report,
 //!   finish. Whole runs are tested without a process or a runtime (`machine_tests.rs`). Its

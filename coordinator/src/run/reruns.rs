@@ -4,11 +4,18 @@
 //! task's final report is held or released so its `TaskFinished` carries every verdict. The
 //! actor ([`super::verify`]) hands out the attempts, cancels them and sends the events these
 //! answers name. Tested in `reruns_tests.rs`.
+//!
+//! A re-run may start beside its first execution (an *early* re-run, local mode): both read
+//! only the task's declared inputs and its upstreams' artifacts, settled before the first
+//! execution starts. Its result is *gated*: held until the first execution's save says the
+//! proof is to be made ([`Reruns::confirm`]), dropped when it says not
+//! ([`Reruns::withdraw`]: a failure, an execution not saved, no outputs).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use prova_protocol::AttemptId;
 use prova_protocol::events::{TaskReport, Verdict};
+use prova_protocol::work::Finished;
 
 use super::core::TaskState;
 
@@ -20,6 +27,43 @@ pub(crate) struct Reruns {
     max_in_flight: usize,
     /// Re-runs queued or running, and comparisons in progress.
     outstanding: usize,
+    /// Early re-runs whose result is not compared yet, by node.
+    gates: HashMap<usize, Gate>,
+}
+
+/// An early re-run, until its result is compared or dropped.
+#[derive(Debug)]
+enum Gate {
+    /// Not confirmed; no result yet (queued or running).
+    Waiting,
+    /// Not confirmed; its result is in, held.
+    Held(Box<Finished>),
+    /// Confirmed; no result yet: it is compared as it comes.
+    Open,
+    /// Confirmed with its result in: to be taken ([`Reruns::take_confirmed`]).
+    Ready(Box<Finished>),
+    /// Withdrawn while running: its result is dropped.
+    Dropped,
+}
+
+/// What becomes of a re-run's result as it arrives ([`Reruns::arrived`]).
+#[derive(Debug)]
+pub(crate) enum Arrived {
+    /// Compare it now (a re-run queued after the save, or a confirmed early one).
+    Compare(Box<Finished>),
+    /// Held until the first execution's save decides.
+    Held,
+    /// Its proof was withdrawn: drop it (what it staged is to be discarded).
+    Dropped(Box<Finished>),
+}
+
+/// What withdrawing an early re-run leaves to do ([`Reruns::withdraw`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Withdrawn {
+    /// A running re-run to cancel.
+    pub cancel: Option<AttemptId>,
+    /// A held result whose staged artifact is to be discarded.
+    pub discard: Option<AttemptId>,
 }
 
 /// What a concluded proof makes the actor announce.
@@ -41,6 +85,7 @@ impl Reruns {
             in_flight: Vec::new(),
             max_in_flight: max_in_flight.max(1),
             outstanding: 0,
+            gates: HashMap::new(),
         }
     }
 
@@ -55,6 +100,107 @@ impl Reruns {
         self.queue.push_back(node);
         self.outstanding += 1;
         t.awaiting += 1;
+    }
+
+    /// Queues an early re-run of `node`, beside its first execution: its result is held
+    /// until [`Self::confirm`] or [`Self::withdraw`]. `false`: one is already there (the
+    /// first execution was handed out again): nothing changed.
+    pub(super) fn queue_early(&mut self, node: usize, t: &mut TaskState) -> bool {
+        if self.gates.contains_key(&node) {
+            return false;
+        }
+        self.gates.insert(node, Gate::Waiting);
+        self.queue(node, t);
+        true
+    }
+
+    /// The first execution of `node` was saved and its proof is to be made: `true` when an
+    /// early re-run is there to make it (nothing more to queue). A result it already
+    /// returned is taken with [`Self::take_confirmed`] once the task's report is filed.
+    pub(super) fn confirm(&mut self, node: usize) -> bool {
+        let Some(gate) = self.gates.remove(&node) else { return false };
+        let (confirmed, gate) = match gate {
+            Gate::Waiting | Gate::Open => (true, Gate::Open),
+            Gate::Held(f) | Gate::Ready(f) => (true, Gate::Ready(f)),
+            Gate::Dropped => (false, Gate::Dropped),
+        };
+        self.gates.insert(node, gate);
+        confirmed
+    }
+
+    /// A confirmed early re-run's result that came before the confirmation: to compare now.
+    pub(super) fn take_confirmed(&mut self, node: usize) -> Option<Box<Finished>> {
+        match self.gates.remove(&node)? {
+            Gate::Ready(f) => Some(f),
+            gate => {
+                self.gates.insert(node, gate);
+                None
+            }
+        }
+    }
+
+    /// A re-run of `node` returned `f`: compare it, hold it (an early re-run not confirmed
+    /// yet) or drop it (withdrawn).
+    pub(super) fn arrived(&mut self, node: usize, f: Box<Finished>) -> Arrived {
+        self.ended(node, f.attempt);
+        match self.gates.remove(&node) {
+            None | Some(Gate::Open) => Arrived::Compare(f),
+            Some(Gate::Waiting) => {
+                self.gates.insert(node, Gate::Held(f));
+                Arrived::Held
+            }
+            Some(Gate::Dropped) => {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                Arrived::Dropped(f)
+            }
+            // A second result for one re-run: compared like any other.
+            Some(held @ (Gate::Held(_) | Gate::Ready(_))) => {
+                self.gates.insert(node, held);
+                Arrived::Compare(f)
+            }
+        }
+    }
+
+    /// The first execution of `node` ended without a proof to make (failed, not saved, no
+    /// outputs, interrupted), or its early re-run could not be handed out: the early re-run,
+    /// if not confirmed, is no longer awaited — a queued one never starts, a running one is
+    /// to be cancelled, a held result discarded. `None`: nothing was withdrawn (no early
+    /// re-run, or a confirmed one: its proof goes on).
+    pub(super) fn withdraw(&mut self, node: usize, t: &mut TaskState) -> Option<Withdrawn> {
+        let mut done = Withdrawn::default();
+        match self.gates.remove(&node)? {
+            Gate::Waiting => {
+                if let Some(i) = self.queue.iter().position(|&n| n == node) {
+                    self.queue.remove(i);
+                } else if let Some(&(_, a)) = self.in_flight.iter().find(|&&(n, _)| n == node) {
+                    // Still outstanding until its report comes back ([`Self::arrived`]): the
+                    // run ends once what it staged is discarded.
+                    done.cancel = Some(a);
+                    self.gates.insert(node, Gate::Dropped);
+                    t.awaiting = t.awaiting.saturating_sub(1);
+                    return Some(done);
+                }
+            }
+            Gate::Held(f) => done.discard = Some(f.attempt),
+            gate => {
+                // Confirmed (its proof goes on), or already dropped.
+                self.gates.insert(node, gate);
+                return None;
+            }
+        }
+        self.outstanding = self.outstanding.saturating_sub(1);
+        t.awaiting = t.awaiting.saturating_sub(1);
+        Some(done)
+    }
+
+    /// A withdrawn re-run's cancel could not be sent (the link is gone): its report will
+    /// not come; it is no longer outstanding.
+    pub(super) fn lost_dropped(&mut self, node: usize, attempt: AttemptId) {
+        if matches!(self.gates.get(&node), Some(Gate::Dropped)) {
+            self.gates.remove(&node);
+            self.ended(node, attempt);
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
     }
 
     /// The next queued re-run to hand out, while there is room and the run goes on.
@@ -97,6 +243,8 @@ impl Reruns {
         self.outstanding = self.outstanding.saturating_sub(queued.len());
         for &node in &queued {
             state[node].awaiting = state[node].awaiting.saturating_sub(1);
+            // An early re-run that will not start: nothing is left to withdraw.
+            self.gates.remove(&node);
         }
         (queued, self.in_flight.iter().map(|&(_, a)| a).collect())
     }

@@ -128,3 +128,64 @@ fn an_interrupt_drops_the_queue_releases_what_it_held_and_cancels_what_runs() {
     );
     assert!(release_all(&mut state).is_empty());
 }
+
+fn done(attempt: u64) -> Box<Finished> {
+    Box::new(Finished::never_ran(AttemptId(attempt), prova_protocol::spec::ExitKind::Code(0)))
+}
+
+#[test]
+fn an_early_rerun_is_held_until_confirmed_and_counted_once() {
+    let mut state = TaskState::for_tasks(1);
+    let mut r = Reruns::new(2);
+    assert!(r.queue_early(0, &mut state[0]));
+    assert!(!r.queue_early(0, &mut state[0]), "one early re-run per task");
+    assert_eq!((r.outstanding(), state[0].awaiting), (1, 1));
+    assert_eq!(r.next(false), Some(0));
+    r.started(0, AttemptId(5));
+    assert!(matches!(r.arrived(0, done(5)), Arrived::Held));
+    assert!(r.take_confirmed(0).is_none(), "not confirmed yet");
+    assert!(r.confirm(0), "the early re-run makes the proof: nothing more is queued");
+    assert!(r.withdraw(0, &mut state[0]).is_none(), "a confirmed proof goes on");
+    let f = r.take_confirmed(0).expect("the held result, once confirmed");
+    assert_eq!(f.attempt, AttemptId(5));
+    assert!(r.take_confirmed(0).is_none(), "taken once");
+    assert_eq!(r.outstanding(), 1, "still outstanding until its verdict concludes");
+    assert!(matches!(r.conclude(&mut state[0], proven()), Announce::Verdict(_)));
+    assert_eq!((r.outstanding(), state[0].awaiting), (0, 0));
+}
+
+#[test]
+fn a_withdrawn_early_rerun_is_dropped_wherever_it_is() {
+    // Queued: it never starts.
+    let mut state = TaskState::for_tasks(3);
+    let mut r = Reruns::new(1);
+    r.queue(2, &mut state[2]);
+    assert_eq!(r.next(false), Some(2));
+    r.started(2, AttemptId(1));
+    r.queue_early(0, &mut state[0]);
+    assert_eq!(r.withdraw(0, &mut state[0]), Some(Withdrawn::default()));
+    assert_eq!((r.outstanding(), state[0].awaiting), (1, 0), "only task 2's proof is left");
+    r.ended(2, AttemptId(1));
+    assert_eq!(r.next(false), None, "the withdrawn re-run never starts");
+    // Running: cancelled; outstanding until its report comes back, then dropped.
+    r.queue_early(1, &mut state[1]);
+    assert_eq!(r.next(false), Some(1));
+    r.started(1, AttemptId(7));
+    let w = r.withdraw(1, &mut state[1]).expect("withdrawn");
+    assert_eq!(w.cancel, Some(AttemptId(7)));
+    assert_eq!(state[1].awaiting, 0, "its report is not held for it");
+    assert_eq!(r.outstanding(), 2, "the run waits for the cancelled re-run");
+    assert!(matches!(r.arrived(1, done(7)), Arrived::Dropped(_)));
+    assert_eq!(r.outstanding(), 1);
+    assert!(!r.confirm(1), "a dropped re-run makes no proof");
+    // Held: its staged artifact is to be discarded.
+    let mut state = TaskState::for_tasks(1);
+    let mut r = Reruns::new(1);
+    r.queue_early(0, &mut state[0]);
+    let _ = r.next(false);
+    r.started(0, AttemptId(9));
+    assert!(matches!(r.arrived(0, done(9)), Arrived::Held));
+    let w = r.withdraw(0, &mut state[0]).expect("withdrawn");
+    assert_eq!(w.discard, Some(AttemptId(9)));
+    assert_eq!((r.outstanding(), state[0].awaiting), (0, 0));
+}

@@ -1,7 +1,9 @@
 //! Proofs (`--verify`, brief §1; the reference design `000_*`): the inputs proof reads the
 //! trace of a task's own execution in an exec root holding only its declared inputs; the
 //! determinism proof re-runs a saved execution elsewhere — another worker, another exec-root
-//! path, perturbed — and compares the output trees by content. Every execution lands in the
+//! path, perturbed — and compares the output trees by content (the re-run is queued after
+//! the save, or started beside the first execution and counted once it is saved:
+//! [`Run::reruns_beside`], [`super::reruns`]). Every execution lands in the
 //! fingerprint ledger. The canonical (first) bytes stay on disk and in the cache whatever
 //! the verdict; a re-run is never saved. Which verdict an execution earns is decided in
 //! [`super::verdicts`]; this file carries the proofs out (queues re-runs, records ledger
@@ -13,7 +15,7 @@ use prova_protocol::{AttemptId, Digest, WorkerId};
 
 use super::core::{self as decide, PrimaryOutputs, Purpose};
 use super::machine::{Command, Run};
-use super::reruns::{self, Announce};
+use super::reruns::{self, Announce, Arrived};
 use super::verdicts::{self, Comparison};
 use crate::cache::Execution;
 
@@ -173,9 +175,67 @@ impl Run {
         if let Some(v) = self.skipped_proof(node) {
             return (!self.options.verify.inputs).then_some(v);
         }
-        self.reruns.queue(node, &mut self.state[node]);
+        // An early re-run started beside the first execution makes the proof.
+        if !self.reruns.confirm(node) {
+            self.reruns.queue(node, &mut self.state[node]);
+        }
         self.pump_reruns();
         None
+    }
+
+    /// Whether the determinism re-run of `node` starts beside its first execution (handed
+    /// out now, `in_place`: in the workspace) rather than after its save: off the farm (a
+    /// local worker, a REAPI farm; the farm places a re-run away from the first execution's
+    /// worker, known only once placed), when the first execution runs in an exec root (an in-place one may change the
+    /// workspace the re-run's root is copied from while the root is made), and when a save
+    /// is possible and the proof not skipped. Until the save confirms the proof, its result
+    /// is held; if the save never comes, it is withdrawn ([`super::reruns`]).
+    pub(super) fn reruns_beside(&self, node: usize, in_place: bool) -> bool {
+        self.options.verify.determinism
+            && !in_place
+            && !self.farm_worker()
+            && self.cache_use(node).writes
+            && self.skipped_proof(node).is_none()
+    }
+
+    /// Queues the early re-run of `node` (see [`Self::reruns_beside`]).
+    pub(super) fn start_early_rerun(&mut self, node: usize) {
+        if self.reruns.queue_early(node, &mut self.state[node]) {
+            self.pump_reruns();
+        }
+    }
+
+    /// The first execution of `node` ended without a proof to make: its early re-run, if
+    /// any and not confirmed, is cancelled or its result dropped.
+    pub(super) fn withdraw_early_rerun(&mut self, node: usize) {
+        let Some(w) = self.reruns.withdraw(node, &mut self.state[node]) else { return };
+        if let Some(attempt) = w.cancel {
+            self.push(Command::Cancel(attempt));
+        }
+        if let Some(attempt) = w.discard {
+            self.discard_staged(attempt);
+        }
+    }
+
+    /// A confirmed early re-run's result that came before the task's report: compared now.
+    pub(super) fn compare_confirmed_rerun(&mut self, node: usize) {
+        if let Some(f) = self.reruns.take_confirmed(node) {
+            self.on_rerun_finished(node, f);
+        }
+    }
+
+    /// A re-run's report came: compared now, or held (an early re-run whose first execution
+    /// is not saved yet), or dropped (its proof was withdrawn).
+    pub(super) fn on_rerun_arrived(&mut self, node: usize, f: Box<Finished>) {
+        match self.reruns.arrived(node, f) {
+            Arrived::Compare(f) => self.on_rerun_finished(node, f),
+            Arrived::Held => self.pump_reruns(),
+            Arrived::Dropped(f) => {
+                self.discard_staged(f.attempt);
+                self.pump_reruns();
+                self.try_finish_run();
+            }
+        }
     }
 
     /// Why this run skips the proofs of `node`, if it does (see [`verdicts::skipped_proof`]).
@@ -208,9 +268,8 @@ impl Run {
         }
     }
 
-    /// A re-run ended: compare it with the first execution.
-    pub(super) fn on_rerun_finished(&mut self, node: usize, f: Box<Finished>) {
-        self.reruns.ended(node, f.attempt);
+    /// A re-run ended (and is no longer in flight): compare it with the first execution.
+    fn on_rerun_finished(&mut self, node: usize, f: Box<Finished>) {
         let rerun_worker =
             self.state[node].rerun_worker.clone().unwrap_or_else(|| self.worker.clone());
         let staged = (!self.farm_worker()).then(|| self.staged_path(f.attempt));
@@ -322,3 +381,7 @@ impl Run {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "early_rerun_tests.rs"]
+mod early_rerun_tests;
