@@ -135,6 +135,10 @@ pub fn project_dirs(
     let filter_globs = Arc::clone(&globs);
     let root = src.root.to_path_buf();
     let filter_root = root.clone();
+    // The parallel walker: the sequential one (walkdir) opens and lists every directory it
+    // yields, those at the maximum depth too — a thousand package directories listed for
+    // nothing on every run. This one stops at the maximum depth; its order is not sorted,
+    // so what it finds is sorted below.
     let walk = ignore::WalkBuilder::new(&root)
         .hidden(false)
         .git_ignore(true)
@@ -144,7 +148,7 @@ pub fn project_dirs(
         .git_exclude(false)
         .follow_links(false)
         .max_depth(Some(max_depth))
-        .sort_by_file_name(|a, b| a.cmp(b))
+        .threads(WALK_THREADS)
         .filter_entry(move |entry| {
             if !entry.file_type().is_some_and(|t| t.is_dir()) {
                 return false;
@@ -160,15 +164,15 @@ pub fn project_dirs(
             let comps: Vec<&str> = rel.split('/').collect();
             filter_globs.shapes.iter().any(|s| s.admits(&comps))
         })
-        .build();
-    for entry in walk {
-        let entry = entry.map_err(|e| ConfigError::Walk {
-            path: shown_path(&root, &walk_error_path(&e).unwrap_or_else(|| root.clone())),
-            message: e.to_string(),
-        })?;
-        if entry.depth() == 0 {
-            continue;
-        }
+        .build_parallel();
+    let (entries, mut errors) = collect(walk);
+    if !errors.is_empty() {
+        errors.sort_by(|a, b| a.0.cmp(&b.0));
+        let (path, message) = errors.swap_remove(0);
+        let path = path.unwrap_or_else(|| root.clone());
+        return Err(ConfigError::Walk { path: shown_path(&root, &path), message });
+    }
+    for entry in entries {
         let Some(rel) = rel_dir(&root, entry.path()) else {
             tracing::warn!(path = %entry.path().display(), "skipping a directory whose name is not UTF-8");
             continue;
@@ -345,6 +349,34 @@ fn rel_dir(root: &Path, dir: &Path) -> Option<String> {
     let rel = dir.strip_prefix(root).ok()?;
     let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
     Some(parts?.join("/"))
+}
+
+/// Threads of the project walk: most layouts are two levels (`packages/*`), so more would
+/// only cost their start.
+const WALK_THREADS: usize = 2;
+
+/// The directories a parallel walk yields below its root, sorted by path, and the errors it
+/// met (with the path each names, or the root's).
+fn collect(walk: ignore::WalkParallel) -> (Vec<ignore::DirEntry>, Vec<(Option<PathBuf>, String)>) {
+    let found = std::sync::Mutex::new((Vec::new(), Vec::new()));
+    walk.run(|| {
+        let found = &found;
+        Box::new(move |entry| {
+            let mut f = found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match entry {
+                Ok(e) if e.depth() > 0 => f.0.push(e),
+                Ok(_) => {}
+                Err(e) => {
+                    f.1.push((walk_error_path(&e), e.to_string()));
+                }
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    let (mut entries, errors) =
+        found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    entries.sort_by(|a: &ignore::DirEntry, b| a.path().cmp(b.path()));
+    (entries, errors)
 }
 
 fn walk_error_path(err: &ignore::Error) -> Option<PathBuf> {
