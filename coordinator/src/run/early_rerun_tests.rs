@@ -31,6 +31,15 @@ fn pair<'a>(a: &[&'a Assignment]) -> (&'a Assignment, &'a Assignment) {
     (primary, rerun)
 }
 
+/// A one-task `--verify=all` run, begun: its first execution's and its re-run's attempts.
+fn begun() -> (Drive, AttemptId, AttemptId) {
+    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
+    let cmds = d.give(Input::Begin);
+    let (primary, rerun) = pair(&assigned(&cmds));
+    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    (d, primary, rerun)
+}
+
 fn determinism(r: &prova_protocol::events::TaskReport) -> Vec<&Verdict> {
     r.verdicts.iter().filter(|v| matches!(v, Verdict::ProvenDeterministic { .. })).collect()
 }
@@ -81,10 +90,7 @@ fn a_rerun_that_ends_first_is_held_until_the_save_then_compared() {
 
 #[test]
 fn a_rerun_that_ends_after_the_save_is_compared_as_it_comes() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     let cmds = d.give(finished(primary, ExitKind::Code(0), 1, Some(outputs(b"x"))));
     let cmds = d.give(saved(save_of(&cmds).expect("saved")));
     assert!(reports(&cmds).is_empty(), "the report waits for its proof: {cmds:?}");
@@ -97,10 +103,7 @@ fn a_rerun_that_ends_after_the_save_is_compared_as_it_comes() {
 
 #[test]
 fn a_failed_first_execution_cancels_its_running_rerun_and_drops_its_result() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     let cmds = d.give(finished(primary, ExitKind::Code(1), 1, None));
     assert_eq!(cancels(&cmds), vec![rerun], "{cmds:?}");
     let r = reports(&cmds);
@@ -116,10 +119,7 @@ fn a_failed_first_execution_cancels_its_running_rerun_and_drops_its_result() {
 
 #[test]
 fn a_held_rerun_is_discarded_when_the_first_execution_is_not_saved() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     d.give(finished(rerun, ExitKind::Code(0), 1, Some(outputs(b"x"))));
     let cmds = d.give(finished(primary, ExitKind::Code(0), 1, Some(outputs(b"x"))));
     let node = save_of(&cmds).expect("a save is tried");
@@ -162,10 +162,7 @@ fn a_queued_early_rerun_never_starts_when_its_first_execution_fails() {
 
 #[test]
 fn an_interrupt_cancels_the_pair_and_the_run_ends_without_a_proof() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     let mut cancelled = cancels(&d.give(Input::Interrupt));
     cancelled.sort();
     assert_eq!(cancelled, vec![primary, rerun]);
@@ -201,10 +198,7 @@ fn the_farm_and_a_first_execution_in_place_rerun_after_the_save() {
 
 #[test]
 fn an_early_rerun_that_cannot_be_handed_out_is_withdrawn_not_failed() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     let cmds = d.give(Input::AssignFailed(rerun));
     assert!(reports(&cmds).is_empty(), "no verdict before the first execution's: {cmds:?}");
     // The first execution went out before the link closed and is saved: the proof is
@@ -220,10 +214,7 @@ fn an_early_rerun_that_cannot_be_handed_out_is_withdrawn_not_failed() {
 
 #[test]
 fn a_withdrawn_rerun_whose_cancel_cannot_be_sent_no_longer_holds_the_run() {
-    let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], all(2));
-    let cmds = d.give(Input::Begin);
-    let (primary, rerun) = pair(&assigned(&cmds));
-    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let (mut d, primary, rerun) = begun();
     let cmds = d.give(finished(primary, ExitKind::Code(1), 1, None));
     assert_eq!(cancels(&cmds), vec![rerun]);
     assert!(summary(&cmds).is_none(), "{cmds:?}");
