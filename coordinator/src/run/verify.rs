@@ -184,12 +184,13 @@ impl Run {
     }
 
     /// Whether the determinism re-run of `node` starts beside its first execution (handed
-    /// out now, `in_place`: in the workspace) rather than after its save: off the farm (a
-    /// local worker, a REAPI farm; the farm places a re-run away from the first execution's
-    /// worker, known only once placed), when the first execution runs in an exec root (an in-place one may change the
-    /// workspace the re-run's root is copied from while the root is made), and when a save
-    /// is possible and the proof not skipped. Until the save confirms the proof, its result
-    /// is held; if the save never comes, it is withdrawn ([`super::reruns`]).
+    /// out now; `in_place`: the first execution runs in the workspace) rather than after its
+    /// save. Only off the farm (a local worker, a REAPI farm: the farm places a re-run away
+    /// from the first execution's worker, known only once placed), only when the first
+    /// execution runs in an exec root (one in place may change the workspace files the
+    /// re-run's root is copied from while it is made), and only when a save is possible and
+    /// the proof not skipped. Until the save confirms the proof its result is held; if the
+    /// save never comes, it is withdrawn ([`super::reruns`]).
     pub(super) fn reruns_beside(&self, node: usize, in_place: bool) -> bool {
         self.options.verify.determinism
             && !in_place
