@@ -1,9 +1,10 @@
-//! `--verify=all` in local mode starts each determinism re-run beside its first execution
-//! (both run in exec roots of the same declared inputs and upstream artifacts), and counts
-//! the re-run only once the first execution is saved. On the real binary: a nondeterministic
-//! task is still caught, with the first execution's bytes kept; a chain is proven link by
-//! link; a first execution that fails drops a re-run that succeeded — no verdict, no ledger
-//! row, nothing left staged.
+//! A local run starts each determinism re-run beside its first execution — under
+//! `--verify=all` both run in exec roots of the same declared inputs and upstream artifacts;
+//! under `--verify` the first runs in the workspace when its outputs lie apart from its
+//! inputs — and counts the re-run only once the first execution is saved. On the real
+//! binary: a nondeterministic task is still caught, with the first execution's bytes kept;
+//! a chain is proven link by link; a first execution that fails drops a re-run that
+//! succeeded — no verdict, no ledger row, nothing left staged.
 
 use prova_tests::verify::{
     cache_word, hermeticity, name, prova, sandbox_or_skip, task, task_with, verdict_names,
@@ -89,17 +90,22 @@ fn a_failed_first_execution_drops_a_rerun_that_succeeded() {
         "mkdir -p out && echo x > out/x.txt && { test $USER = prova-rerun || { sleep 2; exit 1; }; }",
         &["out/x.txt"],
     );
-    let ws = workspace(&only_rerun);
-    let out = prova(&ws, ["run", "picky", "--all", "--verify=all", "--json"]).run();
-    out.assert_code(1);
-    assert_eq!(out.status_of("p#picky"), "failed", "{out}");
-    let v = verdict_names(&out, "p#picky");
-    assert!(
-        !v.iter().any(|n| n.contains("deterministic")),
-        "no determinism verdict for a failed execution: {v:?}\n{out}"
-    );
-    assert!(staged(&ws).is_empty(), "the dropped re-run's artifact is removed: {:?}", staged(&ws));
-    // Nothing of the re-run reached the ledger: a task never saved has no row that passed.
-    let (_, h) = hermeticity(&ws);
-    assert_eq!(h["keys"], serde_json::json!([]), "{h}");
+    // `--verify` alone: the first execution runs in the workspace (its outputs apart from
+    // its inputs), the re-run beside it all the same.
+    for mode in ["--verify=all", "--verify"] {
+        let ws = workspace(&only_rerun);
+        let out = prova(&ws, ["run", "picky", "--all", mode, "--json"]).run();
+        out.assert_code(1);
+        assert_eq!(out.status_of("p#picky"), "failed", "{mode}\n{out}");
+        let v = verdict_names(&out, "p#picky");
+        assert!(
+            !v.iter().any(|n| n.contains("deterministic")),
+            "{mode}: no determinism verdict for a failed execution: {v:?}\n{out}"
+        );
+        let left = staged(&ws);
+        assert!(left.is_empty(), "{mode}: the dropped re-run's artifact is removed: {left:?}");
+        // Nothing of the re-run reached the ledger: a task never saved has no row that passed.
+        let (_, h) = hermeticity(&ws);
+        assert_eq!(h["keys"], serde_json::json!([]), "{mode}: {h}");
+    }
 }

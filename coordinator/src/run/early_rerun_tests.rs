@@ -13,7 +13,8 @@ use prova_protocol::work::Assignment;
 
 use crate::layers::SaveOutcome;
 use crate::run::machine::machine_tests::{
-    Drive, Knobs, assigned, finished, ledger, outputs, reports, save_of, saved, summary, task,
+    Drive, Knobs, assigned, finished, ledger, outputs, reports, rerun_after_save, save_of, saved,
+    summary, task,
 };
 use crate::run::machine::{Command, Input};
 use crate::run::types::{ExecMode, VerifyOptions};
@@ -177,15 +178,16 @@ fn an_interrupt_cancels_the_pair_and_the_run_ends_without_a_proof() {
 }
 
 #[test]
-fn the_farm_and_a_first_execution_in_place_rerun_after_the_save() {
+fn the_farm_and_a_first_execution_in_place_among_its_inputs_rerun_after_the_save() {
     let farm = ExecMode::ExecRoot { local_source: None, local_blobs: None };
     let mut on_farm = all(2);
     on_farm.exec = farm;
-    // Determinism alone in local mode: the first execution runs in the workspace.
+    // Determinism alone in local mode: the first execution runs in the workspace, where it
+    // cleans and writes its outputs — among which one of its inputs lies.
     let verify = VerifyOptions { determinism: true, ..Default::default() };
     let in_place = Knobs { verify, ..Knobs::default() };
-    for knobs in [on_farm, in_place] {
-        let mut d = Drive::new(vec![task("a", &["dist/**"], vec![])], knobs);
+    for (knobs, t) in [(on_farm, task("a", &["dist/**"], vec![])), (in_place, rerun_after_save())] {
+        let mut d = Drive::new(vec![t], knobs);
         let cmds = d.give(Input::Begin);
         let a = assigned(&cmds);
         assert_eq!(a.len(), 1, "{cmds:?}");
@@ -221,4 +223,30 @@ fn a_withdrawn_rerun_whose_cancel_cannot_be_sent_no_longer_holds_the_run() {
     // The link is gone: its report will never come.
     let cmds = d.give(Input::CancelFailed(rerun));
     assert!(summary(&cmds).is_some_and(|s| !s.ok), "{cmds:?}");
+}
+
+#[test]
+fn a_first_execution_in_place_apart_from_its_inputs_has_its_rerun_beside_it() {
+    // `--verify` alone: the first execution runs in the workspace, its outputs (`p/dist`)
+    // apart from its inputs: nothing it cleans or writes is copied into the re-run's root.
+    let verify = VerifyOptions { determinism: true, ..Default::default() };
+    let mut t = task("a", &["dist/**"], vec![]);
+    t.inputs = rerun_after_save().inputs;
+    t.inputs[0].path = "p/src/main.c".into();
+    let mut d = Drive::new(vec![t], Knobs { verify, ..Knobs::default() });
+    let cmds = d.give(Input::Begin);
+    let a = assigned(&cmds);
+    assert_eq!(a.len(), 2, "{cmds:?}");
+    let (primary, rerun) = pair(&a);
+    assert!(matches!(primary.placement, prova_protocol::work::Placement::InPlace { .. }));
+    let (primary, rerun) = (primary.attempt, rerun.attempt);
+    let cmds = d.give(finished(primary, ExitKind::Code(0), 1, Some(outputs(b"x"))));
+    let cmds = d.give(saved(save_of(&cmds).expect("saved")));
+    assert!(assigned(&cmds).is_empty(), "{cmds:?}");
+    let cmds = d.give(finished(rerun, ExitKind::Code(0), 1, Some(outputs(b"x"))));
+    assert_eq!(determinism(reports(&cmds)[0]).len(), 1);
+    // No outputs declared: nothing to prove, so nothing starts beside it.
+    let verify = VerifyOptions { determinism: true, ..Default::default() };
+    let mut d = Drive::new(vec![task("lint", &[], vec![])], Knobs { verify, ..Knobs::default() });
+    assert_eq!(assigned(&d.give(Input::Begin)).len(), 1);
 }

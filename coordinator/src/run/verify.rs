@@ -186,17 +186,33 @@ impl Run {
     /// Whether the determinism re-run of `node` starts beside its first execution (handed
     /// out now; `in_place`: the first execution runs in the workspace) rather than after its
     /// save. Only off the farm (a local worker, a REAPI farm: the farm places a re-run away
-    /// from the first execution's worker, known only once placed), only when the first
-    /// execution runs in an exec root (one in place may change the workspace files the
-    /// re-run's root is copied from while it is made), and only when a save is possible and
-    /// the proof not skipped. Until the save confirms the proof its result is held; if the
-    /// save never comes, it is withdrawn ([`super::reruns`]).
+    /// from the first execution's worker, known only once placed); only when a save is
+    /// possible and the proof not skipped; and, for a first execution in the workspace, only
+    /// when its outputs lie apart from its inputs ([`Self::outputs_apart`]). Until the save
+    /// confirms the proof its result is held; if the save never comes, it is withdrawn
+    /// ([`super::reruns`]).
     pub(super) fn reruns_beside(&self, node: usize, in_place: bool) -> bool {
         self.options.verify.determinism
-            && !in_place
             && !self.farm_worker()
             && self.cache_use(node).writes
             && self.skipped_proof(node).is_none()
+            && (!in_place || self.outputs_apart(node))
+    }
+
+    /// Whether `node` declares outputs and none of them lies where one of its declared
+    /// inputs does (no input inside an output's root, no output root inside an input, a
+    /// tree's directory included). A first execution in the workspace cleans and writes its
+    /// declared outputs there: apart from its inputs, it cannot change the files its re-run's
+    /// exec root is being copied from.
+    fn outputs_apart(&self, node: usize) -> bool {
+        use prova_protocol::globs::is_within;
+        let globs = self.output_globs(node);
+        let roots = globs.roots();
+        !globs.is_empty()
+            && self.plan.tasks[node]
+                .inputs
+                .iter()
+                .all(|i| roots.iter().all(|r| !is_within(&i.path, r) && !is_within(r, &i.path)))
     }
 
     /// Queues the early re-run of `node` (see [`Self::reruns_beside`]).
