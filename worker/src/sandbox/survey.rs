@@ -300,6 +300,7 @@ mod tests {
         let ops = view(w, root, &layout(&["**/*.js"])).unwrap();
         assert!(ops.contains(&ro("p/a.txt")) && ops.contains(&ro("p/dist")), "{ops:?}");
     }
+
     /// A sandboxed run's reads, from plain values.
     fn reads(missing: &[&str], listed: &[(&str, &[&str])], wrote: &[&str]) -> ReadsReport {
         let v = |x: &[&str]| x.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
