@@ -56,6 +56,8 @@ mod leases;
 mod members;
 #[path = "place.rs"]
 mod place;
+#[path = "queue.rs"]
+mod queue;
 #[path = "trust.rs"]
 mod trust;
 
@@ -397,7 +399,7 @@ impl Queued {
 #[derive(Default)]
 pub struct FarmCore {
     workers: BTreeMap<WorkerId, Worker>,
-    queue: Vec<Queued>,
+    queue: queue::Queue,
     leases: HashMap<AttemptId, Lease>,
     next_lease: u64,
     /// Runs waiting on another run's execution of the same key: leader origin → followers.

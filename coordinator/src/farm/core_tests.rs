@@ -17,7 +17,7 @@ fn w(name: &str) -> WorkerId {
     WorkerId(name.into())
 }
 
-fn item(run: u64, attempt: u64, priority: u64) -> Item {
+pub(super) fn item(run: u64, attempt: u64, priority: u64) -> Item {
     Item {
         origin: Origin { run: RunId(run), attempt: AttemptId(attempt) },
         assignment: Assignment {

@@ -116,8 +116,7 @@ impl FarmCore {
         for f in self.followers.values_mut() {
             f.retain(|o| *o != origin);
         }
-        if let Some(pos) = self.queue.iter().position(|q| q.item.origin == origin) {
-            let q = self.queue.remove(pos);
+        if let Some(q) = self.queue.remove_origin(&origin) {
             self.forget_key(&q.item);
             // Promote a follower so its run is not left waiting on a cancelled leader.
             self.promote_follower(origin, q.item, q.since);

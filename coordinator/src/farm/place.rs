@@ -35,15 +35,13 @@ impl FarmCore {
         if self.queue.is_empty() || !self.any_free_slot(now) {
             return;
         }
-        // Highest priority first; ties by submission order (stable sort).
-        self.queue.sort_by_key(|q| std::cmp::Reverse(q.item.priority));
-        let mut i = 0;
-        while i < self.queue.len() && self.any_free_slot(now) {
-            let Some(worker) = self.choose(now, &self.queue[i]) else {
-                i += 1;
-                continue;
-            };
-            let q = self.queue.remove(i);
+        // Served in the queue's order: highest priority first, ties by queueing order.
+        let mut at = None;
+        while self.any_free_slot(now) {
+            let Some((place, queued)) = self.queue.next_after(at) else { break };
+            at = Some(place);
+            let Some(worker) = self.choose(now, queued) else { continue };
+            let Some(q) = self.queue.remove(place) else { break };
             let lease = AttemptId(self.next_lease);
             self.next_lease += 1;
             let mut assignment = q.item.assignment.clone();
@@ -136,9 +134,8 @@ impl FarmCore {
     }
 
     pub(super) fn expire_unplaceable(&mut self, now: Duration, out: &mut Vec<FarmCommand>) {
-        let mut i = 0;
-        while i < self.queue.len() {
-            let q = &self.queue[i];
+        for place in self.queue.places() {
+            let Some(q) = self.queue.get_mut(place) else { continue };
             // Connected workers that could run it (a worker that refused a result of it, or
             // is quarantined, never will); of them, those fit to now.
             let could: Vec<&Worker> = self
@@ -159,7 +156,7 @@ impl FarmCore {
             } else if !could.is_empty() && !fit_now {
                 // Only workers that said they are unfit could: they may recover, so the wait
                 // counts from when that began.
-                let since = *self.queue[i].unfit_since.get_or_insert(now);
+                let since = *q.unfit_since.get_or_insert(now);
                 let unfit: Vec<&str> = could.iter().filter_map(|w| w.unfit.as_deref()).collect();
                 (now.saturating_sub(since) >= NO_WORKER_WAIT).then(|| {
                     format!(
@@ -169,14 +166,11 @@ impl FarmCore {
                     )
                 })
             } else {
-                self.queue[i].unfit_since = None;
+                q.unfit_since = None;
                 None
             };
-            let Some(mut reason) = why else {
-                i += 1;
-                continue;
-            };
-            let q = self.queue.remove(i);
+            let Some(mut reason) = why else { continue };
+            let Some(q) = self.queue.remove(place) else { continue };
             self.forget_key(&q.item);
             if let Some(e) = q.last_error {
                 reason.push_str(&format!("; last error: {e}"));
