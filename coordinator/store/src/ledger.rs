@@ -78,10 +78,14 @@ impl Store {
             return Ok(()); // a read-only run keeps no ledger
         }
         let tx = self.conn_mut().transaction().map_err(sql("record execution"))?;
-        tx.execute(
+        // Cached statements: the farm records every execution of every run, and preparing
+        // these two again each time was most of a record's cost.
+        tx.prepare_cached(
             "INSERT INTO executions (key, task, worker, platform, kind, ok, fingerprint, manifest, artifact, time_ms, failed_tries, compared) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
                 e.key.0,
                 e.task,
                 e.worker,
@@ -94,13 +98,13 @@ impl Store {
                 e.time_ms,
                 i64::from(e.failed_tries),
                 e.compared.map(|d| d.0)
-            ],
-        )
+            ])
+        })
         .map_err(sql("record execution"))?;
-        tx.execute(
+        tx.prepare_cached(
             "DELETE FROM executions WHERE id <= (SELECT max(id) FROM executions) - ?1",
-            [LEDGER_MAX_ROWS],
         )
+        .and_then(|mut stmt| stmt.execute([LEDGER_MAX_ROWS]))
         .map_err(sql("trim the ledger"))?;
         tx.commit().map_err(sql("record execution"))
     }
