@@ -88,6 +88,7 @@ fn scratch(read_only: bool) -> Result<Store, CacheError> {
     }
     let mut conn = Connection::open_in_memory().map_err(sql("open a scratch index"))?;
     conn.pragma_update(None, "foreign_keys", true).map_err(sql("set foreign_keys"))?;
+    schema::stable_plans(&conn).map_err(sql("enable the query planner stability guarantee"))?;
     schema::migrate(&mut conn, MIGRATIONS)?;
     // Nothing a scratch store keys is kept, so it has no salt of its own: a random one would
     // give every `--no-cache` or cache-less `show` another key for the same task.
@@ -109,6 +110,7 @@ fn connect(index: &Path, immutable: bool) -> rusqlite::Result<Connection> {
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(uri, flags)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    schema::stable_plans(&conn)?;
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
     Ok(conn)
 }

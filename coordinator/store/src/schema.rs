@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::{CacheError, sql};
@@ -186,7 +187,7 @@ CREATE TABLE durations (
 /// NORMAL` (durable at checkpoints; a power loss can drop the newest commits, which only
 /// costs misses), foreign keys on, and IMMEDIATE transactions (a write transaction takes the
 /// write lock when it begins, so it waits on the busy handler instead of failing with
-/// `SQLITE_BUSY` when a read turns into a write).
+/// `SQLITE_BUSY` when a read turns into a write), and [`stable_plans`].
 pub(crate) fn configure(conn: &mut Connection) -> Result<(), CacheError> {
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql("set busy_timeout"))?;
     let mode = set_wal(conn)?;
@@ -196,7 +197,16 @@ pub(crate) fn configure(conn: &mut Connection) -> Result<(), CacheError> {
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql("set synchronous"))?;
     conn.pragma_update(None, "foreign_keys", true).map_err(sql("set foreign_keys"))?;
     conn.set_transaction_behavior(TransactionBehavior::Immediate);
+    stable_plans(conn).map_err(sql("enable the query planner stability guarantee"))?;
     Ok(())
+}
+
+/// One plan per statement whatever its bound values (SQLite's query planner stability
+/// guarantee). Without it SQLite (built with STAT4) parsed and planned a cached lookup again
+/// every time its task or key was another value: the farm's newest-entry lookup per save,
+/// each read of an entry by key.
+pub(crate) fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(|_| ())
 }
 
 /// Switches the database to WAL (a persistent mode: an index already in WAL is left alone)

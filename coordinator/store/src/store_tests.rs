@@ -303,3 +303,33 @@ fn fill_and_close(dir: &Path) {
     drop(store);
     assert!(!dir.join("index.sqlite-wal").exists(), "the last close checkpoints the WAL");
 }
+
+/// SQLite re-prepares a statement whose plan it made from a bound value when that value
+/// changes (`SQLITE_STMTSTATUS_REPREPARE`). The farm looks up the newest entry of every task
+/// it saves, and a cache reads entries by key: each of those lookups was parsed and planned
+/// again, every time, because the next task or key was another value.
+#[test]
+fn repeated_lookups_with_other_values_are_not_prepared_again() {
+    use rusqlite::StatementStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path()).unwrap();
+    for i in 1..=6u64 {
+        store.put_entry(&entry(i, &format!("p{i}#build"), i as i64)).unwrap();
+    }
+    for i in 1..=6u64 {
+        assert!(store.latest_for_task(TRUSTED, &format!("p{i}#build")).unwrap().is_some());
+        assert!(store.get_entry(TRUSTED, &key(i)).unwrap().is_some());
+        assert!(store.entry_with_fingerprint(TRUSTED, &format!("p{i}#build"), &key(i)).is_ok());
+    }
+    let reprepared = |q: &str| {
+        let stmt = store.conn().prepare_cached(q).unwrap();
+        stmt.get_status(StatementStatus::RePrepare)
+    };
+    let latest = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE namespace = ?1 AND task = ?2 \
+         ORDER BY created_ms DESC, id DESC LIMIT 1"
+    );
+    let by_key = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE namespace = ?1 AND key = ?2");
+    assert_eq!(reprepared(&latest), 0, "latest_for_task was prepared again");
+    assert_eq!(reprepared(&by_key), 0, "get_entry was prepared again");
+}
