@@ -197,6 +197,36 @@ pub async fn prepare(
     cache: &CacheThread,
     salt: Option<keys::KeySalt>,
 ) -> Result<Prepared, PrepareError> {
+    prepare_with(ws, graph, args, env, cache, salt, None).await
+}
+
+/// The workspace's file list, started before [`prepare_with`] by a caller that has other
+/// work first (a run opens its cache): the listing — `git ls-files`, a process, the longest
+/// wait of a warm run — overlaps it. Start it only once the workspace lock is held, as
+/// `prepare` would: it must see the files the previous writer left.
+pub struct Listing(OwnedTask<Result<FileList, inputs::files::FilesError>>);
+
+impl Listing {
+    /// Starts listing `ws`'s files on `rt`'s blocking pool.
+    pub fn start(rt: &tokio::runtime::Handle, ws: &Workspace) -> Listing {
+        let root = ws.root.clone();
+        let nested = nested_repos(ws);
+        Listing(OwnedTask::spawn_blocking_on(rt, "prepare.enumerate", move || {
+            inputs::enumerate(&root, &nested)
+        }))
+    }
+}
+
+/// [`prepare`], with the file list started early when `listing` is given.
+pub async fn prepare_with(
+    ws: &Workspace,
+    graph: &TaskGraph,
+    args: &[String],
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &CacheThread,
+    salt: Option<keys::KeySalt>,
+    listing: Option<Listing>,
+) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
     let plan = RunPlan::new(ws, graph, args, env);
     let scope = ws.root.to_string_lossy().into_owned();
@@ -219,7 +249,10 @@ pub async fn prepare(
         Ok::<_, PrepareError>((memo, salt, durations))
     };
     let listed = async {
-        let files = enumerate_files(ws).await?;
+        let files = match listing {
+            Some(early) => listed_files(early.0).await?,
+            None => enumerate_files(ws).await?,
+        };
         tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
         Ok::<_, PrepareError>(files)
     };
@@ -288,14 +321,20 @@ pub async fn prepare(
 async fn enumerate_files(ws: &Workspace) -> Result<FileList, PrepareError> {
     let root = ws.root.clone();
     let nested = nested_repos(ws);
-    let files =
-        OwnedTask::spawn_blocking("prepare.enumerate", move || inputs::enumerate(&root, &nested))
-            .join()
-            .await
-            .map_err(|e| inputs::files::FilesError::Walk {
-                dir: String::new(),
-                message: e.to_string(),
-            })??;
+    listed_files(OwnedTask::spawn_blocking("prepare.enumerate", move || {
+        inputs::enumerate(&root, &nested)
+    }))
+    .await
+}
+
+/// The file list a listing task made.
+async fn listed_files(
+    task: OwnedTask<Result<FileList, inputs::files::FilesError>>,
+) -> Result<FileList, PrepareError> {
+    let files = task.join().await.map_err(|e| inputs::files::FilesError::Walk {
+        dir: String::new(),
+        message: e.to_string(),
+    })??;
     Ok(files)
 }
 

@@ -18,7 +18,7 @@ use prova_coordinator::graph::TaskGraph;
 use prova_coordinator::keys::KeySalt;
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::layers::reapi::ReapiLayer;
-use prova_coordinator::prepare::{KeyStats, Prepared, prepare};
+use prova_coordinator::prepare::{KeyStats, Listing, Prepared, prepare_with};
 use prova_coordinator::run::{RunCache, RunOptions, TaskKind};
 use prova_coordinator::scheduler::defaults;
 use prova_coordinator::workspace::Workspace;
@@ -82,6 +82,11 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         false => None,
     };
     tracing::debug!(locked = lock.is_some(), "workspace lock");
+    // The file list (`git ls-files`) is started now, under the lock, and overlaps the cache's
+    // open — unless that open writes files the listing could see half made (a cache directory
+    // in the workspace outside `.prova/`, which the listing leaves out).
+    let listing = listing_may_overlap_the_cache(&ws.root, &s.cache.dir)
+        .then(|| Listing::start(rt.handle(), &ws));
     let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
     let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
     tracing::debug!("cache opened");
@@ -97,6 +102,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         meta: meta.clone(),
         sandboxed,
         sandbox,
+        listing,
     };
     let outcome = rt.block_on(act.execute(session, Arc::new(Mutex::new(lock))));
     // The cache thread closes the index when the last handle is gone: while the summary is
@@ -133,6 +139,15 @@ struct Act<'a> {
     sandboxed: Vec<TaskId>,
     /// Whether bubblewrap runs here (probed only when something needs it).
     sandbox: SandboxStatus,
+    /// The workspace's file list, started before the cache's open.
+    listing: Option<Listing>,
+}
+
+/// Whether the file list may be made while the cache at `cache_dir` opens: the open creates
+/// the cache's files, which the list must not catch half made — true unless the cache lies in
+/// the workspace outside `.prova/` (the list never holds `.prova/`).
+fn listing_may_overlap_the_cache(root: &Path, cache_dir: &Path) -> bool {
+    !cache_dir.starts_with(root) || cache_dir.starts_with(root.join(".prova"))
 }
 
 /// The run's `sandbox = true` tasks, and the sandbox probed when a proof or one of them
@@ -179,13 +194,14 @@ impl Act<'_> {
 
     /// Keys, probes, then the dry run's plan (`None`) or the run itself.
     async fn execute(
-        self,
+        mut self,
         session: Option<Session>,
         lock: HeldLock,
     ) -> anyhow::Result<Option<Done>> {
         tracing::debug!("run starts");
         let salt = self.salt(session.as_ref()).await?;
-        let (mut prepared, options) = self.prepare(salt).await?;
+        let listing = self.listing.take();
+        let (mut prepared, options) = self.prepare(salt, listing).await?;
         let layer =
             LocalLayer::new(self.cache.clone(), prova_coordinator::cache::TRUSTED, &self.ws.root)
                 .with_input_scopes(prepared.input_scopes.clone())
@@ -253,10 +269,15 @@ impl Act<'_> {
 
     /// Keys, the command line's defaults and the run id on the plan; inputs listed for exec
     /// roots; the run's options with the workspace a proof judges against.
-    async fn prepare(&self, salt: Option<KeySalt>) -> anyhow::Result<(Prepared, RunOptions)> {
+    async fn prepare(
+        &self,
+        salt: Option<KeySalt>,
+        listing: Option<Listing>,
+    ) -> anyhow::Result<(Prepared, RunOptions)> {
         let (ws, s) = (self.ws, self.s);
         let env = |k: &str| std::env::var(k).ok();
-        let mut prepared = prepare(ws, self.graph, &s.forward, &env, self.cache, salt).await?;
+        let mut prepared =
+            prepare_with(ws, self.graph, &s.forward, &env, self.cache, salt, listing).await?;
         defaults::apply(&mut prepared.plan, ws, &s.defaults);
         let run_id = defaults::new_run_id();
         defaults::mark_run(&mut prepared.plan, &run_id);
@@ -560,4 +581,25 @@ fn all_hit_locally(prepared: &Prepared, hits: &HashMap<usize, Entry>) -> bool {
         .iter()
         .enumerate()
         .all(|(i, t)| t.kind == TaskKind::Group || (t.cacheable && hits.contains_key(&i)))
+}
+
+#[cfg(test)]
+mod listing_tests {
+    use std::path::Path;
+
+    use super::listing_may_overlap_the_cache;
+
+    #[test]
+    fn the_listing_overlaps_a_cache_it_cannot_see_and_waits_for_one_it_could() {
+        let root = Path::new("/w");
+        // The default cache, and any under `.prova/` or outside the workspace.
+        assert!(listing_may_overlap_the_cache(root, Path::new("/w/.prova/cache")));
+        assert!(listing_may_overlap_the_cache(root, Path::new("/w/.prova/elsewhere")));
+        assert!(listing_may_overlap_the_cache(root, Path::new("/home/me/.cache/prova")));
+        assert!(listing_may_overlap_the_cache(root, Path::new("/work/cache")));
+        // In the workspace outside `.prova/`: the listing could catch its files half made.
+        assert!(!listing_may_overlap_the_cache(root, Path::new("/w/cache")));
+        assert!(!listing_may_overlap_the_cache(root, Path::new("/w/.provacache")));
+        assert!(!listing_may_overlap_the_cache(root, root));
+    }
 }
