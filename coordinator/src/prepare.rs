@@ -186,21 +186,7 @@ impl Prepared {
     }
 }
 
-/// Builds the plan for `graph` and keys it, reading and refreshing the digest memo in `cache`.
-/// Declared env values are keyed by `salt` — the farm's for a remote run — or, when `None`,
-/// by `cache`'s own salt (brief §5: the keys are the keys of the cache they are probed in).
-pub async fn prepare(
-    ws: &Workspace,
-    graph: &TaskGraph,
-    args: &[String],
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-    cache: &CacheThread,
-    salt: Option<keys::KeySalt>,
-) -> Result<Prepared, PrepareError> {
-    prepare_with(ws, graph, args, env, cache, salt, None).await
-}
-
-/// The workspace's file list, started before [`prepare_with`] by a caller that has other
+/// The workspace's file list, started before [`prepare`] by a caller that has other
 /// work first (a run opens its cache): the listing — `git ls-files`, a process, the longest
 /// wait of a warm run — overlaps it. Start it only once the workspace lock is held, as
 /// `prepare` would: it must see the files the previous writer left.
@@ -217,8 +203,11 @@ impl Listing {
     }
 }
 
-/// [`prepare`], with the file list started early when `listing` is given.
-pub async fn prepare_with(
+/// Builds the plan for `graph` and keys it, reading and refreshing the digest memo in `cache`.
+/// Declared env values are keyed by `salt` — the farm's for a remote run — or, when `None`,
+/// by `cache`'s own salt (brief §5: the keys are the keys of the cache they are probed in).
+/// The file list is `listing`'s when a caller started one, else made here.
+pub async fn prepare(
     ws: &Workspace,
     graph: &TaskGraph,
     args: &[String],

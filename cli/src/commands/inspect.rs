@@ -64,7 +64,7 @@ fn inspect(start: &Path, args: &TaskArgs) -> anyhow::Result<Inspected> {
     let rt = common::runtime()?;
     let found = rt.block_on(async {
         let env = |k: &str| std::env::var(k).ok();
-        let mut prepared = prepare(&ws, &g, &[], &env, &cache, None).await?;
+        let mut prepared = prepare(&ws, &g, &[], &env, &cache, None, None).await?;
         let node = prepared.plan.position(&id).ok_or_else(|| anyhow::anyhow!("no task {id}"))?;
         // Keys that fold an upstream's outputs are known once the upstream's entry is.
         let hits = prova_coordinator::keys::progressive::presolve(

@@ -18,7 +18,7 @@ use prova_coordinator::graph::TaskGraph;
 use prova_coordinator::keys::KeySalt;
 use prova_coordinator::layers::LocalLayer;
 use prova_coordinator::layers::reapi::ReapiLayer;
-use prova_coordinator::prepare::{KeyStats, Listing, Prepared, prepare_with};
+use prova_coordinator::prepare::{KeyStats, Listing, Prepared, prepare};
 use prova_coordinator::run::{RunCache, RunOptions, TaskKind};
 use prova_coordinator::scheduler::defaults;
 use prova_coordinator::workspace::Workspace;
@@ -277,7 +277,7 @@ impl Act<'_> {
         let (ws, s) = (self.ws, self.s);
         let env = |k: &str| std::env::var(k).ok();
         let mut prepared =
-            prepare_with(ws, self.graph, &s.forward, &env, self.cache, salt, listing).await?;
+            prepare(ws, self.graph, &s.forward, &env, self.cache, salt, listing).await?;
         defaults::apply(&mut prepared.plan, ws, &s.defaults);
         let run_id = defaults::new_run_id();
         defaults::mark_run(&mut prepared.plan, &run_id);
