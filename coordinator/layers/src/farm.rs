@@ -190,8 +190,8 @@ impl CacheLayer for FarmLayer {
         Box::pin(self.save_entry(req))
     }
 
-    fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()> {
-        Box::pin(self.inner.touch(keys))
+    fn touch(&self, used: Vec<(Digest, i64)>) -> LayerFuture<'_, ()> {
+        Box::pin(self.inner.touch(used))
     }
 
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>> {

@@ -62,8 +62,9 @@ pub trait CacheLayer: Send + Sync + 'static {
     }
     /// Files an execution (or withholds it, with the reason).
     fn save(&self, req: SaveRequest) -> LayerFuture<'_, SaveOutcome>;
-    /// Marks entries used now (LRU order).
-    fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()>;
+    /// Marks entries used now (LRU order): each key with the `last_used_ms` its entry had
+    /// when the run found it (a layer may skip the entries marked recently enough).
+    fn touch(&self, used: Vec<(Digest, i64)>) -> LayerFuture<'_, ()>;
     /// The entry filed under `key`, if any.
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>>;
     /// The entries a run of this layer may hit for `keys`, in one batch (the farm: its

@@ -27,6 +27,13 @@ use crate::keys::{KeyComponents, Stamp, digests};
 /// the index unwritten ([`crate::cache::Store::touch_coarse`]).
 const TOUCH_RESOLUTION_MS: i64 = 60_000;
 
+/// The keys of `used` whose entries were last marked at least [`TOUCH_RESOLUTION_MS`]
+/// before `now_ms`: the ones [`crate::cache::Store::touch_coarse`] would mark.
+fn stale_keys(used: Vec<(Digest, i64)>, now_ms: i64) -> Vec<Digest> {
+    let older_than = now_ms.saturating_sub(TOUCH_RESOLUTION_MS);
+    used.into_iter().filter(|&(_, last)| last <= older_than).map(|(k, _)| k).collect()
+}
+
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
 pub const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -349,13 +356,19 @@ impl LocalLayer {
         Ok(SaveOutcome::Saved)
     }
 
-    /// Marks `keys` as used now (prune's LRU order).
-    pub async fn touch(&self, keys: Vec<Digest>) -> Result<(), LayerError> {
+    /// Marks the keys of `used` as used now (prune's LRU order), each given with the
+    /// `last_used_ms` its entry had when the run found it. Those marked within
+    /// [`TOUCH_RESOLUTION_MS`] are left alone here already, so back-to-back warm runs do not
+    /// even ask the index (a thousand lookups of an `UPDATE` that would change nothing); the
+    /// index applies the same rule to what it is asked.
+    pub async fn touch(&self, used: Vec<(Digest, i64)>) -> Result<(), LayerError> {
+        let now = now_ms();
+        let keys = stale_keys(used, now);
+        if keys.is_empty() {
+            return Ok(());
+        }
         let ns = self.namespace.clone();
-        Ok(self
-            .cache
-            .call(move |s| s.touch_coarse(&ns, &keys, now_ms(), TOUCH_RESOLUTION_MS))
-            .await??)
+        Ok(self.cache.call(move |s| s.touch_coarse(&ns, &keys, now, TOUCH_RESOLUTION_MS)).await??)
     }
 
     /// The cache's `tmp/` directory (where workers stage artifacts).
@@ -389,8 +402,8 @@ impl super::CacheLayer for LocalLayer {
         Box::pin(LocalLayer::save(self, req))
     }
 
-    fn touch(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, ()> {
-        Box::pin(LocalLayer::touch(self, keys))
+    fn touch(&self, used: Vec<(Digest, i64)>) -> super::LayerFuture<'_, ()> {
+        Box::pin(LocalLayer::touch(self, used))
     }
 
     fn lookup(&self, keys: Vec<Digest>) -> super::LayerFuture<'_, HashMap<Digest, Entry>> {
@@ -954,6 +967,55 @@ pub(crate) fn decompress_bounded(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>
         return Err(io::Error::other("log larger than the limit"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod touch_tests {
+    use super::*;
+    use crate::cache::Store;
+
+    #[test]
+    fn only_entries_marked_long_enough_ago_are_marked_again() {
+        let (k1, k2, k3) = (Digest([1; 32]), Digest([2; 32]), Digest([3; 32]));
+        let now = 10 * TOUCH_RESOLUTION_MS;
+        let used = vec![(k1, now - TOUCH_RESOLUTION_MS), (k2, now - 1), (k3, now + 5)];
+        assert_eq!(stale_keys(used, now), vec![k1]);
+        assert!(stale_keys(Vec::new(), now).is_empty());
+    }
+
+    /// Through the real index: a run right after another asks nothing of it, and an entry
+    /// the run found marked long ago is marked now.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_touch_marks_the_stale_entries_and_leaves_the_fresh_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _join) = CacheThread::spawn(Store::open(dir.path()).unwrap()).unwrap();
+        let layer = LocalLayer::new(cache.clone(), crate::cache::TRUSTED, dir.path());
+        let (old, fresh) = (Digest([7; 32]), Digest([8; 32]));
+        let now = now_ms();
+        for (key, at) in [(old, 1_000), (fresh, now - 5)] {
+            let e = NewEntry {
+                namespace: crate::cache::TRUSTED.into(),
+                key,
+                task: format!("p{}#build", key.0[0]),
+                artifact: None,
+                log: None,
+                manifest: Vec::new(),
+                components: Vec::new(),
+                fingerprint: None,
+                duration_ms: 1,
+                created_ms: at,
+            };
+            cache.call(move |s| s.put_entry(&e)).await.unwrap().unwrap();
+        }
+        layer.touch(vec![(old, 1_000), (fresh, now - 5)]).await.unwrap();
+        let got = cache
+            .call(move |s| s.get_entries(crate::cache::TRUSTED, &[old, fresh]))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got[&old].last_used_ms >= now, "the stale entry is marked now");
+        assert_eq!(got[&fresh].last_used_ms, now - 5, "the fresh one is left alone");
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub(crate) struct HitMeta {
     fingerprint: Option<Digest>,
     /// The entry's recorded execution time: what the hit saved.
     saved_ms: u64,
+    /// When the entry was last marked used (the touch at the run's end may skip it).
+    last_used_ms: i64,
 }
 
 impl HitMeta {
@@ -35,6 +37,7 @@ impl HitMeta {
             artifact: entry.artifact,
             fingerprint: crate::keys::progressive::entry_fingerprint(entry),
             saved_ms: entry.duration_ms,
+            last_used_ms: entry.last_used_ms,
         }
     }
 }
@@ -188,7 +191,7 @@ impl Run {
             self.emit(RunEvent::Output { task, text: restored.log });
         }
         if let Some(k) = self.key_of(node) {
-            self.hit_keys.push(k);
+            self.hit_keys.push((k, hit.last_used_ms));
         }
         let layer = self.cache.as_ref().map_or("local", |c| c.layer).to_owned();
         // An upstream folded by outputs executed in this run, yet the key held: a cutoff.

@@ -139,7 +139,7 @@ pub(crate) enum Command {
     /// A task run in place ended: warn (a notice) if it wrote beside its outputs.
     WatchAfter { node: usize, ok: bool },
     /// Mark the run's hits used.
-    Touch(Vec<Digest>),
+    Touch(Vec<(Digest, i64)>),
     /// The run is over: wait for the ledger, hand the summary back, stop.
     Finish(RunSummary),
 }
@@ -159,7 +159,7 @@ pub(crate) struct Run {
     pub(super) cache: Option<CacheSide>,
     pub(super) options: RunOptions,
     /// Keys of hits, touched in one batch at the end.
-    pub(super) hit_keys: Vec<Digest>,
+    pub(super) hit_keys: Vec<(Digest, i64)>,
     /// Hits whose outputs were found current before the first dispatch: dispatched, such a
     /// hit finishes on the spot, with no restore.
     pub(super) current: HashMap<usize, Restored>,

@@ -388,9 +388,9 @@ impl Shell {
                     answers(None, Input::ProofDone { node, verdict }).await;
                 });
             }
-            Command::Touch(keys) => {
+            Command::Touch(used) => {
                 self.background.spawn("run.touch", async move {
-                    let _ = layer.touch(keys).await;
+                    let _ = layer.touch(used).await;
                 });
             }
             // Carried out in `execute`.

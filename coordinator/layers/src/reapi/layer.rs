@@ -343,8 +343,8 @@ impl CacheLayer for ReapiLayer {
         Box::pin(self.save_entry(req))
     }
 
-    fn touch(&self, keys: Vec<Digest>) -> LayerFuture<'_, ()> {
-        CacheLayer::touch(&self.inner, keys)
+    fn touch(&self, used: Vec<(Digest, i64)>) -> LayerFuture<'_, ()> {
+        CacheLayer::touch(&self.inner, used)
     }
 
     fn entry(&self, key: Digest) -> LayerFuture<'_, Option<Entry>> {
