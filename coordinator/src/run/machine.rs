@@ -138,7 +138,7 @@ pub(crate) enum Command {
     WatchBefore { node: usize, project_dir: String, check: bool },
     /// A task run in place ended: warn (a notice) if it wrote beside its outputs.
     WatchAfter { node: usize, ok: bool },
-    /// Mark the run's hits used.
+    /// Mark the run's hits used: each key with the `last_used_ms` its entry had when found.
     Touch(Vec<(Digest, i64)>),
     /// The run is over: wait for the ledger, hand the summary back, stop.
     Finish(RunSummary),
@@ -158,7 +158,7 @@ pub(crate) struct Run {
     pub(super) interrupted: bool,
     pub(super) cache: Option<CacheSide>,
     pub(super) options: RunOptions,
-    /// Keys of hits, touched in one batch at the end.
+    /// Keys of hits (with their entries' `last_used_ms`), touched in one batch at the end.
     pub(super) hit_keys: Vec<(Digest, i64)>,
     /// Hits whose outputs were found current before the first dispatch: dispatched, such a
     /// hit finishes on the spot, with no restore.
