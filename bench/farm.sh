@@ -14,6 +14,16 @@ farm_cleanup() {
     rm -rf "$T"
 }
 
+# farm_projects DIR N: N projects p/0 … p/N-1 under DIR, each with one input `src.txt`
+# holding its number (the caller writes DIR/prova.toml with `projects = ["p/*"]`).
+farm_projects() {
+    fp_i=0
+    while [ "$fp_i" -lt "$2" ]; do
+        mkdir -p "$1/p/$fp_i" && echo "$fp_i" > "$1/p/$fp_i/src.txt"
+        fp_i=$((fp_i + 1))
+    done
+}
+
 # start_farm WORKERS SLOTS SANDBOX starts a coordinator and WORKERS workers on loopback
 # (separate processes) under $T, sets ADDR and CI (the ci bundle), and returns once
 # `farm status` lists every worker.

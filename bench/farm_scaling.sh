@@ -25,11 +25,7 @@ TOP=$T
 mkdir -p "$TOP/ws/p"
 printf '[workspace]\nprojects = ["p/*"]\n[tasks.build]\ncommand = "sleep %s"\ninputs = ["src.txt"]\n' \
     "$D" > "$TOP/ws/prova.toml"
-i=0
-while [ $i -lt "$K" ]; do
-    mkdir -p "$TOP/ws/p/$i" && echo "$i" > "$TOP/ws/p/$i/src.txt"
-    i=$((i + 1))
-done
+farm_projects "$TOP/ws" "$K"
 
 # Two farms: one worker, and N workers (start_farm works under $T).
 T=$TOP/one && mkdir -p "$T" && start_farm 1 1 none && ONE="--remote $ADDR --certs $CI"

@@ -21,11 +21,7 @@ farm_scratch prova-farm-bench
 # The workspace: N projects, one trivial task each.
 mkdir -p "$T/ws/p"
 printf '[workspace]\nprojects = ["p/*"]\n[tasks.build]\ncommand = "true"\ninputs = ["src.txt"]\n' > "$T/ws/prova.toml"
-i=0
-while [ $i -lt "$N" ]; do
-    mkdir -p "$T/ws/p/$i" && echo "$i" > "$T/ws/p/$i/src.txt"
-    i=$((i + 1))
-done
+farm_projects "$T/ws" "$N"
 
 # The farm.
 start_farm "$W" "$S" none

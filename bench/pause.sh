@@ -27,11 +27,7 @@ workspace() { # DIR LEDGER: N projects, one `build` each
     mkdir -p "$1/p"
     printf '[workspace]\nprojects = ["p/*"]\n[tasks.build]\ncommand = %s\ninputs = ["src.txt"]\noutputs = ["dist/out.txt"]\n' \
         "'sleep 0.05; echo \"\$PROVA_TASK\" >> $2; mkdir -p dist; cat src.txt > dist/out.txt'" > "$1/prova.toml"
-    i=0
-    while [ $i -lt "$N" ]; do
-        mkdir -p "$1/p/$i" && echo "$i" > "$1/p/$i/src.txt"
-        i=$((i + 1))
-    done
+    farm_projects "$1" "$N"
 }
 
 start_farm "$W" "$S" none
