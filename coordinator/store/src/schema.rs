@@ -203,8 +203,8 @@ pub(crate) fn configure(conn: &mut Connection) -> Result<(), CacheError> {
 
 /// One plan per statement whatever its bound values (SQLite's query planner stability
 /// guarantee). Without it SQLite (built with STAT4) parsed and planned a cached lookup again
-/// every time its task or key was another value: the farm's newest-entry lookup per save,
-/// each read of an entry by key.
+/// every time its task was another value: the lookups of a task's entries (the newest, the
+/// one with a fingerprint), which the farm makes once per save.
 pub(crate) fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(|_| ())
 }

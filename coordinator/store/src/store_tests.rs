@@ -306,8 +306,9 @@ fn fill_and_close(dir: &Path) {
 
 /// SQLite re-prepares a statement whose plan it made from a bound value when that value
 /// changes (`SQLITE_STMTSTATUS_REPREPARE`). The farm looks up the newest entry of every task
-/// it saves, and a cache reads entries by key: each of those lookups was parsed and planned
-/// again, every time, because the next task or key was another value.
+/// it saves: each of those lookups by task (the newest entry, the one with a fingerprint)
+/// was parsed and planned again, every time, because the next task was another value. The
+/// read by key never was; it is checked alongside.
 #[test]
 fn repeated_lookups_with_other_values_are_not_prepared_again() {
     use rusqlite::StatementStatus;
@@ -330,6 +331,11 @@ fn repeated_lookups_with_other_values_are_not_prepared_again() {
          ORDER BY created_ms DESC, id DESC LIMIT 1"
     );
     let by_key = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE namespace = ?1 AND key = ?2");
+    let by_fingerprint = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE namespace = ?1 AND task = ?2 \
+         AND fingerprint = ?3 ORDER BY created_ms DESC, id DESC LIMIT 1"
+    );
     assert_eq!(reprepared(&latest), 0, "latest_for_task was prepared again");
     assert_eq!(reprepared(&by_key), 0, "get_entry was prepared again");
+    assert_eq!(reprepared(&by_fingerprint), 0, "entry_with_fingerprint was prepared again");
 }
