@@ -228,13 +228,18 @@ pub async fn prepare(
     // What does not depend on the file list runs beside `git ls-files` (a process, the
     // largest wait of a warm run): the cache's reads, the installed trees' walk and the
     // programs' lookup.
+    // One job on the cache thread for the three reads: each call is a hop between threads.
     let stored = async {
-        let memo = cache.call(move |s| s.memo_load(&memo_scope)).await??;
-        let salt = match salt {
-            Some(s) => Some(s),
-            None => cache.call(|s| s.key_salt()).await??,
-        };
-        let durations = cache.call(|s| s.durations()).await??;
+        let (memo, salt, durations) = cache
+            .call(move |s| {
+                let memo = s.memo_load(&memo_scope)?;
+                let salt = match salt {
+                    Some(salt) => Some(salt),
+                    None => s.key_salt()?,
+                };
+                Ok::<_, CacheError>((memo, salt, s.durations()?))
+            })
+            .await??;
         Ok::<_, PrepareError>((memo, salt, durations))
     };
     let listed = async {

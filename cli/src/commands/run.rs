@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 
 use self::settings::{Reach, RunConfig, RunEnv, RunSettings};
 use super::common::{self, Loaded};
+use super::history::{self, History};
 use crate::args::RunArgs;
 use crate::exit::Code;
 use crate::remote::Session;
@@ -82,13 +83,15 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         false => None,
     };
     tracing::debug!(locked = lock.is_some(), "workspace lock");
+    // The run history opens beside the run (a run that writes the workspace records itself).
+    let history = lock.is_some().then(|| history::Opening::start(&ws.root));
     // The file list (`git ls-files`) is started now, under the lock, and overlaps the cache's
     // open — unless that open writes files the listing could see half made (a cache directory
     // in the workspace outside `.prova/`, which the listing leaves out).
     let listing = listing_may_overlap_the_cache(&ws.root, &s.cache.dir)
         .then(|| Listing::start(rt.handle(), &ws));
     let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
-    let blobs_dir = cache.call_blocking(|s| s.dir().join(prova_coordinator::cache::BLOBS_DIR))?;
+    let blobs_dir = cache.dir().join(prova_coordinator::cache::BLOBS_DIR);
     tracing::debug!("cache opened");
     let (sandboxed, sandbox) = probe_sandbox(&ws, &graph, &s, reach)?;
     let act = Act {
@@ -110,7 +113,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     // whatever the outcome, so a close is never cut short.
     drop(cache);
     let code = match outcome {
-        Ok(Some(done)) => finish(&ws.root, &s, &meta, done),
+        Ok(Some(done)) => finish(&ws.root, &s, &meta, done, history),
         Ok(None) => Ok(Code::Ok),
         Err(e) => Err(e),
     };
@@ -476,7 +479,13 @@ impl Act<'_> {
 
 /// The summary line (or object), the run history, `--summarize` and `--profile`; the exit
 /// code.
-fn finish(root: &Path, s: &RunSettings, meta: &RunMeta, done: Done) -> anyhow::Result<Code> {
+fn finish(
+    root: &Path,
+    s: &RunSettings,
+    meta: &RunMeta,
+    done: Done,
+    history: Option<history::Opening>,
+) -> anyhow::Result<Code> {
     let Done { summary, key_stats, timeline } = done;
     let ended_at = SystemTime::now();
     let command = recorded_argv();
@@ -497,9 +506,15 @@ fn finish(root: &Path, s: &RunSettings, meta: &RunMeta, done: Done) -> anyhow::R
         timeline: &timeline,
         ended_at,
     };
-    if let Err(e) = super::history::History::open(root).and_then(|mut h| h.record(&recorded)) {
+    let recording = std::time::Instant::now();
+    let history = match history {
+        Some(opening) => opening.into_history(root),
+        None => History::open(root),
+    };
+    if let Err(e) = history.and_then(|mut h| h.record(&recorded)) {
         tracing::warn!("the run was not recorded: {e}");
     }
+    tracing::debug!(elapsed = ?recording.elapsed(), "run recorded");
     reports(root, s, meta, line.as_ref(), &timeline)?;
     Ok(if summary.ok { Code::Ok } else { Code::Failed })
 }

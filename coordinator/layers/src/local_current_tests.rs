@@ -210,3 +210,40 @@ async fn hits_compared_on_many_threads_keep_their_order_and_their_answers() {
     let rows = cache.call(move |s| s.memo_load(&scope)).await.unwrap().unwrap();
     assert!(rows.len() >= n - stale.len(), "{} rows", rows.len());
 }
+
+/// A batch small enough for one job on the cache thread (memo read, comparison and answers
+/// together) answers each hit as the spread comparison does: changed bytes, a missing file, an
+/// extra file and an undecodable manifest are not current, in their places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_batch_of_hits_is_answered_in_one_job_with_the_same_answers() {
+    let n = 20;
+    assert!(n <= COMPARE_CHUNK);
+    let (ws, mut hits) = many(n);
+    let root = ws.path();
+    for i in [3, n - 1] {
+        let rel = format!("p{i}/dist/out.txt");
+        let old = fs::read_to_string(root.join(&rel)).unwrap();
+        fs::write(root.join(&rel), old.replace("out", "OUT")).unwrap();
+        pin(root, &rel);
+    }
+    fs::remove_file(root.join("p5/dist/out.txt")).unwrap();
+    fs::write(root.join("p11/dist/extra.txt"), "x").unwrap();
+    hits[13].entry.manifest = b"not a manifest".to_vec();
+    let stale = [3, 5, 11, 13, n - 1];
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let (cache, _join) = CacheThread::spawn(Store::open(cache_dir.path()).unwrap()).unwrap();
+    let layer = LocalLayer::new(cache.clone(), crate::cache::TRUSTED, root);
+    for round in 0..2 {
+        let resolved = layer.resolve_current(hits.clone()).await.unwrap();
+        assert_eq!(resolved.len(), n);
+        for (i, (entry, restored)) in resolved.iter().enumerate() {
+            assert_eq!(entry.task, format!("p{i}#build"), "round {round}: hit {i} out of place");
+            assert_eq!(restored.is_some(), !stale.contains(&i), "round {round}: hit {i}");
+        }
+    }
+    // The files hashed in the first round were recorded: the second answered from the rows.
+    let scope = digests::outputs_scope(root);
+    let rows = cache.call(move |s| s.memo_load(&scope)).await.unwrap().unwrap();
+    assert!(rows.len() >= n - stale.len(), "{} rows", rows.len());
+}

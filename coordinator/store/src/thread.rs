@@ -5,6 +5,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, oneshot};
@@ -24,6 +25,8 @@ type Job = Box<dyn FnOnce(&mut Store) + Send>;
 #[derive(Clone, Debug)]
 pub struct CacheThread {
     jobs: mpsc::Sender<Job>,
+    /// The store's directory, known without a call to the thread.
+    dir: Arc<Path>,
 }
 
 impl CacheThread {
@@ -31,11 +34,18 @@ impl CacheThread {
     /// to be closed (after the last handle is dropped); dropping it detaches the thread.
     pub fn spawn(store: Store) -> Result<(Self, JoinHandle<()>), CacheError> {
         let (jobs, rx) = mpsc::channel::<Job>(CACHE_QUEUE_CAPACITY);
+        let dir = Arc::from(store.dir());
         let join = std::thread::Builder::new()
             .name("prova-cache".into())
             .spawn(move || serve(store, rx))
             .map_err(CacheError::Spawn)?;
-        Ok((Self { jobs }, join))
+        Ok((Self { jobs, dir }, join))
+    }
+
+    /// The store's directory ([`Store::dir`]): for paths under it, such as the blobs, without
+    /// a round trip to the thread.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Opens the cache directory `dir` ([`Store::open`], on the calling thread) and starts its
