@@ -4,7 +4,8 @@
 # node_modules: typescript, the packages' externals, a per-package tree, workspace links).
 # Each scenario is one interleaved run (../shared/bench/compare.py) printing the ratio
 # prova/turbo, with the load average before it:
-#   - warm no-op `run build` and `run build test` (every task a hit)
+#   - warm no-op `run build` and `run build test` (every task a hit); `run build` also
+#     started without a shell (cpu_ratio.py --exec: wall and CPU ratios)
 #   - one leaf source edited (packages/app: one tsc -b re-runs)
 #   - what `--verify=all` costs: `run build --all --force --verify=all` / the same plain
 #     (prova alone: turbo has no proof)
@@ -76,6 +77,12 @@ cd "$TW"
 echo "== warm no-op run build ($S)"
 load
 python3 "$C" -n "$N" --a "$A run build --all" --b "$T run build"
+load
+# The same without a shell in front of either command (compare.py starts each through
+# `sh -c`, about 1 ms added to both sides of a 10-20 ms ratio): wall and CPU, interleaved.
+echo "== warm no-op run build, started without a shell (wall and CPU)"
+load
+python3 "$HERE/cpu_ratio.py" --exec -n "$N" "$A run build --all" "$T run build"
 load
 echo "== warm no-op run build test"
 load
