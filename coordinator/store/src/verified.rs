@@ -64,6 +64,11 @@ pub(crate) fn record_close(dir: &Path) {
         let _ = fs::remove_file(&marker);
         return;
     };
+    // A run that wrote nothing to the index (a warm no-op) leaves the same stamps: the
+    // marker already says so, and making a file to rename over it cost a create per run.
+    if fs::read_to_string(&marker).is_ok_and(|old| old == text) {
+        return;
+    }
     let tmp = dir.join(format!("{MARKER}.{}", std::process::id()));
     if fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &marker)).is_err() {
         let _ = fs::remove_file(&tmp);
@@ -106,6 +111,30 @@ mod tests {
         let bytes = fs::read(&index).unwrap();
         fs::write(&index, &bytes).unwrap();
         assert!(!unchanged_since_close(dir.path()), "an outside write passed");
+    }
+
+    #[test]
+    fn a_close_after_no_write_keeps_the_marker_and_one_after_a_write_renews_it() {
+        let dir = tempfile::tempdir().unwrap();
+        fill(dir.path());
+        let marker = dir.path().join(MARKER);
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        let first = ino(&marker);
+        // A warm no-op: opened (unchecked), read, closed.
+        let store = Store::open(dir.path()).unwrap();
+        store.conn().query_row("SELECT count(*) FROM entries", [], |_| Ok(())).unwrap();
+        store.close().unwrap();
+        assert_eq!(ino(&marker), first, "the marker was made again for the same stamps");
+        assert!(unchanged_since_close(dir.path()));
+        // A write: the index's stamps move, and so does the marker.
+        let store = Store::open(dir.path()).unwrap();
+        store.conn().execute("UPDATE entries SET duration_ms = 9", []).unwrap();
+        store.close().unwrap();
+        assert_eq!(
+            fs::read_to_string(&marker).unwrap(),
+            stamps(&dir.path().join(INDEX_FILE)).unwrap()
+        );
+        assert!(unchanged_since_close(dir.path()));
     }
 
     #[test]
