@@ -2,6 +2,7 @@
 //! directory, a `--no-cache` scratch store or a proof's exec root is removed before the
 //! process exits, whichever command opened it (a `show` once leaked one per call).
 
+use nix::sys::signal::Signal;
 use prova_tests::TempWorkspace;
 
 fn ws() -> TempWorkspace {
@@ -54,5 +55,52 @@ fn no_command_leaves_a_temporary_directory_behind() {
         out.assert_code(0);
         let left = left_in(tmp.path());
         assert!(left.is_empty(), "`prova {}` left {left:?} in $TMPDIR", args.join(" "));
+    }
+}
+
+/// A run killed outright (SIGKILL: nothing of it is dropped) leaves its private directory in
+/// `$TMPDIR` — a `--no-cache` scratch store holds the blobs of everything the run executed; a
+/// read-only open's staging, what it restored — and the next run that makes one removes it,
+/// its process being gone, and leaves nothing of its own.
+#[test]
+fn a_killed_runs_temporary_directory_is_removed_by_the_next_run() {
+    let ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["app"]
+
+[tasks.build]
+command = "mkdir -p dist && echo built > dist/out.txt && echo armed && sleep 300"
+outputs = ["dist/**"]
+
+[tasks.quick]
+command = "echo quick"
+"#,
+        )
+        .dir("app");
+    // An index to open read-only.
+    ws.prova(["run", "quick", "--all"]).run().assert_code(0);
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let tmpdir = tmp.path().to_string_lossy().into_owned();
+    for (flags, kind) in
+        [(&["--no-cache"][..], "prova-scratch-"), (&["--cache", "local:r"][..], "prova-readonly-")]
+    {
+        let mut args = vec!["run", "build", "--all", "--json"];
+        args.extend(flags);
+        let mut running = ws.prova(args).env("TMPDIR", &tmpdir).spawn();
+        running.wait_for_lines("the task to be armed", 1, |l| l.contains(r#""text":"armed\n""#));
+        running.signal(Signal::SIGKILL);
+        drop(running.wait());
+        let left = left_in(tmp.path());
+        assert!(
+            left.len() == 1 && left[0].starts_with(kind),
+            "{flags:?}: the killed run should have left its {kind}… directory: {left:?}"
+        );
+        let mut args = vec!["run", "quick", "--all"];
+        args.extend(flags);
+        ws.prova(args).env("TMPDIR", &tmpdir).run().assert_code(0);
+        let left = left_in(tmp.path());
+        assert!(left.is_empty(), "{flags:?}: the next run left {left:?} in $TMPDIR");
     }
 }

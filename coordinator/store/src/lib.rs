@@ -11,6 +11,8 @@
 //!   directory whose index cannot be opened).
 //! - [`readonly`]: [`Store::open_read_only`] (`--cache local:r`) and [`Store::scratch`]
 //!   (`--no-cache`): reading a cache without writing to it.
+//! - `private_tmp`: the private temporary directories of a scratch store and a read-only
+//!   open, named for their process; those of killed processes removed by the next one.
 //! - [`schema`]: connection settings, consistency checks, ordered migrations.
 //! - `verified`: when an open may skip `quick_check` (the index is as prova's own last clean
 //!   close left it: `index.sqlite.closed`).
@@ -53,6 +55,7 @@ pub mod farm_state;
 pub mod ledger;
 pub mod maintenance;
 pub mod memo;
+mod private_tmp;
 pub mod readonly;
 pub mod schema;
 pub mod store;

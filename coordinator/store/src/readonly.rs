@@ -21,6 +21,9 @@
 //! A scratch store is an in-memory index with the current schema over a private temporary
 //! directory: a run with `--no-cache` reads no entry and leaves nothing behind. It has no key
 //! salt (a `--no-cache` run keys with the workspace cache's salt when there is one).
+//!
+//! Both temporary directories are named for their process, and those of processes killed
+//! before they could remove theirs are removed by the next one made ([`super::private_tmp`]).
 
 use std::fs;
 use std::path::Path;
@@ -61,10 +64,8 @@ impl Store {
         if found <= 0 {
             return scratch(true); // a file prova never migrated: nothing to read in it
         }
-        let staging = tempfile::Builder::new()
-            .prefix("prova-readonly-")
-            .tempdir()
-            .map_err(io(&std::env::temp_dir()))?;
+        let temp = std::env::temp_dir();
+        let staging = super::private_tmp::make(&temp, "prova-readonly-").map_err(io(&temp))?;
         let tmp = staging.path().join(TMP_DIR);
         fs::create_dir_all(&tmp).map_err(io(&tmp))?;
         Ok(Store::from_parts(dir.to_path_buf(), conn, true, Some(staging)))
@@ -78,10 +79,8 @@ impl Store {
 }
 
 fn scratch(read_only: bool) -> Result<Store, CacheError> {
-    let dir = tempfile::Builder::new()
-        .prefix("prova-scratch-")
-        .tempdir()
-        .map_err(io(&std::env::temp_dir()))?;
+    let temp = std::env::temp_dir();
+    let dir = super::private_tmp::make(&temp, "prova-scratch-").map_err(io(&temp))?;
     for sub in [BLOBS_DIR, TMP_DIR, QUARANTINE_DIR] {
         let p = dir.path().join(sub);
         fs::create_dir_all(&p).map_err(io(&p))?;

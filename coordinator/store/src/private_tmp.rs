@@ -1,0 +1,140 @@
+//! The private temporary directories a store makes in the system's temporary directory (a
+//! `--no-cache` run's scratch store, a read-only open's staging): each is removed with its
+//! store, but a process killed outright (SIGKILL, the OOM killer) drops nothing, and its
+//! directory — the blobs of every task the run executed — stayed in `/tmp` for good.
+//!
+//! So each name carries its owner's pid (`prova-scratch-<pid>-<random>`), and making one
+//! first removes those of the same kind whose owner is gone: a pid `kill(pid, 0)` answers
+//! "no such process" for, in a directory this user owns (another user's is neither ours to
+//! judge nor to remove). A pid reused by a live process keeps the directory until that one
+//! ends too: never removed while anything could own it.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::{Pid, geteuid};
+
+/// Makes a private directory in `parent` named `<kind><pid>-<random>`, after removing the
+/// directories of that kind whose owners are gone ([`sweep_abandoned`]).
+pub(crate) fn make(parent: &Path, kind: &str) -> std::io::Result<tempfile::TempDir> {
+    sweep_abandoned(parent, kind);
+    tempfile::Builder::new().prefix(&format!("{kind}{}-", std::process::id())).tempdir_in(parent)
+}
+
+/// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
+/// process is gone. Best effort: what cannot be read or removed stays. Returns how many went.
+pub(crate) fn sweep_abandoned(parent: &Path, kind: &str) -> usize {
+    let Ok(entries) = fs::read_dir(parent) else { return 0 };
+    let me = geteuid().as_raw();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| owner(n, kind)) else { continue };
+        if pid == std::process::id() || !gone(pid) {
+            continue;
+        }
+        // Not followed: a symlink in its place is not ours to judge.
+        let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.is_dir() || meta.uid() != me {
+            continue;
+        }
+        match fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::debug!(dir = %entry.path().display(), error = %e, "an abandoned temporary directory stays")
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::debug!(removed, kind, "abandoned temporary directories removed");
+    }
+    removed
+}
+
+/// The pid in a name `<kind><pid>-<random>`.
+fn owner(name: &str, kind: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_prefix(kind)?.split_once('-')?;
+    if rest.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok().filter(|&p| p > 0)
+}
+
+/// Whether no process has `pid` (`kill(pid, 0)`: "no such process"). A process of another
+/// user (`EPERM`) is alive.
+fn gone(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else { return false };
+    matches!(kill(Pid::from_raw(raw), None), Err(Errno::ESRCH))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid no process has: a child that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("reaped");
+        pid
+    }
+
+    #[test]
+    fn names_say_whose_they_are() {
+        assert_eq!(owner("prova-scratch-123-AbC", "prova-scratch-"), Some(123));
+        assert_eq!(owner("prova-scratch-AbCdEf", "prova-scratch-"), None, "an older name");
+        assert_eq!(owner("prova-scratch-123-", "prova-scratch-"), None);
+        assert_eq!(owner("prova-scratch-0-x", "prova-scratch-"), None);
+        assert_eq!(owner("prova-readonly-123-x", "prova-scratch-"), None);
+        assert_eq!(owner("prova-scratch-99999999999-x", "prova-scratch-"), None);
+    }
+
+    #[test]
+    fn only_the_directories_of_gone_owners_are_removed() {
+        let parent = tempfile::tempdir().expect("a parent");
+        let p = parent.path();
+        let dead = dead_pid();
+        let mk = |name: &str| {
+            fs::create_dir_all(p.join(name).join("blobs")).expect("made");
+            fs::write(p.join(name).join("blobs").join("b"), "bytes").expect("written");
+        };
+        mk(&format!("prova-scratch-{dead}-a"));
+        mk(&format!("prova-scratch-{}-b", std::process::id()));
+        mk("prova-scratch-1-c"); // init: alive
+        mk("prova-scratch-older");
+        mk(&format!("prova-readonly-{dead}-d"));
+        fs::write(p.join(format!("prova-scratch-{dead}-file")), "not a dir").expect("a file");
+        std::os::unix::fs::symlink(
+            p.join("prova-scratch-older"),
+            p.join(format!("prova-scratch-{dead}-link")),
+        )
+        .expect("a symlink");
+
+        assert_eq!(sweep_abandoned(p, "prova-scratch-"), 1);
+        let mut left: Vec<String> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!("prova-readonly-{dead}-d"),
+            "prova-scratch-1-c".to_owned(),
+            format!("prova-scratch-{}-b", std::process::id()),
+            format!("prova-scratch-{dead}-file"),
+            format!("prova-scratch-{dead}-link"),
+            "prova-scratch-older".to_owned(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+        assert!(p.join("prova-scratch-older").join("blobs").join("b").exists(), "followed a link");
+
+        // Making one of a kind sweeps that kind first.
+        let made = make(p, "prova-readonly-").expect("made");
+        assert!(!p.join(format!("prova-readonly-{dead}-d")).exists());
+        let name = made.path().file_name().unwrap().to_str().unwrap().to_owned();
+        assert_eq!(owner(&name, "prova-readonly-"), Some(std::process::id()), "{name}");
+    }
+}
