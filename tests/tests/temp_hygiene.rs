@@ -1,6 +1,7 @@
 //! No command leaves anything behind in the temporary directory: a read-only cache's staging
 //! directory, a `--no-cache` scratch store or a proof's exec root is removed before the
-//! process exits, whichever command opened it (a `show` once leaked one per call).
+//! process exits, whichever command opened it (a `show` once leaked one per call); one a
+//! killed run could not remove is removed by the next run that makes one.
 
 use nix::sys::signal::Signal;
 use prova_tests::TempWorkspace;
