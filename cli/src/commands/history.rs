@@ -22,6 +22,9 @@ use crate::render::trace::Timeline;
 /// Runs kept.
 pub const KEEP: i64 = 200;
 
+/// How long a statement waits for another connection's lock on the history.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+
 /// The file, under the workspace's `.prova/`.
 pub const FILE: &str = "runs.db";
 
@@ -166,7 +169,7 @@ impl History {
             move |source| HistoryError::Sql { path, what, source }
         };
         let conn = Connection::open(&path).map_err(sql("open"))?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(sql("busy_timeout"))?;
+        conn.busy_timeout(BUSY_WAIT).map_err(sql("busy_timeout"))?;
         // WAL with `synchronous = NORMAL`: a run's record costs no fsync (a rollback journal
         // cost four on every run, a no-op's largest wait); a power loss may drop the newest
         // records, never corrupt the file. The history is a convenience, not the cache.
@@ -287,6 +290,10 @@ impl History {
             });
             if let Err(e) = checkpoint {
                 tracing::debug!(error = %e, "run history: WAL not checkpointed");
+            }
+            // The record that follows a cut at the open waits for a lock as any other does.
+            if let Err(e) = self.conn.busy_timeout(BUSY_WAIT) {
+                tracing::debug!(error = %e, "run history: busy timeout not restored");
             }
         }
     }
@@ -556,6 +563,25 @@ mod tests {
         assert!(largest > WAL_KEEP_BYTES / 4, "the WAL never grew: {largest} bytes");
         let h = History::open(dir.path()).expect("opened");
         assert_eq!(h.count().expect("counted"), 40);
+    }
+
+    /// A cut does not leave the connection failing at once on a lock: the record after it
+    /// waits as long as any other statement.
+    #[test]
+    fn after_a_cut_the_record_still_waits_for_a_lock() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let busy_ms = |h: &History| -> i64 {
+            h.conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0)).expect("read")
+        };
+        let mut i = 0;
+        while wal_len(dir.path()) <= WAL_KEEP_BYTES / 2 {
+            record_run(&mut History::open(dir.path()).expect("opened"), i);
+            i += 1;
+            assert!(i < 1000, "the WAL never passed half its bound");
+        }
+        let h = Opening::start(dir.path()).into_history(dir.path()).expect("opened");
+        assert_eq!(wal_len(dir.path()), 0, "the open did not cut");
+        assert_eq!(busy_ms(&h), BUSY_WAIT.as_millis() as i64);
     }
 
     #[test]
