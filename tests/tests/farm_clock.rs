@@ -5,8 +5,8 @@
 //! is the likely cause, naming the machine's time: a worker logs it and retries slowly (a
 //! clock set right by NTP heals it without a restart), a client fails with it.
 //!
-//! The skewed processes run under libfaketime (`faketime -f -2d`, wall clock only: the
-//! monotonic clock is left alone, so timers behave).
+//! The skewed processes run under libfaketime, preloaded (`FAKETIME=-2d`, wall clock only:
+//! the monotonic clock is left alone, so timers behave).
 
 use std::fs::File;
 use std::os::unix::process::CommandExt as _;
@@ -19,8 +19,8 @@ use nix::unistd::Pid;
 use prova_tests::cluster::{Cluster, POLL, Sandbox};
 use prova_tests::{ProvaCmd, prova_bin};
 
-/// Two days behind, on the wall clock only.
-const SKEW: [&str; 3] = ["faketime", "-f", "-2d"];
+/// Two days behind (libfaketime's `FAKETIME`), on the wall clock only.
+const SKEW: &str = "-2d";
 
 /// How long the worker may take to say why it cannot connect.
 const SAY_WITHIN: Duration = Duration::from_secs(30);
@@ -40,6 +40,17 @@ fn libfaketime() -> std::path::PathBuf {
     prova_tests::libfaketime().expect("libfaketime.so.1 beside the faketime wrapper")
 }
 
+/// `prova args` run to completion in `dir` under libfaketime, its wall clock `offset` away
+/// (`-2d`). Preloaded, not through the `faketime` wrapper, whose per-process semaphore a
+/// reused pid found left over in `/dev/shm` ("sem_open: File exists": the run never started).
+fn skewed_client(dir: &Path, args: Vec<String>, offset: &str) -> prova_tests::Output {
+    ProvaCmd::new(dir, args)
+        .env("LD_PRELOAD", &libfaketime().to_string_lossy())
+        .env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .run()
+}
+
 /// A daemon under libfaketime (two days behind), its stderr in `log`; killed (its whole
 /// group) on drop.
 struct Skewed(Child);
@@ -51,7 +62,7 @@ impl Skewed {
             .args(args)
             .current_dir(dir)
             .env("LD_PRELOAD", libfaketime())
-            .env("FAKETIME", SKEW[2])
+            .env("FAKETIME", SKEW)
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .env("PROVA_LOG", "info")
             .env_remove("RUST_LOG")
@@ -133,20 +144,14 @@ fn a_client_whose_clock_is_behind_fails_naming_the_clock() {
     let farm = Cluster::builder().workers(1).sandbox(Sandbox::None).start();
     let mut args = vec!["farm".to_owned(), "status".to_owned()];
     args.extend(farm.remote_args(&farm.ci_certs()));
-    let out = ProvaCmd::new(farm.root(), args)
-        .launcher(SKEW)
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .run();
+    let out = skewed_client(farm.root(), args, SKEW);
     assert_ne!(out.code(), Some(0), "{out}");
     out.assert_stderr_contains("not valid yet at this machine's clock");
     out.assert_stderr_contains("check the clock (NTP)");
     // A clock far ahead (past the certificate's year) reads it as expired: said too.
     let mut args = vec!["farm".to_owned(), "status".to_owned()];
     args.extend(farm.remote_args(&farm.ci_certs()));
-    let out = ProvaCmd::new(farm.root(), args)
-        .launcher(["faketime", "-f", "+400d"])
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .run();
+    let out = skewed_client(farm.root(), args, "+400d");
     assert_ne!(out.code(), Some(0), "{out}");
     out.assert_stderr_contains("has expired at this machine's clock");
     out.assert_stderr_contains("if the clock is ahead");
