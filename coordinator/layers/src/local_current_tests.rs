@@ -160,6 +160,38 @@ fn many(n: usize) -> (tempfile::TempDir, Vec<super::super::HitQuery>) {
     (ws, hits)
 }
 
+/// Makes hits of [`many`] stale, one way each: `changed`'s bytes rewritten (same size, pinned
+/// mtime), `gone`'s file removed, an extra file beside `extra`'s, `broken`'s manifest
+/// undecodable. Returns the stale hits, sorted.
+fn spoil(
+    root: &Path,
+    hits: &mut [super::super::HitQuery],
+    changed: &[usize],
+    (gone, extra, broken): (usize, usize, usize),
+) -> Vec<usize> {
+    for &i in changed {
+        let rel = format!("p{i}/dist/out.txt");
+        let old = fs::read_to_string(root.join(&rel)).unwrap();
+        fs::write(root.join(&rel), old.replace("out", "OUT")).unwrap();
+        pin(root, &rel);
+    }
+    fs::remove_file(root.join(format!("p{gone}/dist/out.txt"))).unwrap();
+    fs::write(root.join(format!("p{extra}/dist/extra.txt")), "x").unwrap();
+    hits[broken].entry.manifest = b"not a manifest".to_vec();
+    let mut stale: Vec<usize> = changed.iter().copied().chain([gone, extra, broken]).collect();
+    stale.sort_unstable();
+    stale
+}
+
+/// Each of `n` resolved hits is in its place, and restored-as-current unless `stale`.
+fn assert_answers(resolved: &[(Entry, Option<Restored>)], n: usize, stale: &[usize], what: &str) {
+    assert_eq!(resolved.len(), n, "{what}");
+    for (i, (entry, restored)) in resolved.iter().enumerate() {
+        assert_eq!(entry.task, format!("p{i}#build"), "{what}: hit {i} out of its place");
+        assert_eq!(restored.is_some(), !stale.contains(&i), "{what}: hit {i}: {restored:?}");
+    }
+}
+
 /// The comparison spread over threads answers each hit in its place, as one thread does:
 /// changed bytes, a missing file, an extra file and an undecodable manifest are not current,
 /// wherever they fall among the chunks.
@@ -168,19 +200,8 @@ async fn hits_compared_on_many_threads_keep_their_order_and_their_answers() {
     let n = 300;
     let (ws, mut hits) = many(n);
     let root = ws.path();
-    // Changed bytes (same size and pinned mtime), gone, an extra, a broken manifest: spread
-    // over the chunks, one of them the very last hit.
-    let changed = [3, 150, n - 1];
-    for i in changed {
-        let rel = format!("p{i}/dist/out.txt");
-        let old = fs::read_to_string(root.join(&rel)).unwrap();
-        fs::write(root.join(&rel), old.replace("out", "OUT")).unwrap();
-        pin(root, &rel);
-    }
-    fs::remove_file(root.join("p77/dist/out.txt")).unwrap();
-    fs::write(root.join("p201/dist/extra.txt"), "x").unwrap();
-    hits[260].entry.manifest = b"not a manifest".to_vec();
-    let stale: Vec<usize> = vec![3, 77, 150, 201, 260, n - 1];
+    // Spread over the chunks, one of them the very last hit.
+    let stale = spoil(root, &mut hits, &[3, 150, n - 1], (77, 201, 260));
 
     let cache_dir = tempfile::tempdir().unwrap();
     let (cache, _join) = CacheThread::spawn(Store::open(cache_dir.path()).unwrap()).unwrap();
@@ -200,11 +221,7 @@ async fn hits_compared_on_many_threads_keep_their_order_and_their_answers() {
 
     let layer = LocalLayer::new(cache.clone(), crate::cache::TRUSTED, root);
     let resolved = layer.resolve_current(hits).await.unwrap();
-    assert_eq!(resolved.len(), n);
-    for (i, (entry, restored)) in resolved.iter().enumerate() {
-        assert_eq!(entry.task, format!("p{i}#build"), "hit {i} out of its place");
-        assert_eq!(restored.is_some(), !stale.contains(&i), "hit {i}: {restored:?}");
-    }
+    assert_answers(&resolved, n, &stale, "spread");
     // Every file hashed on the way now has its row: the next run only stats them.
     let scope = digests::outputs_scope(root);
     let rows = cache.call(move |s| s.memo_load(&scope)).await.unwrap().unwrap();
@@ -220,27 +237,14 @@ async fn a_small_batch_of_hits_is_answered_in_one_job_with_the_same_answers() {
     assert!(n <= COMPARE_CHUNK);
     let (ws, mut hits) = many(n);
     let root = ws.path();
-    for i in [3, n - 1] {
-        let rel = format!("p{i}/dist/out.txt");
-        let old = fs::read_to_string(root.join(&rel)).unwrap();
-        fs::write(root.join(&rel), old.replace("out", "OUT")).unwrap();
-        pin(root, &rel);
-    }
-    fs::remove_file(root.join("p5/dist/out.txt")).unwrap();
-    fs::write(root.join("p11/dist/extra.txt"), "x").unwrap();
-    hits[13].entry.manifest = b"not a manifest".to_vec();
-    let stale = [3, 5, 11, 13, n - 1];
+    let stale = spoil(root, &mut hits, &[3, n - 1], (5, 11, 13));
 
     let cache_dir = tempfile::tempdir().unwrap();
     let (cache, _join) = CacheThread::spawn(Store::open(cache_dir.path()).unwrap()).unwrap();
     let layer = LocalLayer::new(cache.clone(), crate::cache::TRUSTED, root);
     for round in 0..2 {
         let resolved = layer.resolve_current(hits.clone()).await.unwrap();
-        assert_eq!(resolved.len(), n);
-        for (i, (entry, restored)) in resolved.iter().enumerate() {
-            assert_eq!(entry.task, format!("p{i}#build"), "round {round}: hit {i} out of place");
-            assert_eq!(restored.is_some(), !stale.contains(&i), "round {round}: hit {i}");
-        }
+        assert_answers(&resolved, n, &stale, &format!("round {round}"));
     }
     // The files hashed in the first round were recorded: the second answered from the rows.
     let scope = digests::outputs_scope(root);
