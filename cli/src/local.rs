@@ -58,6 +58,9 @@ pub async fn run(
     if let Some(p) = proofs {
         std::fs::create_dir_all(&p.work_dir)?;
         context.blobs = Some(BlobCache::open(&p.work_dir.join("blobs"), PROOF_BLOB_CACHE)?);
+        // Its lock is held: what the per-task directories hold (and this run's re-run roots
+        // on /dev/shm) was left by a run killed mid-proof.
+        prova_worker::health::clean_exec_roots(&p.work_dir);
         context.work_dir = p.work_dir;
         context.sandbox = p.sandbox;
         context.strace = p.strace;

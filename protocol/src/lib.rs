@@ -12,6 +12,7 @@
 //! - [`events`]: the run event stream a client renders.
 //! - [`tree`]: installed trees (`node_modules`): the manifest whose digest keys, ships and
 //!   mounts one as a whole.
+//! - [`pidname`]: names that carry their owner's pid, and whether that owner is gone.
 //! - [`task`]: `OwnedTask`, the one way prova spawns: named, spanned, aborted on drop.
 //! - [`wire`]: the farm's messages: `Hello`, worker/client/coordinator enums, blob requests.
 //! - [`work`]: the worker link: assignments, cancels, and what workers report.
@@ -25,6 +26,7 @@ pub mod globs;
 pub mod ids;
 pub mod key;
 pub mod manifest;
+pub mod pidname;
 pub mod spec;
 pub mod task;
 pub mod transport;

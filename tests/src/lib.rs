@@ -115,6 +115,37 @@ pub fn libfaketime() -> Option<std::path::PathBuf> {
     dirs.into_iter().map(|d| d.join("libfaketime.so.1")).find(|p| p.is_file())
 }
 
+/// libfaketime for a process a test starts, its wall clock `offset` away (`-2d`): the
+/// variables to set, with a semaphore and segment the test owns ([`prova_worker::clockshm`])
+/// and removes when this is dropped — left to itself, the library makes a pair per process
+/// that a killed daemon, or any process that execs, leaves in `/dev/shm` for good.
+pub struct FakeClock {
+    vars: Vec<(&'static str, String)>,
+    _segment: prova_worker::clockshm::ClockSegment,
+}
+
+impl FakeClock {
+    /// `None` when libfaketime is not installed.
+    pub fn new(offset: &str) -> Option<Self> {
+        let lib = libfaketime()?;
+        let segment =
+            prova_worker::clockshm::ClockSegment::create().expect("a libfaketime segment");
+        let vars = vec![
+            ("LD_PRELOAD", lib.to_string_lossy().into_owned()),
+            ("FAKETIME", offset.to_owned()),
+            // Only the wall clock: timeouts and sleeps keep working.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+            ("FAKETIME_SHARED", segment.shared_env()),
+        ];
+        Some(Self { vars, _segment: segment })
+    }
+
+    /// The variables, to set on a `Command`.
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+}
+
 pub use locate::{prova_bin, repo_root};
 pub use procs::{
     alive_in_group, alive_under, is_alive, read_pids, wait_all_gone, wait_group_empty,

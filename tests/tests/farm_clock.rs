@@ -26,44 +26,47 @@ const SKEW: &str = "-2d";
 const SAY_WITHIN: Duration = Duration::from_secs(30);
 
 fn faketime_or_skip() -> bool {
-    match prova_tests::http::tool("faketime") {
+    match prova_tests::libfaketime() {
         Some(_) => true,
         None => {
-            prova_tests::skip_for_missing("faketime is not on PATH (Debian package faketime)");
+            prova_tests::skip_for_missing("libfaketime is not installed (Debian package faketime)");
             false
         }
     }
 }
 
-/// libfaketime itself, for daemons (see [`prova_tests::libfaketime`]).
-fn libfaketime() -> std::path::PathBuf {
-    prova_tests::libfaketime().expect("libfaketime.so.1 beside the faketime wrapper")
+/// libfaketime at `offset`, with a segment the test owns (see [`prova_tests::FakeClock`]).
+fn fake_clock(offset: &str) -> prova_tests::FakeClock {
+    prova_tests::FakeClock::new(offset).expect("libfaketime")
 }
 
 /// `prova args` run to completion in `dir` under libfaketime, its wall clock `offset` away
 /// (`-2d`). Preloaded, not through the `faketime` wrapper, whose per-process semaphore a
 /// reused pid found left over in `/dev/shm` ("sem_open: File exists": the run never started).
 fn skewed_client(dir: &Path, args: Vec<String>, offset: &str) -> prova_tests::Output {
-    ProvaCmd::new(dir, args)
-        .env("LD_PRELOAD", &libfaketime().to_string_lossy())
-        .env("FAKETIME", offset)
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .run()
+    let clock = fake_clock(offset);
+    let mut cmd = ProvaCmd::new(dir, args);
+    for (k, v) in clock.vars() {
+        cmd = cmd.env(k, v);
+    }
+    cmd.run()
 }
 
 /// A daemon under libfaketime (two days behind), its stderr in `log`; killed (its whole
-/// group) on drop.
-struct Skewed(Child);
+/// group) on drop, then its clock's segment removed.
+struct Skewed {
+    child: Child,
+    _clock: prova_tests::FakeClock,
+}
 
 impl Skewed {
     fn spawn(dir: &Path, args: &[String], log: &Path) -> Self {
         let err = File::create(log).expect("a log file");
+        let clock = fake_clock(SKEW);
         let child = Command::new(prova_bin())
             .args(args)
             .current_dir(dir)
-            .env("LD_PRELOAD", libfaketime())
-            .env("FAKETIME", SKEW)
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .envs(clock.vars())
             .env("PROVA_LOG", "info")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -72,16 +75,16 @@ impl Skewed {
             .process_group(0)
             .spawn()
             .expect("starting prova under faketime");
-        Self(child)
+        Self { child, _clock: clock }
     }
 }
 
 impl Drop for Skewed {
     fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0.id()) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let _ = self.0.wait();
+        let _ = self.child.wait();
     }
 }
 
@@ -177,7 +180,7 @@ fn a_coordinator_whose_clock_is_behind_is_named_by_its_peers() {
     ];
     let mut late = Skewed::spawn(farm.root(), &args, &log);
     let mut first = String::new();
-    let stdout = late.0.stdout.take().expect("piped");
+    let stdout = late.child.stdout.take().expect("piped");
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first)
         .expect("the coordinator's first line");
     let addr = first

@@ -105,3 +105,196 @@ command = "echo quick"
         assert!(left.is_empty(), "{flags:?}: the next run left {left:?} in $TMPDIR");
     }
 }
+
+/// `/dev/shm` as prova sees it, bound to a fresh directory on the real one (a tmpfs, so a
+/// re-run's shuffled roots still go there) that the test can read after prova exits.
+struct PrivateShm {
+    dir: tempfile::TempDir,
+}
+
+impl PrivateShm {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("prova-test-shm-")
+            .tempdir_in("/dev/shm")
+            .expect("a directory on /dev/shm");
+        Self { dir }
+    }
+
+    /// Starts prova in its own mount namespace where `/dev/shm` is this directory: `unshare`
+    /// and `sh` exec in place, so the pid the test signals is prova's.
+    fn launcher(&self) -> Vec<String> {
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let mut l = vec!["unshare".to_owned()];
+        // Not root: a user namespace (mapped to root) may mount.
+        l.push(if root { "-m" } else { "-rm" }.to_owned());
+        l.extend(
+            ["--", "sh", "-c", r#"mount --bind "$0" /dev/shm && exec "$@""#].map(str::to_owned),
+        );
+        l.push(self.dir.path().display().to_string());
+        l
+    }
+
+    /// Every file (not directory) left under it, relative; and its top-level names other
+    /// than this user's re-run roots directory (`prova-rerun-roots-<uid>`, kept empty).
+    fn litter(&self) -> Vec<String> {
+        let top = self.dir.path();
+        let mut left = Vec::new();
+        let mut stack = vec![top.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).expect("list the private /dev/shm").flatten() {
+                let p = e.path();
+                let rel = p.strip_prefix(top).unwrap_or(&p).display().to_string();
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                if is_dir {
+                    if d == top && !rel.starts_with("prova-rerun-roots-") {
+                        left.push(format!("{rel}/"));
+                    }
+                    stack.push(p);
+                } else {
+                    left.push(rel);
+                }
+            }
+        }
+        left.sort();
+        left
+    }
+}
+
+/// A directory holding a `bwrap` that cannot sandbox: first on `PATH`, it makes prova's
+/// probe find no sandbox, so a re-run executes unsandboxed, where `/dev/shm` is the host's.
+fn no_bwrap_path(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = dir.join("bwrap");
+    std::fs::write(&fake, "#!/bin/sh\necho 'bwrap: disabled by the test' >&2\nexit 1\n")
+        .expect("write the fake bwrap");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// A determinism re-run shifts the clock with libfaketime, which keeps a named semaphore and
+/// a shared-memory segment in `/dev/shm` for the first process that loads it and removes them
+/// only when that process exits — never when it execs, as `taskset`, `sh -c` and every shell
+/// wrapper do. None may stay after the run: sandboxed, unsandboxed, through an `exec` chain,
+/// or with a failing re-run.
+#[test]
+fn a_proof_leaves_nothing_in_dev_shm() {
+    if prova_tests::libfaketime().is_none() {
+        prova_tests::skip_for_missing("libfaketime is not installed (apt-get install faketime)");
+        return;
+    }
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            r#"[tasks.plain]
+command = "mkdir -p out && date > /dev/null && cat src/a.txt > out/a.txt"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+
+[tasks.chain]
+command = "mkdir -p out && exec sh -c 'exec sh -c \"date > /dev/null && echo y > out/y.txt\"'"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+
+[tasks.background]
+command = "mkdir -p out && (sh -c 'date > /dev/null' &) && echo done > out/fg.txt"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+
+[tasks.rerun_fails]
+command = "mkdir -p out && test -z \"$FAKETIME\" && echo ok > out/ok.txt"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+"#,
+        );
+    let bin = tempfile::tempdir().expect("a directory for the fake bwrap");
+    let unsandboxed = no_bwrap_path(bin.path());
+    for (sandbox, path) in [("sandboxed", None), ("unsandboxed", Some(&unsandboxed))] {
+        for (task, code) in [("plain", 0), ("chain", 0), ("background", 0), ("rerun_fails", 1)] {
+            let shm = PrivateShm::new();
+            let mut cmd = ws
+                .prova(["run", task, "--all", "--force", "--verify", "--json"])
+                .launcher(shm.launcher());
+            if let Some(p) = path {
+                cmd = cmd.env("PATH", p);
+            }
+            let out = cmd.run();
+            out.assert_code(code);
+            let v = &out.summary();
+            assert!(
+                out.stdout.contains(r#""what":"clock""#),
+                "{sandbox} {task}: the re-run should have shifted the clock: {v}\n{out}"
+            );
+            let left = shm.litter();
+            assert!(left.is_empty(), "{sandbox} {task}: left in /dev/shm: {left:?}\n{out}");
+        }
+    }
+}
+
+/// A run killed outright during a re-run leaves the clock's shared segment (nothing of it is
+/// dropped); the next re-run on the machine removes it, its owner being gone.
+#[test]
+fn a_killed_reruns_clock_segment_is_removed_by_the_next_rerun() {
+    if prova_tests::libfaketime().is_none() {
+        prova_tests::skip_for_missing("libfaketime is not installed (apt-get install faketime)");
+        return;
+    }
+    let marker = tempfile::tempdir().expect("a directory for the marker");
+    let armed = marker.path().join("armed");
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            &format!(
+                r#"[tasks.hang]
+command = "mkdir -p out && echo x > out/x.txt && if [ -n \"$FAKETIME\" ]; then echo $$ > {armed}.tmp && mv {armed}.tmp {armed} && exec sleep 300; fi"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+
+[tasks.quick]
+command = "mkdir -p out && echo q > out/q.txt"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+"#,
+                armed = armed.display()
+            ),
+        );
+    let bin = tempfile::tempdir().expect("a directory for the fake bwrap");
+    let path = no_bwrap_path(bin.path());
+    let shm = PrivateShm::new();
+    let running = ws
+        .prova(["run", "hang", "--all", "--verify", "--json"])
+        .launcher(shm.launcher())
+        .env("PATH", &path)
+        .spawn();
+    let deadline = std::time::Instant::now() + prova_tests::DEFAULT_TIMEOUT;
+    while !armed.exists() {
+        assert!(std::time::Instant::now() < deadline, "the re-run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    running.signal(Signal::SIGKILL);
+    drop(running.wait());
+    // The task (its own process group) goes too, not to outlive the test.
+    let task: Vec<i32> = prova_tests::read_pids(&armed);
+    for pid in &task {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    let _ = prova_tests::wait_all_gone(&task, prova_tests::GONE_TIMEOUT);
+    let left = shm.litter();
+    let segment = |prefix: &str| left.iter().any(|n| n.starts_with(prefix));
+    assert!(
+        segment("prova-faketime-") && segment("sem.prova-faketime-"),
+        "the killed re-run should have left its clock segment: {left:?}"
+    );
+    ws.prova(["run", "quick", "--all", "--verify", "--json"])
+        .launcher(shm.launcher())
+        .env("PATH", &path)
+        .run()
+        .assert_code(0);
+    let left = shm.litter();
+    assert!(left.is_empty(), "the next re-run left {left:?} in /dev/shm");
+}

@@ -213,7 +213,7 @@ fn a_warm_no_op_run_flushes_nothing_to_disk() {
     // write in the same tick would go unseen), so a run right after the files were written
     // stores their rows again. An hour later (libfaketime) they are a checkout's old files:
     // one run memoises them, the next is the no-op measured.
-    let Some(libfaketime) = prova_tests::libfaketime() else {
+    let Some(clock) = prova_tests::FakeClock::new("+1h") else {
         prova_tests::skip_for_missing("libfaketime is not installed (Debian package faketime)");
         return;
     };
@@ -228,8 +228,7 @@ fn a_warm_no_op_run_flushes_nothing_to_disk() {
             None => Command::new(prova_tests::locate::prova_bin()),
         };
         // libfaketime preloaded, not the `faketime` wrapper (see `prova_tests::libfaketime`).
-        cmd.env("LD_PRELOAD", &libfaketime)
-            .env("FAKETIME", "+1h")
+        cmd.envs(clock.vars())
             .arg("-C")
             .arg(ws.path(""))
             .args(["run", "build", "--all"])

@@ -314,8 +314,9 @@ pub fn clean_staging(work_dir: &Path) -> usize {
 /// was SIGKILLed mid-task leaves its entries behind; nothing else of prova points into them.
 pub const PER_TASK_DIRS: &[&str] = &["roots", "rerun-roots", "rerun-tmp", "traces"];
 
-/// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir` and in its re-run
-/// roots on `/dev/shm` (`crate::perturb::shm_rerun_roots`); how many entries were removed.
+/// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir`, in its re-run roots
+/// on `/dev/shm` (`crate::perturb::shm_rerun_roots`), and the libfaketime segments of gone
+/// workers (`crate::clockshm::sweep_abandoned`); how many entries were removed.
 ///
 /// Call it only while holding the work dir (the blob cache's lock, `BlobCache::open`): no
 /// other worker process then runs a task there. Nothing is followed: each directory is
@@ -333,6 +334,7 @@ pub fn clean_exec_roots(work_dir: &Path) -> usize {
         Err(e) => tracing::warn!(dir = %work_dir.display(), "cannot open the work dir: {e}"),
     }
     removed += clean_shm_roots(Path::new("/dev/shm"), work_dir);
+    removed += crate::clockshm::sweep_abandoned(Path::new("/dev/shm"));
     if removed > 0 {
         tracing::info!(removed, "removed exec roots a killed worker left behind");
     }

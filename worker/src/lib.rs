@@ -29,9 +29,14 @@
 //!   cache, which exec roots mount.
 //! - [`sandbox`]: bubblewrap around a task (read-only root, writable outputs, no network),
 //!   host detection, and `strace` to name undeclared reads.
+//! - [`perturb`]: a determinism re-run's perturbations on this machine (clock, CPUs, locale,
+//!   `TMPDIR`, the root's path and file order), each reported applied or not and why.
+//! - [`clockshm`]: libfaketime's shared segment for a re-run, made before it and removed
+//!   after, so nothing of it stays in `/dev/shm`.
 
 pub mod actor;
 pub mod blobcache;
+pub mod clockshm;
 pub mod exec;
 pub mod execroot;
 pub mod health;

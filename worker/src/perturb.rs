@@ -29,6 +29,13 @@ fn libfaketime() -> Option<PathBuf> {
     dirs.into_iter().map(|d| d.join("libfaketime.so.1")).find(|p| p.is_file())
 }
 
+/// Whether a re-run of `a` shifts the clock with libfaketime, so needs a segment
+/// ([`crate::clockshm::ClockSegment`]): asked for, not declared by the task, installed here.
+pub fn shifts_clock(a: &Assignment) -> bool {
+    let asked = a.perturb.as_ref().is_some_and(|p| p.clock.is_some());
+    asked && !a.spec.env.iter().any(|(n, _)| n == "FAKETIME") && libfaketime().is_some()
+}
+
 /// `taskset` (util-linux), which sets the affinity of what it runs.
 fn taskset() -> Option<PathBuf> {
     ["/usr/bin/taskset", "/bin/taskset", "/usr/local/bin/taskset"]
@@ -174,6 +181,17 @@ pub fn shm_owner_dir() -> String {
     format!("prova-rerun-roots-{uid}")
 }
 
+/// What a re-run holds while it runs, made with its root and removed with it.
+#[derive(Default)]
+pub struct RerunHeld {
+    /// Its own `TMPDIR`.
+    pub tmpdir: Option<ScratchDir>,
+    /// libfaketime's semaphore and segment, shared by the task's processes.
+    pub clock: Option<crate::clockshm::ClockSegment>,
+    /// Why the segment could not be made (the clock is then not shifted).
+    pub clock_failed: Option<String>,
+}
+
 /// A re-run's own `TMPDIR`, removed with the exec root.
 pub struct ScratchDir(pub PathBuf);
 
@@ -203,14 +221,14 @@ fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
 
 /// What the task's environment and argv get (`a.perturb`), after the sandbox wrapped it: the env
 /// perturbations (reported), the locale fixed to one this machine has, the clock, `TMPDIR`
-/// (`tmpdir`: the scratch directory, already mounted writable in a sandbox), and the CPU
+/// (`held.tmpdir`: the scratch directory, already mounted writable in a sandbox), and the CPU
 /// affinity (an outer `taskset`). `primary` is the baseline environment the first execution
 /// started from; `sandboxed` says whether hostname and uid could be changed.
 pub fn apply(
     a: &Assignment,
     primary: &[(String, String)],
     sandboxed: bool,
-    tmpdir: Option<&Path>,
+    held: &RerunHeld,
     env: &mut Vec<(String, String)>,
     argv: Vec<String>,
     out: &mut Perturbations,
@@ -223,13 +241,13 @@ pub fn apply(
     apply_env(p, &declared, primary, env, out);
     apply_identity(p, sandboxed, out);
     if let Some(offset) = &p.clock {
-        apply_clock(offset, &declared, env, out);
+        apply_clock(offset, &declared, held, env, out);
     }
     if p.tmpdir {
-        match tmpdir {
+        match &held.tmpdir {
             _ if declared("TMPDIR") => out.skipped("tmpdir", "the task declares TMPDIR"),
             Some(dir) => {
-                let d = dir.display().to_string();
+                let d = dir.0.display().to_string();
                 set(env, "TMPDIR", &d);
                 out.applied("tmpdir", d);
             }
@@ -298,16 +316,24 @@ fn apply_identity(p: &Perturb, sandboxed: bool, out: &mut Perturbations) {
 }
 
 /// The wall clock moved by `offset` through libfaketime (unless the task declares
-/// `FAKETIME`, or the library is not here).
+/// `FAKETIME`, or the library is not here), its processes sharing the worker's segment
+/// (`held.clock`, [`crate::clockshm`]) — without one, the library would make its own and
+/// leave it in `/dev/shm`, so the clock is then not shifted.
 fn apply_clock(
     offset: &str,
     declared: &dyn Fn(&str) -> bool,
+    held: &RerunHeld,
     env: &mut Vec<(String, String)>,
     out: &mut Perturbations,
 ) {
-    match libfaketime() {
+    match (libfaketime(), &held.clock) {
         _ if declared("FAKETIME") => out.skipped("clock", "the task declares FAKETIME"),
-        Some(lib) => {
+        (None, _) => out.skipped("clock", "libfaketime is not installed on this worker"),
+        (Some(_), None) => {
+            let why = held.clock_failed.as_deref().unwrap_or("not made");
+            out.skipped("clock", format!("libfaketime's shared segment: {why}"));
+        }
+        (Some(lib), Some(segment)) => {
             let lib = lib.display().to_string();
             let preload = match get(env, "LD_PRELOAD") {
                 Some(x) if !x.is_empty() => format!("{lib}:{x}"),
@@ -317,9 +343,9 @@ fn apply_clock(
             set(env, "FAKETIME", offset);
             // Only the wall clock: timeouts and sleeps keep working.
             set(env, "FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            set(env, "FAKETIME_SHARED", &segment.shared_env());
             out.applied("clock", format!("{offset} (libfaketime)"));
         }
-        None => out.skipped("clock", "libfaketime is not installed on this worker"),
     }
 }
 
@@ -400,8 +426,11 @@ mod tests {
         let mut env = vec![("LANG".to_owned(), "C.UTF-8".to_owned())];
         let mut out = Perturbations::default();
         let argv = vec!["sh".to_owned()];
-        let got =
-            apply(&a, &[], false, Some(Path::new("/scratch")), &mut env, argv.clone(), &mut out);
+        let tmp = tempfile::tempdir().expect("a scratch directory");
+        let scratch = tmp.path().join("scratch");
+        std::fs::create_dir(&scratch).expect("made");
+        let held = RerunHeld { tmpdir: Some(ScratchDir(scratch.clone())), ..RerunHeld::default() };
+        let got = apply(&a, &[], false, &held, &mut env, argv.clone(), &mut out);
         assert_eq!(got, argv);
         assert_eq!(get(&env, "LANG"), Some("C.UTF-8"));
         assert_eq!(get(&env, "TMPDIR"), None);
@@ -414,16 +443,47 @@ mod tests {
         // are the sandbox's, TMPDIR the scratch directory.
         let a = rerun(&[], p);
         let (mut env, mut out) = (Vec::new(), Perturbations::default());
-        apply(&a, &[], true, Some(Path::new("/scratch")), &mut env, Vec::new(), &mut out);
+        apply(&a, &[], true, &held, &mut env, Vec::new(), &mut out);
         let lang = get(&env, "LANG").expect("a locale").to_owned();
         assert!(locale_exists(&lang), "{lang}");
         assert_eq!(get(&env, "LC_ALL"), Some(lang.as_str()));
-        assert_eq!(get(&env, "TMPDIR"), Some("/scratch"));
+        assert_eq!(get(&env, "TMPDIR"), Some(scratch.to_str().expect("utf-8")));
         assert_eq!(
             what(&out.applied),
             ["umask", "locale", "user", "hostname-var", "env-order", "hostname", "uid", "tmpdir"]
         );
         assert!(out.not_applied.is_empty(), "{:?}", out.not_applied);
+    }
+
+    #[test]
+    fn the_clock_is_shifted_only_with_the_workers_segment() {
+        if libfaketime().is_none() {
+            eprintln!("skipped: libfaketime is not installed");
+            return;
+        }
+        let p = Perturb { clock: Some("+7d".into()), ..Perturb::default() };
+        let a = rerun(&[], p.clone());
+        assert!(shifts_clock(&a));
+        assert!(!shifts_clock(&rerun(&[("FAKETIME", "+1d")], p.clone())), "declared");
+        // With a segment: every process of the task shares it.
+        let held = RerunHeld {
+            clock: Some(crate::clockshm::ClockSegment::create().expect("a segment")),
+            ..RerunHeld::default()
+        };
+        let (mut env, mut out) = (Vec::new(), Perturbations::default());
+        apply(&a, &[], false, &held, &mut env, Vec::new(), &mut out);
+        let shared = held.clock.as_ref().map(crate::clockshm::ClockSegment::shared_env);
+        assert_eq!(get(&env, "FAKETIME_SHARED"), shared.as_deref());
+        assert_eq!(get(&env, "FAKETIME"), Some("+7d"));
+        assert!(out.applied.iter().any(|x| x.what == "clock"), "{out:?}");
+        // Without one, the library would make its own and leave it: not shifted, and why.
+        let held = RerunHeld { clock_failed: Some("no room".into()), ..RerunHeld::default() };
+        let (mut env, mut out) = (Vec::new(), Perturbations::default());
+        apply(&a, &[], false, &held, &mut env, Vec::new(), &mut out);
+        assert_eq!(get(&env, "LD_PRELOAD"), None);
+        assert_eq!(get(&env, "FAKETIME"), None);
+        let skipped = out.not_applied.iter().find(|x| x.what == "clock").expect("said why");
+        assert!(skipped.detail.contains("no room"), "{skipped:?}");
     }
 
     #[test]

@@ -19,8 +19,9 @@ use crate::sandbox;
 pub struct PreparedRoot {
     /// The root.
     pub root: ExecRoot,
-    /// A determinism re-run's own `TMPDIR` (removed when dropped).
-    pub scratch: Option<crate::perturb::ScratchDir>,
+    /// What a determinism re-run holds while it runs: its own `TMPDIR`, libfaketime's
+    /// segment (each removed when dropped, after the task).
+    pub rerun: crate::perturb::RerunHeld,
     /// The perturbations applied while building the root (a re-run).
     pub perturbed: Perturbations,
 }
@@ -162,8 +163,8 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         outputs: a.spec.outputs.clone(),
     };
     let mut perturbed = Perturbations::default();
-    let mut scratch = None;
-    let parent = root_parent(a, ctx, &mut spec, &blobs, &mut perturbed, &mut scratch);
+    let mut rerun = crate::perturb::RerunHeld::default();
+    let parent = root_parent(a, ctx, &mut spec, &blobs, &mut perturbed, &mut rerun);
     let hint = root_hint(a);
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
         ExecRoot::create(&parent, &hint, &spec, &blobs)
@@ -181,7 +182,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         elapsed = ?started.elapsed(),
         "exec root prepared"
     );
-    Ok(PreparedRoot { root, scratch, perturbed })
+    Ok(PreparedRoot { root, rerun, perturbed })
 }
 
 /// Fetches what of `wanted` the blob cache lacks from the coordinator; how many that was.
@@ -237,14 +238,15 @@ async fn ready_trees(
 
 /// Where the root is made: under the work dir's `roots`, or — a determinism re-run — under
 /// another parent, so the task sees another path, its files made in another order (on a
-/// file system where that changes listings), and its own `TMPDIR` (`scratch`).
+/// file system where that changes listings), its own `TMPDIR` and its own libfaketime
+/// segment (`rerun`).
 fn root_parent(
     a: &Assignment,
     ctx: &WorkerContext,
     spec: &mut ExecRootSpec,
     blobs: &crate::blobcache::BlobCache,
     perturbed: &mut Perturbations,
-    scratch: &mut Option<crate::perturb::ScratchDir>,
+    rerun: &mut crate::perturb::RerunHeld,
 ) -> PathBuf {
     let Some(p) = &a.perturb else {
         return ctx.work_dir.join("roots");
@@ -256,8 +258,14 @@ fn root_parent(
     }
     if p.tmpdir {
         match crate::perturb::scratch(&ctx.work_dir, a) {
-            Ok(s) => *scratch = Some(s),
+            Ok(s) => rerun.tmpdir = Some(s),
             Err(e) => tracing::warn!("making the re-run's TMPDIR failed: {e}"),
+        }
+    }
+    if crate::perturb::shifts_clock(a) {
+        match crate::clockshm::ClockSegment::create() {
+            Ok(c) => rerun.clock = Some(c),
+            Err(e) => rerun.clock_failed = Some(e.to_string()),
         }
     }
     plan.parent
@@ -343,7 +351,7 @@ pub fn wrap(
         cfg.network = a.spec.network;
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
-        if let Some(s) = &p.scratch {
+        if let Some(s) = &p.rerun.tmpdir {
             // The re-run's own TMPDIR, writable at its host path.
             cfg.writable.push(s.0.clone());
         }
@@ -388,14 +396,13 @@ pub fn wrap(
     };
     let perturbed = a.perturb.as_ref().map(|_| {
         let mut out = p.perturbed.clone();
-        let tmp = p.scratch.as_ref().map(|s| s.0.as_path());
         let sandboxed = isolation.sandboxed();
         let wrapped = std::mem::take(&mut argv);
         argv = crate::perturb::apply(
             a,
             &ctx.config.baseline_env,
             sandboxed,
-            tmp,
+            &p.rerun,
             env,
             wrapped,
             &mut out,

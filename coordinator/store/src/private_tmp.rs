@@ -13,15 +13,14 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::{Pid, geteuid};
+use nix::unistd::geteuid;
+use prova_protocol::pidname;
 
 /// Makes a private directory in `parent` named `<kind><pid>-<random>`, after removing the
 /// directories of that kind whose owners are gone ([`sweep_abandoned`]).
 pub(crate) fn make(parent: &Path, kind: &str) -> std::io::Result<tempfile::TempDir> {
     sweep_abandoned(parent, kind);
-    tempfile::Builder::new().prefix(&format!("{kind}{}-", std::process::id())).tempdir_in(parent)
+    tempfile::Builder::new().prefix(&pidname::prefix(kind)).tempdir_in(parent)
 }
 
 /// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
@@ -32,8 +31,7 @@ pub(crate) fn sweep_abandoned(parent: &Path, kind: &str) -> usize {
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| owner(n, kind)) else { continue };
-        if pid == std::process::id() || !gone(pid) {
+        if !name.to_str().is_some_and(|n| pidname::abandoned(n, kind)) {
             continue;
         }
         // Not followed: a symlink in its place is not ours to judge.
@@ -54,22 +52,6 @@ pub(crate) fn sweep_abandoned(parent: &Path, kind: &str) -> usize {
     removed
 }
 
-/// The pid in a name `<kind><pid>-<random>`.
-fn owner(name: &str, kind: &str) -> Option<u32> {
-    let (pid, rest) = name.strip_prefix(kind)?.split_once('-')?;
-    if rest.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    pid.parse().ok().filter(|&p| p > 0)
-}
-
-/// Whether no process has `pid` (`kill(pid, 0)`: "no such process"). A process of another
-/// user (`EPERM`) is alive.
-fn gone(pid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pid) else { return false };
-    matches!(kill(Pid::from_raw(raw), None), Err(Errno::ESRCH))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,16 +62,6 @@ mod tests {
         let pid = child.id();
         child.wait().expect("reaped");
         pid
-    }
-
-    #[test]
-    fn names_say_whose_they_are() {
-        assert_eq!(owner("prova-scratch-123-AbC", "prova-scratch-"), Some(123));
-        assert_eq!(owner("prova-scratch-AbCdEf", "prova-scratch-"), None, "an older name");
-        assert_eq!(owner("prova-scratch-123-", "prova-scratch-"), None);
-        assert_eq!(owner("prova-scratch-0-x", "prova-scratch-"), None);
-        assert_eq!(owner("prova-readonly-123-x", "prova-scratch-"), None);
-        assert_eq!(owner("prova-scratch-99999999999-x", "prova-scratch-"), None);
     }
 
     #[test]
@@ -135,6 +107,6 @@ mod tests {
         let made = make(p, "prova-readonly-").expect("made");
         assert!(!p.join(format!("prova-readonly-{dead}-d")).exists());
         let name = made.path().file_name().unwrap().to_str().unwrap().to_owned();
-        assert_eq!(owner(&name, "prova-readonly-"), Some(std::process::id()), "{name}");
+        assert_eq!(pidname::owner(&name, "prova-readonly-"), Some(std::process::id()), "{name}");
     }
 }

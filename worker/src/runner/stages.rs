@@ -138,7 +138,16 @@ impl Placed {
         };
         set_markers(&mut env, &a, &root);
         let argv = if a.perturb.as_ref().is_some_and(|p| p.reverse_env) {
-            in_env_order(argv, task_argv_len, &env)
+            // `env -i` runs inside the sandbox: what only the host has stays out.
+            let inside: Vec<(String, String)> = match isolation {
+                Isolation::Bwrap => env
+                    .iter()
+                    .filter(|(k, _)| !crate::sandbox::bwrap::HOST_ONLY_ENV.contains(&k.as_str()))
+                    .cloned()
+                    .collect(),
+                _ => env.clone(),
+            };
+            in_env_order(argv, task_argv_len, &inside)
         } else {
             argv
         };

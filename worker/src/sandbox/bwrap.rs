@@ -125,6 +125,10 @@ impl SandboxConfig {
     }
 }
 
+/// Variables that name something in the host's `/dev/shm`, which a sandbox does not see:
+/// unset inside (the task's processes then make their own there, gone with the sandbox).
+pub const HOST_ONLY_ENV: &[&str] = &["FAKETIME_SHARED"];
+
 /// The bwrap argv that runs `inner` (a complete argv, e.g. `sh -c …`) sandboxed per `cfg`.
 pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     let mut a = Argv(vec!["bwrap".to_owned()]);
@@ -161,6 +165,11 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     // /dev (null, zero, random, tty…), and a private, empty /tmp that vanishes with the
     // sandbox: nothing a task writes there reaches the host or the next task.
     a.args(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    // That /dev holds a /dev/shm of the sandbox's own: a name the host's processes share
+    // there (libfaketime's segment, `crate::clockshm`) does not exist inside.
+    for name in HOST_ONLY_ENV {
+        a.args(&["--unsetenv", name]);
+    }
     // The exec root at its real absolute path, read-only: a task that embeds its working
     // directory shows the real (and, on a determinism re-run, perturbed) path. Mounted after
     // /tmp so a root that lives under the host's /tmp lands on top of the private one.
