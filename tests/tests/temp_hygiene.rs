@@ -136,8 +136,8 @@ impl PrivateShm {
         l
     }
 
-    /// Every file (not directory) left under it, relative; and its top-level names other
-    /// than this user's re-run roots directory (`prova-rerun-roots-<uid>`, kept empty).
+    /// Everything left under it, relative (directories end in `/`), but this user's re-run
+    /// roots directory itself (`prova-rerun-roots-<uid>`), which is kept — empty.
     fn litter(&self) -> Vec<String> {
         let top = self.dir.path();
         let mut left = Vec::new();
@@ -146,9 +146,8 @@ impl PrivateShm {
             for e in std::fs::read_dir(&d).expect("list the private /dev/shm").flatten() {
                 let p = e.path();
                 let rel = p.strip_prefix(top).unwrap_or(&p).display().to_string();
-                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-                if is_dir {
-                    if d == top && !rel.starts_with("prova-rerun-roots-") {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    if d != top || !rel.starts_with("prova-rerun-roots-") {
                         left.push(format!("{rel}/"));
                     }
                     stack.push(p);

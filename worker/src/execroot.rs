@@ -97,6 +97,11 @@ pub struct ExecRootSpec {
     pub project_dir: String,
     /// The task's output globs as written (project-relative, or `//` workspace-relative).
     pub outputs: Vec<String>,
+    /// An existing ancestor of the root's parent up to which the parents the root leaves
+    /// empty are removed with it (a re-run's parent on a shared tmpfs spells out the whole
+    /// work dir path). Making and pruning such a chain hold an `flock` on this directory,
+    /// so no root is made in a parent another's removal is pruning.
+    pub prune_to: Option<PathBuf>,
 }
 
 /// Why an exec root could not be built. Whatever was built is removed.
@@ -192,6 +197,8 @@ pub struct ExecRoot {
     trees: Vec<RootTree>,
     layout: OutputLayout,
     outputs: PathGlobs,
+    /// An ancestor up to which the parents emptied by this root's removal are removed too.
+    prune_to: Option<PathBuf>,
     _pins: PinGuard,
 }
 
@@ -229,10 +236,13 @@ impl ExecRoot {
             .collect();
         let pins = blobs.pin(&blob_digests);
 
-        fs::create_dir_all(parent).map_err(io_err(parent))?;
-        // Canonical, so the path the sandbox mounts and the paths a trace reports agree.
-        let parent = parent.canonicalize().map_err(io_err(parent))?;
-        let path = create_unique_dir(&parent, name_hint)?;
+        let path = match &spec.prune_to {
+            Some(top) => {
+                let _chain = ChainLock::take(top)?;
+                make_root_dir(parent, name_hint)?
+            }
+            None => make_root_dir(parent, name_hint)?,
+        };
         let rel_path = |rel: &str| if rel.is_empty() { path.clone() } else { path.join(rel) };
         for t in &spec.trees {
             if !is_clean_relative(&t.path) {
@@ -258,12 +268,15 @@ impl ExecRoot {
             layout: layout.clone(),
             outputs: PathGlobs::new(&spec.project_dir, &spec.outputs)?,
             path: path.clone(),
+            prune_to: spec.prune_to.clone(),
             _pins: pins,
         };
         // From here on, an error drops `root`, which removes the directory.
         let mut b = Builder { root: &path, dirs: HashSet::new(), placed: BTreeMap::new() };
+        // Staging beside the root, in its canonical parent.
+        let parent = path.parent().unwrap_or(parent);
         for (i, art) in spec.artifacts.iter().enumerate() {
-            b.artifact(&parent, i, art)?;
+            b.artifact(parent, i, art)?;
         }
         for input in spec.inputs.iter().filter(|i| i.symlink.is_none()) {
             b.file(input, layout.writable(&input.path), blobs)?;
@@ -364,6 +377,18 @@ impl Drop for ExecRoot {
     fn drop(&mut self) {
         if let Err(e) = remove_tree(&self.path) {
             tracing::warn!(path = %self.path.display(), error = %e, "could not remove an exec root");
+            return;
+        }
+        let Some(top) = &self.prune_to else { return };
+        let Ok(_chain) = ChainLock::take(top) else { return };
+        let mut dir = self.path.parent();
+        while let Some(d) = dir.filter(|d| *d != top.as_path() && d.starts_with(top)) {
+            // Only an empty directory goes: one another root still uses stays, and so does
+            // every ancestor above it.
+            if fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
         }
     }
 }
@@ -613,6 +638,30 @@ fn copy_file(src: &Path, dest: &Path, mode: u32) -> Result<(), ExecRootError> {
 }
 
 /// Creates `parent/<sanitised hint>-<pid>-<n>`, a name no other root has.
+/// Makes `parent` (with its ancestors) and a fresh directory in it, named from `hint`;
+/// canonical, so the path the sandbox mounts and the paths a trace reports agree.
+fn make_root_dir(parent: &Path, hint: &str) -> Result<PathBuf, ExecRootError> {
+    fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let parent = parent.canonicalize().map_err(io_err(parent))?;
+    create_unique_dir(&parent, hint)
+}
+
+/// An exclusive `flock` on the top of a pruned chain ([`ExecRootSpec::prune_to`]), held
+/// while a root's parents are made or pruned; released when dropped. Between processes
+/// (workers sharing `/dev/shm`) and between threads alike: each take opens its own
+/// descriptor.
+struct ChainLock {
+    _held: File,
+}
+
+impl ChainLock {
+    fn take(top: &Path) -> Result<Self, ExecRootError> {
+        let f = File::open(top).map_err(io_err(top))?;
+        f.lock().map_err(io_err(top))?;
+        Ok(Self { _held: f })
+    }
+}
+
 fn create_unique_dir(parent: &Path, hint: &str) -> Result<PathBuf, ExecRootError> {
     let mut name: String = hint
         .chars()

@@ -174,6 +174,14 @@ pub fn shm_rerun_roots(fs: &Path, work_dir: &Path) -> PathBuf {
     fs.join(shm_owner_dir()).join(own)
 }
 
+/// This user's directory on `/dev/shm` ([`shm_owner_dir`]), made if missing, canonical;
+/// `None` when it cannot be.
+pub fn shm_owner_root() -> Option<PathBuf> {
+    let dir = Path::new("/dev/shm").join(shm_owner_dir());
+    std::fs::create_dir_all(&dir).ok()?;
+    dir.canonicalize().ok()
+}
+
 /// `prova-rerun-roots-<uid>`: this user's directory on a shared tmpfs.
 pub fn shm_owner_dir() -> String {
     // SAFETY: getuid cannot fail.

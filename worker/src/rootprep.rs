@@ -161,12 +161,18 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
             .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
+        prune_to: None,
     };
     let mut perturbed = Perturbations::default();
     let mut rerun = crate::perturb::RerunHeld::default();
     let parent = root_parent(a, ctx, &mut spec, &blobs, &mut perturbed, &mut rerun);
     let hint = root_hint(a);
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
+        let mut spec = spec;
+        // A parent on the shared tmpfs spells out the work dir: pruned when the root goes.
+        if parent.starts_with("/dev/shm") {
+            spec.prune_to = crate::perturb::shm_owner_root();
+        }
         ExecRoot::create(&parent, &hint, &spec, &blobs)
     })
     .join()

@@ -331,3 +331,50 @@ fn link_resolution() {
     assert_eq!(resolve_link("x", "a", &loops), None);
     assert_eq!(resolve_link("x", &"a/".repeat(MAX_STEPS + 1), &none), None);
 }
+
+#[test]
+fn a_pruned_roots_emptied_parents_go_up_to_the_top_and_no_further() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blobs = BlobCache::open(&tmp.path().join("blobs"), 100).unwrap();
+    let top = tmp.path().canonicalize().unwrap().join("top");
+    fs::create_dir(&top).unwrap();
+    let s = ExecRootSpec { prune_to: Some(top.clone()), ..spec(Vec::new(), &[]) };
+    let deep = top.join("tmp/ws/.prova/worker/rerun-roots");
+    let one = ExecRoot::create(&deep, "t", &s, &blobs).unwrap();
+    let two = ExecRoot::create(&deep, "t", &s, &blobs).unwrap();
+    let beside = ExecRoot::create(&top.join("tmp/other"), "t", &s, &blobs).unwrap();
+    drop(one);
+    assert!(deep.is_dir(), "the other root still uses the parent");
+    drop(two);
+    assert!(!top.join("tmp/ws").exists(), "the emptied chain went");
+    assert!(top.join("tmp/other").is_dir(), "a parent another root uses stays");
+    drop(beside);
+    assert!(top.is_dir() && fs::read_dir(&top).unwrap().next().is_none(), "the top itself stays");
+    // Without a top, nothing above the root is touched.
+    let plain = ExecRoot::create(&deep, "t", &spec(Vec::new(), &[]), &blobs).unwrap();
+    drop(plain);
+    assert!(deep.is_dir());
+}
+
+#[test]
+fn roots_made_while_others_prune_their_chain_are_all_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blobs = std::sync::Arc::new(BlobCache::open(&tmp.path().join("blobs"), 100).unwrap());
+    let top = tmp.path().canonicalize().unwrap().join("top");
+    fs::create_dir(&top).unwrap();
+    let s = ExecRootSpec { prune_to: Some(top.clone()), ..spec(Vec::new(), &[]) };
+    let deep = top.join("tmp/ws/.prova/worker/rerun-roots");
+    // Two slots making and dropping roots in one parent: each drop that empties it prunes
+    // the chain, which the other slot may be making a root in at that moment.
+    let slots: Vec<_> = (0..2)
+        .map(|_| {
+            let (blobs, s, deep) = (std::sync::Arc::clone(&blobs), s.clone(), deep.clone());
+            std::thread::spawn(move || {
+                (0..300).filter(|_| ExecRoot::create(&deep, "t", &s, &blobs).is_err()).count()
+            })
+        })
+        .collect();
+    let failed: usize = slots.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(failed, 0, "roots failed to be made while the chain was pruned");
+    assert!(!top.join("tmp").exists(), "and the chain is gone after the last");
+}
