@@ -35,6 +35,56 @@ pub fn abandoned(name: &str, kind: &str) -> bool {
     owner(name, kind).is_some_and(|pid| pid != std::process::id() && gone(pid))
 }
 
+/// The marker in the names of a restore's temporaries, each followed by `<pid>-…`: a
+/// staging directory beside a project's outputs (`.prova-restore-<pid>-<random>`) and an
+/// entry beside the one it replaces (`.<name>.prova-restore-<pid>-<n>`). A restore killed
+/// outright leaves them in the workspace.
+pub const RESTORE_TEMP: &str = ".prova-restore-";
+
+/// The pid in the name of a restore's temporary ([`RESTORE_TEMP`]); `None` for any other.
+pub fn restore_temp_owner(name: &str) -> Option<u32> {
+    let at = name.find(RESTORE_TEMP)?;
+    if !name.starts_with('.') {
+        return None;
+    }
+    owner(&name[at..], RESTORE_TEMP)
+}
+
+/// Whether this process's user owns what `meta` describes.
+pub fn owned(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    meta.uid() == nix::unistd::geteuid().as_raw()
+}
+
+/// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
+/// process is gone, each without following a symlink. Best effort: what cannot be read or
+/// removed stays. Returns how many went.
+pub fn sweep_dirs(parent: &std::path::Path, kind: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| abandoned(n, kind)) {
+            continue;
+        }
+        // Not followed: a symlink in its place is not ours to judge.
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.is_dir() || !owned(&meta) {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::debug!(dir = %entry.path().display(), error = %e, "an abandoned temporary directory stays")
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::debug!(removed, kind, "abandoned temporary directories removed");
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +107,16 @@ mod tests {
         assert_eq!(owner("prova-scratch-99999999999-x", "prova-scratch-"), None);
         let mine = format!("{}x", prefix("k-"));
         assert_eq!(owner(&mine, "k-"), Some(std::process::id()));
+    }
+
+    #[test]
+    fn a_restores_temporaries_say_whose_they_are() {
+        assert_eq!(restore_temp_owner(".prova-restore-42-AbC"), Some(42));
+        assert_eq!(restore_temp_owner(".main.js.prova-restore-42-7"), Some(42));
+        assert_eq!(restore_temp_owner(".tsconfig.tsbuildinfo.prova-restore-9-0"), Some(9));
+        assert_eq!(restore_temp_owner(".prova-restore-AbCdEf"), None, "an older name");
+        assert_eq!(restore_temp_owner("main.js.prova-restore-42-7"), None, "not hidden");
+        assert_eq!(restore_temp_owner("main.js"), None);
     }
 
     #[test]

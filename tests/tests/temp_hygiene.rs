@@ -297,3 +297,61 @@ outputs = ["out/**"]
     let left = shm.litter();
     assert!(left.is_empty(), "the next re-run left {left:?} in /dev/shm");
 }
+
+/// A pid no process has: a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("reaped");
+    pid
+}
+
+/// A restore killed outright (SIGKILL, the OOM killer, a CI timeout) leaves its temporaries
+/// in the workspace under prova's names: an entry beside the output it was replacing (in
+/// the project's own directory for a root-level output) and a staging directory beside the
+/// outputs. They are never a task's input — the next run's keys are those of a clean tree,
+/// so it hits — and that run removes those whose prova is gone; a live prova's stay. With
+/// and without git listing the files.
+#[test]
+fn what_a_killed_restore_left_is_no_input_and_the_next_run_removes_it() {
+    for git in [false, true] {
+        let ws = TempWorkspace::new()
+            .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+            .file("p/src/a.txt", "hello\n")
+            .file(
+                "p/prova.toml",
+                r#"[tasks.build]
+command = "cat src/a.txt > out.txt && mkdir -p dist && cp out.txt dist/a.txt"
+inputs = ["**/*", "!out.txt", "!dist/**"]
+outputs = ["out.txt", "dist/**"]
+"#,
+            );
+        if git {
+            let ok = std::process::Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(ws.root())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "git init");
+        }
+        let first = ws.prova(["run", "build", "--all", "--json"]).run();
+        first.assert_code(0);
+        assert_eq!(first.cache_of("p#build"), "saved", "{first}");
+        let dead = dead_pid();
+        let beside = format!("p/.out.txt.prova-restore-{dead}-0");
+        let staging = format!("p/.prova-restore-{dead}-AbC123");
+        let live = "p/.out.txt.prova-restore-1-0"; // init's: alive
+        ws.write(&beside, "half a restore\n");
+        ws.write(&format!("{staging}/dist/a.txt"), "staged\n");
+        ws.write(live, "another prova's\n");
+        let next = ws.prova(["run", "build", "--all", "--json"]).run();
+        next.assert_code(0);
+        assert!(
+            next.cache_of("p#build").starts_with("hit"),
+            "git {git}: the leftovers changed the key: {}\n{next}",
+            next.cache_of("p#build")
+        );
+        assert!(!ws.exists(&beside) && !ws.exists(&staging), "git {git}: the gone prova's stay");
+        assert!(ws.exists(live), "git {git}: a live prova's temporary was removed");
+    }
+}

@@ -19,7 +19,6 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::FromRawFd as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,8 +110,6 @@ fn initial_segment() -> [u8; SEGMENT_BYTES] {
 /// `sem.` twins) that this user owns and whose process is gone. Best effort; how many went.
 pub fn sweep_abandoned(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
     let mut removed = 0;
     for e in entries.flatten() {
         let name = e.file_name();
@@ -123,7 +120,7 @@ pub fn sweep_abandoned(dir: &Path) -> usize {
         }
         // Not followed: only a plain file of this user's is ours to judge.
         let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
-        if !meta.is_file() || meta.uid() != me {
+        if !meta.is_file() || !pidname::owned(&meta) {
             continue;
         }
         if std::fs::remove_file(e.path()).is_ok() {

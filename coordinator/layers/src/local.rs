@@ -824,17 +824,35 @@ struct Staging {
     beside: PathBuf,
 }
 
+/// The start of a staging directory's name in `.prova/tmp` (then `<pid>-<random>`).
+const STAGING: &str = "restore-";
+
 impl Staging {
     /// A fresh staging directory (removed when dropped).
+    ///
+    /// Each name carries this process's pid: a restore killed outright leaves its staging,
+    /// and the first one this process makes in `.prova/tmp` removes those whose owner is
+    /// gone (one beside the outputs is dropped from the next run's file list and removed
+    /// there, `prova_analysis::inputs::files`).
     fn create(&self) -> Result<tempfile::TempDir, LayerError> {
-        let in_cache = fs::create_dir_all(&self.cache)
-            .and_then(|()| tempfile::Builder::new().prefix("restore-").tempdir_in(&self.cache));
+        static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+        if let Ok(mut swept) = SWEPT.lock()
+            && !swept.contains(&self.cache)
+        {
+            prova_protocol::pidname::sweep_dirs(&self.cache, STAGING);
+            swept.push(self.cache.clone());
+        }
+        let in_cache = fs::create_dir_all(&self.cache).and_then(|()| {
+            tempfile::Builder::new()
+                .prefix(&prova_protocol::pidname::prefix(STAGING))
+                .tempdir_in(&self.cache)
+        });
         match in_cache {
             Ok(dir) => Ok(dir),
             Err(e) if not_writable(&e) => {
                 tracing::debug!(dir = %self.cache.display(), error = %e, "staging beside the outputs");
                 tempfile::Builder::new()
-                    .prefix(".prova-restore-")
+                    .prefix(&prova_protocol::pidname::prefix(prova_protocol::pidname::RESTORE_TEMP))
                     .tempdir_in(&self.beside)
                     .map_err(|source| LayerError::Io { path: self.beside.clone(), source })
             }

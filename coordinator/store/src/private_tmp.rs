@@ -9,11 +9,8 @@
 //! judge nor to remove). A pid reused by a live process keeps the directory until that one
 //! ends too: never removed while anything could own it.
 
-use std::fs;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use nix::unistd::geteuid;
 use prova_protocol::pidname;
 
 /// Makes a private directory in `parent` named `<kind><pid>-<random>`, after removing the
@@ -24,36 +21,15 @@ pub(crate) fn make(parent: &Path, kind: &str) -> std::io::Result<tempfile::TempD
 }
 
 /// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
-/// process is gone. Best effort: what cannot be read or removed stays. Returns how many went.
+/// process is gone ([`pidname::sweep_dirs`]).
 pub(crate) fn sweep_abandoned(parent: &Path, kind: &str) -> usize {
-    let Ok(entries) = fs::read_dir(parent) else { return 0 };
-    let me = geteuid().as_raw();
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| pidname::abandoned(n, kind)) {
-            continue;
-        }
-        // Not followed: a symlink in its place is not ours to judge.
-        let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };
-        if !meta.is_dir() || meta.uid() != me {
-            continue;
-        }
-        match fs::remove_dir_all(entry.path()) {
-            Ok(()) => removed += 1,
-            Err(e) => {
-                tracing::debug!(dir = %entry.path().display(), error = %e, "an abandoned temporary directory stays")
-            }
-        }
-    }
-    if removed > 0 {
-        tracing::debug!(removed, kind, "abandoned temporary directories removed");
-    }
-    removed
+    pidname::sweep_dirs(parent, kind)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     /// A pid no process has: a child that has exited and been reaped.

@@ -1,7 +1,8 @@
 //! The workspace's file list, enumerated once per run: in a git work tree the tracked and
 //! untracked-but-not-ignored files (`git ls-files --cached --others --exclude-standard`, one
 //! call, plus one per project that is its own repository); elsewhere a walk that honours
-//! `.gitignore`. `.git/` and `.prova/` are never inputs. A name that is not UTF-8 is refused
+//! `.gitignore`. `.git/` and `.prova/` are never inputs, nor a restore's temporaries (what
+//! a killed one left is removed as the list is made). A name that is not UTF-8 is refused
 //! ([`FilesError::NotUtf8`]): globs and key components are strings, so such a file could be
 //! neither selected nor keyed, and leaving it out would serve stale hits when it changes.
 
@@ -123,14 +124,67 @@ pub fn enumerate(root: &Path, nested_repos: &[String]) -> Result<FileList, Files
             files.retain(|f| !prova_protocol::globs::is_within(f, dir));
             files.extend(ls_files(&root.join(dir), dir, &[])?);
         }
+        remove_restore_temps(root, &mut files, true);
         let mut list = FileList::from_paths(files);
         list.source = Some(ListSource::Git);
         list.nested_repos = nested_repos.to_vec();
         Ok(list)
     } else {
-        let mut list = FileList::from_paths(walk(root, root)?);
+        let mut files = walk(root, root)?;
+        remove_restore_temps(root, &mut files, true);
+        let mut list = FileList::from_paths(files);
         list.source = Some(ListSource::Walk);
         Ok(list)
+    }
+}
+
+/// Drops from `files` what a restore left in the workspace under its temporary names
+/// (`prova_protocol::pidname::RESTORE_TEMP`: a staging directory beside a project's outputs,
+/// an entry beside the one it replaced), which are never a task's input; with `sweep`, also
+/// removes those of a prova that is gone (killed mid-restore), each at the temporary's own
+/// path, never following a symlink and only when this user owns it. A live one (another
+/// prova restoring now) is left where it is.
+fn remove_restore_temps(root: &Path, files: &mut Vec<String>, sweep: bool) {
+    use prova_protocol::pidname::{RESTORE_TEMP, gone, owned, restore_temp_owner};
+    if !files.iter().any(|f| f.contains(RESTORE_TEMP)) {
+        return;
+    }
+    let mut abandoned: Vec<String> = Vec::new();
+    files.retain(|f| {
+        if !f.contains(RESTORE_TEMP) {
+            return true;
+        }
+        let mut at = 0;
+        for c in f.split('/') {
+            let end = at + c.len();
+            if let Some(pid) = restore_temp_owner(c) {
+                if sweep && pid != std::process::id() && gone(pid) {
+                    abandoned.push(f[..end].to_owned());
+                }
+                return false;
+            }
+            at = end + 1;
+        }
+        true
+    });
+    abandoned.dedup();
+    for rel in abandoned {
+        let path = root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if !owned(&meta) {
+            continue;
+        }
+        let removed = if meta.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => tracing::info!(path = %rel, "removed what a killed restore left"),
+            Err(e) => {
+                tracing::debug!(path = %rel, error = %e, "a killed restore's temporary stays")
+            }
+        }
     }
 }
 
@@ -178,6 +232,7 @@ pub fn enumerate_under(
             files.extend(walk(root, &root.join(dir))?.into_iter().filter(|f| !skipped(f)));
         }
     }
+    remove_restore_temps(root, &mut files, false);
     Ok(FileList::from_paths(files).files)
 }
 
