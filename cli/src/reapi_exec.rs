@@ -18,6 +18,9 @@ use prova_protocol::events::{RunEvent, RunSummary};
 use prova_protocol::task::OwnedTask;
 use tokio::sync::{mpsc, oneshot};
 
+/// The start of a remote execution's scratch directory in `.prova/tmp` (then `<pid>-exec`).
+const SCRATCH: &str = "reapi-";
+
 /// Bound on executor reports in flight.
 const REPORT_QUEUE: usize = 256;
 
@@ -80,10 +83,14 @@ pub async fn run(
     let client = ReapiClient::new(cfg).map_err(|e| fail(&e))?;
     let (reports_tx, mut reports) = mpsc::channel::<FromFarm>(REPORT_QUEUE);
     let verify = options.verify.any();
+    // The scratch directory carries this process's pid: one a run killed outright left is
+    // removed here, its prova being gone.
+    let tmp = root.join(".prova").join("tmp");
+    prova_protocol::pidname::sweep_dirs(&tmp, SCRATCH);
     let settings = ExecSettings {
         slots: options.concurrency.max(1) * if verify { 2 } else { 1 },
         skip_cache_lookup: !cache.policy.read,
-        scratch: root.join(".prova").join("tmp").join(format!("reapi-{}", std::process::id())),
+        scratch: tmp.join(format!("{}exec", prova_protocol::pidname::prefix(SCRATCH))),
     };
     let exec = ReapiExecutor::start(client, root.clone(), blobs.clone(), settings, reports_tx)
         .await

@@ -85,12 +85,28 @@ fn builds_verifies_and_cancels_through_a_real_buildgrid() {
     let local = demo();
     local.prova(["run", "build", "--all"]).run().assert_code(0);
     let remote = demo();
+    // What a run killed outright left: its scratch directory, named for its gone pid.
+    let dead = {
+        let mut child = Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("reaped");
+        pid
+    };
+    let killed = format!(".prova/tmp/reapi-{dead}-exec");
+    remote.write(&format!("{killed}/upstream/x"), "left behind\n");
     let out = remote
         .prova(["run", "build", "--all", "--json", "--remote-exec", &endpoint])
         .timeout(Duration::from_secs(240))
         .run();
     out.assert_code(0);
     ran_on_bots(&out, &["bot-a", "bot-b"]);
+    let left: Vec<String> = std::fs::read_dir(remote.path(".prova/tmp"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left.iter().any(|n| n.starts_with("reapi-")),
+        "a scratch directory stayed in .prova/tmp (the killed run's, or this one's): {left:?}"
+    );
     let dists = demo_dists(&local);
     let want = sha256_under(local.root(), &dists);
     assert!(!want.is_empty(), "the local demo build wrote outputs");
