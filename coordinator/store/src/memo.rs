@@ -56,6 +56,18 @@ impl Store {
         scope: &str,
         paths: &[String],
     ) -> Result<HashMap<String, MemoRow>, CacheError> {
+        if paths.len() > 1 {
+            return self.reading(|| self.memo_get_each(scope, paths));
+        }
+        self.memo_get_each(scope, paths)
+    }
+
+    /// [`memo_get`](Self::memo_get), one statement per path.
+    fn memo_get_each(
+        &self,
+        scope: &str,
+        paths: &[String],
+    ) -> Result<HashMap<String, MemoRow>, CacheError> {
         let mut stmt = self
             .conn()
             .prepare_cached(
@@ -226,6 +238,26 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got["dist/f1"], memo_row(1));
         assert_eq!(got["dist/f4"], memo_row(4));
+    }
+
+    #[test]
+    fn memo_get_reads_in_one_transaction_and_leaves_an_open_one_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let rows: Vec<(String, MemoRow)> =
+            (0..3).map(|i| (format!("dist/f{i}"), memo_row(i))).collect();
+        store.memo_store("outputs:/ws", &rows).unwrap();
+        let asked: Vec<String> = rows.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(store.memo_get("outputs:/ws", &asked).unwrap().len(), 3);
+        assert!(store.conn().is_autocommit(), "its read transaction ended");
+        // Inside a transaction of the caller's: answered in it, which stays open.
+        store.conn().execute_batch("BEGIN IMMEDIATE").unwrap();
+        store.conn().execute("DELETE FROM memo WHERE path = 'dist/f0'", []).unwrap();
+        let got = store.memo_get("outputs:/ws", &asked).unwrap();
+        assert_eq!(got.len(), 2, "it sees the transaction's own write");
+        assert!(!store.conn().is_autocommit(), "the caller's transaction is still open");
+        store.conn().execute_batch("ROLLBACK").unwrap();
+        assert_eq!(store.memo_get("outputs:/ws", &asked).unwrap().len(), 3);
     }
 
     #[test]
