@@ -141,9 +141,31 @@ fn a_secret_on_the_command_line_is_not_recorded() {
     let command = out.json_lines().pop().unwrap_or_default()["command"].clone();
     assert!(command.to_string().contains("--token=***"), "{command}");
     assert!(!out.stdout.contains(SECRET), "{out}");
-    let db = std::fs::read(ws.path(".prova/runs.db")).unwrap_or_default();
-    assert!(!db.is_empty(), "the run was recorded");
-    assert!(!db.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "runs.db holds the secret");
+    // Every file of the history: the database, its WAL, the records not yet folded in.
+    let history_bytes = || -> Vec<(String, Vec<u8>)> {
+        std::fs::read_dir(ws.path(".prova"))
+            .expect("the .prova directory")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("runs."))
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(e.path()).unwrap_or_default())
+            })
+            .collect()
+    };
+    let holds = |files: &[(String, Vec<u8>)]| -> Vec<String> {
+        files
+            .iter()
+            .filter(|(_, b)| b.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()))
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    let files = history_bytes();
+    assert!(files.iter().any(|(_, b)| !b.is_empty()), "the run was recorded: {files:?}");
+    assert!(holds(&files).is_empty(), "the history holds the secret: {:?}", holds(&files));
     let runs = ws.prova(["runs", "--json"]).run();
     assert!(runs.stdout.contains("--token=***") && !runs.stdout.contains(SECRET), "{runs}");
+    // Folded into the database by `prova runs`: still masked there.
+    let files = history_bytes();
+    assert!(holds(&files).is_empty(), "the history holds the secret: {:?}", holds(&files));
 }

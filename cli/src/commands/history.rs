@@ -5,7 +5,13 @@
 //! client's timeline. `prova runs` lists them; `prova last [--json]` prints the newest
 //! summary again. A history that cannot be written (a read-only `.prova`) is a warning in the
 //! log, never a failed run.
+//!
+//! A run does not open the database: it appends its record to `.prova/runs.pending` (one
+//! JSON line, under the file's lock; [`append`]), which the next open folds in
+//! (`prova runs`, `prova last`, or the run whose append passes [`FOLD_BYTES`]).
 
+use std::io::Read as _;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +33,21 @@ const BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// The file, under the workspace's `.prova/`.
 pub const FILE: &str = "runs.db";
+
+/// Beside it: the records of runs not yet folded into it ([`append`]), one JSON line each.
+pub const PENDING: &str = "runs.pending";
+
+/// Past this many bytes of pending records, the run that appended folds them into the
+/// database itself: about a thousand no-op records of a small workspace, a dozen of a
+/// 1,000-task one. Every open between two folds is saved its WAL's rebuild.
+const FOLD_BYTES: u64 = 4 << 20;
+
+/// The shape of a [`PENDING`] record ([`Row`]).
+const ROW_VERSION: u32 = 1;
+
+/// The most [`PENDING`] may hold: past it (folds that keep failing) a run is not appended,
+/// and a fold reads no more.
+const MAX_PENDING_BYTES: u64 = 64 << 20;
 
 /// The WAL a run leaves for the next one to read back. Every `prova` is the file's only
 /// connection and exits without a checkpoint, so the next one rebuilds the WAL's index by
@@ -183,12 +204,17 @@ impl History {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .map_err(sql("no checkpoint on close"))?;
         conn.execute_batch(SCHEMA).map_err(sql("schema"))?;
-        Ok(Self { conn, path })
+        let mut history = Self { conn, path };
+        if let Err(e) = history.fold_pending() {
+            tracing::debug!(error = %e, "run history: pending records left for the next open");
+        }
+        Ok(history)
     }
 
     /// Only reads: `None` when nothing was ever recorded here.
     pub fn open_existing(root: &Path) -> Result<Option<Self>, HistoryError> {
-        if !root.join(".prova").join(FILE).is_file() {
+        let dir = root.join(".prova");
+        if !dir.join(FILE).is_file() && !dir.join(PENDING).is_file() {
             return Ok(None);
         }
         Self::open(root).map(Some)
@@ -200,70 +226,68 @@ impl History {
 
     /// Records a run, then prunes to the newest [`KEEP`].
     pub fn record(&mut self, run: &Recorded<'_>) -> Result<(), HistoryError> {
+        self.insert(&[Row::of(run)])
+    }
+
+    /// Inserts `rows` in one transaction (a run already there, by id, is left alone: a fold
+    /// cut short after its commit reads its records again), prunes to the newest [`KEEP`],
+    /// and cuts a WAL past [`WAL_KEEP_BYTES`].
+    fn insert(&mut self, rows: &[Row]) -> Result<(), HistoryError> {
         let path = self.path.clone();
         let sql = |what: &'static str| {
             let path = path.clone();
             move |source| HistoryError::Sql { path, what, source }
         };
-        let c = Counts::of(run.summary);
-        let summary = serde_json::to_string(run.summary).unwrap_or_default();
-        let command = serde_json::to_string(run.command).unwrap_or_default();
         let tx = self.conn.transaction().map_err(sql("begin"))?;
-        tx.execute(
-            "INSERT INTO runs (id, started_ms, ended_ms, command, ok, interrupted, tasks, hits, \
-             failed, summary, keys) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                run.meta.run_id,
-                ms(run.timeline.started_at),
-                ms(run.ended_at),
-                command,
-                run.summary.ok,
-                run.summary.interrupted,
-                run.summary.tasks.len() as i64,
-                c.hits as i64,
-                c.failed as i64,
-                summary,
-                run.keys.to_string(),
-            ],
-        )
-        .map_err(sql("insert run"))?;
-        let seq = tx.last_insert_rowid();
-        {
+        let mut newest = None;
+        for r in rows {
+            let inserted = tx
+                .execute(
+                    "INSERT OR IGNORE INTO runs (id, started_ms, ended_ms, command, ok, \
+                     interrupted, tasks, hits, failed, summary, keys) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    params![
+                        r.id,
+                        r.started_ms,
+                        r.ended_ms,
+                        r.command.get(),
+                        r.ok,
+                        r.interrupted,
+                        r.tasks,
+                        r.hits,
+                        r.failed,
+                        r.summary.get(),
+                        r.keys.get(),
+                    ],
+                )
+                .map_err(sql("insert run"))?;
+            if inserted == 0 {
+                continue;
+            }
+            let seq = tx.last_insert_rowid();
+            newest = Some(seq);
             let mut stmt = tx
-                .prepare(
+                .prepare_cached(
                     "INSERT INTO run_tasks (run_seq, task, status, cache, verdicts, attempts, \
                      wall_ms, cpu_ms, max_rss_kb, key, start_us, dur_us, lane) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 )
                 .map_err(sql("prepare task"))?;
-            // Each task's span by its id: a search per task was quadratic (a million
-            // comparisons for a 1,000-task run).
-            let spans: std::collections::HashMap<&prova_protocol::TaskId, _> =
-                run.timeline.spans.iter().map(|s| (&s.task, s)).collect();
-            for t in &run.summary.tasks {
-                let span = spans.get(&t.task);
-                let cache = match &t.cache {
-                    CacheStatus::Hit { layer, .. } => format!("hit:{layer}"),
-                    CacheStatus::Saved => "saved".to_owned(),
-                    CacheStatus::NotSaved { .. } => "not_saved".to_owned(),
-                    CacheStatus::Uncached => "uncached".to_owned(),
-                };
-                let verdicts: Vec<&str> = t.verdicts.iter().map(|v| v.name()).collect();
-                let status = serde_json::to_value(t.status).unwrap_or(Value::Null);
+            for t in &r.task_rows {
                 stmt.execute(params![
                     seq,
-                    t.task.as_str(),
-                    status.as_str().unwrap_or("?"),
-                    cache,
-                    verdicts.join(","),
+                    t.task,
+                    t.status,
+                    t.cache,
+                    t.verdicts,
                     t.attempts,
-                    t.stats.wall_ms as i64,
-                    (t.stats.cpu_user_ms + t.stats.cpu_sys_ms) as i64,
-                    t.stats.max_rss_kb as i64,
-                    t.key.map(|k| k.to_hex()),
-                    span.map(|s| s.start_us as i64),
-                    span.map(|s| s.dur_us as i64),
-                    span.map(|s| s.lane as i64),
+                    t.wall_ms,
+                    t.cpu_ms,
+                    t.max_rss_kb,
+                    t.key,
+                    t.start_us,
+                    t.dur_us,
+                    t.lane,
                 ])
                 .map_err(sql("insert task"))?;
             }
@@ -272,10 +296,56 @@ impl History {
         // newest KEEP are those above `seq - KEEP`. A range of the rowid tree, so a run reads
         // only what it deletes — `NOT IN (… LIMIT KEEP)` read every kept run's pages (their
         // summaries and keys) on every run, the most of a warm no-op's history cost.
-        tx.execute("DELETE FROM runs WHERE seq <= ?1", params![seq - KEEP])
-            .map_err(sql("prune"))?;
+        if let Some(seq) = newest {
+            tx.execute("DELETE FROM runs WHERE seq <= ?1", params![seq - KEEP])
+                .map_err(sql("prune"))?;
+        }
         tx.commit().map_err(sql("commit"))?;
         self.cut_wal_past(WAL_KEEP_BYTES);
+        Ok(())
+    }
+
+    /// Folds the records runs appended to [`PENDING`] into the database, and empties the
+    /// file. Holds the file's lock throughout, so a run appending meanwhile waits and its
+    /// record is not lost; records that do not parse (a run killed mid-write) are skipped.
+    /// A fold that cannot write leaves the file for the next.
+    fn fold_pending(&mut self) -> Result<(), HistoryError> {
+        let path = self.path.with_file_name(PENDING);
+        let io = |source| HistoryError::Io { path: path.clone(), source };
+        let mut file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(e)),
+        };
+        file.lock().map_err(io)?;
+        let mut text = String::new();
+        (&mut file).take(MAX_PENDING_BYTES).read_to_string(&mut text).map_err(io)?;
+        let rows: Vec<Row> = text
+            .lines()
+            .filter_map(|l| match serde_json::from_str::<Row>(l) {
+                Ok(r) if r.v == ROW_VERSION => Some(r),
+                Ok(r) => {
+                    tracing::debug!(
+                        version = r.v,
+                        "run history: a record of another version skipped"
+                    );
+                    None
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "run history: a pending record skipped");
+                    None
+                }
+            })
+            .collect();
+        if !rows.is_empty() {
+            self.insert(&rows)?;
+        }
+        file.set_len(0).map_err(io)?;
         Ok(())
     }
 
@@ -346,47 +416,148 @@ impl History {
     }
 }
 
-/// The history opened on a thread of its own while the run goes on: the open reads the
-/// schema and rebuilds the WAL's index from every frame the last runs left (up to
-/// [`WAL_KEEP_BYTES`]), about 0.3 ms that a warm no-op otherwise waited for at its end.
-/// There, too, a WAL past half its bound is cut (two fsyncs, about 2 ms here), so the record
-/// at the run's end cuts only after a run that alone wrote more than that half.
-pub struct Opening(Option<std::thread::JoinHandle<Result<History, HistoryError>>>);
-
-impl Opening {
-    /// Starts opening the history of the workspace at `root`. A thread that cannot be
-    /// started leaves the open to [`Opening::into_history`].
-    pub fn start(root: &Path) -> Self {
-        let root = root.to_owned();
-        let handle = std::thread::Builder::new()
-            .name("prova-history".into())
-            .spawn(move || {
-                let history = History::open(&root)?;
-                history.cut_wal_past(WAL_KEEP_BYTES / 2);
-                Ok(history)
-            })
-            .ok();
-        Self(handle)
+/// Appends `run`'s record to the workspace's [`PENDING`] file: one line, under the file's
+/// lock, no database opened. A run's own record was most of the history's cost on a warm
+/// no-op: opening `runs.db` reads its schema and rebuilds the WAL's index from every frame
+/// the last runs left, then the insert, the prune and the commit. The records are folded
+/// into the database when the history is next opened (`prova runs`, `prova last`), or by
+/// the run whose append takes the file past [`FOLD_BYTES`].
+pub fn append(root: &Path, run: &Recorded<'_>) -> Result<(), HistoryError> {
+    use std::io::Write as _;
+    let dir = root.join(".prova");
+    std::fs::create_dir_all(&dir)
+        .map_err(|source| HistoryError::Io { path: dir.clone(), source })?;
+    let path = dir.join(PENDING);
+    let io = |source| HistoryError::Io { path: path.clone(), source };
+    let mut line =
+        serde_json::to_string(&Row::of(run)).map_err(|e| io(std::io::Error::other(e)))?;
+    line.push('\n');
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(io)?;
+    file.lock().map_err(io)?;
+    let before = file.metadata().map_err(io)?.len();
+    if before > MAX_PENDING_BYTES {
+        return Err(io(std::io::Error::other(
+            "the pending records are past their bound: `prova runs` folds them",
+        )));
     }
+    // A record cut short (a run killed mid-write) ends without a newline: this one starts
+    // on a line of its own, not glued to it.
+    let mut last = [0u8; 1];
+    if before > 0 && file.read_at(&mut last, before - 1).map_err(io)? == 1 && last[0] != b'\n' {
+        line.insert(0, '\n');
+    }
+    file.write_all(line.as_bytes()).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    drop(file);
+    if len > FOLD_BYTES {
+        History::open(root)?;
+    }
+    Ok(())
+}
 
-    /// The opened history (opened here, now, if the thread could not be started).
-    pub fn into_history(mut self, root: &Path) -> Result<History, HistoryError> {
-        match self.0.take().map(std::thread::JoinHandle::join) {
-            Some(Ok(opened)) => opened,
-            // The thread panicked or never started: open it here.
-            Some(Err(_)) | None => History::open(root),
+/// One run as the database stores it (and as [`PENDING`] keeps it until then).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Row {
+    /// [`ROW_VERSION`]: a record of another shape (another prova's) is skipped.
+    v: u32,
+    id: String,
+    started_ms: i64,
+    ended_ms: i64,
+    /// The command line, as JSON (kept as is in the line: not escaped into a string).
+    command: Box<serde_json::value::RawValue>,
+    ok: bool,
+    interrupted: bool,
+    tasks: i64,
+    hits: i64,
+    failed: i64,
+    /// The summary, as JSON.
+    summary: Box<serde_json::value::RawValue>,
+    /// The key pass's counters, as JSON.
+    keys: Box<serde_json::value::RawValue>,
+    task_rows: Vec<TaskRow>,
+}
+
+/// One task of a [`Row`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct TaskRow {
+    task: String,
+    status: String,
+    cache: String,
+    verdicts: String,
+    attempts: u32,
+    wall_ms: i64,
+    cpu_ms: i64,
+    max_rss_kb: i64,
+    key: Option<String>,
+    start_us: Option<i64>,
+    dur_us: Option<i64>,
+    lane: Option<i64>,
+}
+
+impl Row {
+    fn of(run: &Recorded<'_>) -> Self {
+        let c = Counts::of(run.summary);
+        // Each task's span by its id: a search per task was quadratic (a million
+        // comparisons for a 1,000-task run).
+        let spans: std::collections::HashMap<&prova_protocol::TaskId, _> =
+            run.timeline.spans.iter().map(|s| (&s.task, s)).collect();
+        let task_rows = run
+            .summary
+            .tasks
+            .iter()
+            .map(|t| {
+                let span = spans.get(&t.task);
+                let cache = match &t.cache {
+                    CacheStatus::Hit { layer, .. } => format!("hit:{layer}"),
+                    CacheStatus::Saved => "saved".to_owned(),
+                    CacheStatus::NotSaved { .. } => "not_saved".to_owned(),
+                    CacheStatus::Uncached => "uncached".to_owned(),
+                };
+                let verdicts: Vec<&str> = t.verdicts.iter().map(|v| v.name()).collect();
+                let status = serde_json::to_value(t.status).unwrap_or(Value::Null);
+                TaskRow {
+                    task: t.task.as_str().to_owned(),
+                    status: status.as_str().unwrap_or("?").to_owned(),
+                    cache,
+                    verdicts: verdicts.join(","),
+                    attempts: t.attempts,
+                    wall_ms: t.stats.wall_ms as i64,
+                    cpu_ms: (t.stats.cpu_user_ms + t.stats.cpu_sys_ms) as i64,
+                    max_rss_kb: t.stats.max_rss_kb as i64,
+                    key: t.key.map(|k| k.to_hex()),
+                    start_us: span.map(|s| s.start_us as i64),
+                    dur_us: span.map(|s| s.dur_us as i64),
+                    lane: span.map(|s| s.lane as i64),
+                }
+            })
+            .collect();
+        Self {
+            v: ROW_VERSION,
+            id: run.meta.run_id.clone(),
+            started_ms: ms(run.timeline.started_at),
+            ended_ms: ms(run.ended_at),
+            command: raw(run.command),
+            ok: run.summary.ok,
+            interrupted: run.summary.interrupted,
+            tasks: run.summary.tasks.len() as i64,
+            hits: c.hits as i64,
+            failed: c.failed as i64,
+            summary: raw(run.summary),
+            keys: raw(run.keys),
+            task_rows,
         }
     }
 }
 
-impl Drop for Opening {
-    /// A run that ends before its record (an error) still waits for the open, so the
-    /// process never exits with the connection half made.
-    fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            let _ = h.join();
-        }
-    }
+/// `v` as JSON, kept raw (`null` if it cannot be written).
+fn raw<T: serde::Serialize + ?Sized>(v: &T) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(v).unwrap_or_default()
 }
 
 /// The workspace root found from `start`.
@@ -529,40 +700,121 @@ mod tests {
         h.record(&rec).expect("recorded");
     }
 
-    /// The history opened on its own thread records like one opened at the end, after runs
-    /// recorded the usual way; an opening dropped unused leaves the history as it was.
-    #[test]
-    fn a_history_opened_beside_the_run_records_the_run() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        record_run(&mut History::open(dir.path()).expect("opened"), 0);
-        drop(Opening::start(dir.path()));
-        let mut h = Opening::start(dir.path()).into_history(dir.path()).expect("opened beside");
-        record_run(&mut h, 1);
-        drop(h);
-        let runs = History::open(dir.path()).expect("reopened").list(10).expect("listed");
-        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(ids, ["r1", "r0"]);
+    /// `run{i}`'s record, as a run appends it.
+    fn append_run(root: &Path, i: usize) {
+        let meta = RunMeta { run_id: format!("r{i}") };
+        let s = summary(i);
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned(), "run".to_owned()],
+            summary: &s,
+            keys: &serde_json::json!({"files": i}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        append(root, &rec).expect("appended");
     }
 
-    /// Runs whose history opened beside them: the open cuts a WAL past half the bound, so
-    /// no record needs to (the WAL after each stays within half the bound and one run), and
-    /// every run is kept.
+    fn pending_len(root: &Path) -> u64 {
+        std::fs::metadata(root.join(".prova").join(PENDING)).map_or(0, |m| m.len())
+    }
+
+    fn ids(root: &Path) -> Vec<String> {
+        let h = History::open(root).expect("opened");
+        h.list(1000).expect("listed").into_iter().map(|r| r.id).collect()
+    }
+
+    /// A run appends its record without opening the database; the next open folds the
+    /// records in, in order, after those already there, and empties the file.
     #[test]
-    fn the_wal_is_cut_where_the_history_opens_beside_the_run() {
+    fn appended_runs_are_folded_in_order_when_the_history_opens() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let mut largest = 0;
-        for i in 0..40 {
-            let mut h = Opening::start(dir.path()).into_history(dir.path()).expect("opened");
-            let before = wal_len(dir.path());
-            assert!(before <= WAL_KEEP_BYTES / 2, "run {i}: the open left {before} bytes");
-            record_run(&mut h, i);
-            let after = wal_len(dir.path());
-            assert!(after >= before, "run {i}: the record cut the WAL ({before} -> {after})");
-            largest = largest.max(after);
-        }
-        assert!(largest > WAL_KEEP_BYTES / 4, "the WAL never grew: {largest} bytes");
+        record_run(&mut History::open(dir.path()).expect("opened"), 0);
+        append_run(dir.path(), 1);
+        append_run(dir.path(), 2);
+        assert!(pending_len(dir.path()) > 0);
+        assert!(History::open_existing(dir.path()).expect("opened").is_some());
+        assert_eq!(ids(dir.path()), ["r2", "r1", "r0"]);
+        assert_eq!(pending_len(dir.path()), 0, "folded");
         let h = History::open(dir.path()).expect("opened");
-        assert_eq!(h.count().expect("counted"), 40);
+        let r1 = h.list(3).expect("listed").pop().map(|r| r.id);
+        assert_eq!(r1.as_deref(), Some("r0"));
+        let keys = &h.list(2).expect("listed")[1].keys;
+        assert_eq!(keys["files"], 1, "what the run recorded, read back");
+        // Only appended runs, no database yet: found all the same.
+        let fresh = tempfile::tempdir().expect("a temp dir");
+        append_run(fresh.path(), 7);
+        assert!(History::open_existing(fresh.path()).expect("opened").is_some());
+        assert_eq!(ids(fresh.path()), ["r7"]);
+    }
+
+    /// A record cut short (a run killed mid-write) is skipped, the others kept; a fold cut
+    /// short after its commit (the file not emptied) reads its records again, and a run
+    /// already there is not recorded twice.
+    #[test]
+    fn a_torn_record_is_skipped_and_a_run_is_never_recorded_twice() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        append_run(dir.path(), 1);
+        let pending = dir.path().join(".prova").join(PENDING);
+        let copy = std::fs::read(&pending).expect("the pending file");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&pending).expect("opened");
+        f.write_all(b"{\"id\":\"torn\",\"started_ms\":").expect("written");
+        drop(f);
+        append_run(dir.path(), 2);
+        assert_eq!(ids(dir.path()), ["r2", "r1"]);
+        std::fs::write(&pending, &copy).expect("the same record again");
+        assert_eq!(ids(dir.path()), ["r2", "r1"], "r1 once");
+        // A record of another shape (another prova's): skipped, not read wrongly.
+        let other =
+            String::from_utf8(copy.clone()).expect("utf-8").replace("\"v\":1,", "\"v\":99,");
+        let other = other.replace("\"r1\"", "\"r9\"");
+        assert!(other.contains("\"v\":99"), "{other}");
+        std::fs::write(&pending, other).expect("written");
+        assert_eq!(ids(dir.path()), ["r2", "r1"], "the other version's record skipped");
+        let h = History::open(dir.path()).expect("opened");
+        let tasks: i64 =
+            h.conn.query_row("SELECT count(*) FROM run_tasks", [], |r| r.get(0)).expect("rows");
+        assert_eq!(tasks, 2, "and its tasks once");
+    }
+
+    /// The run whose append takes the file past its bound folds the records itself, so the
+    /// file stays bounded between `prova runs`.
+    #[test]
+    fn the_append_past_the_bound_folds() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        // Records of a hundred tasks: the bound is reached in a few hundred runs.
+        let mut s = summary(0);
+        s.tasks = (0..100)
+            .map(|t| TaskReport {
+                task: TaskId::new(&format!("p{t}"), "build"),
+                ..s.tasks[0].clone()
+            })
+            .collect();
+        let mut i = 0;
+        let mut largest = 0;
+        while i < 5_000 {
+            let meta = RunMeta { run_id: format!("r{i}") };
+            let rec = Recorded {
+                meta: &meta,
+                command: &["prova".to_owned()],
+                summary: &s,
+                keys: &serde_json::json!({}),
+                timeline: &Timeline::new(),
+                ended_at: SystemTime::now(),
+            };
+            append(dir.path(), &rec).expect("appended");
+            i += 1;
+            let len = pending_len(dir.path());
+            if len == 0 {
+                break;
+            }
+            largest = largest.max(len);
+        }
+        assert_eq!(pending_len(dir.path()), 0, "never folded after {i} runs");
+        assert!(largest <= FOLD_BYTES, "the file reached {largest} bytes");
+        let h = History::open_existing(dir.path()).expect("opened").expect("there");
+        assert_eq!(h.count().expect("counted"), (i as i64).min(KEEP));
     }
 
     /// A cut does not leave the connection failing at once on a lock: the record after it
@@ -573,14 +825,16 @@ mod tests {
         let busy_ms = |h: &History| -> i64 {
             h.conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0)).expect("read")
         };
+        let mut h = History::open(dir.path()).expect("opened");
         let mut i = 0;
-        while wal_len(dir.path()) <= WAL_KEEP_BYTES / 2 {
-            record_run(&mut History::open(dir.path()).expect("opened"), i);
+        let mut cut = false;
+        while !cut {
+            let before = wal_len(dir.path());
+            record_run(&mut h, i);
+            cut = wal_len(dir.path()) < before;
             i += 1;
-            assert!(i < 1000, "the WAL never passed half its bound");
+            assert!(i < 1000, "the WAL was never cut");
         }
-        let h = Opening::start(dir.path()).into_history(dir.path()).expect("opened");
-        assert_eq!(wal_len(dir.path()), 0, "the open did not cut");
         assert_eq!(busy_ms(&h), BUSY_WAIT.as_millis() as i64);
     }
 

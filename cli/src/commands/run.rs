@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 
 use self::settings::{Reach, RunConfig, RunEnv, RunSettings};
 use super::common::{self, Loaded};
-use super::history::{self, History};
+use super::history;
 use crate::args::RunArgs;
 use crate::exit::Code;
 use crate::remote::Session;
@@ -83,8 +83,6 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         false => None,
     };
     tracing::debug!(locked = lock.is_some(), "workspace lock");
-    // The run history opens beside the run (a run that writes the workspace records itself).
-    let history = lock.is_some().then(|| history::Opening::start(&ws.root));
     // The file list (`git ls-files`) is started now, under the lock, and overlaps the cache's
     // open — unless that open writes files the listing could see half made (a cache directory
     // in the workspace outside `.prova/`, which the listing leaves out).
@@ -113,7 +111,7 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     // whatever the outcome, so a close is never cut short.
     drop(cache);
     let code = match outcome {
-        Ok(Some(done)) => finish(&ws.root, &s, &meta, done, history),
+        Ok(Some(done)) => finish(&ws.root, &s, &meta, done),
         Ok(None) => Ok(Code::Ok),
         Err(e) => Err(e),
     };
@@ -479,13 +477,7 @@ impl Act<'_> {
 
 /// The summary line (or object), the run history, `--summarize` and `--profile`; the exit
 /// code.
-fn finish(
-    root: &Path,
-    s: &RunSettings,
-    meta: &RunMeta,
-    done: Done,
-    history: Option<history::Opening>,
-) -> anyhow::Result<Code> {
+fn finish(root: &Path, s: &RunSettings, meta: &RunMeta, done: Done) -> anyhow::Result<Code> {
     let Done { summary, key_stats, timeline } = done;
     let ended_at = SystemTime::now();
     let command = recorded_argv();
@@ -507,11 +499,7 @@ fn finish(
         ended_at,
     };
     let recording = std::time::Instant::now();
-    let history = match history {
-        Some(opening) => opening.into_history(root),
-        None => History::open(root),
-    };
-    if let Err(e) = history.and_then(|mut h| h.record(&recorded)) {
+    if let Err(e) = history::append(root, &recorded) {
         tracing::warn!("the run was not recorded: {e}");
     }
     tracing::debug!(elapsed = ?recording.elapsed(), "run recorded");
@@ -521,7 +509,7 @@ fn finish(
 
 /// The command line as the summary and the history keep it: lossily decoded, and the values
 /// of the environment's secret-named variables masked as task logs mask them
-/// (`prova run deploy -- --token=$NPM_TOKEN` leaves no token in `.prova/runs.db`).
+/// (`prova run deploy -- --token=$NPM_TOKEN` leaves no token in `.prova/runs.*`).
 fn recorded_argv() -> Vec<String> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
