@@ -35,6 +35,9 @@ const SHM_DIR: &str = "/dev/shm";
 /// four `struct timespec` (realtime, monotonic, monotonic raw, boottime).
 const SEGMENT_BYTES: usize = 2 * 8 + 4 * 16;
 
+/// The number in the next name this process makes.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
 /// A semaphore and a shared-memory segment named for libfaketime; both names are removed
 /// when it is dropped.
 #[derive(Debug)]
@@ -44,12 +47,22 @@ pub struct ClockSegment {
 
 impl ClockSegment {
     /// Makes a fresh pair, after removing those of processes that are gone (once per process).
+    /// A name taken (left by an earlier process with this pid) moves on to the next number.
     pub fn create() -> std::io::Result<Self> {
         static SWEPT: Once = Once::new();
         SWEPT.call_once(|| {
             sweep_abandoned(Path::new(SHM_DIR));
         });
-        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut tries = 0;
+        loop {
+            match Self::create_once() {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 64 => tries += 1,
+                made => return made,
+            }
+        }
+    }
+
+    fn create_once() -> std::io::Result<Self> {
         let name = format!("{}{}", pidname::prefix(KIND), NEXT.fetch_add(1, Ordering::Relaxed));
         let c = CString::new(format!("/{name}")).map_err(std::io::Error::other)?;
         let mode = libc::S_IRUSR | libc::S_IWUSR;
@@ -157,6 +170,29 @@ mod tests {
         assert_ne!(other.shared_env(), shared, "each re-run its own");
         drop(seg);
         assert!(!exists(&format!("sem.{sem}")) && !exists(shm), "removed with the segment");
+    }
+
+    #[test]
+    fn a_name_left_by_an_earlier_process_with_this_pid_is_passed_over() {
+        // What an earlier process with this pid left: semaphores under the next numbers.
+        let next = NEXT.load(Ordering::Relaxed);
+        let taken: Vec<String> =
+            (next..next + 8).map(|n| format!("{}{n}", pidname::prefix(KIND))).collect();
+        for name in &taken {
+            let c = CString::new(format!("/{name}")).expect("a C string");
+            // SAFETY: a valid C string; the variadic mode and value are what sem_open reads.
+            let sem = unsafe {
+                libc::sem_open(c.as_ptr(), libc::O_CREAT, libc::S_IRUSR | libc::S_IWUSR, 1u32)
+            };
+            assert_ne!(sem, libc::SEM_FAILED, "made {name}");
+            // SAFETY: from a successful sem_open.
+            unsafe { libc::sem_close(sem) };
+        }
+        let seg = ClockSegment::create().expect("a segment past the taken names");
+        assert!(!taken.contains(&seg.name), "{} reused", seg.name);
+        for name in taken {
+            drop(ClockSegment { name });
+        }
     }
 
     #[test]

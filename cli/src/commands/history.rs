@@ -456,7 +456,10 @@ pub fn append(root: &Path, run: &Recorded<'_>) -> Result<(), HistoryError> {
     let len = file.metadata().map_err(io)?.len();
     drop(file);
     if len > FOLD_BYTES {
-        History::open(root)?;
+        // Recorded already: a fold that fails now is left to the next open.
+        if let Err(e) = History::open(root) {
+            tracing::debug!(error = %e, "run history: pending records left for the next open");
+        }
     }
     Ok(())
 }
