@@ -323,11 +323,14 @@ impl History {
             Err(e) => return Err(io(e)),
         };
         file.lock().map_err(io)?;
-        let mut text = String::new();
-        (&mut file).take(MAX_PENDING_BYTES).read_to_string(&mut text).map_err(io)?;
-        let rows: Vec<Row> = text
-            .lines()
-            .filter_map(|l| match serde_json::from_str::<Row>(l) {
+        // Bytes, split at newlines: a record cut short may end inside a character, and only
+        // that line is then not UTF-8.
+        let mut bytes = Vec::new();
+        (&mut file).take(MAX_PENDING_BYTES).read_to_end(&mut bytes).map_err(io)?;
+        let rows: Vec<Row> = bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| match serde_json::from_slice::<Row>(l) {
                 Ok(r) if r.v == ROW_VERSION => Some(r),
                 Ok(r) => {
                     tracing::debug!(
@@ -762,7 +765,8 @@ mod tests {
         let pending = dir.path().join(".prova").join(PENDING);
         let copy = std::fs::read(&pending).expect("the pending file");
         let mut f = std::fs::OpenOptions::new().append(true).open(&pending).expect("opened");
-        f.write_all(b"{\"id\":\"torn\",\"started_ms\":").expect("written");
+        // Cut inside a character: "—" is three bytes.
+        f.write_all(b"{\"id\":\"torn\",\"command\":\"\xe2\x80").expect("written");
         drop(f);
         append_run(dir.path(), 2);
         assert_eq!(ids(dir.path()), ["r2", "r1"]);
