@@ -86,7 +86,7 @@ pub async fn run(
     // The scratch directory carries this process's pid: one a run killed outright left is
     // removed here, its prova being gone.
     let tmp = root.join(".prova").join("tmp");
-    prova_protocol::pidname::sweep_dirs(&tmp, SCRATCH);
+    prova_protocol::pidname::sweep(&tmp, &[SCRATCH], prova_protocol::pidname::Entries::Dirs);
     let settings = ExecSettings {
         slots: options.concurrency.max(1) * if verify { 2 } else { 1 },
         skip_cache_lookup: !cache.policy.read,

@@ -56,31 +56,43 @@ pub fn owned(meta: &std::fs::Metadata) -> bool {
     meta.uid() == nix::unistd::geteuid().as_raw()
 }
 
-/// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
-/// process is gone, each without following a symlink. Best effort: what cannot be read or
-/// removed stays. Returns how many went.
-pub fn sweep_dirs(parent: &std::path::Path, kind: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir(parent) else { return 0 };
+/// What [`sweep`] removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entries {
+    /// Directories, with what they hold.
+    Dirs,
+    /// Plain files.
+    Files,
+}
+
+/// Removes the `entries` in `parent` named `<kind><pid>-…` (for any of `kinds`) that this
+/// user owns and whose process is gone, each without following a symlink (a symlink or an
+/// entry of the other sort in its place is not ours to judge). One listing of `parent`.
+/// Best effort: what cannot be read or removed stays. Returns how many went.
+pub fn sweep(parent: &std::path::Path, kinds: &[&str], entries: Entries) -> usize {
+    let Ok(listing) = std::fs::read_dir(parent) else { return 0 };
     let mut removed = 0;
-    for entry in entries.flatten() {
+    for entry in listing.flatten() {
         let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| abandoned(n, kind)) {
+        let Some(name) = name.to_str() else { continue };
+        if !kinds.iter().any(|k| abandoned(name, k)) {
             continue;
         }
-        // Not followed: a symlink in its place is not ours to judge.
         let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
-        if !meta.is_dir() || !owned(&meta) {
-            continue;
-        }
-        match std::fs::remove_dir_all(entry.path()) {
+        let gone = match entries {
+            Entries::Dirs if meta.is_dir() && owned(&meta) => std::fs::remove_dir_all(entry.path()),
+            Entries::Files if meta.is_file() && owned(&meta) => std::fs::remove_file(entry.path()),
+            _ => continue,
+        };
+        match gone {
             Ok(()) => removed += 1,
             Err(e) => {
-                tracing::debug!(dir = %entry.path().display(), error = %e, "an abandoned temporary directory stays")
+                tracing::debug!(path = %entry.path().display(), error = %e, "an abandoned temporary stays")
             }
         }
     }
     if removed > 0 {
-        tracing::debug!(removed, kind, "abandoned temporary directories removed");
+        tracing::debug!(removed, ?kinds, "abandoned temporaries removed");
     }
     removed
 }

@@ -99,3 +99,12 @@ pub fn read_pids(path: &Path) -> Vec<i32> {
         .map(|l| l.trim().parse().unwrap_or_else(|e| panic!("bad pid line {l:?}: {e}")))
         .collect()
 }
+
+/// A pid no process has: a child that has exited and been reaped (what a process killed
+/// outright leaves its pid-named files under).
+pub fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("reaped");
+    pid
+}

@@ -86,12 +86,7 @@ fn builds_verifies_and_cancels_through_a_real_buildgrid() {
     local.prova(["run", "build", "--all"]).run().assert_code(0);
     let remote = demo();
     // What a run killed outright left: its scratch directory, named for its gone pid.
-    let dead = {
-        let mut child = Command::new("true").spawn().expect("spawn true");
-        let pid = child.id();
-        child.wait().expect("reaped");
-        pid
-    };
+    let dead = prova_tests::dead_pid();
     let killed = format!(".prova/tmp/reapi-{dead}-exec");
     remote.write(&format!("{killed}/upstream/x"), "left behind\n");
     let out = remote

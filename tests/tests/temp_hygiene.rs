@@ -298,14 +298,6 @@ outputs = ["out/**"]
     assert!(left.is_empty(), "the next re-run left {left:?} in /dev/shm");
 }
 
-/// A pid no process has: a child that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
-    let pid = child.id();
-    child.wait().expect("reaped");
-    pid
-}
-
 /// A restore killed outright (SIGKILL, the OOM killer, a CI timeout) leaves its temporaries
 /// in the workspace under prova's names: an entry beside the output it was replacing (in
 /// the project's own directory for a root-level output) and a staging directory beside the
@@ -337,7 +329,7 @@ outputs = ["out.txt", "dist/**"]
         let first = ws.prova(["run", "build", "--all", "--json"]).run();
         first.assert_code(0);
         assert_eq!(first.cache_of("p#build"), "saved", "{first}");
-        let dead = dead_pid();
+        let dead = prova_tests::dead_pid();
         let beside = format!("p/.out.txt.prova-restore-{dead}-0");
         let staging = format!("p/.prova-restore-{dead}-AbC123");
         let live = "p/.out.txt.prova-restore-1-0"; // init's: alive

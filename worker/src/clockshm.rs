@@ -28,6 +28,9 @@ use prova_protocol::pidname;
 /// The start of every name a worker makes for libfaketime.
 const KIND: &str = "prova-faketime-";
 
+/// The same names' semaphores, as glibc files them in `/dev/shm`.
+const SEM_KIND: &str = "sem.prova-faketime-";
+
 /// glibc's directory of named semaphores and shared memory.
 const SHM_DIR: &str = "/dev/shm";
 
@@ -122,24 +125,7 @@ fn initial_segment() -> [u8; SEGMENT_BYTES] {
 /// Removes, from `dir` (`/dev/shm`), the pairs named `prova-faketime-<pid>-…` (and their
 /// `sem.` twins) that this user owns and whose process is gone. Best effort; how many went.
 pub fn sweep_abandoned(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let bare = name.strip_prefix("sem.").unwrap_or(name);
-        if !pidname::abandoned(bare, KIND) {
-            continue;
-        }
-        // Not followed: only a plain file of this user's is ours to judge.
-        let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
-        if !meta.is_file() || !pidname::owned(&meta) {
-            continue;
-        }
-        if std::fs::remove_file(e.path()).is_ok() {
-            removed += 1;
-        }
-    }
+    let removed = pidname::sweep(dir, &[KIND, SEM_KIND], pidname::Entries::Files);
     if removed > 0 {
         tracing::info!(removed, "removed libfaketime segments a killed worker left in /dev/shm");
     }

@@ -691,6 +691,18 @@ mod tests {
         }
     }
 
+    /// A summary of `n` tasks, `p0#build` … .
+    fn summary_of_tasks(n: usize) -> RunSummary {
+        let mut s = summary(0);
+        s.tasks = (0..n)
+            .map(|i| TaskReport {
+                task: TaskId::new(&format!("p{i}"), "build"),
+                ..s.tasks[0].clone()
+            })
+            .collect();
+        s
+    }
+
     /// Records run `r{i}` (one task, `wall_ms` = `i`).
     fn record_run(h: &mut History, i: usize) {
         let meta = RunMeta { run_id: format!("r{i}") };
@@ -791,13 +803,7 @@ mod tests {
     fn the_append_past_the_bound_folds() {
         let dir = tempfile::tempdir().expect("a temp dir");
         // Records of a hundred tasks: the bound is reached in a few hundred runs.
-        let mut s = summary(0);
-        s.tasks = (0..100)
-            .map(|t| TaskReport {
-                task: TaskId::new(&format!("p{t}"), "build"),
-                ..s.tasks[0].clone()
-            })
-            .collect();
+        let s = summary_of_tasks(100);
         let mut i = 0;
         let mut largest = 0;
         while i < 5_000 {
@@ -895,13 +901,7 @@ mod tests {
     fn one_run_larger_than_the_bound_leaves_no_long_wal() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut h = History::open(dir.path()).expect("opened");
-        let mut s = summary(0);
-        s.tasks = (0..3000)
-            .map(|i| TaskReport {
-                task: TaskId::new(&format!("p{i}"), "build"),
-                ..s.tasks[0].clone()
-            })
-            .collect();
+        let s = summary_of_tasks(3000);
         let meta = RunMeta { run_id: "big".to_owned() };
         let rec = Recorded {
             meta: &meta,

@@ -839,7 +839,11 @@ impl Staging {
         if let Ok(mut swept) = SWEPT.lock()
             && !swept.contains(&self.cache)
         {
-            prova_protocol::pidname::sweep_dirs(&self.cache, STAGING);
+            prova_protocol::pidname::sweep(
+                &self.cache,
+                &[STAGING],
+                prova_protocol::pidname::Entries::Dirs,
+            );
             swept.push(self.cache.clone());
         }
         let in_cache = fs::create_dir_all(&self.cache).and_then(|()| {

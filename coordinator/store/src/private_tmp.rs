@@ -14,16 +14,10 @@ use std::path::Path;
 use prova_protocol::pidname;
 
 /// Makes a private directory in `parent` named `<kind><pid>-<random>`, after removing the
-/// directories of that kind whose owners are gone ([`sweep_abandoned`]).
+/// directories of that kind whose owners are gone ([`pidname::sweep`]).
 pub(crate) fn make(parent: &Path, kind: &str) -> std::io::Result<tempfile::TempDir> {
-    sweep_abandoned(parent, kind);
+    pidname::sweep(parent, &[kind], pidname::Entries::Dirs);
     tempfile::Builder::new().prefix(&pidname::prefix(kind)).tempdir_in(parent)
-}
-
-/// Removes the directories in `parent` named `<kind><pid>-…` that this user owns and whose
-/// process is gone ([`pidname::sweep_dirs`]).
-pub(crate) fn sweep_abandoned(parent: &Path, kind: &str) -> usize {
-    pidname::sweep_dirs(parent, kind)
 }
 
 #[cfg(test)]
@@ -61,7 +55,7 @@ mod tests {
         )
         .expect("a symlink");
 
-        assert_eq!(sweep_abandoned(p, "prova-scratch-"), 1);
+        assert_eq!(pidname::sweep(p, &["prova-scratch-"], pidname::Entries::Dirs), 1);
         let mut left: Vec<String> = fs::read_dir(p)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
