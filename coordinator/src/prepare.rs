@@ -512,20 +512,35 @@ async fn scan_trees(
     }
     let scope = crate::trees::memo_scope(&ws.root);
     let load_scope = scope.clone();
-    let started = Instant::now();
-    let memo = cache.call(move |s| s.memo_load(&load_scope)).await??;
-    tracing::debug!(elapsed = ?started.elapsed(), rows = memo.len(), "tree memo loaded");
     let root = ws.root.clone();
-    let pass = OwnedTask::spawn_blocking("prepare.trees", move || {
-        let store = root.join(".prova").join("trees");
-        crate::trees::scan_all(&root, &tree_dirs, &memo, now_ns, &store)
+    let store = root.join(".prova").join("trees");
+    let walk_err = |e: tokio::task::JoinError| inputs::files::FilesError::Walk {
+        dir: String::new(),
+        message: e.to_string(),
+    };
+    // The walks first: a tree whose walk sees what the record says its digest was computed
+    // from needs neither its files' memo rows nor a new manifest.
+    let (r, s) = (root.clone(), store.clone());
+    let walks = OwnedTask::spawn_blocking("prepare.trees", move || {
+        crate::trees::walk_all(&r, &tree_dirs, &s)
     })
     .join()
     .await
-    .map_err(|e| inputs::files::FilesError::Walk {
-        dir: String::new(),
-        message: e.to_string(),
-    })??;
+    .map_err(walk_err)??;
+    let pass = if walks.all_known() {
+        // Nothing to read or hash: every digest is the recorded one.
+        crate::trees::finish(&root, walks, &HashMap::new(), now_ns, &store)?
+    } else {
+        let started = Instant::now();
+        let memo = cache.call(move |s| s.memo_load(&load_scope)).await??;
+        tracing::debug!(elapsed = ?started.elapsed(), rows = memo.len(), "tree memo loaded");
+        OwnedTask::spawn_blocking("prepare.trees", move || {
+            crate::trees::finish(&root, walks, &memo, now_ns, &store)
+        })
+        .join()
+        .await
+        .map_err(walk_err)??
+    };
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();
         cache.call(move |s| s.memo_store(&scope, &updates)).await??;

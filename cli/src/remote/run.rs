@@ -108,7 +108,7 @@ pub async fn upload_missing(
     }
     for tree in trees.iter().filter(|t| mounted.contains(&t.digest)) {
         by_digest.entry(tree.digest).or_insert_with(|| tree.manifest_file.clone());
-        for e in &tree.manifest.entries {
+        for e in &tree.manifest()?.entries {
             if let prova_protocol::tree::TreeKind::File { digest, .. } = e.kind {
                 by_digest.entry(digest).or_insert_with(|| root.join(&tree.path).join(&e.path));
             }

@@ -6,10 +6,14 @@
 //!   path segment), gitignored or not. Unset in a workspace with a root `package.json`, the
 //!   default is `node_modules` at the root and in every project directory; unset elsewhere,
 //!   none. `trees = []` turns them off. Only directories that exist count.
-//! - **Digest**: a walk of the directory (never following a symlink, no ignore rules) into a
-//!   [`TreeManifest`]; file bytes are hashed through the stat memo (scope [`memo_scope`]), so a
-//!   warm scan only stats. The manifest is written to `.prova/trees/<digest>` (where a
-//!   remote run uploads it from).
+//! - **Digest**: a walk of the directory (never following a symlink, no ignore rules; the
+//!   trees together, on a few threads: `walk`) into a [`TreeManifest`]; file bytes are hashed
+//!   through the stat memo (scope [`memo_scope`]), so a warm scan only stats. The manifest is
+//!   written to `.prova/trees/<digest>` (where a remote run uploads it from). A tree whose
+//!   walk sees every entry as it was when its digest was computed (`stamps`: the record in
+//!   `.prova/trees/stamps`, kept outside the racy window) takes that digest: no memo rows
+//!   read, no manifest built, the stored one read back only by a remote run
+//!   ([`ScannedTree::manifest`]).
 //! - **Who folds it** ([`visible_to`], [`reach`]): the tasks of projects at or under the
 //!   directory that holds the tree — Node's resolution walks up from a file's directory to
 //!   every enclosing `node_modules`, and a root `.venv` serves every project — and the tasks
@@ -34,6 +38,9 @@ use prova_protocol::tree::{TreeEntry, TreeKind, TreeManifest};
 use crate::cache::MemoRow;
 use crate::digests;
 
+mod stamps;
+mod walk;
+
 /// Most directory entries one tree's walk visits before the tree is refused.
 pub const MAX_WALK_ENTRIES: usize = prova_protocol::tree::MAX_TREE_ENTRIES;
 
@@ -50,6 +57,14 @@ pub enum TreeScanError {
         /// The OS error.
         #[source]
         source: io::Error,
+    },
+    /// Its stored manifest could not be read back.
+    #[error("the manifest of installed tree `{tree}`: {reason}")]
+    Manifest {
+        /// The tree's path.
+        tree: String,
+        /// Why.
+        reason: String,
     },
     /// More than [`MAX_WALK_ENTRIES`] entries.
     #[error("installed tree `{0}` has more than {MAX_WALK_ENTRIES} entries")]
@@ -74,8 +89,37 @@ pub struct ScannedTree {
     pub digest: Digest,
     /// Where its encoded manifest is stored (a blob to upload).
     pub manifest_file: PathBuf,
-    /// Its manifest.
-    pub manifest: std::sync::Arc<TreeManifest>,
+    /// Its manifest, once built or read back ([`ScannedTree::manifest`]).
+    manifest: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<TreeManifest>>>,
+}
+
+impl ScannedTree {
+    /// The tree at `path` whose manifest, of `digest`, is stored in `store`.
+    fn stored(path: String, digest: Digest, store: &Path) -> Self {
+        let manifest_file = store.join(digest.to_hex());
+        ScannedTree { path, digest, manifest_file, manifest: Default::default() }
+    }
+
+    /// Its manifest: the one the scan built, or read back from [`ScannedTree::manifest_file`]
+    /// (a tree the scan found as recorded), checked against the digest.
+    pub fn manifest(&self) -> Result<std::sync::Arc<TreeManifest>, TreeScanError> {
+        if let Some(m) = self.manifest.get() {
+            return Ok(m.clone());
+        }
+        let bad = |reason: String| TreeScanError::Manifest { tree: self.path.clone(), reason };
+        let mut bytes = Vec::new();
+        fs::File::open(&self.manifest_file)
+            .and_then(|f| {
+                use std::io::Read as _;
+                f.take(prova_protocol::tree::MAX_MANIFEST_BYTES as u64 + 1).read_to_end(&mut bytes)
+            })
+            .map_err(|e| bad(format!("{}: {e}", self.manifest_file.display())))?;
+        if Digest::of(&bytes) != self.digest {
+            return Err(bad(format!("{} changed since the scan", self.manifest_file.display())));
+        }
+        let m = TreeManifest::decode(&bytes, &self.path).map_err(|e| bad(e.to_string()))?;
+        Ok(self.manifest.get_or_init(|| std::sync::Arc::new(m)).clone())
+    }
 }
 
 /// What scanning a workspace's trees did.
@@ -239,7 +283,7 @@ pub fn visible_to_any(tree: &str, dirs: &[String]) -> bool {
 }
 
 /// Scans every tree in `dirs` under `root`, hashing through `memo` (scope [`memo_scope`]),
-/// and stores each manifest under `store` (`.prova/trees`).
+/// and stores each manifest under `store` (`.prova/trees`): [`walk_all`], then [`finish`].
 pub fn scan_all(
     root: &Path,
     dirs: &[String],
@@ -247,65 +291,160 @@ pub fn scan_all(
     now_ns: i64,
     store: &Path,
 ) -> Result<TreePass, TreeScanError> {
+    let walks = walk_all(root, dirs, store)?;
+    finish(root, walks, memo, now_ns, store)
+}
+
+/// Every tree of a workspace walked, each with its digest where the walk saw what the record
+/// in `.prova/trees` says its digest was computed from ([`Walks::all_known`]: then
+/// [`finish`] needs no memo).
+pub struct Walks {
+    trees: Vec<(String, walk::Seen, Option<Digest>)>,
+    record: stamps::Stamps,
+}
+
+impl Walks {
+    /// Whether every tree's digest is known from the record.
+    pub fn all_known(&self) -> bool {
+        self.trees.iter().all(|(_, _, d)| d.is_some())
+    }
+}
+
+/// Walks every tree in `dirs` under `root` and looks each one up in the record in `store`.
+pub fn walk_all(root: &Path, dirs: &[String], store: &Path) -> Result<Walks, TreeScanError> {
+    let record = stamps::Stamps::read(store);
+    let started = std::time::Instant::now();
+    let seen = walk::walk(root, dirs)?;
+    let mut trees = Vec::with_capacity(dirs.len());
+    for (dir, seen) in dirs.iter().zip(seen) {
+        // A recorded digest whose manifest is gone is computed again.
+        let known = record
+            .digest(dir, &seen)
+            .filter(|d| fs::symlink_metadata(store.join(d.to_hex())).is_ok_and(|m| m.is_file()));
+        trees.push((dir.clone(), seen, known));
+    }
+    tracing::debug!(
+        elapsed = ?started.elapsed(),
+        trees = trees.len(),
+        known = trees.iter().filter(|t| t.2.is_some()).count(),
+        "trees walked"
+    );
+    Ok(Walks { trees, record })
+}
+
+/// The trees of `walks`: a known one as recorded (its manifest read back only when asked
+/// for), the others' files answered from `memo` (scope [`memo_scope`]) or hashed, their
+/// manifests built and stored under `store`, and the record updated.
+pub fn finish(
+    root: &Path,
+    walks: Walks,
+    memo: &HashMap<String, MemoRow>,
+    now_ns: i64,
+    store: &Path,
+) -> Result<TreePass, TreeScanError> {
+    let Walks { trees, mut record } = walks;
     let mut pass = TreePass::default();
-    for dir in dirs {
-        let started = std::time::Instant::now();
-        let walked = walk(root, dir, memo)?;
-        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), files = walked.files.len(), "tree walked");
-        // Only the files the memo could not answer for during the walk are read.
-        let files: Vec<&str> = walked.files.iter().map(String::as_str).collect();
-        let digested = digests::digest_files(root, &files, &HashMap::new(), now_ns);
-        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree digested");
-        pass.hashed += digested.hashed;
-        pass.memo_hits += walked.known.len();
-        pass.updates.extend(digested.updates);
-        let prefix = format!("{dir}/");
-        let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
-        let mut entries: Vec<TreeEntry> = walked
-            .dirs
-            .iter()
-            .map(|d| TreeEntry { path: rel(d), kind: TreeKind::Dir })
-            .chain(walked.links.iter().map(|(p, target)| TreeEntry {
-                path: rel(p),
-                kind: TreeKind::Symlink { target: target.clone() },
-            }))
-            .collect();
-        for (f, digest, exec) in &walked.known {
-            entries.push(TreeEntry {
-                path: rel(f),
-                kind: TreeKind::File { digest: *digest, exec: *exec },
-            });
+    let mut changed = false;
+    let current: Vec<String> = trees.iter().map(|(d, _, _)| d.clone()).collect();
+    for (dir, seen, known) in trees {
+        if let Some(digest) = known {
+            pass.memo_hits += seen.files.len();
+            pass.trees.push(ScannedTree::stored(dir, digest, store));
+            continue;
         }
-        for f in &walked.files {
-            // A file that vanished between the walk and the hash is not in the tree.
-            if let Some(facts) = digested.facts.get(f) {
+        let started = std::time::Instant::now();
+        let tree = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
+        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
+        changed |= record.record(&dir, &seen, tree.digest, now_ns);
+        pass.trees.push(tree);
+    }
+    changed |= record.keep_only(&current);
+    if changed {
+        forget_old_manifests(store, &pass.trees);
+        if let Err(e) = record.write(store) {
+            tracing::debug!("the installed trees' record was not written: {e}");
+        }
+    }
+    Ok(pass)
+}
+
+/// The manifest of the tree at `dir` as `seen` walked it: each file's digest from `memo`
+/// when its row answers for the stamp the walk took, else hashed; each link's target read.
+/// Stored under `store`.
+fn build(
+    root: &Path,
+    dir: &str,
+    seen: &walk::Seen,
+    memo: &HashMap<String, MemoRow>,
+    now_ns: i64,
+    store: &Path,
+    pass: &mut TreePass,
+) -> Result<ScannedTree, TreeScanError> {
+    let prefix = format!("{dir}/");
+    let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
+    let mut entries: Vec<TreeEntry> =
+        seen.dirs.iter().map(|d| TreeEntry { path: rel(d), kind: TreeKind::Dir }).collect();
+    for l in &seen.links {
+        let target = digests::link_target(root, l).map_err(|source| TreeScanError::Io {
+            tree: dir.to_owned(),
+            path: l.clone(),
+            source,
+        });
+        match target {
+            Ok(t) => {
+                if let Some(t) = t.to_str() {
+                    entries.push(TreeEntry {
+                        path: rel(l),
+                        kind: TreeKind::Symlink { target: t.to_owned() },
+                    });
+                }
+            }
+            // A link gone since the walk is not in the tree.
+            Err(TreeScanError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut unknown: Vec<&str> = Vec::new();
+    for (f, stamp) in &seen.files {
+        let row = memo.get(f).filter(|row| digests::memo_answers(stamp, row));
+        match row {
+            Some(row) => {
+                pass.memo_hits += 1;
                 entries.push(TreeEntry {
                     path: rel(f),
-                    kind: TreeKind::File { digest: facts.digest, exec: facts.exec },
+                    kind: TreeKind::File { digest: row.digest, exec: stamp.mode & 0o100 != 0 },
                 });
             }
+            None => unknown.push(f),
         }
-        let manifest = TreeManifest::new(entries);
-        let bytes = manifest.encode();
-        let digest = Digest::of(&bytes);
-        tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), bytes = bytes.len(), "tree manifest");
-        let manifest_file = store.join(digest.to_hex());
-        if !manifest_file.exists() {
-            let store_err = |source| TreeScanError::Store { tree: dir.clone(), source };
-            fs::create_dir_all(store).map_err(store_err)?;
-            let tmp = store.join(format!(".{}.{}", digest.to_hex(), std::process::id()));
-            fs::write(&tmp, &bytes).map_err(store_err)?;
-            fs::rename(&tmp, &manifest_file).map_err(store_err)?;
-        }
-        pass.trees.push(ScannedTree {
-            path: dir.clone(),
-            digest,
-            manifest_file,
-            manifest: std::sync::Arc::new(manifest),
-        });
     }
-    forget_old_manifests(store, &pass.trees);
-    Ok(pass)
+    // Only the files the memo could not answer for are read.
+    let digested = digests::digest_files(root, &unknown, &HashMap::new(), now_ns);
+    pass.hashed += digested.hashed;
+    pass.updates.extend(digested.updates);
+    for f in unknown {
+        // A file that vanished between the walk and the hash is not in the tree.
+        if let Some(facts) = digested.facts.get(f) {
+            entries.push(TreeEntry {
+                path: rel(f),
+                kind: TreeKind::File { digest: facts.digest, exec: facts.exec },
+            });
+        }
+    }
+    let manifest = TreeManifest::new(entries);
+    let bytes = manifest.encode();
+    let digest = Digest::of(&bytes);
+    let manifest_file = store.join(digest.to_hex());
+    if !manifest_file.exists() {
+        let store_err = |source| TreeScanError::Store { tree: dir.to_owned(), source };
+        fs::create_dir_all(store).map_err(store_err)?;
+        let tmp = store.join(format!(".{}.{}", digest.to_hex(), std::process::id()));
+        fs::write(&tmp, &bytes).map_err(store_err)?;
+        fs::rename(&tmp, &manifest_file).map_err(store_err)?;
+    }
+    let tree = ScannedTree::stored(dir.to_owned(), digest, store);
+    let _ = tree.manifest.set(std::sync::Arc::new(manifest));
+    Ok(tree)
 }
 
 /// Removes the manifests under `store` of trees no longer current (each tree change leaves
@@ -320,64 +459,6 @@ fn forget_old_manifests(store: &Path, current: &[ScannedTree]) {
             let _ = fs::remove_file(e.path());
         }
     }
-}
-
-#[derive(Default)]
-struct Walked {
-    dirs: Vec<String>,
-    /// Files the memo did not answer for (to hash).
-    files: Vec<String>,
-    /// Files the memo answered for: path, digest, exec bit.
-    known: Vec<(String, Digest, bool)>,
-    links: Vec<(String, String)>,
-}
-
-/// Every entry under `root/dir` (workspace-relative paths), symlinks not followed; names that
-/// are not UTF-8, sockets and devices are left out. Each file is stat'ed here (relative to
-/// its directory) and answered from `memo` when the memo can.
-fn walk(root: &Path, dir: &str, memo: &HashMap<String, MemoRow>) -> Result<Walked, TreeScanError> {
-    let mut w = Walked::default();
-    let mut stack = vec![dir.to_owned()];
-    let mut seen = 0usize;
-    while let Some(d) = stack.pop() {
-        let io_err = |path: &str| {
-            let (tree, path) = (dir.to_owned(), path.to_owned());
-            move |source| TreeScanError::Io { tree, path, source }
-        };
-        let rd = fs::read_dir(root.join(&d)).map_err(io_err(&d))?;
-        for e in rd {
-            let e = e.map_err(io_err(&d))?;
-            seen += 1;
-            if seen > MAX_WALK_ENTRIES {
-                return Err(TreeScanError::TooLarge(dir.to_owned()));
-            }
-            let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
-            let rel = format!("{d}/{name}");
-            let ft = e.file_type().map_err(io_err(&rel))?;
-            if ft.is_dir() {
-                w.dirs.push(rel.clone());
-                stack.push(rel);
-            } else if ft.is_file() {
-                use std::os::unix::fs::MetadataExt as _;
-                let answered = e.metadata().ok().and_then(|m| {
-                    let row = memo.get(&rel)?;
-                    let stamp = digests::Stamp::of(&m);
-                    digests::memo_answers(&stamp, row)
-                        .then_some((row.digest, m.mode() & 0o100 != 0))
-                });
-                match answered {
-                    Some((digest, exec)) => w.known.push((rel, digest, exec)),
-                    None => w.files.push(rel),
-                }
-            } else if ft.is_symlink() {
-                let target = digests::link_target(root, &rel).map_err(io_err(&rel))?;
-                if let Some(t) = target.to_str() {
-                    w.links.push((rel, t.to_owned()));
-                }
-            }
-        }
-    }
-    Ok(w)
 }
 
 #[cfg(test)]
@@ -451,13 +532,116 @@ mod tests {
         fs::remove_file(r.join("node_modules/.bin/foo")).unwrap();
         symlink("../foo", r.join("node_modules/.bin/foo")).unwrap();
         assert_ne!(scan(r, &HashMap::new()).trees[0].digest, content, "link target");
-        let stored = fs::read_dir(r.join(".prova/trees")).unwrap().count();
+        let stored = fs::read_dir(r.join(".prova/trees"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().len() == 64)
+            .count();
         assert_eq!(stored, 2, "only the current manifests (two trees) are kept");
         fs::create_dir(r.join("node_modules/empty")).unwrap();
         let with_dir = scan(r, &HashMap::new()).trees[0].digest;
         fs::remove_dir(r.join("node_modules/empty")).unwrap();
         assert_ne!(with_dir, scan(r, &HashMap::new()).trees[0].digest, "an empty directory");
     }
+
+    /// Walks the trees of [`ws`] and says whether every digest is the recorded one.
+    fn known(r: &Path) -> bool {
+        let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
+        walk_all(r, &dirs, &r.join(".prova/trees")).unwrap().all_known()
+    }
+
+    #[test]
+    fn a_tree_walked_as_recorded_needs_no_memo_and_reads_its_manifest_back() {
+        let t = ws();
+        let r = t.path();
+        assert!(!known(r), "nothing recorded yet");
+        let first = scan(r, &HashMap::new());
+        assert!(known(r));
+        let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
+        let store = r.join(".prova/trees");
+        let walks = walk_all(r, &dirs, &store).unwrap();
+        // No memo at all: the record answers.
+        let warm = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
+        assert_eq!((warm.hashed, warm.memo_hits), (0, 1));
+        for (a, b) in first.trees.iter().zip(&warm.trees) {
+            assert_eq!((&a.path, a.digest), (&b.path, b.digest));
+            assert_eq!(*a.manifest().unwrap(), *b.manifest().unwrap(), "read back as built");
+        }
+        // A manifest that changed on disk is refused, never served for the digest.
+        let m = &warm.trees[0].manifest_file;
+        let mut other = fs::read(m).unwrap();
+        other.push(0);
+        let walks = walk_all(r, &dirs, &store).unwrap();
+        fs::write(m, &other).unwrap();
+        let tampered = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
+        let err = tampered.trees[0].manifest().unwrap_err().to_string();
+        assert!(err.contains("changed since the scan"), "{err}");
+        // A manifest that is gone makes the tree unknown: scanned again, stored again.
+        fs::remove_file(m).unwrap();
+        assert!(!known(r));
+        assert_eq!(scan(r, &HashMap::new()).trees[0].digest, first.trees[0].digest);
+        assert!(m.is_file() && known(r));
+    }
+
+    #[test]
+    fn every_change_to_a_recorded_tree_is_walked_into_a_new_digest() {
+        let t = ws();
+        let r = t.path();
+        let f = r.join("node_modules/foo/lib/index.js");
+        let d0 = scan(r, &HashMap::new()).trees[0].digest;
+        // The same size, the old mtime put back: the ctime still moves.
+        let mtime = fs::metadata(&f).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&f, "z").unwrap();
+        fs::File::options().write(true).open(&f).unwrap().set_modified(mtime).unwrap();
+        assert!(!known(r), "a file rewritten with its mtime put back");
+        let d1 = scan(r, &HashMap::new()).trees[0].digest;
+        assert_ne!(d1, d0);
+        // A file added, then removed; a link retargeted; a directory added.
+        fs::write(r.join("node_modules/foo/new.js"), "n").unwrap();
+        assert!(!known(r), "a file added");
+        let d2 = scan(r, &HashMap::new()).trees[0].digest;
+        fs::remove_file(r.join("node_modules/foo/new.js")).unwrap();
+        assert!(!known(r), "a file removed");
+        assert_eq!(scan(r, &HashMap::new()).trees[0].digest, d1);
+        assert_ne!(d2, d1);
+        fs::remove_file(r.join("node_modules/.bin/foo")).unwrap();
+        symlink("../foo/lib", r.join("node_modules/.bin/foo")).unwrap();
+        assert!(!known(r), "a link retargeted");
+        scan(r, &HashMap::new());
+        fs::create_dir(r.join("node_modules/foo/empty")).unwrap();
+        assert!(!known(r), "a directory added");
+        scan(r, &HashMap::new());
+        // A tree of another project changes alone.
+        fs::write(r.join("packages/a/node_modules/x.js"), "x").unwrap();
+        assert!(!known(r), "a file in another tree");
+    }
+
+    #[test]
+    fn a_tree_changed_within_the_racy_window_is_not_recorded() {
+        let t = ws();
+        let r = t.path();
+        let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
+        let store = r.join(".prova/trees");
+        // The files were written just now: a scan that begins now cannot tell a write later
+        // in the same tick, so nothing is recorded for the tree holding them.
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as i64;
+        let walks = walk_all(r, &dirs, &store).unwrap();
+        finish(r, walks, &HashMap::new(), now, &store).unwrap();
+        assert!(!known(r));
+        // Scanned again once it is old enough, it is recorded.
+        let walks = walk_all(r, &dirs, &store).unwrap();
+        finish(r, walks, &HashMap::new(), now + RACY_WINDOW + 1_000_000_000, &store).unwrap();
+        assert!(known(r));
+        // A record of another version, or a broken one, records nothing.
+        fs::write(store.join("stamps"), b"\x92\x02\x80").unwrap();
+        assert!(!known(r));
+        fs::write(store.join("stamps"), b"not a record").unwrap();
+        assert!(!known(r));
+    }
+
+    const RACY_WINDOW: i64 = digests::RACY_WINDOW_NS;
 
     #[test]
     fn a_tree_is_folded_by_the_projects_under_the_directory_holding_it() {

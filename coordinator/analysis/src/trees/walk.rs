@@ -1,0 +1,216 @@
+//! The walk of the installed trees: every entry, stat'ed without following a symlink, on a few
+//! threads at once (a `node_modules` of 20,000 entries is a single core's tens of
+//! milliseconds of `getdents` and `statx`), and what the walk saw summed into one stamp.
+//!
+//! The stamp ([`Seen::stamp`]) covers each entry's path and kind and, for files and links,
+//! the stat fields the digest memo compares (device, inode, size, mtime, ctime, mode). Any
+//! write, chmod, rename or replacement of a file or link moves its ctime, which cannot be
+//! set back; an entry added or removed changes the set of paths. So a tree whose stamp is
+//! the one recorded with its digest holds the bytes that digest was computed from, under
+//! the memo's own rule — provided nothing in it changed within the racy window of the
+//! recording ([`Seen::newest_ns`]). Directories are not stat'ed: their entries are.
+//!
+//! The stamp is a sum of one 128-bit hash per entry, so the walk's order (which the threads
+//! interleave) does not matter; the entry count is folded in at the end.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{MAX_WALK_ENTRIES, TreeScanError};
+use crate::digests::Stamp;
+
+/// Most threads one walk uses.
+const MAX_THREADS: usize = 4;
+
+/// What the walk of one tree saw (workspace-relative paths).
+#[derive(Debug, Default)]
+pub(super) struct Seen {
+    /// Directories.
+    pub(super) dirs: Vec<String>,
+    /// Regular files, with their stamps.
+    pub(super) files: Vec<(String, Stamp)>,
+    /// Symlinks (their targets are read only when a manifest is built).
+    pub(super) links: Vec<String>,
+    /// The sum of the entries' hashes and their count ([`Seen::stamp`]).
+    sum: u128,
+    /// The newest mtime or ctime of a file or link, ns.
+    pub(super) newest_ns: i64,
+}
+
+impl Seen {
+    /// The tree's stamp: what the walk saw, as 32 hex digits.
+    pub(super) fn stamp(&self) -> String {
+        let n = (self.dirs.len() + self.files.len() + self.links.len()) as u128;
+        format!("{:032x}", self.sum.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+    }
+
+    fn add(&mut self, kind: u8, rel: &str, stamp: Option<&Stamp>) {
+        let mut h = Xxh3::new();
+        h.update(&[kind]);
+        h.update(&(rel.len() as u64).to_le_bytes());
+        h.update(rel.as_bytes());
+        if let Some(s) = stamp {
+            for v in [s.dev, s.ino, s.size, s.mtime_ns as u64, s.ctime_ns as u64, u64::from(s.mode)]
+            {
+                h.update(&v.to_le_bytes());
+            }
+            self.newest_ns = self.newest_ns.max(s.mtime_ns).max(s.ctime_ns);
+        }
+        self.sum = self.sum.wrapping_add(h.digest128());
+    }
+
+    fn merge(&mut self, other: Seen) {
+        self.dirs.extend(other.dirs);
+        self.files.extend(other.files);
+        self.links.extend(other.links);
+        self.sum = self.sum.wrapping_add(other.sum);
+        self.newest_ns = self.newest_ns.max(other.newest_ns);
+    }
+}
+
+/// The directories still to read, how many are being read, and the first error.
+struct Queue {
+    state: Mutex<QueueState>,
+    more: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Directories to read: the tree's index, the directory.
+    todo: Vec<(usize, String)>,
+    busy: usize,
+    failed: Option<TreeScanError>,
+}
+
+impl Queue {
+    /// The next directory to read; `None` once every directory is read (or one failed).
+    fn next(&self) -> Option<(usize, String)> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if s.failed.is_some() {
+                return None;
+            }
+            if let Some(d) = s.todo.pop() {
+                s.busy += 1;
+                return Some(d);
+            }
+            if s.busy == 0 {
+                return None;
+            }
+            s = self.more.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// One directory read: its subdirectories to read next, or why it could not be.
+    fn done(&self, found: Result<Vec<(usize, String)>, TreeScanError>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.busy -= 1;
+        match found {
+            Ok(subdirs) => s.todo.extend(subdirs),
+            Err(e) => {
+                s.failed.get_or_insert(e);
+            }
+        }
+        drop(s);
+        self.more.notify_all();
+    }
+}
+
+/// Walks the trees at workspace paths `dirs` under `root` (together: the threads share
+/// their directories): every entry but names that are not UTF-8, sockets and devices;
+/// symlinks not followed. Fails past [`MAX_WALK_ENTRIES`] in one tree.
+pub(super) fn walk(root: &Path, dirs: &[String]) -> Result<Vec<Seen>, TreeScanError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
+    let todo = dirs.iter().cloned().enumerate().rev().collect();
+    let queue = Queue {
+        state: Mutex::new(QueueState { todo, ..QueueState::default() }),
+        more: Condvar::new(),
+    };
+    let counts: Vec<AtomicUsize> = dirs.iter().map(|_| AtomicUsize::new(0)).collect();
+    let parts: Vec<Vec<Seen>> = std::thread::scope(|s| {
+        let work = || {
+            let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+            while let Some((t, d)) = queue.next() {
+                let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t]);
+                queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+            }
+            seen
+        };
+        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut parts = vec![work()];
+        // A helper that panicked leaves its part out: the walk fails below.
+        parts.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
+        parts
+    });
+    let state = queue.state.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = state.failed {
+        return Err(e);
+    }
+    if parts.len() != threads {
+        return Err(TreeScanError::Io {
+            tree: dirs.join(", "),
+            path: String::new(),
+            source: std::io::Error::other("a walking thread panicked"),
+        });
+    }
+    let mut all: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+    for part in parts {
+        for (a, p) in all.iter_mut().zip(part) {
+            a.merge(p);
+        }
+    }
+    Ok(all)
+}
+
+/// Reads directory `d` (workspace-relative) of tree `tree` into `seen`; returns its
+/// subdirectories.
+fn read_one(
+    root: &Path,
+    tree: &str,
+    d: &str,
+    seen: &mut Seen,
+    count: &AtomicUsize,
+) -> Result<Vec<String>, TreeScanError> {
+    let io_err = |path: &str| {
+        let (tree, path) = (tree.to_owned(), path.to_owned());
+        move |source| TreeScanError::Io { tree, path, source }
+    };
+    let mut subdirs = Vec::new();
+    let rd = fs::read_dir(root.join(d)).map_err(io_err(d))?;
+    for e in rd {
+        let e = e.map_err(io_err(d))?;
+        if count.fetch_add(1, Ordering::Relaxed) >= MAX_WALK_ENTRIES {
+            return Err(TreeScanError::TooLarge(tree.to_owned()));
+        }
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let rel = format!("{d}/{name}");
+        let ft = e.file_type().map_err(io_err(&rel))?;
+        if ft.is_dir() {
+            seen.add(b'd', &rel, None);
+            seen.dirs.push(rel.clone());
+            subdirs.push(rel);
+        } else if ft.is_file() || ft.is_symlink() {
+            // `DirEntry::metadata` is an `lstat` relative to the directory read. An entry
+            // gone since the listing is not in the tree.
+            let m = match e.metadata() {
+                Ok(m) => m,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(io_err(&rel)(err)),
+            };
+            let stamp = Stamp::of(&m);
+            if m.file_type().is_symlink() {
+                seen.add(b'l', &rel, Some(&stamp));
+                seen.links.push(rel);
+            } else if m.file_type().is_file() {
+                seen.add(b'f', &rel, Some(&stamp));
+                seen.files.push((rel, stamp));
+            }
+        }
+    }
+    Ok(subdirs)
+}

@@ -1,0 +1,133 @@
+//! The installed trees' record (issue 31): a warm run whose walk of `node_modules` sees what
+//! it saw when the tree's digest was computed takes that digest without reading the files'
+//! memo rows or building the manifest again — and every way of changing the tree after it
+//! was recorded still moves the keys of the tasks that fold it.
+//!
+//! A tree is recorded only when nothing in it changed within 2 s of the scan (the racy
+//! window), so these runs see the workspace an hour later (libfaketime): its files are then
+//! a checkout's old files, recorded by the first run.
+
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+use prova_tests::tsmono::ran;
+use prova_tests::{FakeClock, Output, TempWorkspace};
+
+/// A workspace whose one task copies a file of the root `node_modules` (a tree by default:
+/// there is a root `package.json`).
+fn workspace() -> TempWorkspace {
+    let ws = TempWorkspace::new()
+        .file("package.json", r#"{ "name": "root", "private": true }"#)
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["p"]
+[tasks.build]
+command = "mkdir -p dist && cat ../node_modules/dep/index.js > dist/out.txt && readlink ../node_modules/.bin/dep >> dist/out.txt"
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#,
+        )
+        .file("p/src/a.txt", "a\n")
+        .file("node_modules/dep/index.js", "one\n")
+        .file("node_modules/dep/package.json", r#"{ "name": "dep" }"#)
+        .file("node_modules/other/lib/x.js", "x\n");
+    std::fs::create_dir_all(ws.path("node_modules/.bin")).expect("a .bin");
+    symlink("../dep/index.js", ws.path("node_modules/.bin/dep")).expect("a link");
+    ws
+}
+
+/// `prova run build --all --json` an hour from now, with the trees' debug lines.
+fn later(ws: &TempWorkspace, clock: &FakeClock) -> Output {
+    let mut cmd =
+        ws.prova(["run", "build", "--all", "--json"]).env("PROVA_LOG", "prova_analysis=debug");
+    for (k, v) in clock.vars() {
+        cmd = cmd.env(k, v);
+    }
+    let out = cmd.run();
+    out.assert_code(0);
+    out
+}
+
+/// Whether the run took every tree's digest from the record.
+fn all_known(out: &Output) -> bool {
+    out.stderr.lines().any(|l| l.contains("trees walked") && l.contains("trees=1 known=1"))
+}
+
+fn clock() -> Option<FakeClock> {
+    let clock = FakeClock::new("+1h");
+    if clock.is_none() {
+        prova_tests::skip_for_missing("libfaketime is not installed (Debian package faketime)");
+    }
+    clock
+}
+
+#[test]
+fn a_recorded_tree_is_taken_from_the_record_and_every_change_to_it_reruns_its_reader() {
+    let Some(clock) = clock() else { return };
+    let ws = workspace();
+    let first = later(&ws, &clock);
+    assert_eq!(ran(&first), ["p#build"], "{first}");
+    assert!(!all_known(&first), "nothing was recorded before the first run\n{first}");
+    assert!(ws.path(".prova/trees/stamps").is_file(), "the first run records the tree");
+    let warm = later(&ws, &clock);
+    assert!(ran(&warm).is_empty(), "{warm}");
+    assert!(all_known(&warm), "the warm run takes the recorded digest\n{warm}");
+
+    // Each change, then its undoing where that is the point: the reader re-runs, and the
+    // bytes it wrote are the new ones — never a hit keyed by the recorded digest.
+    let f = ws.path("node_modules/dep/index.js");
+    // 1. Rewritten in place: the same size, its mtime put back (`touch -r`, a restore).
+    let mtime = std::fs::metadata(&f).expect("stat").modified().expect("mtime");
+    std::fs::write(&f, "two\n").expect("rewrite");
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .expect("open")
+        .set_modified(mtime)
+        .expect("mtime");
+    let out = later(&ws, &clock);
+    assert_eq!(ran(&out), ["p#build"], "a file rewritten with its mtime put back\n{out}");
+    assert!(ws.read("p/dist/out.txt").starts_with("two\n"), "{out}");
+    // 2. Its exec bit.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = later(&ws, &clock);
+    assert_eq!(ran(&out), ["p#build"], "a file made executable\n{out}");
+    // 3. A file added elsewhere in the tree.
+    ws.write("node_modules/other/lib/y.js", "y\n");
+    let out = later(&ws, &clock);
+    assert_eq!(ran(&out), ["p#build"], "a file added\n{out}");
+    // 4. A link pointed elsewhere.
+    std::fs::remove_file(ws.path("node_modules/.bin/dep")).expect("unlink");
+    symlink("../other/lib/x.js", ws.path("node_modules/.bin/dep")).expect("relink");
+    let out = later(&ws, &clock);
+    assert_eq!(ran(&out), ["p#build"], "a link retargeted\n{out}");
+    // 5. A directory removed with what it held.
+    std::fs::remove_dir_all(ws.path("node_modules/other/lib")).expect("rm -r");
+    let out = later(&ws, &clock);
+    assert_eq!(ran(&out), ["p#build"], "a directory removed\n{out}");
+    // And once nothing changes, the record answers again.
+    later(&ws, &clock);
+    let warm = later(&ws, &clock);
+    assert!(ran(&warm).is_empty() && all_known(&warm), "{warm}");
+}
+
+#[test]
+fn a_record_with_a_forged_digest_for_the_same_walk_is_not_served() {
+    // The record names the digest of a manifest stored beside it: a manifest that is not
+    // there (removed, or a digest someone wrote in) makes the tree scanned again.
+    let Some(clock) = clock() else { return };
+    let ws = workspace();
+    later(&ws, &clock);
+    let trees = ws.path(".prova/trees");
+    for e in std::fs::read_dir(&trees).expect("the manifests") {
+        let p = e.expect("an entry").path();
+        if p.file_name().is_some_and(|n| n.len() == 64) {
+            std::fs::remove_file(p).expect("remove a manifest");
+        }
+    }
+    let out = later(&ws, &clock);
+    assert!(ran(&out).is_empty(), "the same bytes: still a hit\n{out}");
+    assert!(!all_known(&out), "a manifest gone: the tree is scanned again\n{out}");
+    let again = later(&ws, &clock);
+    assert!(all_known(&again), "and recorded again\n{again}");
+}
