@@ -26,6 +26,9 @@ use crate::digests::Stamp;
 /// Most threads one walk uses.
 const MAX_THREADS: usize = 4;
 
+/// Directories waiting to be read at which the walk spreads over more threads.
+const SPREAD_AT: usize = 64;
+
 /// What the walk of one tree saw (workspace-relative paths).
 #[derive(Debug, Default)]
 pub(super) struct Seen {
@@ -105,6 +108,11 @@ impl Queue {
         }
     }
 
+    /// How many directories wait to be read.
+    fn waiting(&self) -> usize {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).todo.len()
+    }
+
     /// One directory read: its subdirectories to read next, or why it could not be.
     fn done(&self, found: Result<Vec<(usize, String)>, TreeScanError>) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -140,17 +148,28 @@ pub(super) fn walk(root: &Path, dirs: &[String]) -> Result<Vec<Seen>, TreeScanEr
             }
             seen
         };
-        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
-        let mut parts = vec![work()];
+        // This thread alone until the directories waiting show a tree worth the threads (a
+        // small one is read before a thread would have started).
+        let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+        let mut helpers = Vec::new();
+        while let Some((t, d)) = queue.next() {
+            let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t]);
+            queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+            if helpers.is_empty() && threads > 1 && queue.waiting() >= SPREAD_AT {
+                helpers = (1..threads).map(|_| s.spawn(work)).collect();
+            }
+        }
+        let spawned = helpers.len();
+        let mut parts = vec![seen];
         // A helper that panicked leaves its part out: the walk fails below.
         parts.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
-        parts
+        if parts.len() == spawned + 1 { parts } else { Vec::new() }
     });
     let state = queue.state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = state.failed {
         return Err(e);
     }
-    if parts.len() != threads {
+    if parts.is_empty() {
         return Err(TreeScanError::Io {
             tree: dirs.join(", "),
             path: String::new(),
@@ -213,4 +232,60 @@ fn read_one(
         }
     }
     Ok(subdirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tree of `n` package directories, each with a file, a subdirectory and a link.
+    fn packages(root: &Path, tree: &str, n: usize) {
+        for i in 0..n {
+            let p = root.join(tree).join(format!("pkg-{i}/lib"));
+            fs::create_dir_all(&p).unwrap();
+            fs::write(p.join("index.js"), format!("{i}")).unwrap();
+            std::os::unix::fs::symlink("lib/index.js", p.parent().unwrap().join("main")).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_large_walk_spread_over_threads_sees_every_entry_once_and_the_same_stamp() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        packages(r, "node_modules", 4 * SPREAD_AT);
+        packages(r, "packages/a/node_modules", 3);
+        let dirs = ["node_modules".to_owned(), "packages/a/node_modules".to_owned()];
+        let first = walk(r, &dirs).unwrap();
+        let n = 4 * SPREAD_AT;
+        assert_eq!((first[0].dirs.len(), first[0].files.len(), first[0].links.len()), (2 * n, n, n));
+        assert_eq!((first[1].dirs.len(), first[1].files.len(), first[1].links.len()), (6, 3, 3));
+        let mut files: Vec<&str> = first[0].files.iter().map(|(f, _)| f.as_str()).collect();
+        files.sort();
+        files.dedup();
+        assert_eq!(files.len(), n, "each file once");
+        // However the threads interleaved, the same tree gives the same stamp; each tree
+        // its own.
+        for _ in 0..3 {
+            let again = walk(r, &dirs).unwrap();
+            assert_eq!(again[0].stamp(), first[0].stamp());
+            assert_eq!(again[1].stamp(), first[1].stamp());
+        }
+        assert_ne!(first[0].stamp(), first[1].stamp());
+        // One file fewer: another stamp.
+        fs::remove_file(r.join("node_modules/pkg-7/lib/index.js")).unwrap();
+        assert_ne!(walk(r, &dirs).unwrap()[0].stamp(), first[0].stamp());
+    }
+
+    #[test]
+    fn a_tree_past_the_entry_limit_or_unreadable_fails_the_walk() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        packages(r, "node_modules", 2 * SPREAD_AT);
+        let gone = walk(r, &["missing".to_owned()]).unwrap_err();
+        assert!(matches!(gone, TreeScanError::Io { .. }), "{gone}");
+        let counts = AtomicUsize::new(MAX_WALK_ENTRIES);
+        let mut seen = Seen::default();
+        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts).unwrap_err();
+        assert!(matches!(err, TreeScanError::TooLarge(_)), "{err}");
+    }
 }
