@@ -314,14 +314,24 @@ impl Walks {
 pub fn walk_all(root: &Path, dirs: &[String], store: &Path) -> Result<Walks, TreeScanError> {
     let record = stamps::Stamps::read(store);
     let started = std::time::Instant::now();
-    let seen = walk::walk(root, dirs)?;
+    // The stamps alone first; the trees not as recorded are walked again for their entries
+    // (that walk's stamp is the one recorded with the digest built from it).
+    let stamped = walk::walk(root, dirs, walk::Keep::Stamp)?;
     let mut trees = Vec::with_capacity(dirs.len());
-    for (dir, seen) in dirs.iter().zip(seen) {
+    for (dir, seen) in dirs.iter().zip(stamped) {
         // A recorded digest whose manifest is gone is computed again.
         let known = record
             .digest(dir, &seen)
             .filter(|d| fs::symlink_metadata(store.join(d.to_hex())).is_ok_and(|m| m.is_file()));
         trees.push((dir.clone(), seen, known));
+    }
+    let unknown: Vec<String> =
+        trees.iter().filter(|t| t.2.is_none()).map(|t| t.0.clone()).collect();
+    if !unknown.is_empty() {
+        let mut full = walk::walk(root, &unknown, walk::Keep::Entries)?.into_iter();
+        for t in trees.iter_mut().filter(|t| t.2.is_none()) {
+            t.1 = full.next().unwrap_or_default();
+        }
     }
     tracing::debug!(
         elapsed = ?started.elapsed(),
@@ -348,7 +358,7 @@ pub fn finish(
     let current: Vec<String> = trees.iter().map(|(d, _, _)| d.clone()).collect();
     for (dir, seen, known) in trees {
         if let Some(digest) = known {
-            pass.memo_hits += seen.files.len();
+            pass.memo_hits += seen.file_count;
             pass.trees.push(ScannedTree::stored(dir, digest, store));
             continue;
         }

@@ -29,7 +29,8 @@ const MAX_THREADS: usize = 4;
 /// Directories waiting to be read at which the walk spreads over more threads.
 const SPREAD_AT: usize = 64;
 
-/// What the walk of one tree saw (workspace-relative paths).
+/// What the walk of one tree saw (workspace-relative paths). A walk for the stamp alone
+/// ([`Keep::Stamp`]) leaves the lists empty.
 #[derive(Debug, Default)]
 pub(super) struct Seen {
     /// Directories.
@@ -38,8 +39,12 @@ pub(super) struct Seen {
     pub(super) files: Vec<(String, Stamp)>,
     /// Symlinks (their targets are read only when a manifest is built).
     pub(super) links: Vec<String>,
-    /// The sum of the entries' hashes and their count ([`Seen::stamp`]).
+    /// The sum of the entries' hashes ([`Seen::stamp`]).
     sum: u128,
+    /// How many entries were seen.
+    entries: u64,
+    /// How many of them are regular files.
+    pub(super) file_count: usize,
     /// The newest mtime or ctime of a file or link, ns.
     pub(super) newest_ns: i64,
 }
@@ -47,15 +52,20 @@ pub(super) struct Seen {
 impl Seen {
     /// The tree's stamp: what the walk saw, as 32 hex digits.
     pub(super) fn stamp(&self) -> String {
-        let n = (self.dirs.len() + self.files.len() + self.links.len()) as u128;
+        let n = u128::from(self.entries);
         format!("{:032x}", self.sum.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
     }
 
-    fn add(&mut self, kind: u8, rel: &str, stamp: Option<&Stamp>) {
+    /// Adds entry `name` of directory `dir` (the path `dir/name`, never allocated here).
+    fn add(&mut self, kind: u8, dir: &str, name: &str, stamp: Option<&Stamp>) {
         let mut h = Xxh3::new();
         h.update(&[kind]);
-        h.update(&(rel.len() as u64).to_le_bytes());
-        h.update(rel.as_bytes());
+        h.update(&((dir.len() + 1 + name.len()) as u64).to_le_bytes());
+        h.update(dir.as_bytes());
+        h.update(b"/");
+        h.update(name.as_bytes());
+        self.entries += 1;
+        self.file_count += usize::from(kind == b'f');
         if let Some(s) = stamp {
             for v in [s.dev, s.ino, s.size, s.mtime_ns as u64, s.ctime_ns as u64, u64::from(s.mode)]
             {
@@ -71,6 +81,8 @@ impl Seen {
         self.files.extend(other.files);
         self.links.extend(other.links);
         self.sum = self.sum.wrapping_add(other.sum);
+        self.entries += other.entries;
+        self.file_count += other.file_count;
         self.newest_ns = self.newest_ns.max(other.newest_ns);
     }
 }
@@ -128,10 +140,20 @@ impl Queue {
     }
 }
 
+/// What a walk keeps of the entries it sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// The stamp alone: what a warm run compares with the record, without a path allocated
+    /// per entry.
+    Stamp,
+    /// Every entry too: what a manifest is built from.
+    Entries,
+}
+
 /// Walks the trees at workspace paths `dirs` under `root` (together: the threads share
 /// their directories): every entry but names that are not UTF-8, sockets and devices;
 /// symlinks not followed. Fails past [`MAX_WALK_ENTRIES`] in one tree.
-pub(super) fn walk(root: &Path, dirs: &[String]) -> Result<Vec<Seen>, TreeScanError> {
+pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>, TreeScanError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
     let todo = dirs.iter().cloned().enumerate().rev().collect();
     let queue = Queue {
@@ -143,7 +165,7 @@ pub(super) fn walk(root: &Path, dirs: &[String]) -> Result<Vec<Seen>, TreeScanEr
         let work = || {
             let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
             while let Some((t, d)) = queue.next() {
-                let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t]);
+                let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
                 queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
             }
             seen
@@ -153,7 +175,7 @@ pub(super) fn walk(root: &Path, dirs: &[String]) -> Result<Vec<Seen>, TreeScanEr
         let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
         let mut helpers = Vec::new();
         while let Some((t, d)) = queue.next() {
-            let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t]);
+            let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
             queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
             if helpers.is_empty() && threads > 1 && queue.waiting() >= SPREAD_AT {
                 helpers = (1..threads).map(|_| s.spawn(work)).collect();
@@ -193,6 +215,7 @@ fn read_one(
     d: &str,
     seen: &mut Seen,
     count: &AtomicUsize,
+    keep: Keep,
 ) -> Result<Vec<String>, TreeScanError> {
     let io_err = |path: &str| {
         let (tree, path) = (tree.to_owned(), path.to_owned());
@@ -207,27 +230,34 @@ fn read_one(
         }
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let rel = format!("{d}/{name}");
-        let ft = e.file_type().map_err(io_err(&rel))?;
+        let rel = || format!("{d}/{name}");
+        let ft = e.file_type().map_err(|err| io_err(&rel())(err))?;
         if ft.is_dir() {
-            seen.add(b'd', &rel, None);
-            seen.dirs.push(rel.clone());
-            subdirs.push(rel);
+            seen.add(b'd', d, name, None);
+            if keep == Keep::Entries {
+                seen.dirs.push(rel());
+            }
+            subdirs.push(rel());
         } else if ft.is_file() || ft.is_symlink() {
             // `DirEntry::metadata` is an `lstat` relative to the directory read. An entry
             // gone since the listing is not in the tree.
             let m = match e.metadata() {
                 Ok(m) => m,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(err) => return Err(io_err(&rel)(err)),
+                Err(err) => return Err(io_err(&rel())(err)),
             };
             let stamp = Stamp::of(&m);
+            let kept = keep == Keep::Entries;
             if m.file_type().is_symlink() {
-                seen.add(b'l', &rel, Some(&stamp));
-                seen.links.push(rel);
+                seen.add(b'l', d, name, Some(&stamp));
+                if kept {
+                    seen.links.push(rel());
+                }
             } else if m.file_type().is_file() {
-                seen.add(b'f', &rel, Some(&stamp));
-                seen.files.push((rel, stamp));
+                seen.add(b'f', d, name, Some(&stamp));
+                if kept {
+                    seen.files.push((rel(), stamp));
+                }
             }
         }
     }
@@ -255,7 +285,7 @@ mod tests {
         packages(r, "node_modules", 4 * SPREAD_AT);
         packages(r, "packages/a/node_modules", 3);
         let dirs = ["node_modules".to_owned(), "packages/a/node_modules".to_owned()];
-        let first = walk(r, &dirs).unwrap();
+        let first = walk(r, &dirs, Keep::Entries).unwrap();
         let n = 4 * SPREAD_AT;
         assert_eq!((first[0].dirs.len(), first[0].files.len(), first[0].links.len()), (2 * n, n, n));
         assert_eq!((first[1].dirs.len(), first[1].files.len(), first[1].links.len()), (6, 3, 3));
@@ -266,14 +296,21 @@ mod tests {
         // However the threads interleaved, the same tree gives the same stamp; each tree
         // its own.
         for _ in 0..3 {
-            let again = walk(r, &dirs).unwrap();
+            let again = walk(r, &dirs, Keep::Entries).unwrap();
             assert_eq!(again[0].stamp(), first[0].stamp());
             assert_eq!(again[1].stamp(), first[1].stamp());
         }
         assert_ne!(first[0].stamp(), first[1].stamp());
+        // The walk for the stamp alone keeps no entry and gives the same stamps.
+        let stamped = walk(r, &dirs, Keep::Stamp).unwrap();
+        for (s, f) in stamped.iter().zip(&first) {
+            assert_eq!(s.stamp(), f.stamp());
+            assert_eq!(s.file_count, f.files.len());
+            assert!(s.dirs.is_empty() && s.files.is_empty() && s.links.is_empty());
+        }
         // One file fewer: another stamp.
         fs::remove_file(r.join("node_modules/pkg-7/lib/index.js")).unwrap();
-        assert_ne!(walk(r, &dirs).unwrap()[0].stamp(), first[0].stamp());
+        assert_ne!(walk(r, &dirs, Keep::Entries).unwrap()[0].stamp(), first[0].stamp());
     }
 
     #[test]
@@ -281,11 +318,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         packages(r, "node_modules", 2 * SPREAD_AT);
-        let gone = walk(r, &["missing".to_owned()]).unwrap_err();
+        let gone = walk(r, &["missing".to_owned()], Keep::Stamp).unwrap_err();
         assert!(matches!(gone, TreeScanError::Io { .. }), "{gone}");
         let counts = AtomicUsize::new(MAX_WALK_ENTRIES);
         let mut seen = Seen::default();
-        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts).unwrap_err();
+        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts, Keep::Stamp).unwrap_err();
         assert!(matches!(err, TreeScanError::TooLarge(_)), "{err}");
     }
 }
