@@ -287,7 +287,10 @@ mod tests {
         let dirs = ["node_modules".to_owned(), "packages/a/node_modules".to_owned()];
         let first = walk(r, &dirs, Keep::Entries).unwrap();
         let n = 4 * SPREAD_AT;
-        assert_eq!((first[0].dirs.len(), first[0].files.len(), first[0].links.len()), (2 * n, n, n));
+        assert_eq!(
+            (first[0].dirs.len(), first[0].files.len(), first[0].links.len()),
+            (2 * n, n, n)
+        );
         assert_eq!((first[1].dirs.len(), first[1].files.len(), first[1].links.len()), (6, 3, 3));
         let mut files: Vec<&str> = first[0].files.iter().map(|(f, _)| f.as_str()).collect();
         files.sort();
@@ -314,6 +317,20 @@ mod tests {
     }
 
     #[test]
+    fn the_walks_stamps_are_the_ones_the_digest_memo_takes() {
+        // A memo row recorded from a file's metadata answers for the walk's stamp.
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        packages(r, "node_modules", 2);
+        let seen = walk(r, &["node_modules".to_owned()], Keep::Entries).unwrap();
+        assert_eq!(seen[0].files.len(), 2);
+        for (f, stamp) in &seen[0].files {
+            let m = fs::symlink_metadata(r.join(f)).unwrap();
+            assert_eq!(*stamp, Stamp::of(&m), "{f}");
+        }
+    }
+
+    #[test]
     fn a_tree_past_the_entry_limit_or_unreadable_fails_the_walk() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
@@ -322,7 +339,8 @@ mod tests {
         assert!(matches!(gone, TreeScanError::Io { .. }), "{gone}");
         let counts = AtomicUsize::new(MAX_WALK_ENTRIES);
         let mut seen = Seen::default();
-        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts, Keep::Stamp).unwrap_err();
+        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts, Keep::Stamp)
+            .unwrap_err();
         assert!(matches!(err, TreeScanError::TooLarge(_)), "{err}");
     }
 }
