@@ -187,19 +187,57 @@ impl Prepared {
 }
 
 /// The workspace's file list, started before [`prepare`] by a caller that has other
-/// work first (a run opens its cache): the listing — `git ls-files`, a process, the longest
-/// wait of a warm run — overlaps it. Start it only once the workspace lock is held, as
-/// `prepare` would: it must see the files the previous writer left.
-pub struct Listing(OwnedTask<Result<FileList, inputs::files::FilesError>>);
+/// work first (a run loads its workspace, opens its cache): the listing — `git ls-files`, a
+/// process, the longest wait of a warm run — overlaps it. Start it only once the workspace
+/// lock is held, as `prepare` would: it must see the files the previous writer left.
+pub struct Listing {
+    task: OwnedTask<Result<FileList, inputs::files::FilesError>>,
+    /// The workspace root listed.
+    root: std::path::PathBuf,
+    /// The nested repositories listed on their own.
+    nested: Vec<String>,
+    /// Installed trees walked for their stamps beside it (`crate::trees::prewalk`).
+    trees: Option<OwnedTask<Result<crate::trees::Prewalked, crate::trees::TreeScanError>>>,
+}
 
 impl Listing {
     /// Starts listing `ws`'s files on `rt`'s blocking pool.
     pub fn start(rt: &tokio::runtime::Handle, ws: &Workspace) -> Listing {
-        let root = ws.root.clone();
-        let nested = nested_repos(ws);
-        Listing(OwnedTask::spawn_blocking_on(rt, "prepare.enumerate", move || {
-            inputs::enumerate(&root, &nested)
-        }))
+        Self::start_at(rt, ws.root.clone(), nested_repos(ws))
+    }
+
+    /// Starts listing the files of the workspace at `root` before it is loaded (its projects,
+    /// so its nested repositories, not known yet: `nested` are listed on their own). Whether
+    /// the list is the loaded workspace's: [`Listing::fits`].
+    pub fn start_at(
+        rt: &tokio::runtime::Handle,
+        root: std::path::PathBuf,
+        nested: Vec<String>,
+    ) -> Listing {
+        let (r, n) = (root.clone(), nested.clone());
+        let task = OwnedTask::spawn_blocking_on(rt, "prepare.enumerate", move || {
+            inputs::enumerate(&r, &n)
+        });
+        Listing { task, root, nested, trees: None }
+    }
+
+    /// Also walks the installed trees at `dirs` (workspace paths) for their stamps, beside
+    /// the list: the workspace's trees are known only once it is loaded, and a tree walked
+    /// here that is not one of them is left unused.
+    pub fn with_trees(mut self, rt: &tokio::runtime::Handle, dirs: Vec<String>) -> Listing {
+        if !dirs.is_empty() {
+            let root = self.root.clone();
+            self.trees = Some(OwnedTask::spawn_blocking_on(rt, "prepare.prewalk", move || {
+                crate::trees::prewalk(&root, dirs)
+            }));
+        }
+        self
+    }
+
+    /// Whether this is the list [`Listing::start`] would make for `ws`: the same root and
+    /// the same nested repositories.
+    pub fn fits(&self, ws: &Workspace) -> bool {
+        self.root == ws.root && self.nested == nested_repos(ws)
     }
 }
 
@@ -242,16 +280,25 @@ pub async fn prepare(
             .await??;
         Ok::<_, PrepareError>((memo, salt, durations))
     };
+    // A list started before the workspace was loaded holds only if it is this workspace's
+    // (the same root, the same nested repositories); trees walked beside it, if the root is.
+    let (early_list, prewalked) = match listing {
+        Some(l) if l.root == ws.root => {
+            let fits = l.fits(ws);
+            (fits.then_some(l.task), l.trees)
+        }
+        _ => (None, None),
+    };
     let listed = async {
-        let files = match listing {
-            Some(early) => listed_files(early.0).await?,
+        let files = match early_list {
+            Some(task) => listed_files(task).await?,
             None => enumerate_files(ws).await?,
         };
         tracing::info!(elapsed = ?started.elapsed(), files = files.len(), "files enumerated");
         Ok::<_, PrepareError>(files)
     };
     let trees = async {
-        let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs.clone()).await?;
+        let tree_pass = scan_trees(ws, cache, now_ns, tree_dirs.clone(), prewalked).await?;
         tracing::info!(
             elapsed = ?started.elapsed(),
             trees = tree_pass.trees.len(),
@@ -506,6 +553,7 @@ async fn scan_trees(
     cache: &CacheThread,
     now_ns: i64,
     tree_dirs: Vec<String>,
+    prewalked: Option<OwnedTask<Result<crate::trees::Prewalked, crate::trees::TreeScanError>>>,
 ) -> Result<crate::trees::TreePass, PrepareError> {
     if tree_dirs.is_empty() {
         return Ok(crate::trees::TreePass::default());
@@ -520,9 +568,14 @@ async fn scan_trees(
     };
     // The walks first: a tree whose walk sees what the record says its digest was computed
     // from needs neither its files' memo rows nor a new manifest.
+    // A walk that failed early is left to the walk below, which says why if the tree is one.
+    let pre = match prewalked {
+        Some(task) => task.join().await.ok().and_then(Result::ok),
+        None => None,
+    };
     let (r, s) = (root.clone(), store.clone());
     let walks = OwnedTask::spawn_blocking("prepare.trees", move || {
-        crate::trees::walk_all(&r, &tree_dirs, &s)
+        crate::trees::walk_all(&r, &tree_dirs, &s, pre)
     })
     .join()
     .await

@@ -148,8 +148,8 @@ impl FakeClock {
 
 pub use locate::{prova_bin, repo_root};
 pub use procs::{
-    alive_in_group, alive_under, dead_pid, is_alive, read_pids, wait_all_gone, wait_group_empty,
-    wait_none_under,
+    alive_in_group, alive_under, blocked_on_a_lock, dead_pid, is_alive, read_pids, wait_all_gone,
+    wait_group_empty, wait_none_under,
 };
 pub use run::{Output, ProvaCmd, Running};
 pub use workspace::TempWorkspace;

@@ -108,3 +108,12 @@ pub fn dead_pid() -> u32 {
     child.wait().expect("reaped");
     pid
 }
+
+/// Whether `/proc/locks` shows `pid` blocked waiting for a lock (a `->` line).
+pub fn blocked_on_a_lock(pid: i32) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&"->") && f.get(5) == Some(&pid.to_string().as_str())
+    })
+}

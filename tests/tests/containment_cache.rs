@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use prova_tests::cluster::{blocking_workspace, release, waiting_dirs, waiting_line};
-use prova_tests::{Running, TempWorkspace, prova_bin};
+use prova_tests::{Running, TempWorkspace, blocked_on_a_lock, prova_bin};
 
 /// Exit code of a run that found the workspace locked under `--no-wait` (README, exit codes).
 const BUSY: i32 = 3;
@@ -25,15 +25,6 @@ fn hold(ws: &TempWorkspace) -> (Running, PathBuf) {
     r.wait_for_lines("the task to start", 1, waiting_line);
     let dir = waiting_dirs(r.stdout_so_far(), "p#build").pop().expect("a waiting line");
     (r, dir)
-}
-
-/// Whether `/proc/locks` shows `pid` blocked waiting for a lock (a `->` line).
-fn blocked_on_a_lock(pid: i32) -> bool {
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    locks.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.get(1) == Some(&"->") && f.get(5) == Some(&pid.to_string().as_str())
-    })
 }
 
 /// Polls (bounded) until `cond` holds; panics naming `what`.

@@ -1,9 +1,10 @@
 //! Shared steps of the commands that work on a selection: load the workspace, build the
 //! graph, select.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use prova_coordinator::config::discover::{self, Root};
 use prova_coordinator::graph::{self, TaskGraph};
 use prova_coordinator::selection::{self, ProjectFilter, Selection};
 use prova_coordinator::workspace::Workspace;
@@ -20,11 +21,24 @@ pub struct Loaded {
 
 /// Loads the workspace found from `start` and selects what `sel` names.
 pub fn load(start: &Path, sel: &SelectArgs) -> anyhow::Result<Loaded> {
+    let (start, found) = find_root(start)?;
+    load_found(&start, &found, sel)
+}
+
+/// `start` made canonical, and the workspace root found from it (the first step of
+/// [`load`]).
+pub fn find_root(start: &Path) -> anyhow::Result<(PathBuf, Root)> {
     let start = start
         .canonicalize()
         .with_context(|| format!("cannot use directory {}", start.display()))?;
+    let found = discover::find_root(&start)?;
+    Ok((start, found))
+}
+
+/// [`load`] from the root [`find_root`] found from `start` (canonical).
+pub fn load_found(start: &Path, found: &Root, sel: &SelectArgs) -> anyhow::Result<Loaded> {
     let t = std::time::Instant::now();
-    let ws = Workspace::load(&start)?;
+    let ws = Workspace::load_found(found)?;
     tracing::info!(elapsed = ?t.elapsed(), projects = ws.projects.len(), "workspace loaded");
     let full = graph::build_graph(&ws)?;
     let cwd = start.strip_prefix(&ws.root).ok().and_then(|p| p.to_str()).unwrap_or("").to_owned();

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use prova_coordinator::cache::{CacheThread, Entry};
+use prova_coordinator::config::discover::Root;
 use prova_coordinator::graph::TaskGraph;
 use prova_coordinator::keys::KeySalt;
 use prova_coordinator::layers::LocalLayer;
@@ -51,7 +52,10 @@ type HeldLock = Arc<Mutex<Option<crate::lock::WorkspaceLock>>>;
 pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let started_at = SystemTime::now();
     let meta = RunMeta::new(started_at);
-    let Loaded { ws, graph } = common::load(start, &args.select)?;
+    let rt = common::runtime()?;
+    let (start, found) = common::find_root(start)?;
+    let early = Early::start(&rt, &found, &args);
+    let Loaded { ws, graph } = common::load_found(&start, &found, &args.select)?;
     // `--remote-exec` / `[exec.reapi]`: the tasks execute on a REAPI farm (one clear error,
     // before anything runs, when that cannot be).
     let exec_reapi = match args.dry_run {
@@ -61,7 +65,6 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let config =
         RunConfig { root: ws.root.clone(), farm_required: ws.settings.farm_required, exec_reapi };
     let s = RunSettings::resolve(args, &RunEnv::capture(), config, &|id| graph.get(id).is_some())?;
-    let rt = common::runtime()?;
     // A remote run dials first: its keys fold the farm's salt. A farm that cannot be reached
     // is one warning within seconds and the run goes on in local mode, as Turborepo goes on
     // without its remote cache (everything below then treats it as a local run) — unless
@@ -78,16 +81,19 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     let reach = s.reach(session.is_some())?;
     // One writer per workspace (cli/src/lock.rs): taken before the keys are computed, so they
     // see the files the previous writer left.
-    let lock = match reach.writes_workspace {
-        true => Some(crate::lock::acquire(&ws.root, s.lock_wait)?),
-        false => None,
+    let (early_lock, early_listing) = early.map(|e| (e.lock, e.listing)).unzip();
+    let lock = match (reach.writes_workspace, early_lock) {
+        (true, Some(held)) => Some(held),
+        (true, None) => Some(crate::lock::acquire(&ws.root, s.lock_wait)?),
+        (false, _) => None,
     };
-    tracing::debug!(locked = lock.is_some(), "workspace lock");
-    // The file list (`git ls-files`) is started now, under the lock, and overlaps the cache's
-    // open — unless that open writes files the listing could see half made (a cache directory
-    // in the workspace outside `.prova/`, which the listing leaves out).
+    tracing::debug!(locked = lock.is_some(), early = early_listing.is_some(), "workspace lock");
+    // The file list (`git ls-files`), started under the lock — before the load when the lock
+    // was free then — overlaps the cache's open; unless that open writes files the listing
+    // could see half made (a cache directory in the workspace outside `.prova/`, which the
+    // listing leaves out): then the list is made after the open, and an early one dropped.
     let listing = listing_may_overlap_the_cache(&ws.root, &s.cache.dir)
-        .then(|| Listing::start(rt.handle(), &ws));
+        .then(|| early_listing.unwrap_or_else(|| Listing::start(rt.handle(), &ws)));
     let (cache, cache_join) = common::open_cache_in(&s.cache.dir, reach.cache_mode)?;
     let blobs_dir = cache.dir().join(prova_coordinator::cache::BLOBS_DIR);
     tracing::debug!("cache opened");
@@ -117,6 +123,51 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
     };
     let _ = cache_join.join();
     code
+}
+
+/// What a local run that writes the workspace starts before loading it: the workspace lock,
+/// taken if it is free (never waited for here: a busy lock is waited for, with its message,
+/// once the settings are known), and under it the file list and the walk of the root
+/// `node_modules`, so `git ls-files` (a process) and the largest tree's stats overlap the
+/// load of the projects. `prepare` uses the list only if it is the loaded workspace's
+/// (`Listing::fits`: the same root, no nested repositories) and the walk only if that
+/// directory is one of its trees.
+struct Early {
+    /// The lock, free when asked.
+    lock: crate::lock::WorkspaceLock,
+    /// The file list started under it.
+    listing: Listing,
+}
+
+impl Early {
+    /// For a run of `args` in the workspace at `root`: `None` for a dry run (it takes no
+    /// lock) and a `--remote` one (the farm is dialled first, and the lock not held while
+    /// it answers), or when the lock is busy.
+    fn start(rt: &tokio::runtime::Runtime, found: &Root, args: &RunArgs) -> Option<Early> {
+        if args.dry_run || args.remote.remote.is_some() {
+            return None;
+        }
+        let root = &found.dir;
+        let lock = crate::lock::acquire(root, false).ok()?;
+        let listing = Listing::start_at(rt.handle(), root.to_path_buf(), Vec::new())
+            .with_trees(rt.handle(), default_root_tree(found));
+        Some(Early { lock, listing })
+    }
+}
+
+/// The root `node_modules`, when it is an installed tree by default: a root `package.json`,
+/// the directory there, and no `trees` in the root `prova.toml` that could say otherwise
+/// (a mention anywhere, a comment too, counts: the walk is then left to the loaded
+/// settings).
+fn default_root_tree(found: &Root) -> Vec<String> {
+    let is = |name: &str, dir: bool| {
+        std::fs::symlink_metadata(found.dir.join(name))
+            .is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
+    };
+    match !found.text.contains("trees") && is("package.json", false) && is("node_modules", true) {
+        true => vec!["node_modules".to_owned()],
+        false => Vec::new(),
+    }
 }
 
 /// What a finished run hands to the report: its summary, key statistics and timeline.

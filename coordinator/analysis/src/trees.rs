@@ -291,7 +291,7 @@ pub fn scan_all(
     now_ns: i64,
     store: &Path,
 ) -> Result<TreePass, TreeScanError> {
-    let walks = walk_all(root, dirs, store)?;
+    let walks = walk_all(root, dirs, store, None)?;
     finish(root, walks, memo, now_ns, store)
 }
 
@@ -310,15 +310,48 @@ impl Walks {
     }
 }
 
-/// Walks every tree in `dirs` under `root` and looks each one up in the record in `store`.
-pub fn walk_all(root: &Path, dirs: &[String], store: &Path) -> Result<Walks, TreeScanError> {
+/// Trees walked for their stamps before the workspace was loaded (a run walks the root
+/// `node_modules` while its projects load, under the workspace lock): [`walk_all`] takes
+/// their stamps instead of walking them again.
+pub struct Prewalked {
+    dirs: Vec<String>,
+    seen: Vec<walk::Seen>,
+}
+
+/// Walks the trees at `dirs` under `root` for their stamps: the first step of [`walk_all`],
+/// taken early.
+pub fn prewalk(root: &Path, dirs: Vec<String>) -> Result<Prewalked, TreeScanError> {
+    let seen = walk::walk(root, &dirs, walk::Keep::Stamp)?;
+    Ok(Prewalked { dirs, seen })
+}
+
+/// Walks every tree in `dirs` under `root` (those `pre` walked already taken from it) and
+/// looks each one up in the record in `store`.
+pub fn walk_all(
+    root: &Path,
+    dirs: &[String],
+    store: &Path,
+    pre: Option<Prewalked>,
+) -> Result<Walks, TreeScanError> {
     let record = stamps::Stamps::read(store);
     let started = std::time::Instant::now();
     // The stamps alone first; the trees not as recorded are walked again for their entries
     // (that walk's stamp is the one recorded with the digest built from it).
-    let stamped = walk::walk(root, dirs, walk::Keep::Stamp)?;
+    let mut early: HashMap<String, walk::Seen> =
+        pre.map(|p| p.dirs.into_iter().zip(p.seen).collect()).unwrap_or_default();
+    let rest: Vec<String> = dirs.iter().filter(|d| !early.contains_key(*d)).cloned().collect();
+    if !rest.is_empty() {
+        early.extend(rest.iter().cloned().zip(walk::walk(root, &rest, walk::Keep::Stamp)?));
+    }
     let mut trees = Vec::with_capacity(dirs.len());
-    for (dir, seen) in dirs.iter().zip(stamped) {
+    for dir in dirs {
+        let seen = match early.remove(dir) {
+            Some(seen) => seen,
+            // Named twice: walked again.
+            None => walk::walk(root, std::slice::from_ref(dir), walk::Keep::Stamp)?
+                .pop()
+                .unwrap_or_default(),
+        };
         // A recorded digest whose manifest is gone is computed again.
         let known = record
             .digest(dir, &seen)
@@ -556,7 +589,7 @@ mod tests {
     /// Walks the trees of [`ws`] and says whether every digest is the recorded one.
     fn known(r: &Path) -> bool {
         let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
-        walk_all(r, &dirs, &r.join(".prova/trees")).unwrap().all_known()
+        walk_all(r, &dirs, &r.join(".prova/trees"), None).unwrap().all_known()
     }
 
     #[test]
@@ -568,7 +601,7 @@ mod tests {
         assert!(known(r));
         let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
         let store = r.join(".prova/trees");
-        let walks = walk_all(r, &dirs, &store).unwrap();
+        let walks = walk_all(r, &dirs, &store, None).unwrap();
         // No memo at all: the record answers.
         let warm = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
         assert_eq!((warm.hashed, warm.memo_hits), (0, 1));
@@ -580,7 +613,7 @@ mod tests {
         let m = &warm.trees[0].manifest_file;
         let mut other = fs::read(m).unwrap();
         other.push(0);
-        let walks = walk_all(r, &dirs, &store).unwrap();
+        let walks = walk_all(r, &dirs, &store, None).unwrap();
         fs::write(m, &other).unwrap();
         let tampered = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
         let err = tampered.trees[0].manifest().unwrap_err().to_string();
@@ -637,11 +670,11 @@ mod tests {
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
                 as i64;
-        let walks = walk_all(r, &dirs, &store).unwrap();
+        let walks = walk_all(r, &dirs, &store, None).unwrap();
         finish(r, walks, &HashMap::new(), now, &store).unwrap();
         assert!(!known(r));
         // Scanned again once it is old enough, it is recorded.
-        let walks = walk_all(r, &dirs, &store).unwrap();
+        let walks = walk_all(r, &dirs, &store, None).unwrap();
         finish(r, walks, &HashMap::new(), now + RACY_WINDOW + 1_000_000_000, &store).unwrap();
         assert!(known(r));
         // A record of another version, or a broken one, records nothing.

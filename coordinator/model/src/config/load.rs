@@ -29,6 +29,13 @@ impl Workspace {
     pub fn load(start_dir: &Path) -> Result<Workspace, ConfigError> {
         load(start_dir)
     }
+
+    /// Loads the workspace whose root [`discover::find_root`] found: [`Workspace::load`] for
+    /// a caller that needed the root before the rest (a run takes the workspace lock and
+    /// starts its file list there while the projects load).
+    pub fn load_found(found: &Root) -> Result<Workspace, ConfigError> {
+        load_root(found, &|_| {})
+    }
 }
 
 /// The name of the workspace root when it is a project and names itself nowhere: fixed, so
@@ -73,8 +80,11 @@ type Count<'c> = &'c (dyn Fn(&ConfigSource<'_>) + Sync);
 const PROJECTS_PER_THREAD: usize = 64;
 
 fn load_inner(start_dir: &Path, count: Count<'_>) -> Result<Workspace, ConfigError> {
-    let found = discover::find_root(start_dir)?;
-    let Root { dir: root, file: config_file, text } = &found;
+    load_root(&discover::find_root(start_dir)?, count)
+}
+
+fn load_root(found: &Root, count: Count<'_>) -> Result<Workspace, ConfigError> {
+    let Root { dir: root, file: config_file, text } = found;
     let src = ConfigSource::new(root, config_file, text);
     let file: WorkspaceFile = src.parse(TableKind::WorkspaceTop)?;
     let ws = file.workspace.unwrap_or_default();
