@@ -139,3 +139,30 @@ fn a_farm_worker_without_the_client_program_refuses_the_task_one_with_it_runs_it
 fn ws_abs(tool: &Tool) -> TempWorkspace {
     ws("", &tool.dir.path().join("tool").display().to_string(), "")
 }
+
+#[test]
+fn the_program_a_package_managers_shim_execs_is_keyed() {
+    // pnpm's `node_modules/.bin` entries are `#!/bin/sh` shims around `exec node …`: the
+    // program that runs is `node`, which the shim's own `#!` line does not name. A new build
+    // of it (`nvm use 22`) must be a miss, as when the command names it.
+    let tool = Tool::new("1");
+    let shim = "#!/bin/sh\nbasedir=$(dirname \"$0\")\nif [ -x \"$basedir/tool\" ]; then\n  \
+                exec \"$basedir/tool\" \"$@\"\nelse\n  exec tool \"$@\"\nfi\n";
+    for command in ["npx shim", "node_modules/.bin/shim", "sh -c 'node_modules/.bin/shim'"] {
+        let ws = ws("", command, "").file("p/node_modules/.bin/shim", shim);
+        std::fs::set_permissions(
+            ws.path("p/node_modules/.bin/shim"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "saved", "{command}");
+        assert_eq!(run(&ws, &tool).cache_of("p#build"), "hit", "{command}");
+        tool.install("2");
+        let said = why(&ws, &tool);
+        assert!(said.contains("binary:tool"), "{command}: why names the program: {said}");
+        let out = run(&ws, &tool);
+        out.assert_code(0);
+        assert_eq!(out.cache_of("p#build"), "saved", "{command}: a new build is a miss\n{out}");
+        tool.install("1");
+    }
+}

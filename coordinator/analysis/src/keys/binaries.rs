@@ -6,7 +6,9 @@
 //! a shell script ([`super::shell`]): every command of a list or pipeline, `sh -c '…'`, `cd
 //! dir && tool`, `env X=1 tool` and the other wrappers, command substitutions, and the tool
 //! of `npx`/`npm exec`/`pnpm exec`/`yarn exec` (looked up in `node_modules/.bin` first); and
-//! the interpreter a program's `#!` line names, one level deep (`tsc` → `node`). A
+//! the interpreter a program's `#!` line names, one level deep (`tsc` → `node`), and what a
+//! small shell script starts (pnpm's `.bin` shims: `#!/bin/sh` around `exec node …`), read
+//! like the command, one level too. A
 //! program inside the workspace (`./node_modules/.bin/tsc`, `scripts/build.sh`) is a
 //! workspace file — its inputs and installed trees key it. Shell builtins start nothing. What
 //! cannot be known without running the command (a program named by a variable, `eval`, a
@@ -138,6 +140,21 @@ impl Resolver {
             if let (Found::Outside(p) | Found::Inside(p), false) = (&found, inv.interpreted)
                 && let Some(word) = self.interpreter(p)
             {
+                // A shell script runs what its body starts, read as the command is: a package
+                // manager's `.bin` shim (pnpm's, npm's `cmd-shim`) is `#!/bin/sh` around
+                // `exec node "$basedir/../pkg/cli.js"`, so `node` runs. One level too.
+                if is_shell(&word)
+                    && let Some(body) = script_body(p)
+                {
+                    let cwd = inv.cwd.clone().unwrap_or_else(|| start.cwd.clone());
+                    let body = shell::analyse(&body, &Start { cwd, path: inv.path.clone() });
+                    invocations.extend(body.invocations.into_iter().map(|i| Invocation {
+                        interpreted: true,
+                        path_changed: i.path_changed || inv.path_changed,
+                        ..i
+                    }));
+                    out.unkeyed.extend(body.unkeyed);
+                }
                 invocations.push(Invocation {
                     word,
                     node_bin: false,
@@ -174,7 +191,9 @@ impl Resolver {
                 Found::Unknown(why) => out.unkeyed.push(why),
             }
         }
-        out.unkeyed.dedup();
+        // Each note once (two shims of one package manager say the same).
+        let mut seen = std::collections::HashSet::new();
+        out.unkeyed.retain(|n| seen.insert(n.clone()));
         out
     }
 }
@@ -254,6 +273,21 @@ fn interpreter(p: &Path) -> Option<String> {
     }
     // `env [-S] [NAME=value…] program`.
     words.find(|w| !w.starts_with('-') && !w.contains('=')).map(str::to_owned)
+}
+
+/// Whether `interpreter` (a `#!` line's program) is a POSIX shell, whose script prova reads.
+fn is_shell(interpreter: &str) -> bool {
+    matches!(interpreter.rsplit('/').next(), Some("sh" | "bash" | "dash"))
+}
+
+/// The text of the shell script at `p`, when it is small enough to be a wrapper (a package
+/// manager's shims are about 1 KB); a larger script is a program of its own, not read.
+fn script_body(p: &Path) -> Option<String> {
+    use std::io::Read as _;
+    const MAX: u64 = 16 << 10;
+    let mut body = String::new();
+    let n = std::fs::File::open(p).ok()?.take(MAX + 1).read_to_string(&mut body).ok()?;
+    (n as u64 <= MAX).then_some(body)
 }
 
 /// Digests `paths`, reusing `memo` rows that are still valid. Returns the digests and the
@@ -391,6 +425,55 @@ mod tests {
         assert_eq!(interpreter(&fake_node), None);
         std::fs::write(&fake_node, "#!/bin/sh -e\n").expect("w");
         assert_eq!(interpreter(&fake_node).as_deref(), Some("/bin/sh"));
+    }
+
+    #[test]
+    fn a_package_managers_shell_shim_keys_the_node_it_execs() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let ws = tempfile::tempdir().expect("ws");
+        let bin = tempfile::tempdir().expect("bin");
+        let fake_node = install(bin.path(), "fakenode");
+        let inner = install(bin.path(), "innertool");
+        // pnpm's `.bin` shim: `#!/bin/sh` around `exec node "$basedir/../pkg/cli.js"`.
+        let shim = ws.path().join("node_modules/.bin/tool");
+        std::fs::create_dir_all(shim.parent().expect("dir")).expect("mkdir");
+        std::fs::write(
+            &shim,
+            "#!/bin/sh\nbasedir=$(dirname \"$0\")\nif [ -x \"$basedir/fakenode\" ]; then\n  \
+             exec \"$basedir/fakenode\" \"$basedir/../pkg/cli.js\" \"$@\"\nelse\n  \
+             exec fakenode \"$basedir/../pkg/cli.js\" \"$@\"\nfi\n",
+        )
+        .expect("w");
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let path = format!("{}:/usr/bin:/bin", bin.path().display());
+        let run = |cmd: &str| {
+            programs(ws.path(), ws.path(), &CommandLine::Shell(cmd.into()), Some(&path))
+        };
+        for cmd in ["node_modules/.bin/tool build", "npx tool build"] {
+            let p = run(cmd);
+            assert!(
+                p.found.iter().any(|(w, f)| w == "fakenode" && *f == canon(&fake_node)),
+                "{cmd}: {p:?}"
+            );
+            // What the shim starts by a variable is said, not guessed.
+            assert!(p.unkeyed.iter().any(|n| n.contains("$basedir/fakenode")), "{cmd}: {p:?}");
+        }
+        // One level: a shim's body is read, not the scripts it starts in turn.
+        let nested = ws.path().join("node_modules/.bin/outer");
+        std::fs::write(&nested, "#!/bin/sh\nexec node_modules/.bin/tool \"$@\"\n").expect("w");
+        std::fs::set_permissions(&nested, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let p = run("node_modules/.bin/outer");
+        assert!(!p.found.iter().any(|(w, _)| w == "fakenode"), "{p:?}");
+        // A script too large to be a wrapper is a program of its own: its body is not read.
+        std::fs::write(&shim, format!("#!/bin/sh\nexec innertool\n{}", "# pad\n".repeat(4000)))
+            .expect("w");
+        let p = run("node_modules/.bin/tool");
+        assert!(!p.found.iter().any(|(_, f)| *f == canon(&inner)), "{p:?}");
+        std::fs::write(&shim, "#!/bin/bash\nexec innertool\n").expect("w");
+        let p = run("node_modules/.bin/tool");
+        assert!(p.found.iter().any(|(_, f)| *f == canon(&inner)), "bash too: {p:?}");
+        // `[` is the test builtin, not a file pattern.
+        assert!(run("[ -f x ] && true").unkeyed.is_empty());
     }
 
     #[test]

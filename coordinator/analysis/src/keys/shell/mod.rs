@@ -319,7 +319,8 @@ fn program(words: &[Word], shell: &mut Shell, out: &mut Analysis, depth: usize) 
         out.note(format!("`{}`: the program is chosen when the command runs", short(&w.raw)));
         return;
     }
-    if w.glob {
+    // `[` is a builtin, not a pattern of one character.
+    if w.glob && !BUILTINS.contains(&w.text.as_str()) {
         out.note(format!("`{}`: the program is a file pattern", short(&w.raw)));
         return;
     }
