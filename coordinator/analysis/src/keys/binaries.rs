@@ -81,20 +81,35 @@ pub struct Resolver {
     found: HashMap<(String, Option<PathBuf>, Vec<PathDir>, bool), Found>,
     /// `#!` interpreters read, by program.
     interpreters: HashMap<PathBuf, Option<String>>,
+    /// Whether a path is an executable file, by path: the same system directories are
+    /// searched for every project's commands (and their shims' `sed`, `dirname`, `node`).
+    executables: HashMap<PathBuf, bool>,
 }
 
 impl Resolver {
     /// A resolver for the workspace at `root`.
     pub fn new(root: &Path) -> Self {
         let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        Self { root, found: HashMap::new(), interpreters: HashMap::new() }
+        Self {
+            root,
+            found: HashMap::new(),
+            interpreters: HashMap::new(),
+            executables: HashMap::new(),
+        }
     }
 
     fn resolve(&mut self, inv: &Invocation) -> Found {
         let dir = (inv.word.contains('/') || inv.node_bin).then(|| inv.cwd.clone()).flatten();
         let id = (inv.word.clone(), dir, inv.path.clone(), inv.node_bin);
-        let root = &self.root;
-        self.found.entry(id).or_insert_with(|| resolve(root, inv)).clone()
+        if let Some(f) = self.found.get(&id) {
+            return f.clone();
+        }
+        let executables = &mut self.executables;
+        let mut probe =
+            |p: &Path| *executables.entry(p.to_path_buf()).or_insert_with(|| executable(p));
+        let f = resolve_with(&self.root, inv, &mut probe);
+        self.found.insert(id, f.clone());
+        f
     }
 
     fn interpreter(&mut self, program: &Path) -> Option<String> {
@@ -201,6 +216,15 @@ impl Resolver {
 /// Where `inv` resolves for the workspace at `root` (canonical): a word with a `/` from its
 /// directory, a package runner's tool from `node_modules/.bin` first, any other on its PATH.
 pub fn resolve(root: &Path, inv: &Invocation) -> Found {
+    resolve_with(root, inv, &mut executable)
+}
+
+/// [`resolve`], asking `executable` whether a path is an executable file.
+fn resolve_with(
+    root: &Path,
+    inv: &Invocation,
+    executable: &mut impl FnMut(&Path) -> bool,
+) -> Found {
     let word = inv.word.as_str();
     let candidate = if word.starts_with('/') {
         Some(PathBuf::from(word))
