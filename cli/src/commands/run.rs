@@ -142,12 +142,19 @@ struct Early {
 impl Early {
     /// For a run of `args` in the workspace at `root`: `None` for a dry run (it takes no
     /// lock) and a `--remote` one (the farm is dialled first, and the lock not held while
-    /// it answers), or when the lock is busy.
+    /// it answers), in a workspace no run has locked yet, or when the lock is busy.
     fn start(rt: &tokio::runtime::Runtime, found: &Root, args: &RunArgs) -> Option<Early> {
         if args.dry_run || args.remote.remote.is_some() {
             return None;
         }
         let root = &found.dir;
+        // Only where an earlier run left the lock file: a run whose config is refused must
+        // leave the workspace as it found it, so the first run creates `.prova/` only once
+        // its workspace has loaded.
+        let lock_file = root.join(".prova").join(crate::lock::LOCK_FILE);
+        if !std::fs::symlink_metadata(&lock_file).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
         let lock = crate::lock::acquire(root, false).ok()?;
         let listing = Listing::start_at(rt.handle(), root.to_path_buf(), Vec::new())
             .with_trees(rt.handle(), default_root_tree(found));
