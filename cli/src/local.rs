@@ -2,7 +2,7 @@
 //! joined by the same link messages a farm worker speaks (`ToWorker` / `FromWorker`) over
 //! bounded channels instead of QUIC.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kameo::prelude::*;
@@ -63,6 +63,9 @@ pub async fn run(
         prova_worker::health::clean_exec_roots(&p.work_dir);
         context.work_dir = p.work_dir;
         context.sandbox = p.sandbox;
+        // A sandbox never shows the workspace or the cache, whatever the task's PATH names.
+        let cache = p.sources.1.parent().map_or_else(|| p.sources.1.clone(), Path::to_path_buf);
+        context.sandbox_hidden = vec![p.sources.0.clone(), cache];
         context.strace = p.strace;
         local_proof_sources = Some(p.sources);
         slots *= 2;

@@ -317,3 +317,54 @@ fn a_sandbox_turns_tools_update_checks_off_unless_the_task_declares_the_switch()
     out.assert_code(0);
     assert_eq!(ws.read("p/out/env.txt"), "HOME=/tmp\nnpm_config_update_notifier=true\n", "{out}");
 }
+
+/// A directory outside the system paths holding `tool` (as `~/.nvm/…/bin` holds `node`):
+/// it copies `src/a.txt` to `out/a.txt`.
+fn toolchain() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new().prefix("prova-e2e-toolchain-").tempdir().expect("dir");
+    let tool = dir.path().join("tool");
+    std::fs::write(&tool, "#!/bin/sh\nmkdir -p out && cat src/a.txt > out/a.txt\n").expect("w");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+#[test]
+fn a_sandboxed_task_runs_the_program_its_path_names_outside_the_system_paths() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // Before, the sandbox showed only /usr and the system paths: `tool` was not found inside
+    // (and a `node` both there and in /usr/bin ran Debian's, under a key folding the other).
+    let tools = toolchain();
+    let path = format!("{}:{}", tools.path().display(), std::env::var("PATH").unwrap_or_default());
+    let ws = workspace(&task_with("t", "tool", &["out/a.txt"], "sandbox = true"));
+    let out = prova(&ws, ["run", "t", "--all", "--json"]).env("PATH", &path).run();
+    out.assert_code(0);
+    assert_eq!(ws.read("p/out/a.txt"), "hello\n", "{out}");
+    // Under the inputs proof too, and its determinism re-run.
+    let ws = workspace(&task("t", "tool", &["out/a.txt"]));
+    let out = prova(&ws, ["run", "t", "--all", "--json", "--verify=all"]).env("PATH", &path).run();
+    out.assert_code(0);
+    assert_eq!(ws.read("p/out/a.txt"), "hello\n", "{out}");
+}
+
+#[test]
+fn a_path_naming_the_workspace_does_not_show_it_in_the_sandbox() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    // `tool` lives in the workspace's own `bin/`, which the task does not declare: on the
+    // host PATH it runs, in the sandbox the directory is not there.
+    let ws = workspace(&task_with("t", "tool", &["out/a.txt"], "sandbox = true"))
+        .file("bin/tool", "#!/bin/sh\nmkdir -p out && cat src/a.txt > out/a.txt\n");
+    std::fs::set_permissions(ws.path("bin/tool"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    for dir in [ws.path("bin"), ws.path("")] {
+        let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+        let out = prova(&ws, ["run", "t", "--all", "--json"]).env("PATH", &path).run();
+        out.assert_code(1);
+        assert_eq!(out.status_of("p#t"), "failed", "{}: {out}", dir.display());
+    }
+}

@@ -355,6 +355,15 @@ pub fn wrap(
     let isolation = if ctx.sandbox {
         let mut cfg = p.root.sandbox();
         cfg.network = a.spec.network;
+        // The task's PATH shows inside what it names on the host, so the program the key
+        // folds is the one that runs (never the workspace, the cache or the work dir).
+        if let Some((_, path_var)) = env.iter().rev().find(|(k, _)| k == "PATH") {
+            let mut hidden: Vec<&std::path::Path> =
+                ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
+            hidden.extend([ctx.work_dir.as_path(), cfg.root.as_path()]);
+            hidden.retain(|h| !h.as_os_str().is_empty());
+            cfg.extra_ro = sandbox::bwrap::path_dirs(path_var, &hidden);
+        }
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
         if let Some(s) = &p.rerun.tmpdir {

@@ -167,6 +167,7 @@ pub async fn run_worker(
         sandbox: s.sandbox,
         strace: sandbox::strace_available(),
         disk: Some(disk),
+        sandbox_hidden: Vec::new(),
     };
     let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
     let info = WorkerInfo {

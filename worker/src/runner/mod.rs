@@ -69,6 +69,10 @@ pub struct WorkerContext {
     pub strace: bool,
     /// A farm worker's work dir against its disk floor (`crate::health`).
     pub disk: Option<Arc<crate::health::DiskHealth>>,
+    /// Directories a sandbox never shows even when the task's `PATH` names them or a
+    /// directory inside them (local mode: the workspace and the cache;
+    /// `crate::sandbox::bwrap::path_dirs`). The work dir is never shown either.
+    pub sandbox_hidden: Vec<PathBuf>,
 }
 
 impl WorkerContext {
@@ -83,6 +87,7 @@ impl WorkerContext {
             disk: None,
             sandbox: false,
             strace: false,
+            sandbox_hidden: Vec::new(),
         }
     }
 }

@@ -93,6 +93,33 @@ pub struct SandboxConfig {
     pub view: Option<Vec<ViewOp>>,
 }
 
+/// The directories of `path_var` (a task's `PATH`) a sandbox must show for the task to run
+/// the programs the host would (`node` from `~/.nvm/…/bin` rather than `/usr/bin/node`):
+/// each absolute one that is a directory, outside `/usr` and the [`SYSTEM_RO_PATHS`] (shown
+/// already), and neither inside nor around any of `hidden` (the workspace, the cache, the
+/// worker's own directories: a `PATH` naming the workspace's `bin/` must not show it). Each
+/// once, in `PATH` order. The programs a key folds are looked up on this same `PATH`, so the
+/// sandbox then runs the program the key names.
+pub fn path_dirs(path_var: &str, hidden: &[&Path]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in path_var.split(':').filter(|d| d.starts_with('/')) {
+        let dir = Path::new(d);
+        let shown = dir.starts_with("/usr") || SYSTEM_RO_PATHS.iter().any(|s| dir.starts_with(s));
+        let near = |h: &&Path| dir.starts_with(h) || h.starts_with(dir);
+        if shown || hidden.iter().any(near) || out.iter().any(|o| o == dir) || !dir.is_dir() {
+            continue;
+        }
+        // A symlink into a hidden place would show it all the same.
+        match std::fs::canonicalize(dir) {
+            Ok(real) if !hidden.iter().any(|h| real.starts_with(h) || h.starts_with(&real)) => {
+                out.push(dir.to_path_buf());
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// One mount operation of a [`SandboxConfig::view`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ViewOp {
@@ -150,9 +177,6 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     for p in SYSTEM_RO_PATHS {
         a.args(&["--ro-bind-try", p, p]);
     }
-    for p in &cfg.extra_ro {
-        a.mount("--ro-bind-try", p);
-    }
     // Files standing in for system ones (after them, so they win).
     for (host, inside) in &cfg.overlays {
         a.0.extend([
@@ -165,6 +189,11 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     // /dev (null, zero, random, tty…), and a private, empty /tmp that vanishes with the
     // sandbox: nothing a task writes there reaches the host or the next task.
     a.args(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    // Toolchains outside the system paths, after /tmp so one under the host's /tmp lands on
+    // top of the private one.
+    for p in &cfg.extra_ro {
+        a.mount("--ro-bind-try", p);
+    }
     // That /dev holds a /dev/shm of the sandbox's own: a name the host's processes share
     // there (libfaketime's segment, `crate::clockshm`) does not exist inside.
     for name in HOST_ONLY_ENV {
@@ -370,6 +399,37 @@ mod tests {
             let mounted = a.windows(2).any(|w| w[0].contains("bind") && w[1] == p);
             assert!(!mounted, "{p} must not be mounted from the host: {a:?}");
         }
+    }
+
+    #[test]
+    fn path_dirs_are_the_toolchains_outside_the_system_and_never_a_hidden_place() {
+        let t = tempfile::tempdir().expect("dir");
+        let d = |p: &str| {
+            let p = t.path().join(p);
+            std::fs::create_dir_all(&p).expect("mkdir");
+            p
+        };
+        let (tools, ws, cache) = (d("nvm/v22/bin"), d("ws"), d("cache"));
+        let (ws_bin, other) = (d("ws/node_modules/.bin"), d("opt/bin"));
+        std::os::unix::fs::symlink(&ws_bin, t.path().join("sneaky")).expect("symlink");
+        let path = [
+            tools.display().to_string(),
+            "/usr/local/bin".into(),
+            "/usr/bin".into(),
+            "/bin".into(),
+            ws_bin.display().to_string(),
+            ws.display().to_string(),
+            t.path().display().to_string(),
+            t.path().join("sneaky").display().to_string(),
+            cache.display().to_string(),
+            t.path().join("missing").display().to_string(),
+            "node_modules/.bin".into(),
+            tools.display().to_string(),
+            other.display().to_string(),
+        ]
+        .join(":");
+        let got = path_dirs(&path, &[&ws, &cache]);
+        assert_eq!(got, [tools, other]);
     }
 
     #[test]
