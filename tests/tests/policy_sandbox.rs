@@ -368,3 +368,32 @@ fn a_path_naming_the_workspace_does_not_show_it_in_the_sandbox() {
         assert_eq!(out.status_of("p#t"), "failed", "{}: {out}", dir.display());
     }
 }
+
+#[test]
+fn the_survey_after_a_divergence_runs_the_same_toolchain() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    // `chain`, from a toolchain outside the system paths, reads an undeclared list and then
+    // the file it names: the sandboxed run sees only the first lookup fail; the survey (the
+    // whole workspace visible) must run `chain` too to name the second.
+    let tools = tempfile::Builder::new().prefix("prova-e2e-toolchain-").tempdir().expect("dir");
+    let chain = tools.path().join("chain");
+    std::fs::write(
+        &chain,
+        "#!/bin/sh\nf=$(cat src/list.txt 2>/dev/null) && cat \"src/$f\" >/dev/null\n\
+         mkdir -p out && cat src/a.txt > out/a.txt\n",
+    )
+    .expect("w");
+    std::fs::set_permissions(&chain, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", tools.path().display(), std::env::var("PATH").unwrap_or_default());
+    let ws = workspace(&task("t", "chain", &["out/a.txt"]))
+        .file("p/src/list.txt", "b.txt")
+        .file("p/src/b.txt", "b\n");
+    let out =
+        prova(&ws, ["run", "t", "--all", "--json", "--verify=inputs"]).env("PATH", &path).run();
+    let v = only_verdict(&out, "p#t");
+    assert_eq!(name(&v), "undeclared-inputs", "{out}");
+    assert_eq!(v["paths"], serde_json::json!(["p/src/b.txt", "p/src/list.txt"]), "{out}");
+}

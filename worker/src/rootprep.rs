@@ -342,6 +342,24 @@ fn input_bytes(spec: &ExecRootSpec, blobs: &crate::blobcache::BlobCache) -> u64 
 pub const SANDBOX_QUIET: &[(&str, &str)] =
     &[("npm_config_update_notifier", "false"), ("NO_UPDATE_NOTIFIER", "1")];
 
+/// The directories of the task's `PATH` (in `env`) a sandbox of its exec root at `root` shows,
+/// so the program the key folds is the one that runs: never the workspace, the cache, the
+/// work dir or the root ([`sandbox::bwrap::path_dirs`]).
+pub fn toolchain_dirs(
+    ctx: &WorkerContext,
+    env: &[(String, String)],
+    root: &std::path::Path,
+) -> Vec<PathBuf> {
+    let Some((_, path_var)) = env.iter().rev().find(|(k, _)| k == "PATH") else {
+        return Vec::new();
+    };
+    let mut hidden: Vec<&std::path::Path> =
+        ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
+    hidden.extend([ctx.work_dir.as_path(), root]);
+    hidden.retain(|h| !h.as_os_str().is_empty());
+    sandbox::bwrap::path_dirs(path_var, &hidden)
+}
+
 /// Wraps `argv` in the sandbox (when the worker has one) and the tracer (when asked and
 /// available); adjusts `env` for the sandbox. Returns the argv and a word for the report.
 pub fn wrap(
@@ -355,15 +373,7 @@ pub fn wrap(
     let isolation = if ctx.sandbox {
         let mut cfg = p.root.sandbox();
         cfg.network = a.spec.network;
-        // The task's PATH shows inside what it names on the host, so the program the key
-        // folds is the one that runs (never the workspace, the cache or the work dir).
-        if let Some((_, path_var)) = env.iter().rev().find(|(k, _)| k == "PATH") {
-            let mut hidden: Vec<&std::path::Path> =
-                ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
-            hidden.extend([ctx.work_dir.as_path(), cfg.root.as_path()]);
-            hidden.retain(|h| !h.as_os_str().is_empty());
-            cfg.extra_ro = sandbox::bwrap::path_dirs(path_var, &hidden);
-        }
+        cfg.extra_ro = toolchain_dirs(ctx, env, &cfg.root);
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
         if let Some(s) = &p.rerun.tmpdir {
