@@ -101,12 +101,24 @@ pub struct SandboxConfig {
 /// once, in `PATH` order. The programs a key folds are looked up on this same `PATH`, so the
 /// sandbox then runs the program the key names.
 pub fn path_dirs(path_var: &str, hidden: &[&Path]) -> Vec<PathBuf> {
+    path_dirs_with_home(path_var, hidden, std::env::var_os("HOME").as_deref().map(Path::new))
+}
+
+/// [`path_dirs`] with the user's home at `home`: a `PATH` naming the home itself (or `/`,
+/// `/home`) never shows it, only directories inside it (`~/.nvm/…/bin`, `~/bin`).
+fn path_dirs_with_home(path_var: &str, hidden: &[&Path], home: Option<&Path>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for d in path_var.split(':').filter(|d| d.starts_with('/')) {
         let dir = Path::new(d);
         let shown = dir.starts_with("/usr") || SYSTEM_RO_PATHS.iter().any(|s| dir.starts_with(s));
         let near = |h: &&Path| dir.starts_with(h) || h.starts_with(dir);
-        if shown || hidden.iter().any(near) || out.iter().any(|o| o == dir) || !dir.is_dir() {
+        let too_wide = dir.parent().is_none() || home.is_some_and(|h| h.starts_with(dir));
+        if shown
+            || too_wide
+            || hidden.iter().any(near)
+            || out.iter().any(|o| o == dir)
+            || !dir.is_dir()
+        {
             continue;
         }
         // A symlink into a hidden place would show it all the same.
@@ -428,8 +440,19 @@ mod tests {
             other.display().to_string(),
         ]
         .join(":");
-        let got = path_dirs(&path, &[&ws, &cache]);
-        assert_eq!(got, [tools, other]);
+        let got = path_dirs_with_home(&path, &[&ws, &cache], None);
+        assert_eq!(got, [tools.clone(), other.clone()]);
+        // Never `/`, nor the home or what holds it; a directory inside the home, yes.
+        let home = d("home/u");
+        let in_home = d("home/u/.nvm/bin");
+        let wide = [
+            "/".to_owned(),
+            home.display().to_string(),
+            t.path().join("home").display().to_string(),
+            in_home.display().to_string(),
+        ]
+        .join(":");
+        assert_eq!(path_dirs_with_home(&wide, &[&ws], Some(&home)), [in_home]);
     }
 
     #[test]
