@@ -161,22 +161,26 @@ pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>
         more: Condvar::new(),
     };
     let counts: Vec<AtomicUsize> = dirs.iter().map(|_| AtomicUsize::new(0)).collect();
+    // Reads one directory of tree `t` into `seen` and queues its subdirectories.
+    let step = |seen: &mut Vec<Seen>, t: usize, d: String| {
+        let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
+        queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+    };
+    let fresh = || -> Vec<Seen> { dirs.iter().map(|_| Seen::default()).collect() };
     let parts: Vec<Vec<Seen>> = std::thread::scope(|s| {
         let work = || {
-            let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+            let mut seen = fresh();
             while let Some((t, d)) = queue.next() {
-                let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
-                queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+                step(&mut seen, t, d);
             }
             seen
         };
         // This thread alone until the directories waiting show a tree worth the threads (a
         // small one is read before a thread would have started).
-        let mut seen: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+        let mut seen = fresh();
         let mut helpers = Vec::new();
         while let Some((t, d)) = queue.next() {
-            let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
-            queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+            step(&mut seen, t, d);
             if helpers.is_empty() && threads > 1 && queue.waiting() >= SPREAD_AT {
                 helpers = (1..threads).map(|_| s.spawn(work)).collect();
             }
@@ -198,7 +202,7 @@ pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>
             source: std::io::Error::other("a walking thread panicked"),
         });
     }
-    let mut all: Vec<Seen> = dirs.iter().map(|_| Seen::default()).collect();
+    let mut all = fresh();
     for part in parts {
         for (a, p) in all.iter_mut().zip(part) {
             a.merge(p);
