@@ -168,10 +168,12 @@ impl Prepared {
         }
     }
 
-    /// Fills every planned task's `inputs` (what its exec root holds).
+    /// Fills every planned task's `inputs` (what its exec root holds) and its spec's
+    /// `stand_ins`.
     pub fn fill_inputs(&mut self, root: &std::path::Path) {
         let refs = self.input_refs(root);
-        for (t, refs) in self.plan.tasks.iter_mut().zip(refs) {
+        for ((t, refs), c) in self.plan.tasks.iter_mut().zip(refs).zip(&self.keys.components) {
+            t.spec.stand_ins = stand_ins(root, c, &refs);
             t.inputs = refs;
         }
     }
@@ -184,6 +186,26 @@ impl Prepared {
             .map(|t| self.durations.get(t.id.as_str()).copied().unwrap_or(1).max(1))
             .collect()
     }
+}
+
+/// The entries of a task's project directory that its key folds by name only
+/// (`KeyComponents::entries`) and that none of its exec root's `inputs` lies at or in: each
+/// a stand-in, a directory where the workspace has one, else a file.
+pub fn stand_ins(
+    root: &std::path::Path,
+    c: &prova_protocol::key::KeyComponents,
+    inputs: &[prova_protocol::wire::InputRef],
+) -> Vec<prova_protocol::spec::StandIn> {
+    let Some((dir, names)) = c.entries() else { return Vec::new() };
+    names
+        .into_iter()
+        .map(|n| prova_protocol::globs::join_rel(dir, n))
+        .filter(|p| !inputs.iter().any(|i| prova_protocol::globs::is_within(&i.path, p)))
+        .map(|path| {
+            let dir = std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| m.is_dir());
+            prova_protocol::spec::StandIn { path, dir }
+        })
+        .collect()
 }
 
 /// The workspace's file list, started before [`prepare`] by a caller that has other
@@ -539,10 +561,14 @@ fn with_unlisted_inputs(
     tracing::info!(files = extra.len(), "declared inputs the file list leaves out, added");
     let (source, nested) = (files.source, files.nested_repos.clone());
     let mut all = files.all().to_vec();
+    let mut added = extra.clone();
     all.extend(extra);
     let mut list = FileList::from_paths(all);
     list.source = source;
     list.nested_repos = nested;
+    added.sort();
+    added.dedup();
+    list.added = added;
     list
 }
 

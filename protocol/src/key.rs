@@ -145,12 +145,17 @@ impl KeyComponents {
         if self.command != old.command {
             out.push("the command changed".to_owned());
         }
-        let (old_rt, old_cfg): (Vec<_>, Vec<_>) =
-            old.config.iter().cloned().partition(|(k, _)| k.starts_with(RUNTIME_PREFIX));
-        let (new_rt, new_cfg): (Vec<_>, Vec<_>) =
-            self.config.iter().cloned().partition(|(k, _)| k.starts_with(RUNTIME_PREFIX));
+        let special = |k: &str| k.starts_with(RUNTIME_PREFIX) || k.starts_with(ENTRIES_PREFIX);
+        let (old_sp, old_cfg): (Vec<_>, Vec<_>) =
+            old.config.iter().cloned().partition(|(k, _)| special(k));
+        let (new_sp, new_cfg): (Vec<_>, Vec<_>) =
+            self.config.iter().cloned().partition(|(k, _)| special(k));
         diff_pairs(&old_cfg, &new_cfg, &mut out, |k, what| format!("config `{k}` {what}"));
-        diff_runtime(&old_rt, &new_rt, &mut out);
+        let runtime = |v: Vec<(String, String)>| -> Vec<(String, String)> {
+            v.into_iter().filter(|(k, _)| k.starts_with(RUNTIME_PREFIX)).collect()
+        };
+        diff_runtime(&runtime(old_sp), &runtime(new_sp), &mut out);
+        diff_entries(old.entries(), self.entries(), &mut out);
         diff_pairs(&old.env, &self.env, &mut out, |k, what| format!("env `{k}` {what}"));
         diff_files(&old.inputs, &self.inputs, &mut out, "input");
         diff_files(&old.workspace, &self.workspace, &mut out, "workspace input");
@@ -170,6 +175,68 @@ impl KeyComponents {
         }
         out
     }
+}
+
+impl KeyComponents {
+    /// The project directory whose entry names the key folds, and those names
+    /// ([`entries_pair`]), if it folds them.
+    pub fn entries(&self) -> Option<(&str, Vec<&str>)> {
+        self.config.iter().find_map(|(k, v)| {
+            let dir = k.strip_prefix(ENTRIES_PREFIX)?;
+            let names = if v.is_empty() { Vec::new() } else { v.split('\0').collect() };
+            Some((if dir == "." { "" } else { dir }, names))
+        })
+    }
+}
+
+/// The config pair name prefix of the entry names of a task's project directory
+/// (`entries:packages/a`).
+pub const ENTRIES_PREFIX: &str = "entries:";
+
+/// The config pair of the names of the entries of project directory `dir` (workspace
+/// relative, `""` the root): what a task that lists its directory sees there. Only names:
+/// a file's bytes are keyed as an input or not at all. `names` sorted.
+pub fn entries_pair(dir: &str, names: &[String]) -> (String, String) {
+    let dir = if dir.is_empty() { "." } else { dir };
+    (format!("{ENTRIES_PREFIX}{dir}"), names.join("\0"))
+}
+
+/// `the entries of `packages/a` changed: + notes.md, − old.md`.
+fn diff_entries(
+    old: Option<(&str, Vec<&str>)>,
+    new: Option<(&str, Vec<&str>)>,
+    out: &mut Vec<String>,
+) {
+    match (old, new) {
+        (None, Some((d, _))) => {
+            out.push(format!("the entry names of `{}` are now keyed", shown(d)))
+        }
+        (Some((d, _)), None) => {
+            out.push(format!("the entry names of `{}` are no longer keyed", shown(d)));
+        }
+        (Some((od, on)), Some((nd, nn))) if od == nd && on != nn => {
+            out.push(format!("the entries of `{}` changed: {}", shown(nd), moved_names(&on, &nn)));
+        }
+        (Some((od, _)), Some((nd, _))) if od != nd => {
+            out.push(format!("the entry names of `{}` are now keyed", shown(nd)));
+        }
+        _ => {}
+    }
+}
+
+/// `+ a.txt, − b.md`: the names in `now` and not in `then`, then the other way.
+pub fn moved_names<S: AsRef<str>>(then: &[S], now: &[S]) -> String {
+    let has = |v: &[S], n: &str| v.iter().any(|x| x.as_ref() == n);
+    let mut out: Vec<String> =
+        now.iter().map(AsRef::as_ref).filter(|n| !has(then, n)).map(|n| format!("+ {n}")).collect();
+    out.extend(
+        then.iter().map(AsRef::as_ref).filter(|n| !has(now, n)).map(|n| format!("\u{2212} {n}")),
+    );
+    out.join(", ")
+}
+
+fn shown(dir: &str) -> &str {
+    if dir.is_empty() { "." } else { dir }
 }
 
 /// The config pair name prefix of a runtime input (`runtime:node --version`).

@@ -85,6 +85,22 @@ pub struct TaskSpec {
     /// empty, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ProgramCheck>,
+    /// Entries of the project directory its key folds by name only (`entries:` in the key's
+    /// config): an exec root shows each as an empty file or directory, so a listing there
+    /// sees what the key says, and a traced run that touches one is named as having read an
+    /// undeclared path. Omitted when empty, so older frames are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stand_ins: Vec<StandIn>,
+}
+
+/// An entry an exec root shows by name only ([`TaskSpec::stand_ins`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandIn {
+    /// Workspace-relative path, directly in the task's project directory.
+    pub path: String,
+    /// A directory (else a file).
+    #[serde(default)]
+    pub dir: bool,
 }
 
 /// How `--verify` treats one task. Never part of a key: exempting a task or ignoring an
@@ -166,6 +182,7 @@ impl TaskSpec {
             proof: ProofPolicy::default(),
             runtime: Vec::new(),
             programs: Vec::new(),
+            stand_ins: Vec::new(),
         }
     }
 }

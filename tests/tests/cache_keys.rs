@@ -302,8 +302,22 @@ fn unrelated_files_do_not_move_the_key() {
     ws.write("app/README.md", "edited, still not an input\n");
     ws.write("unrelated.txt", "edited\n");
     ws.write("other/src/o.txt", "another project's input\n");
-    ws.write("app/notes/n.txt", "a new file outside src/\n");
     assert_same(&before, &app(&ws));
+}
+
+#[test]
+fn a_new_name_in_the_project_directory_moves_only_the_config() {
+    // The key folds the names in the project directory (what a listing there sees), not
+    // the bytes of files outside the inputs: a new directory there moves `config` alone.
+    let ws = ws();
+    let before = app(&ws);
+    ws.write("app/notes/n.txt", "a new file outside src/\n");
+    let after = app(&ws);
+    assert_moved(&before, &after, &["config"]);
+    assert!(after.component("config").to_string().contains("notes"), "{}", after.json);
+    // A file added inside it is not a new name.
+    ws.write("app/notes/m.txt", "another\n");
+    assert_same(&after, &app(&ws));
 }
 
 #[test]

@@ -20,8 +20,13 @@ const TASKS: &[(&str, &str, &str)] = &[
         "for n in $(seq 1 60); do test -e src/gen$n.ts; done; cat conf/extra.txt > out/probe/x.txt",
         "\"src/**\"",
     ),
-    // An absent file nothing declares: the task acts on its absence.
-    ("absent", "(test -e config.local || true) && cp src/a.txt out/absent/a.txt", "\"src/**\""),
+    // An absent file nothing declares (in `conf/`: the key folds the entry names of the
+    // project directory only): the task acts on its absence.
+    (
+        "absent",
+        "(test -e conf/config.local || true) && cp src/a.txt out/absent/a.txt",
+        "\"src/**\"",
+    ),
     // A listing of a directory holding an undeclared file.
     ("listing", "ls src > out/listing/ls.txt", "\"src/a.txt\""),
     // Through the root tree's workspace link into another project.
@@ -108,7 +113,7 @@ fn the_farms_inputs_verdicts_are_the_local_ones() {
     let v = |task: &str| essence(&only_verdict(&local, &format!("p#{task}")));
     assert_eq!(v("probe")["paths"], serde_json::json!(["packages/p/conf/extra.txt"]));
     assert_eq!(v("probe")["suggest"], serde_json::json!(["conf/extra.txt"]));
-    assert_eq!(v("absent")["paths"], serde_json::json!(["packages/p/config.local"]));
+    assert_eq!(v("absent")["paths"], serde_json::json!(["packages/p/conf/config.local"]));
     assert_eq!(v("listing")["paths"], serde_json::json!(["packages/p/src/"]));
     assert_eq!(v("link")["paths"], serde_json::json!(["packages/q/notes.txt"]));
     assert_eq!(v("complete")["verdict"], "proven-complete");

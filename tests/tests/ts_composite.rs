@@ -151,8 +151,15 @@ fn a_leaf_edit_reruns_only_the_leaf() {
         out.assert_code(0);
         assert_eq!(ran(&out), sorted(&[id(leaf, "build"), id(leaf, "test")]), "{out}");
     }
-    // A README of any package (the hub's too) is no build or test input of another.
-    ws.write(&format!("packages/{HUB}/README.md"), "# core\n");
+    // A README that appears is a new name in the hub's directory, whose names its build's
+    // key folds (`tsc` lists the directory): the hub builds again.
+    let readme = format!("packages/{HUB}/README.md");
+    ws.write(&readme, "# core\n");
+    let out = run(&ws, &["build", "test", "--all"]);
+    out.assert_code(0);
+    assert!(ran(&out).contains(&id(HUB, "build")), "{out}");
+    // Edited, a README of any package (the hub's too) is no build or test input of another.
+    ws.write(&readme, "# core, edited\n");
     let out = run(&ws, &["build", "test", "--all"]);
     out.assert_code(0);
     assert_eq!(ran(&out), [id(HUB, "test")], "{out}");

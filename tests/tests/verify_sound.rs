@@ -109,16 +109,18 @@ fn an_undeclared_file_tested_with_test_f_or_test_d_is_named() {
     assert_eq!(name(&v), "undeclared-inputs", "{out}");
     assert_eq!(v["paths"], json!(["p/src/flag.txt"]), "{out}");
 
-    // A directory that exists in the workspace but holds nothing declared.
+    // A directory that exists in the workspace but holds nothing declared (below the
+    // project directory: there, the key folds the names and the root shows them,
+    // verify_entries.rs).
     let dir = task(
         "dir",
-        "mkdir -p out && if test -d docs; then echo docs; else echo none; fi > out/d.txt",
+        "mkdir -p out && if test -d src/docs; then echo docs; else echo none; fi > out/d.txt",
         &["out/d.txt"],
     );
-    let ws = workspace(&dir).file("p/docs/guide.md", "g\n");
+    let ws = workspace(&dir).file("p/src/docs/guide.md", "g\n");
     let (out, v) = inputs_verdict(&ws, "dir", 1);
     assert_eq!(name(&v), "undeclared-inputs", "{out}");
-    assert_eq!(v["paths"], json!(["p/docs"]), "{out}");
+    assert_eq!(v["paths"], json!(["p/src/docs"]), "{out}");
 }
 
 #[test]
@@ -126,18 +128,19 @@ fn a_failed_probe_of_a_path_that_does_not_exist_is_an_undeclared_input() {
     if !sandbox_or_skip() {
         return;
     }
-    // Creating `config.local` would change what the task writes, but not its key.
-    let command = "mkdir -p out && if test -e config.local; then echo custom; else echo default; fi > out/c.txt";
-    let ws = workspace(&task("probe", command, &["out/c.txt"]));
+    // Creating `etc/config.local` would change what the task writes, but not its key (the
+    // key folds the entry names of the project directory, not of `etc/`: verify_entries.rs).
+    let command = "mkdir -p out && if test -e etc/config.local; then echo custom; else echo default; fi > out/c.txt";
+    let ws = workspace(&task("probe", command, &["out/c.txt"])).file("p/etc/other.txt", "o\n");
     let (out, v) = inputs_verdict(&ws, "probe", 1);
     assert_eq!(name(&v), "undeclared-inputs", "{out}");
-    assert_eq!(v["paths"], json!(["p/config.local"]), "{out}");
-    assert!(!ws.exists("p/config.local"));
+    assert_eq!(v["paths"], json!(["p/etc/config.local"]), "{out}");
+    assert!(!ws.exists("p/etc/config.local"));
 
     // Declared (here as a glob that matches nothing yet), its appearance changes the key:
     // the probe is covered.
     let declared = task("probe", command, &["out/c.txt"])
-        .replace("inputs = [\"src/a.txt\"]", "inputs = [\"src/a.txt\", \"*.local\"]");
+        .replace("inputs = [\"src/a.txt\"]", "inputs = [\"src/a.txt\", \"etc/*.local\"]");
     ws.write("p/prova.toml", &declared);
     let (out, v) = inputs_verdict(&ws, "probe", 0);
     assert_eq!(name(&v), "proven-complete", "{out}");

@@ -97,6 +97,9 @@ pub struct ExecRootSpec {
     pub project_dir: String,
     /// The task's output globs as written (project-relative, or `//` workspace-relative).
     pub outputs: Vec<String>,
+    /// Entries of the project directory shown by name only, empty
+    /// (`TaskSpec::stand_ins`): made where nothing else stands.
+    pub stand_ins: Vec<prova_protocol::spec::StandIn>,
     /// An existing ancestor of the root's parent up to which the parents the root leaves
     /// empty are removed with it (a re-run's parent on a shared tmpfs spells out the whole
     /// work dir path). Making and pruning such a chain hold an `flock` on this directory,
@@ -199,6 +202,8 @@ pub struct ExecRoot {
     outputs: PathGlobs,
     /// An ancestor up to which the parents emptied by this root's removal are removed too.
     prune_to: Option<PathBuf>,
+    /// The stand-in files made (root-relative): a traced run that finds one is reported.
+    stand_in_files: std::collections::BTreeSet<String>,
     _pins: PinGuard,
 }
 
@@ -269,6 +274,7 @@ impl ExecRoot {
             outputs: PathGlobs::new(&spec.project_dir, &spec.outputs)?,
             path: path.clone(),
             prune_to: spec.prune_to.clone(),
+            stand_in_files: Default::default(),
             _pins: pins,
         };
         // From here on, an error drops `root`, which removes the directory.
@@ -295,6 +301,7 @@ impl ExecRoot {
             b.dir(&w)?;
         }
         b.dir(&spec.project_dir)?;
+        root.stand_in_files = b.stand_ins(&spec.project_dir, &spec.stand_ins)?;
         // In each open directory, everything but the outputs is bound read-only again.
         let trees: Vec<String> = spec.trees.iter().map(|t| t.path.clone()).collect();
         for o in &layout.open {
@@ -315,6 +322,11 @@ impl ExecRoot {
     /// The root directory (the workspace root inside the sandbox, at this same path).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The stand-in files this root shows (root-relative; [`ExecRootSpec::stand_ins`]).
+    pub fn stand_in_files(&self) -> &std::collections::BTreeSet<String> {
+        &self.stand_in_files
     }
 
     /// The task's working directory: `path()/project_dir`.
@@ -415,6 +427,38 @@ impl Builder<'_> {
     }
 
     /// Makes `rel` and its ancestors real directories, never following a symlink.
+    /// Makes each stand-in directly in `project_dir` where nothing stands yet: an empty
+    /// directory, or an empty read-only file. Returns the files made.
+    fn stand_ins(
+        &mut self,
+        project_dir: &str,
+        stand_ins: &[prova_protocol::spec::StandIn],
+    ) -> Result<std::collections::BTreeSet<String>, ExecRootError> {
+        let mut files = std::collections::BTreeSet::new();
+        for s in stand_ins {
+            let parent = s.path.rsplit_once('/').map_or("", |(d, _)| d);
+            if !is_clean_relative(&s.path) || parent != project_dir {
+                return Err(ExecRootError::UncleanPath { path: s.path.clone() });
+            }
+            let abs = self.abs(&s.path);
+            if fs::symlink_metadata(&abs).is_ok() {
+                continue;
+            }
+            if s.dir {
+                self.dir(&s.path)?;
+            } else {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(&abs)
+                    .map_err(io_err(&abs))?;
+                files.insert(s.path.clone());
+            }
+        }
+        Ok(files)
+    }
+
     fn dir(&mut self, rel: &str) -> Result<(), ExecRootError> {
         if rel.is_empty() || self.dirs.contains(rel) {
             return Ok(());

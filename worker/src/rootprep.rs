@@ -161,6 +161,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
             .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
+        stand_ins: a.spec.stand_ins.clone(),
         prune_to: None,
     };
     let mut perturbed = Perturbations::default();

@@ -147,6 +147,8 @@ fn spec_for(
         proof: def.map(|d| d.policy.proof()).unwrap_or_default(),
         runtime: Vec::new(),
         programs: Vec::new(),
+        // Filled with the inputs, once the keys are known.
+        stand_ins: Vec::new(),
     }
 }
 

@@ -307,6 +307,10 @@ impl LocalLayer {
             .chain(&req.components.workspace)
             .map(|f| f.path.clone())
             .collect();
+        let entries: Option<Vec<String>> = req
+            .components
+            .entries()
+            .map(|(_, names)| names.into_iter().map(str::to_owned).collect());
         let withheld = OwnedTask::spawn_blocking("save.withhold-check", move || {
             if let Some(path) =
                 digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
@@ -314,12 +318,24 @@ impl LocalLayer {
                 return Some(format!("input `{path}` changed while the task ran"));
             }
             let known: HashSet<&str> = known.iter().map(String::as_str).collect();
-            match scope.map(|s| s.added(&root, &known)) {
-                None | Some(Ok(None)) => None,
-                Some(Ok(Some(path))) => {
-                    Some(format!("input `{path}` was added while the task ran"))
+            let scope = scope?;
+            match scope.added(&root, &known) {
+                Ok(None) => {}
+                Ok(Some(path)) => {
+                    return Some(format!("input `{path}` was added while the task ran"));
                 }
-                Some(Err(e)) => Some(format!("its inputs could not be listed again: {e}")),
+                Err(e) => return Some(format!("its inputs could not be listed again: {e}")),
+            }
+            // The entry names its key folds (a listing of its project directory).
+            match (entries, scope.entries_now(&root)) {
+                (Some(then), Ok(Some(now))) if then != now => Some(format!(
+                    "the entries of its project directory changed while it ran ({})",
+                    prova_protocol::key::moved_names(&then, &now)
+                )),
+                (Some(_), Err(e)) => {
+                    Some(format!("its project directory could not be listed again: {e}"))
+                }
+                _ => None,
             }
         })
         .join()

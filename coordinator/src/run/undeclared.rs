@@ -6,12 +6,14 @@
 //! - a failed lookup of `p` is undeclared unless `p` is represented in the key
 //!   ([`InputScope::represents`]: an input were it there, or an output of the task or of a
 //!   task upstream) or is internal (`.git`, `.prova`). A `p` that is a workspace file, or a
-//!   workspace directory with files the key does not represent, is named; so is a `p` that
-//!   does not exist at all and is not ignored (`.gitignore`): the task acts on its absence,
-//!   and a file appearing there would not change the key;
+//!   workspace directory with files the key does not represent, is named; so is a `p`
+//!   that does not exist at all and is not ignored (`.gitignore`) — the task acts on its
+//!   absence — unless it lies directly in a directory whose entry names the key folds
+//!   ([`InputScope::lists`]: a file appearing there moves the key);
 //! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
 //!   exec root did not (the listing the task saw was not the workspace's) and that the key
-//!   does not represent; it is named `d/`;
+//!   does not represent, unless the key folds `d`'s entry names (its exec roots show them
+//!   all); it is named `d/`;
 //! - inside an installed tree ([`crate::trees`]) only the tree decides: a path in a tree the
 //!   task sees is declared — unless the task failed to find a path that the tree holds (the
 //!   tree was not there: never proven) —, a path in a tree it does not see is named when it
@@ -114,6 +116,9 @@ impl WorkspaceView {
                     || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
             }
         };
+        // A directory whose entry names the key folds: its listing, and an absence there.
+        let lists = |d: &str| scope.is_some_and(|s| s.lists(d));
+        let parent = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
         let mut ignores = Ignores::new(self);
         let mut out = Vec::new();
         let missing: Vec<String> =
@@ -149,7 +154,7 @@ impl WorkspaceView {
             } else {
                 let under = self.files.under(p);
                 if under.is_empty() {
-                    !ignores.ignored(p)
+                    !lists(&parent(p)) && !ignores.ignored(p)
                 } else {
                     under.iter().any(|f| !represented(f))
                 }
@@ -172,7 +177,7 @@ impl WorkspaceView {
             }
         }
         for l in &reads.listed {
-            if is_internal(&l.dir) {
+            if is_internal(&l.dir) || lists(&l.dir) {
                 continue;
             }
             let prefix = if l.dir.is_empty() { String::new() } else { format!("{}/", l.dir) };

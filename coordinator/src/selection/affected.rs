@@ -84,6 +84,14 @@ pub fn changed_files(root: &Path, git_ref: &str) -> Result<BTreeSet<String>, Aff
     changed_in(root, git_ref, None, &asker)
 }
 
+/// The files among [`changed_files`] that were added or deleted since `git_ref` (untracked
+/// ones count as added): names that came or went, which a task folding its project
+/// directory's entry names sees although they are not its inputs.
+pub fn came_or_went(root: &Path, git_ref: &str) -> Result<BTreeSet<String>, AffectedError> {
+    let asker = Asker { what: format!("--affected {git_ref}"), flag: "--affected" };
+    changed_filtered(root, git_ref, None, &asker, Some("--diff-filter=AD"))
+}
+
 /// Who asks git, for the messages.
 #[derive(Clone, Debug)]
 pub struct Asker {
@@ -101,6 +109,17 @@ pub fn changed_in(
     from: &str,
     to: Option<&str>,
     asker: &Asker,
+) -> Result<BTreeSet<String>, AffectedError> {
+    changed_filtered(root, from, to, asker, None)
+}
+
+/// [`changed_in`], the diff narrowed by `filter` (`--diff-filter=…`).
+fn changed_filtered(
+    root: &Path,
+    from: &str,
+    to: Option<&str>,
+    asker: &Asker,
+    filter: Option<&str>,
 ) -> Result<BTreeSet<String>, AffectedError> {
     let mut files = BTreeSet::new();
     if git(root, &asker.what, &["rev-parse", "--is-inside-work-tree"]).is_err() {
@@ -129,7 +148,9 @@ pub fn changed_in(
         .ok()
         .and_then(|s| s.lines().next().map(str::to_owned))
         .unwrap_or_else(|| from.to_owned());
-    let mut diff = vec!["diff", "--name-only", "--no-renames", "-z", base.as_str()];
+    let mut diff = vec!["diff", "--name-only", "--no-renames", "-z"];
+    diff.extend(filter);
+    diff.push(base.as_str());
     if let Some(to) = to {
         diff.push(to);
     }
@@ -256,6 +277,7 @@ pub fn tasks_for_files(
     ws: &Workspace,
     graph: &TaskGraph,
     files: &BTreeSet<String>,
+    came_or_went: &BTreeSet<String>,
 ) -> BTreeSet<prova_protocol::TaskId> {
     let everything = || graph.nodes.iter().map(|n| n.id.clone()).collect();
     let root_config =
@@ -282,7 +304,10 @@ pub fn tasks_for_files(
             let dir = &ws.projects[n.project].dir;
             let own = [config_of(dir, "prova.toml"), config_of(dir, "package.json")];
             files.iter().any(|f| own.contains(f))
-                || scopes.get(i).is_some_and(|s| files.iter().any(|f| s.represents(f)))
+                || scopes.get(i).is_some_and(|s| {
+                    files.iter().any(|f| s.represents(f))
+                        || came_or_went.iter().any(|f| s.names_entry(f))
+                })
         })
         .collect();
     // Affected = direct, or any dependency affected (memoised depth-first).

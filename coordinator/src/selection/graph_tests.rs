@@ -1110,10 +1110,36 @@ fn affected_is_per_task_a_change_outside_a_tasks_inputs_does_not_select_it() {
         repo.select_affected(&["build", "docs"], &[]),
         ["web#build", "core#build", "ui#build"]
     );
-    // A deleted input counts as a change to it.
+    // A deleted input counts as a change to it — and this one was the only file of `src/`,
+    // a name in the project directory, which docs's key folds too.
     let repo = Repo::per_task();
     std::fs::remove_file(repo.ws_path().join("libs/utils/src/lib.rs")).unwrap();
-    assert_eq!(repo.select_affected(&["build", "docs"], &[]), ["utils#build"]);
+    assert_eq!(repo.select_affected(&["build", "docs"], &[]), ["utils#build", "utils#docs"]);
+}
+
+#[test]
+fn affected_per_task_a_name_that_came_or_went_in_the_project_directory_selects_it() {
+    // The key of a task that declares inputs folds the names in its project directory: a
+    // new file there (a `.babelrc` a tool would discover) moves it, an edit does not.
+    let repo = Repo::per_task();
+    repo.file("libs/core/.babelrc", "{}\n");
+    assert_eq!(
+        repo.select_affected(&["build", "docs"], &[]),
+        ["web#build", "core#build", "core#docs", "ui#build"]
+    );
+    // Committed, and then a removal: each counts.
+    repo.commit_all("babel");
+    repo.git(&["branch", "-f", "base"]);
+    std::fs::remove_file(repo.ws_path().join("libs/core/.babelrc")).unwrap();
+    assert_eq!(
+        repo.select_affected(&["build", "docs"], &[]),
+        ["web#build", "core#build", "core#docs", "ui#build"]
+    );
+    // A file added inside a directory already there selects it too: whether it brought a
+    // new name is not asked of git (selecting too much is never a stale result).
+    let repo = Repo::per_task();
+    repo.file("libs/core/src/new.rs", "x\n");
+    assert_eq!(repo.select_affected(&["docs"], &[]), ["core#docs"]);
 }
 
 #[test]

@@ -165,7 +165,7 @@ pub fn select(ws: &Workspace, full: &TaskGraph, sel: &Selection) -> Result<TaskG
         // A task of an affected project is affected only if a changed path is one its key
         // can see, or one of its upstreams is affected (Turborepo's task-level rule).
         let candidates = closure(full, &by_change);
-        let hit = affected::tasks_for_files(ws, &candidates, &a.files);
+        let hit = affected::tasks_for_files(ws, &candidates, &a.files, &a.came_or_went);
         let before = by_change.len();
         by_change.retain(|&i| hit.contains(&full.nodes[i].id));
         tracing::info!(
@@ -235,6 +235,8 @@ struct Chosen {
 struct Affected {
     git_ref: String,
     files: BTreeSet<String>,
+    /// Those added or deleted ([`affected::came_or_went`]).
+    came_or_went: BTreeSet<String>,
     explicit: BTreeSet<usize>,
     projects: usize,
 }
@@ -321,6 +323,7 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<Chosen, SelectEr
                 return Ok(Chosen { projects: explicit, affected: None, reads_git });
             };
             let files = affected::changed_files(&ws.root, git_ref)?;
+            let came_or_went = affected::came_or_went(&ws.root, git_ref)?;
             let mut projects = affected::projects_for_files(ws, &files);
             if projects.is_empty() {
                 tracing::warn!("--affected {git_ref}: no project changed since {git_ref}");
@@ -328,8 +331,13 @@ fn selected_projects(ws: &Workspace, sel: &Selection) -> Result<Chosen, SelectEr
             projects.retain(|p| !resolved.excluded.contains(p));
             let mut out = explicit.clone();
             out.extend(&projects);
-            let found =
-                Affected { git_ref: git_ref.clone(), files, explicit, projects: projects.len() };
+            let found = Affected {
+                git_ref: git_ref.clone(),
+                files,
+                came_or_went,
+                explicit,
+                projects: projects.len(),
+            };
             Ok(Chosen { projects: out, affected: Some(found), reads_git })
         }
     }

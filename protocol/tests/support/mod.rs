@@ -313,6 +313,10 @@ fn spec_shell() -> TaskSpec {
             path: "/usr/local/lib/node_modules/typescript/bin/tsc".into(),
             digest: d("tsc 5.6.3"),
         }],
+        stand_ins: vec![
+            prova_protocol::spec::StandIn { path: "apps/web/README.md".into(), dir: false },
+            prova_protocol::spec::StandIn { path: "apps/web/docs".into(), dir: true },
+        ],
     }
 }
 
@@ -334,6 +338,7 @@ fn spec_argv() -> TaskSpec {
         proof: Default::default(),
         runtime: Vec::new(),
         programs: Vec::new(),
+        stand_ins: Vec::new(),
     }
 }
 
@@ -360,6 +365,7 @@ fn spec_persistent() -> TaskSpec {
         },
         runtime: Vec::new(),
         programs: Vec::new(),
+        stand_ins: Vec::new(),
     }
 }
 

@@ -378,3 +378,39 @@ fn roots_made_while_others_prune_their_chain_are_all_made() {
     assert_eq!(failed, 0, "roots failed to be made while the chain was pruned");
     assert!(!top.join("tmp").exists(), "and the chain is gone after the last");
 }
+
+#[test]
+fn stand_ins_show_names_where_nothing_else_stands() {
+    let f = fixture();
+    let src = f.ws_file("app/package.json", b"{}");
+    let stand = |path: &str, dir: bool| prova_protocol::spec::StandIn { path: path.into(), dir };
+    let s = ExecRootSpec {
+        stand_ins: vec![
+            stand("app/README.md", false),
+            stand("app/docs", true),
+            // An input stands there already: left as it is.
+            stand("app/package.json", false),
+            // The output directory the layout made: left as it is.
+            stand("app/dist", true),
+        ],
+        ..spec(vec![file_input("app/package.json", src, false)], &["dist/**"])
+    };
+    let root = f.create(&s).unwrap();
+    let p = root.path();
+    let readme = meta(&p.join("app/README.md"));
+    assert!(readme.is_file() && readme.len() == 0);
+    assert_eq!(readme.mode() & 0o777, 0o444);
+    assert!(meta(&p.join("app/docs")).is_dir());
+    assert_eq!(fs::read_dir(p.join("app/docs")).unwrap().count(), 0);
+    assert_eq!(fs::read(p.join("app/package.json")).unwrap(), b"{}");
+    assert_eq!(
+        root.stand_in_files().iter().map(String::as_str).collect::<Vec<_>>(),
+        ["app/README.md"]
+    );
+
+    // Only directly in the project directory.
+    for bad in ["other/README.md", "app/deep/x", "app/../x"] {
+        let s = ExecRootSpec { stand_ins: vec![stand(bad, false)], ..spec(Vec::new(), &[]) };
+        assert!(matches!(f.create(&s), Err(ExecRootError::UncleanPath { .. })), "{bad}");
+    }
+}

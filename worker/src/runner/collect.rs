@@ -50,8 +50,9 @@ pub(super) async fn trace_reads(
         return Ok(ReadsReport::default());
     };
     let (t2, r) = (t.to_owned(), p.root.path().to_owned());
+    let stand_ins = p.root.stand_in_files().clone();
     let reads = OwnedTask::spawn_blocking("worker.trace-reads", move || {
-        crate::sandbox::trace_reads(&t2, &r)
+        crate::sandbox::trace_reads_with(&t2, &r, &stand_ins)
     })
     .join()
     .await

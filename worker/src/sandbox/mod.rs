@@ -40,7 +40,9 @@ use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
 pub use bwrap::{SandboxConfig, ViewOp, bwrap_argv, identity_overlays};
-pub use trace::{TraceError, strace_argv, survey_reads, trace_reads, undeclared_reads};
+pub use trace::{
+    TraceError, strace_argv, survey_reads, trace_reads, trace_reads_with, undeclared_reads,
+};
 
 /// How long a probe (`bwrap --version`, a trial sandbox, a trial trace) may take. Starting a
 /// sandbox takes milliseconds; this only trips on a host that hangs in namespace set-up.

@@ -120,7 +120,7 @@ pub const MAX_LISTED_ENTRIES: usize = 100_000;
 /// looked up and did not find, sorted and de-duplicated. Lookups outside the root (system
 /// files) are ignored. See the module docs for what counts and what the caller filters.
 pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceError> {
-    Ok(analyse(trace, root)?.found.into_iter().collect())
+    Ok(analyse(trace, root, &BTreeSet::new())?.found.into_iter().collect())
 }
 
 /// Everything the trace of a task in exec root `root` says it touched that the root could
@@ -128,18 +128,36 @@ pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceE
 /// root now (read after the run, while the root still exists); and every path under the root
 /// it wrote or tried to write.
 pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, false)
+    reads_of(trace, root, false, &BTreeSet::new())
+}
+
+/// [`trace_reads`] of a root that shows `stand_ins` (root-relative files, empty, standing
+/// for workspace files its key folds by name only: `TaskSpec::stand_ins`): a lookup that
+/// found one is reported with the failed ones — the root could not show the task that
+/// file, only its name.
+pub fn trace_reads_with(
+    trace: &Path,
+    root: &Path,
+    stand_ins: &BTreeSet<String>,
+) -> Result<ReadsReport, TraceError> {
+    reads_of(trace, root, false, stand_ins)
 }
 
 /// [`trace_reads`] of a survey run (the whole workspace visible at the exec root's path,
 /// [`super::survey`]), which also keeps the lookups that succeeded (`touched`): what the task
 /// read there. Listings still report what the exec root (the declared inputs) holds.
 pub fn survey_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, true)
+    reads_of(trace, root, true, &BTreeSet::new())
 }
 
-fn reads_of(trace: &Path, root: &Path, keep_touched: bool) -> Result<ReadsReport, TraceError> {
-    let a = analyse(trace, root)?;
+fn reads_of(
+    trace: &Path,
+    root: &Path,
+    keep_touched: bool,
+    stand_ins: &BTreeSet<String>,
+) -> Result<ReadsReport, TraceError> {
+    let mut a = analyse(trace, root, stand_ins)?;
+    a.found.append(&mut a.stood);
     let mut budget = MAX_LISTED_ENTRIES;
     let listed = a
         .listed
@@ -184,7 +202,11 @@ fn entries_of(dir: &Path, budget: &mut usize) -> (Vec<String>, bool) {
     (names, complete)
 }
 
-fn analyse(trace: &Path, root: &Path) -> Result<Analysis, TraceError> {
+fn analyse(
+    trace: &Path,
+    root: &Path,
+    stand_ins: &BTreeSet<String>,
+) -> Result<Analysis, TraceError> {
     let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
     let size = fs::metadata(trace).map_err(io_err)?.len();
     if size > MAX_TRACE_BYTES {
@@ -211,6 +233,8 @@ fn analyse(trace: &Path, root: &Path) -> Result<Analysis, TraceError> {
         listed: BTreeSet::new(),
         touched: BTreeSet::new(),
         wrote: BTreeSet::new(),
+        stand_ins: stand_ins.clone(),
+        stood: BTreeSet::new(),
     };
     for_each_event(trace, |ev| a.event(ev))?;
     Ok(a)
@@ -444,6 +468,10 @@ struct Analysis {
     touched: BTreeSet<String>,
     /// Paths under the root the task wrote or tried to write (at most [`MAX_MISSING`]).
     wrote: BTreeSet<String>,
+    /// The root's stand-ins ([`trace_reads_with`]).
+    stand_ins: BTreeSet<String>,
+    /// The stand-ins a lookup found (at most as many as there are).
+    stood: BTreeSet<String>,
 }
 
 /// How far up the parent chain a working directory is looked for.
@@ -546,11 +574,15 @@ impl Analysis {
             return;
         }
         if !call.ret.starts_with("-1 ") {
-            // Found: what a survey run (the whole workspace visible) read.
-            if let Some(rel) = strip_root(&resolved, &self.root)
-                && self.touched.len() < MAX_MISSING
-            {
-                self.touched.insert(String::from_utf8_lossy(rel).into_owned());
+            // Found: what a survey run (the whole workspace visible) read, or a stand-in.
+            if let Some(rel) = strip_root(&resolved, &self.root) {
+                let rel = String::from_utf8_lossy(rel);
+                if self.stand_ins.contains(rel.as_ref()) {
+                    self.stood.insert(rel.clone().into_owned());
+                }
+                if self.touched.len() < MAX_MISSING {
+                    self.touched.insert(rel.into_owned());
+                }
             }
             return;
         }
@@ -776,7 +808,7 @@ mod tests {
 7  readlinkat(AT_FDCWD</r/p>, "link", 0x7ffc, 4096) = -1 EINVAL (Invalid argument)
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r")).unwrap();
+        let a = analyse(f.path(), Path::new("/r"), &BTreeSet::new()).unwrap();
         assert_eq!(a.listed.into_iter().collect::<Vec<_>>(), ["", "p/src"]);
         assert_eq!(a.found.into_iter().collect::<Vec<_>>(), ["p/locked.txt", "p/src/gone.h"]);
         assert!(TRACED.contains("getdents64"), "{TRACED}");
@@ -808,6 +840,28 @@ mod tests {
     }
 
     #[test]
+    fn a_stand_in_found_is_reported_with_the_failed_lookups() {
+        let f = canned_file(
+            r#"7  getdents64(3</r/p>, 0x5600 /* 4 entries */, 32768) = 112
+7  newfstatat(AT_FDCWD</r/p>, "README.md", {st_mode=S_IFREG|0444, st_size=0, ...}, 0) = 0
+7  openat(AT_FDCWD</r/p>, "LICENSE", O_RDONLY|O_CLOEXEC) = 3</r/p/LICENSE>
+7  openat(AT_FDCWD</r/p>, "src/a.txt", O_RDONLY|O_CLOEXEC) = 3</r/p/src/a.txt>
+7  newfstatat(AT_FDCWD</r/p>, "docs", {st_mode=S_IFDIR|0755, st_size=0, ...}, 0) = 0
+7  openat(AT_FDCWD</r/p>, "gone.txt", O_RDONLY|O_CLOEXEC) = -1 ENOENT (No such file or directory)
+"#,
+        );
+        let stand_ins: BTreeSet<String> =
+            ["p/README.md", "p/LICENSE", "p/NOTES.md"].map(String::from).into();
+        let reads = trace_reads_with(f.path(), Path::new("/r"), &stand_ins).unwrap();
+        // Found stand-ins (a stat, an open) with the failed lookup; the one untouched and the
+        // declared input are not; a directory stand-in is the directory listing's business.
+        assert_eq!(reads.missing, ["p/LICENSE", "p/README.md", "p/gone.txt"]);
+        assert!(reads.touched.is_empty());
+        // Without stand-ins, only the failed lookup.
+        assert_eq!(trace_reads(f.path(), Path::new("/r")).unwrap().missing, ["p/gone.txt"]);
+    }
+
+    #[test]
     fn writes_and_successful_lookups_are_kept_apart_from_failed_reads() {
         let f = canned_file(
             r#"7  openat(AT_FDCWD</r/p>, "state.tsbuildinfo", O_WRONLY|O_CREAT|O_TRUNC, 0666) = -1 EROFS (Read-only file system)
@@ -825,7 +879,7 @@ mod tests {
 7  openat(AT_FDCWD</r/p>, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3</etc/passwd>
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r")).unwrap();
+        let a = analyse(f.path(), Path::new("/r"), &BTreeSet::new()).unwrap();
         assert_eq!(
             a.wrote.iter().map(String::as_str).collect::<Vec<_>>(),
             [

@@ -125,6 +125,13 @@ impl Snapshot {
             let seen = if c.dir { listed_under(&c.path) } else { listed(&c.path) };
             if seen && self.scopes.iter().any(|s| s.represents(&c.path)) {
                 out.insert(c.path.clone());
+                continue;
+            }
+            // A file that appeared or went where a key folds the entry names.
+            let now = self.files.contains(&c.path);
+            let came_or_went = before.is_some_and(|b| b.files.contains(&c.path) != now);
+            if !c.dir && came_or_went && self.scopes.iter().any(|s| s.names_entry(&c.path)) {
+                out.insert(c.path.clone());
             }
         }
         out.into_iter().collect()
@@ -144,7 +151,7 @@ impl Snapshot {
                     let dir = p.rsplit_once('/').map_or("", |(d, _)| d);
                     dir.is_empty() || dir == self.dirs[t]
                 } else {
-                    self.scopes[t].represents(p)
+                    self.scopes[t].represents(p) || self.scopes[t].names_entry(p)
                 }
             });
             if hit {

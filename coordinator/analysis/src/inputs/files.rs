@@ -58,6 +58,10 @@ pub struct FileList {
     pub source: Option<ListSource>,
     /// Workspace-relative directories listed as git repositories of their own.
     pub nested_repos: Vec<String>,
+    /// The paths added to the list after it was made (declared inputs it leaves out:
+    /// [`super::unlisted`]), sorted: not among a project directory's entry names, which a
+    /// listing made again ([`super::scope::InputScope::entries_now`]) would not give.
+    pub added: Vec<String>,
 }
 
 impl FileList {
@@ -66,7 +70,7 @@ impl FileList {
         files.sort_unstable();
         files.dedup();
         files.retain(|f| !is_internal(f));
-        Self { files, source: None, nested_repos: Vec::new() }
+        Self { files, source: None, nested_repos: Vec::new(), added: Vec::new() }
     }
 
     /// All paths.

@@ -1,9 +1,11 @@
 //! What a task reads: the workspace file list ([`files`]), the declared inputs it leaves out
-//! (gitignored, [`unlisted`]), and each task's slice of it ([`select`]); and what no task's
-//! clean or restore may delete ([`protect`]).
+//! (gitignored, [`unlisted`]), and each task's slice of it ([`select`]) with the rules kept
+//! to judge paths after the run ([`scope`]); and what no task's clean or restore may delete
+//! ([`protect`]).
 
 pub mod files;
 pub mod protect;
+pub mod scope;
 pub mod select;
 pub mod unlisted;
 

@@ -3,18 +3,21 @@
 //! outputs of every task upstream of it — those are represented in the key by the upstream
 //! task's key, which is what lets every key be computed before anything runs.
 //!
-//! Each task also gets an [`InputScope`]: the same rules, kept so its inputs can be listed
-//! again after it ran — a file that became one of its inputs meanwhile means its key no
-//! longer holds (brief §6), which the stamps of the files it had cannot show.
+//! Each task also gets an [`InputScope`] ([`super::scope`]): the same rules, kept so its
+//! inputs can be listed again after it ran — a file that became one of its inputs meanwhile
+//! means its key no longer holds (brief §6), which the stamps of the files it had cannot
+//! show — and so a proof can judge what it touched. A task that declares `inputs` also gets
+//! its project directory's entry names ([`TaskInputs::entries`]), which its key folds.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 
 use prova_protocol::TaskId;
 use prova_protocol::globs::{GlobError, PathGlobs, is_within};
 
-use super::files::{FileList, FilesError, ListSource, enumerate_under};
+use super::files::FileList;
+pub use super::scope::InputScope;
+use super::scope::{Own, ScopeShared, entry_candidates};
 use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
@@ -25,6 +28,10 @@ pub struct TaskInputs {
     pub files: Vec<u32>,
     /// Whether the task declared `inputs` (rather than the whole-project default).
     pub declared: bool,
+    /// A task that declared `inputs`: the entry names of its project directory the file
+    /// list gives, less the outputs of its project's tasks (sorted). Its key folds those
+    /// still on disk ([`super::scope::present`]); see [`super::scope`].
+    pub entries: Option<Vec<String>>,
 }
 
 /// The inputs of every task of a plan, and the workspace-wide inputs.
@@ -43,189 +50,6 @@ pub struct InputSets {
     pub fingerprint_unmatched: Vec<(String, String)>,
     /// Per plan task: how to list its inputs again (see [`InputScope`]).
     pub scopes: Vec<InputScope>,
-}
-
-/// What decides whether a path is one of a task's inputs — the rules of [`resolve`] — so
-/// that after the task ran its inputs can be listed again and compared with the ones its key
-/// folded: a file that appeared meanwhile (written by someone else, or by the task itself
-/// into its own inputs) means the key no longer holds.
-#[derive(Clone, Debug)]
-pub struct InputScope {
-    /// The task's plan index.
-    task: usize,
-    /// Its project directory.
-    dir: String,
-    /// Its project-relative patterns (`None`: only `//` patterns).
-    project: Option<PathGlobs>,
-    /// Project directories nested in its own (their files are not its inputs).
-    nested: Vec<String>,
-    /// Its `//` patterns, if any.
-    workspace: Option<Arc<PathGlobs>>,
-    /// The `package.json` of every project upstream of it (a JS project's task only).
-    manifests: Vec<String>,
-    shared: Arc<ScopeShared>,
-    /// [`Self::held`], once asked (a proof asks it of every path a task touched).
-    held: std::sync::OnceLock<Vec<usize>>,
-    /// [`Self::hidden`], once asked.
-    hidden: std::sync::OnceLock<Vec<usize>>,
-}
-
-/// The parts of every scope of a run that are the same for all tasks.
-#[derive(Debug)]
-struct ScopeShared {
-    /// How the workspace was listed, and its nested repositories.
-    source: Option<ListSource>,
-    nested_repos: Vec<String>,
-    /// `[workspace] fingerprint` and `inputs`: inputs of every task.
-    everyone: [PathGlobs; 2],
-    /// Every plan task's outputs (never inputs of it or of what depends on it).
-    outputs: Vec<PathGlobs>,
-    /// Every plan task's direct dependencies.
-    deps: Vec<Vec<usize>>,
-    /// Per plan task: its exec roots hold its direct dependencies' outputs only
-    /// ([`crate::plan::direct_only`]).
-    direct: Vec<bool>,
-    /// Per plan task: a group.
-    groups: Vec<bool>,
-    /// Per plan task: its id.
-    ids: Vec<String>,
-    /// `fingerprint` lockfiles listed at key time: keyed per project (not among a key's
-    /// files, see [`crate::lockfile`]) and guarded by their stamps, so never "added".
-    lockfiles: HashSet<String>,
-}
-
-impl InputScope {
-    /// The first file under `root` that is an input of the task now but is not in `known`
-    /// (the inputs, task and workspace-wide, its key folded). Lists only where the task's
-    /// patterns can match.
-    pub fn added(&self, root: &Path, known: &HashSet<&str>) -> Result<Option<String>, FilesError> {
-        let sh = &self.shared;
-        let mut roots: Vec<&String> = sh.everyone.iter().flat_map(|g| g.roots()).collect();
-        if let Some(g) = &self.project {
-            roots.extend(g.roots());
-        }
-        if let Some(g) = &self.workspace {
-            roots.extend(g.roots());
-        }
-        roots.sort();
-        roots.dedup();
-        let mut outer: Vec<String> = Vec::new();
-        for r in roots {
-            if !outer.iter().any(|o| is_within(r, o)) {
-                outer.push(r.clone());
-            }
-        }
-        let files = enumerate_under(root, &sh.nested_repos, sh.source, &outer)?;
-        let mut upstream: Option<HashSet<usize>> = None;
-        for f in files
-            .iter()
-            .filter(|f| !known.contains(f.as_str()) && !sh.lockfiles.contains(f.as_str()))
-        {
-            // Only files and links are inputs (the digest pass skips anything else).
-            match std::fs::symlink_metadata(root.join(f)) {
-                Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
-                _ => continue,
-            }
-            if sh.everyone.iter().any(|g| g.is_match(f)) {
-                return Ok(Some(f.clone()));
-            }
-            let own = self.project.as_ref().is_some_and(|g| {
-                is_within(f, &self.dir)
-                    && g.is_match(f)
-                    && !self.nested.iter().any(|n| is_within(f, n))
-            }) || self.workspace.as_ref().is_some_and(|g| g.is_match(f));
-            if !own || sh.outputs[self.task].is_match(f) {
-                continue;
-            }
-            let up = upstream.get_or_insert_with(|| {
-                let mut seen = HashSet::new();
-                let mut stack = sh.deps[self.task].clone();
-                while let Some(d) = stack.pop() {
-                    if seen.insert(d) {
-                        stack.extend(sh.deps[d].iter().copied());
-                    }
-                }
-                seen
-            });
-            if !up.iter().any(|&u| sh.outputs[u].is_match(f)) {
-                return Ok(Some(f.clone()));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Whether a file at `path` (workspace-relative; it need not exist) is represented in the
-    /// task's key: one of its inputs, task or workspace-wide, were it there, or an output of
-    /// the task or of a task upstream of it (represented by that task's key). What the inputs
-    /// proof asks of each path a task touched.
-    pub fn represents(&self, path: &str) -> bool {
-        let sh = &self.shared;
-        if sh.everyone.iter().any(|g| g.is_match(path))
-            || sh.outputs[self.task].is_match(path)
-            || self.manifests.iter().any(|m| m == path)
-        {
-            return true;
-        }
-        let own = self.project.as_ref().is_some_and(|g| {
-            is_within(path, &self.dir)
-                && g.is_match(path)
-                && !self.nested.iter().any(|n| is_within(path, n))
-        }) || self.workspace.as_ref().is_some_and(|g| g.is_match(path));
-        if own {
-            return true;
-        }
-        self.held().iter().any(|&d| sh.outputs[d].is_match(path))
-    }
-
-    /// The upstreams whose outputs the task's exec roots hold (and its key folds, by key or
-    /// by bytes): [`crate::plan::held_upstreams`].
-    fn held(&self) -> &[usize] {
-        self.held.get_or_init(|| {
-            let sh = &self.shared;
-            crate::plan::held_upstreams(
-                sh.deps.len(),
-                self.task,
-                sh.direct[self.task],
-                |d| &sh.deps[d],
-                |d| sh.groups[d],
-            )
-        })
-    }
-
-    /// The upstream (its task id) whose outputs hold `path` although this task's exec roots
-    /// do not (`upstream_outputs = "direct"`, `path` an output of a transitive upstream or a
-    /// directory holding its outputs), if any: a read there is undeclared, and declaring it
-    /// in `inputs` would not bring it in.
-    pub fn hidden_upstream(&self, path: &str) -> Option<&str> {
-        let sh = &self.shared;
-        if !sh.direct[self.task] {
-            return None;
-        }
-        // An output, or a directory holding outputs (`dist`, looked up before its files).
-        let holds = |d: usize| {
-            sh.outputs[d].is_match(path)
-                || sh.outputs[d].roots().iter().any(|r| !r.is_empty() && is_within(r, path))
-        };
-        self.hidden().iter().copied().find(|&d| holds(d)).map(|d| sh.ids[d].as_str())
-    }
-
-    /// The upstreams, direct or transitive, whose outputs the task's exec roots do not hold.
-    fn hidden(&self) -> &[usize] {
-        self.hidden.get_or_init(|| {
-            let sh = &self.shared;
-            let held = self.held();
-            crate::plan::held_upstreams(
-                sh.deps.len(),
-                self.task,
-                false,
-                |d| &sh.deps[d],
-                |d| sh.groups[d],
-            )
-            .into_iter()
-            .filter(|d| held.binary_search(d).is_err())
-            .collect()
-        })
-    }
 }
 
 /// A bad glob, with the task it belongs to.
@@ -262,6 +86,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         producers,
         upstream: HashMap::new(),
         ws_patterns: HashMap::new(),
+        project_outputs: HashMap::new(),
     };
     let mut scopes = Vec::with_capacity(plan.tasks.len());
     for ti in 0..plan.tasks.len() {
@@ -287,22 +112,10 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         direct: plan.tasks.iter().map(crate::plan::direct_only).collect(),
         groups: plan.tasks.iter().map(|t| t.kind == crate::plan::TaskKind::Group).collect(),
         ids: plan.tasks.iter().map(|t| t.id.to_string()).collect(),
+        own: scopes,
         lockfiles,
     });
-    out.scopes = scopes
-        .into_iter()
-        .map(|s| InputScope {
-            task: s.task,
-            dir: s.dir,
-            project: s.project,
-            nested: s.nested,
-            workspace: s.workspace,
-            manifests: s.manifests,
-            shared: Arc::clone(&shared),
-            held: std::sync::OnceLock::new(),
-            hidden: std::sync::OnceLock::new(),
-        })
-        .collect();
+    out.scopes = (0..plan.tasks.len()).map(|i| InputScope::new(i, Arc::clone(&shared))).collect();
     Ok(out)
 }
 
@@ -343,16 +156,6 @@ fn output_index(plan: &RunPlan) -> Result<OutputIndex, InputError> {
     Ok((outputs, producers))
 }
 
-/// A task's scope before the run-wide parts are shared (see [`InputScope`]).
-struct ScopeParts {
-    task: usize,
-    dir: String,
-    project: Option<PathGlobs>,
-    nested: Vec<String>,
-    workspace: Option<Arc<PathGlobs>>,
-    manifests: Vec<String>,
-}
-
 /// What [`resolve`] keeps across tasks: the indices and memos of one run.
 struct Resolver<'a> {
     ws: &'a Workspace,
@@ -366,11 +169,13 @@ struct Resolver<'a> {
     upstream: HashMap<usize, HashSet<usize>>,
     /// The files a set of `//` patterns matched, and its globs, by the patterns.
     ws_patterns: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)>,
+    /// Memo of [`Self::project_outputs`], by project index.
+    project_outputs: HashMap<usize, Arc<PathGlobs>>,
 }
 
 impl Resolver<'_> {
     /// Task `ti`'s inputs and scope.
-    fn task(&mut self, ti: usize) -> Result<(TaskInputs, ScopeParts), InputError> {
+    fn task(&mut self, ti: usize) -> Result<(TaskInputs, Own), InputError> {
         let t = &self.plan.tasks[ti];
         let dir = t.spec.project_dir.as_str();
         let declared = self.plan.def(self.ws, ti).and_then(|d| d.inputs.clone());
@@ -397,15 +202,23 @@ impl Resolver<'_> {
         let workspace = self.workspace_patterns(ti, ws_pats, &mut selected)?;
         let manifests = self.upstream_manifests(ti, &mut selected);
         self.drop_outputs(ti, &mut selected);
-        let inputs = TaskInputs { files: selected, declared: declared.is_some() };
-        let scope = ScopeParts {
-            task: ti,
+        let outputs = self.project_outputs(t.project)?;
+        let added = &self.files.added;
+        let entries = declared.is_some().then(|| {
+            entry_candidates(self.files.under(dir), dir, |f| {
+                outputs.is_match(f) || added.binary_search_by(|a| a.as_str().cmp(f)).is_ok()
+            })
+        });
+        let scope = Own {
             dir: dir.to_owned(),
             project,
             nested: nested.iter().map(|n| (*n).to_owned()).collect(),
             workspace,
             manifests,
+            entries: entries.is_some(),
+            outputs,
         };
+        let inputs = TaskInputs { files: selected, declared: declared.is_some(), entries };
         Ok((inputs, scope))
     }
 
@@ -466,28 +279,44 @@ impl Resolver<'_> {
         manifests
     }
 
+    /// The outputs of every task of project `p` (in the workspace, not only this plan): the
+    /// files that come and go with runs, left out of its entry names.
+    fn project_outputs(&mut self, p: usize) -> Result<Arc<PathGlobs>, InputError> {
+        if let Some(g) = self.project_outputs.get(&p) {
+            return Ok(Arc::clone(g));
+        }
+        let project = &self.ws.projects[p];
+        let mut pats: Vec<String> =
+            project.tasks.values().flat_map(|d| d.outputs.iter().cloned()).collect();
+        pats.retain(|o| !o.starts_with('!'));
+        pats.sort();
+        pats.dedup();
+        let g = Arc::new(PathGlobs::new(&project.dir, &pats).map_err(err(&project.name))?);
+        self.project_outputs.insert(p, Arc::clone(&g));
+        Ok(g)
+    }
+
     /// Drops from `selected` the outputs of task `ti` and of every task upstream of it.
     fn drop_outputs(&mut self, ti: usize, selected: &mut Vec<u32>) {
         let files = self.files;
-        selected.retain(|&fi| {
-            let f = &files.all()[fi as usize];
-            let mut prefix = Some(f.as_str());
-            while let Some(p) = prefix {
-                for &u in self.producers.get(p).into_iter().flatten() {
-                    let relevant =
-                        u == ti || upstream_of(self.plan, ti, &mut self.upstream).contains(&u);
-                    if relevant && self.outputs[u].is_match(f) {
-                        return false;
-                    }
+        selected.retain(|&fi| !self.is_dropped(ti, &files.all()[fi as usize]));
+    }
+
+    /// Whether file `f` is an output of task `ti` or of a task upstream of it.
+    fn is_dropped(&mut self, ti: usize, f: &str) -> bool {
+        let mut prefix = Some(f);
+        while let Some(p) = prefix {
+            for &u in self.producers.get(p).into_iter().flatten() {
+                let relevant =
+                    u == ti || upstream_of(self.plan, ti, &mut self.upstream).contains(&u);
+                if relevant && self.outputs[u].is_match(f) {
+                    return true;
                 }
-                prefix = if p.is_empty() {
-                    None
-                } else {
-                    Some(p.rsplit_once('/').map_or("", |(d, _)| d))
-                };
             }
-            true
-        });
+            prefix =
+                if p.is_empty() { None } else { Some(p.rsplit_once('/').map_or("", |(d, _)| d)) };
+        }
+        false
     }
 }
 

@@ -114,6 +114,7 @@ pub fn compute(
         // The projects each task reaches: their installed trees are the task's too.
         reach: crate::trees::reach(ws, plan),
         workspace: &workspace,
+        entries: &inputs.tasks,
     };
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
@@ -155,6 +156,8 @@ struct Folding<'a> {
     locks: &'a crate::lockfile::Keyed,
     reach: Vec<Vec<String>>,
     workspace: &'a [InputFile],
+    /// Per task, its project directory's entry names ([`crate::inputs::TaskInputs::entries`]).
+    entries: &'a [crate::inputs::TaskInputs],
 }
 
 impl Folding<'_> {
@@ -206,6 +209,12 @@ impl Folding<'_> {
         let mut c = config_pairs(def);
         c.extend(runtime::config_pairs(self.ws, def, self.salt));
         c.extend(self.programs.get(&ti).into_iter().flatten().cloned());
+        // What a listing of its project directory sees (see `inputs::scope`).
+        if let Some(names) = self.entries.get(ti).and_then(|t| t.entries.as_ref()) {
+            let dir = self.plan.tasks[ti].spec.project_dir.as_str();
+            let names = crate::inputs::scope::present(&self.ws.root, dir, names.clone());
+            c.push(components::entries_pair(dir, &names));
+        }
         if let Some(p) = self.ws.projects.get(self.plan.tasks[ti].project) {
             c.extend(self.locks.config_pairs(&p.dir));
             // Each installed tree the task can resolve into, by its manifest digest.

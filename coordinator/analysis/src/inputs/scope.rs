@@ -1,0 +1,358 @@
+//! Each task's [`InputScope`]: the rules of [`super::select::resolve`] kept after the key
+//! was folded, so that
+//!
+//! - a save can list the task's inputs again ([`InputScope::added`]) and its project
+//!   directory's entry names ([`InputScope::entries_now`]): a file that became an input, or
+//!   an entry that appeared or went, while it ran means its key no longer holds (brief §6);
+//! - the inputs proof can ask what the key sees of each path a task touched:
+//!   [`InputScope::represents`] (an input were it there, an output of the task or of an
+//!   upstream its roots hold) and [`InputScope::lists`] (a directory whose entry names the
+//!   key folds);
+//! - `--affected` and `prova watch` can tell which tasks a changed path reaches.
+//!
+//! **Entry names.** A task that declares `inputs` also folds the names of its project
+//! directory's entries (the file list's first components there, less the outputs of its
+//! project's tasks, which come and go with runs): tools list the directory they run in (`tsc` matching `include`,
+//! config discovery probing `vite.config.*`, `.babelrc`, …), and what such a listing sees is
+//! then keyed without folding any file's bytes. A README edit keeps the key; a file added
+//! beside `package.json` moves it.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use prova_protocol::globs::{PathGlobs, is_within};
+
+use super::files::{FilesError, ListSource, enumerate_under};
+
+/// What decides whether a path is one of a task's inputs — the rules of
+/// [`super::select::resolve`] — so that after the task ran its inputs can be listed again
+/// and compared with the ones its key folded, and a proof can judge what it touched.
+#[derive(Clone, Debug)]
+pub struct InputScope {
+    /// The task's plan index.
+    pub(super) task: usize,
+    pub(super) shared: Arc<ScopeShared>,
+    /// [`Self::held`], once asked (a proof asks it of every path a task touched).
+    held: OnceLock<Vec<usize>>,
+    /// [`Self::hidden`], once asked.
+    hidden: OnceLock<Vec<usize>>,
+    /// [`Self::upstreams`], once asked.
+    upstreams: OnceLock<Vec<usize>>,
+}
+
+/// One task's own input rules.
+#[derive(Debug)]
+pub(super) struct Own {
+    /// Its project directory.
+    pub dir: String,
+    /// Its project-relative patterns (`None`: only `//` patterns).
+    pub project: Option<PathGlobs>,
+    /// Project directories nested in its own (their files are not its inputs).
+    pub nested: Vec<String>,
+    /// Its `//` patterns, if any.
+    pub workspace: Option<Arc<PathGlobs>>,
+    /// The `package.json` of every project upstream of it (a JS project's task only).
+    pub manifests: Vec<String>,
+    /// Whether its key folds its project directory's entry names (it declares `inputs`).
+    pub entries: bool,
+    /// The outputs of every task of its project: left out of the entry names, as they come
+    /// and go with runs (whichever tasks a run selects).
+    pub outputs: Arc<PathGlobs>,
+}
+
+impl Own {
+    /// Whether `path` is one of this task's own inputs were it there.
+    fn matches(&self, path: &str) -> bool {
+        self.project.as_ref().is_some_and(|g| {
+            is_within(path, &self.dir)
+                && g.is_match(path)
+                && !self.nested.iter().any(|n| is_within(path, n))
+        }) || self.workspace.as_ref().is_some_and(|g| g.is_match(path))
+            || self.manifests.iter().any(|m| m == path)
+    }
+}
+
+/// The parts of every scope of a run that are the same for all tasks.
+#[derive(Debug)]
+pub(super) struct ScopeShared {
+    /// How the workspace was listed, and its nested repositories.
+    pub source: Option<ListSource>,
+    pub nested_repos: Vec<String>,
+    /// `[workspace] fingerprint` and `inputs`: inputs of every task.
+    pub everyone: [PathGlobs; 2],
+    /// Every plan task's outputs (never inputs of it or of what depends on it).
+    pub outputs: Vec<PathGlobs>,
+    /// Every plan task's direct dependencies.
+    pub deps: Vec<Vec<usize>>,
+    /// Per plan task: its exec roots hold its direct dependencies' outputs only
+    /// ([`crate::plan::direct_only`]).
+    pub direct: Vec<bool>,
+    /// Per plan task: a group.
+    pub groups: Vec<bool>,
+    /// Per plan task: its id.
+    pub ids: Vec<String>,
+    /// Per plan task: its own input rules.
+    pub own: Vec<Own>,
+    /// `fingerprint` lockfiles listed at key time: keyed per project (not among a key's
+    /// files, see [`crate::lockfile`]) and guarded by their stamps, so never "added".
+    pub lockfiles: HashSet<String>,
+}
+
+impl InputScope {
+    pub(super) fn new(task: usize, shared: Arc<ScopeShared>) -> Self {
+        Self {
+            task,
+            shared,
+            held: OnceLock::new(),
+            hidden: OnceLock::new(),
+            upstreams: OnceLock::new(),
+        }
+    }
+
+    fn own(&self) -> &Own {
+        &self.shared.own[self.task]
+    }
+
+    /// The first file under `root` that is an input of the task now but is not in `known`
+    /// (the inputs, task and workspace-wide, its key folded). Lists only where the task's
+    /// patterns can match.
+    pub fn added(&self, root: &Path, known: &HashSet<&str>) -> Result<Option<String>, FilesError> {
+        let sh = &self.shared;
+        let own = self.own();
+        let mut roots: Vec<&String> = sh.everyone.iter().flat_map(|g| g.roots()).collect();
+        if let Some(g) = &own.project {
+            roots.extend(g.roots());
+        }
+        if let Some(g) = &own.workspace {
+            roots.extend(g.roots());
+        }
+        let files = enumerate_under(root, &sh.nested_repos, sh.source, &outermost(roots))?;
+        for f in files
+            .iter()
+            .filter(|f| !known.contains(f.as_str()) && !sh.lockfiles.contains(f.as_str()))
+        {
+            // Only files and links are inputs (the digest pass skips anything else).
+            match std::fs::symlink_metadata(root.join(f)) {
+                Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
+                _ => continue,
+            }
+            if sh.everyone.iter().any(|g| g.is_match(f)) {
+                return Ok(Some(f.clone()));
+            }
+            let mine = own.project.as_ref().is_some_and(|g| {
+                is_within(f, &own.dir)
+                    && g.is_match(f)
+                    && !own.nested.iter().any(|n| is_within(f, n))
+            }) || own.workspace.as_ref().is_some_and(|g| g.is_match(f));
+            if mine && !self.is_output(f) {
+                return Ok(Some(f.clone()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The entry names of the task's project directory as they are under `root` now, by the
+    /// rules the key folded them with ([`entry_candidates`], then [`present`]); `None` when
+    /// the key folds none.
+    pub fn entries_now(&self, root: &Path) -> Result<Option<Vec<String>>, FilesError> {
+        let own = self.own();
+        if !own.entries {
+            return Ok(None);
+        }
+        let sh = &self.shared;
+        let files =
+            enumerate_under(root, &sh.nested_repos, sh.source, std::slice::from_ref(&own.dir))?;
+        let names = entry_candidates(&files, &own.dir, |f| own.outputs.is_match(f));
+        Ok(Some(present(root, &own.dir, names)))
+    }
+
+    /// Whether `f` is an output of the task or of a task upstream of it (never its input).
+    fn is_output(&self, f: &str) -> bool {
+        let sh = &self.shared;
+        sh.outputs[self.task].is_match(f)
+            || self.upstreams().iter().any(|&u| sh.outputs[u].is_match(f))
+    }
+
+    /// Every upstream, direct or transitive (sorted).
+    fn upstreams(&self) -> &[usize] {
+        self.upstreams.get_or_init(|| {
+            let sh = &self.shared;
+            crate::plan::held_upstreams(sh.deps.len(), self.task, false, |d| &sh.deps[d], |_| false)
+        })
+    }
+
+    /// Whether a file at `path` (workspace-relative; it need not exist) is represented in the
+    /// task's key: one of its inputs, task or workspace-wide, were it there, or an output of
+    /// the task or of a task upstream of it (represented by that task's key). What
+    /// `--affected` and `prova watch` ask of a changed path.
+    pub fn represents(&self, path: &str) -> bool {
+        let sh = &self.shared;
+        if sh.everyone.iter().any(|g| g.is_match(path))
+            || sh.outputs[self.task].is_match(path)
+            || self.own().matches(path)
+        {
+            return true;
+        }
+        self.held().iter().any(|&d| sh.outputs[d].is_match(path))
+    }
+
+    /// Whether the task's key folds the entry names of directory `dir` (workspace
+    /// relative): its own project directory's, when it declares `inputs`. A listing of that
+    /// directory is keyed — its exec roots show every name, a file it does not declare as an
+    /// empty stand-in that a traced run may not touch — and so is the absence of a name there.
+    pub fn lists(&self, dir: &str) -> bool {
+        let own = self.own();
+        own.entries && own.dir == dir
+    }
+
+    /// Whether a file appearing or going at `path` can move the entry names the task's key
+    /// folds: `path` lies in its project directory and the key folds that directory's
+    /// entries. What `prova watch` asks of a created or removed file.
+    pub fn names_entry(&self, path: &str) -> bool {
+        let own = self.own();
+        own.entries && path != own.dir && is_within(path, &own.dir)
+    }
+
+    /// The upstreams whose outputs the task's exec roots hold (and its key folds, by key or
+    /// by bytes): [`crate::plan::held_upstreams`].
+    fn held(&self) -> &[usize] {
+        self.held.get_or_init(|| {
+            let sh = &self.shared;
+            crate::plan::held_upstreams(
+                sh.deps.len(),
+                self.task,
+                sh.direct[self.task],
+                |d| &sh.deps[d],
+                |d| sh.groups[d],
+            )
+        })
+    }
+
+    /// The upstream (its task id) whose outputs hold `path` although this task's exec roots
+    /// do not (`upstream_outputs = "direct"`, `path` an output of a transitive upstream or a
+    /// directory holding its outputs), if any: a read there is undeclared, and declaring it
+    /// in `inputs` would not bring it in.
+    pub fn hidden_upstream(&self, path: &str) -> Option<&str> {
+        let sh = &self.shared;
+        if !sh.direct[self.task] {
+            return None;
+        }
+        // An output, or a directory holding outputs (`dist`, looked up before its files).
+        let holds = |d: usize| {
+            sh.outputs[d].is_match(path)
+                || sh.outputs[d].roots().iter().any(|r| !r.is_empty() && is_within(r, path))
+        };
+        self.hidden().iter().copied().find(|&d| holds(d)).map(|d| sh.ids[d].as_str())
+    }
+
+    /// The upstreams, direct or transitive, whose outputs the task's exec roots do not hold.
+    fn hidden(&self) -> &[usize] {
+        self.hidden.get_or_init(|| {
+            let sh = &self.shared;
+            let held = self.held();
+            crate::plan::held_upstreams(
+                sh.deps.len(),
+                self.task,
+                false,
+                |d| &sh.deps[d],
+                |d| sh.groups[d],
+            )
+            .into_iter()
+            .filter(|d| held.binary_search(d).is_err())
+            .collect()
+        })
+    }
+}
+
+/// The outermost of `roots` (none inside another), sorted.
+fn outermost(mut roots: Vec<&String>) -> Vec<String> {
+    roots.sort();
+    roots.dedup();
+    let mut outer: Vec<String> = Vec::new();
+    for r in roots {
+        if !outer.iter().any(|o| is_within(r, o)) {
+            outer.push(r.clone());
+        }
+    }
+    outer
+}
+
+/// The entry names of directory `dir` that the file list `files` (sorted; only those under
+/// `dir` count) gives: the first component below `dir` of each file that is not `dropped`
+/// (an output of the task or of an upstream: it comes and goes with the runs). Sorted.
+pub fn entry_candidates(
+    files: &[String],
+    dir: &str,
+    mut dropped: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for f in files {
+        let rest = if dir.is_empty() {
+            f.as_str()
+        } else {
+            match f.strip_prefix(dir).and_then(|r| r.strip_prefix('/')) {
+                Some(r) => r,
+                None => continue,
+            }
+        };
+        let name = rest.split('/').next().unwrap_or(rest);
+        if name.is_empty() || names.last().is_some_and(|n| n == name) || dropped(f) {
+            continue;
+        }
+        names.push(name.to_owned());
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `names` (entries of `dir` under `root`) less those no longer there: a file list made by
+/// git names a tracked file deleted since, which a listing would not see.
+pub fn present(root: &Path, dir: &str, mut names: Vec<String>) -> Vec<String> {
+    let base = root.join(dir);
+    names.retain(|n| std::fs::symlink_metadata(base.join(n)).is_ok());
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = v.iter().map(|s| (*s).to_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn entry_names_are_first_components_less_outputs() {
+        let files = list(&[
+            "p/README.md",
+            "p/package.json",
+            "p/src/a.ts",
+            "p/src/b/c.ts",
+            "p/dist/a.js",
+            "p/a.txt",
+            "p/a/b.txt",
+            "q/x",
+            "p2/y",
+        ]);
+        let names = entry_candidates(&files, "p", |f| f.starts_with("p/dist/"));
+        assert_eq!(names, ["README.md", "a", "a.txt", "package.json", "src"]);
+        let root = entry_candidates(&files, "", |_| false);
+        assert_eq!(root, ["p", "p2", "q"]);
+        // A name stays while one of its files is not an output.
+        let names = entry_candidates(&files, "p", |f| f == "p/src/a.ts");
+        assert!(names.contains(&"src".to_owned()));
+    }
+
+    #[test]
+    fn present_drops_names_gone_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("p/src")).unwrap();
+        std::fs::write(dir.path().join("p/a.txt"), "").unwrap();
+        let names = present(dir.path(), "p", vec!["a.txt".into(), "gone.md".into(), "src".into()]);
+        assert_eq!(names, ["a.txt", "src"]);
+    }
+}
