@@ -12,8 +12,9 @@
 //!   ([`InputScope::lists`]: a file appearing there moves the key);
 //! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
 //!   exec root did not (the listing the task saw was not the workspace's) and that the key
-//!   does not represent, unless the key folds `d`'s entry names (its exec roots show them
-//!   all); it is named `d/`;
+//!   does not represent; it is named `d/`. Where the key folds `d`'s entry names (its project
+//!   directory), the root's stand-ins show them: it is named only when the root lacked a
+//!   name the key folds that is still there;
 //! - inside an installed tree ([`crate::trees`]) only the tree decides: a path in a tree the
 //!   task sees is declared — unless the task failed to find a path that the tree holds (the
 //!   tree was not there: never proven) —, a path in a tree it does not see is named when it
@@ -177,7 +178,26 @@ impl WorkspaceView {
             }
         }
         for l in &reads.listed {
-            if is_internal(&l.dir) || lists(&l.dir) {
+            if is_internal(&l.dir) {
+                continue;
+            }
+            // A directory whose names the key folds: the root must have shown every one
+            // still there (its stand-ins) — a worker that made none is not trusted to have.
+            if let Some(names) = scope.and_then(|s| s.listed_names(&l.dir))
+                && l.complete
+            {
+                let base = self.root.join(&l.dir);
+                let unshown = names.iter().any(|n| {
+                    l.entries.binary_search(n).is_err()
+                        && std::fs::symlink_metadata(base.join(n)).is_ok()
+                });
+                if unshown {
+                    out.push(if l.dir.is_empty() {
+                        "./".to_owned()
+                    } else {
+                        format!("{}/", l.dir)
+                    });
+                }
                 continue;
             }
             let prefix = if l.dir.is_empty() { String::new() } else { format!("{}/", l.dir) };
@@ -605,6 +625,70 @@ mod tests {
         );
         assert_eq!(v.undeclared("p#t", &reads(vec![listing("", &["p"])])), ["./"]);
         assert!(v.undeclared("p#t", &reads(vec![listing("q", &[])])).is_empty());
+    }
+
+    /// A view of a workspace on disk whose task `p#t` declares `inputs = ["src/**"]`.
+    fn loaded(root: &std::path::Path) -> WorkspaceView {
+        std::fs::write(root.join("prova.toml"), "[workspace]\nprojects = [\"p\"]\n").unwrap();
+        std::fs::create_dir_all(root.join("p/src")).unwrap();
+        std::fs::create_dir_all(root.join("p/docs")).unwrap();
+        for (f, text) in [
+            ("p/prova.toml", "[tasks.t]\ncommand = \"ls\"\ninputs = [\"src/**\"]\n"),
+            ("p/src/a.txt", "a"),
+            ("p/README.md", "r"),
+            ("p/docs/x.md", "x"),
+        ] {
+            std::fs::write(root.join(f), text).unwrap();
+        }
+        let ws = crate::workspace::Workspace::load(root).unwrap();
+        let graph = crate::graph::build_graph(&ws).unwrap();
+        let plan = crate::plan::RunPlan::new(&ws, &graph, &[], &|_| None);
+        let (scopes, files) = crate::prepare::input_scopes(&ws, &plan).unwrap();
+        WorkspaceView {
+            root: root.to_owned(),
+            files: Arc::new(files),
+            scopes: Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(scopes).collect()),
+            trees: Arc::new(HashMap::new()),
+            installed: Arc::new(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn a_listing_of_the_project_directory_is_judged_against_the_names_the_key_folds() {
+        let d = tempfile::tempdir().unwrap();
+        let v = loaded(d.path());
+        let listing = |entries: &[&str]| ReadsReport {
+            traced: true,
+            listed: vec![Listing {
+                dir: "p".to_owned(),
+                entries: entries.iter().map(|e| (*e).to_owned()).collect(),
+                complete: true,
+            }],
+            ..Default::default()
+        };
+        // The root showed every name (its stand-ins): keyed, not named.
+        let all = ["README.md", "docs", "prova.toml", "src"];
+        assert!(v.undeclared("p#t", &listing(&all)).is_empty());
+        // A root without its stand-ins (a worker that made none): named.
+        assert_eq!(v.undeclared("p#t", &listing(&["prova.toml", "src"])), ["p/"]);
+        // A name gone from disk since the list was made need not be shown.
+        std::fs::remove_file(d.path().join("p/README.md")).unwrap();
+        assert!(v.undeclared("p#t", &listing(&["docs", "prova.toml", "src"])).is_empty());
+        // An absent name there is keyed; one below it is not.
+        let missing = |p: &[&str]| ReadsReport {
+            traced: true,
+            missing: p.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        };
+        assert!(v.undeclared("p#t", &missing(&["p/.babelrc"])).is_empty());
+        assert_eq!(v.undeclared("p#t", &missing(&["p/docs/.babelrc"])), ["p/docs/.babelrc"]);
+        // A listing of another directory is judged as before.
+        let docs = ReadsReport {
+            traced: true,
+            listed: vec![Listing { dir: "p/docs".into(), entries: Vec::new(), complete: true }],
+            ..Default::default()
+        };
+        assert_eq!(v.undeclared("p#t", &docs), ["p/docs/"]);
     }
 
     #[test]

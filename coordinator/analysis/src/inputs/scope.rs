@@ -56,6 +56,8 @@ pub(super) struct Own {
     pub manifests: Vec<String>,
     /// Whether its key folds its project directory's entry names (it declares `inputs`).
     pub entries: bool,
+    /// Those names as the file list gave them at key time ([`entry_candidates`]).
+    pub names: Vec<String>,
     /// The outputs of every task of its project: left out of the entry names, as they come
     /// and go with runs (whichever tasks a run selects).
     pub outputs: Arc<PathGlobs>,
@@ -204,6 +206,12 @@ impl InputScope {
     pub fn lists(&self, dir: &str) -> bool {
         let own = self.own();
         own.entries && own.dir == dir
+    }
+
+    /// The entry names the key folds for directory `dir` (the file list's, at key time:
+    /// some may be gone since), when it folds them ([`Self::lists`]).
+    pub fn listed_names(&self, dir: &str) -> Option<&[String]> {
+        self.lists(dir).then(|| self.own().names.as_slice())
     }
 
     /// Whether a file appearing or going at `path` can move the entry names the task's key

@@ -216,6 +216,7 @@ impl Resolver<'_> {
             workspace,
             manifests,
             entries: entries.is_some(),
+            names: entries.clone().unwrap_or_default(),
             outputs,
         };
         let inputs = TaskInputs { files: selected, declared: declared.is_some(), entries };
