@@ -114,7 +114,7 @@ pub fn compute(
         // The projects each task reaches: their installed trees are the task's too.
         reach: crate::trees::reach(ws, plan),
         workspace: &workspace,
-        entries: &inputs.tasks,
+        entries: entries_on_disk(ws, plan, files, inputs, pass),
     };
     let mut components: Vec<Option<KeyComponents>> = vec![None; n];
     let mut stamps = vec![Vec::new(); n];
@@ -156,8 +156,50 @@ struct Folding<'a> {
     locks: &'a crate::lockfile::Keyed,
     reach: Vec<Vec<String>>,
     workspace: &'a [InputFile],
-    /// Per task, its project directory's entry names ([`crate::inputs::TaskInputs::entries`]).
-    entries: &'a [crate::inputs::TaskInputs],
+    /// Per task, its project directory's entry names still on disk ([`entries_on_disk`]).
+    entries: Vec<Option<Vec<String>>>,
+}
+
+/// Per task, the entry names of its project directory its key folds
+/// ([`crate::inputs::TaskInputs::entries`]) less those gone from disk: a name is there when
+/// the digest pass found a file at it or under it among the task's inputs (no system call),
+/// else when it can be stat'ed ([`crate::inputs::scope::present`]).
+fn entries_on_disk(
+    ws: &Workspace,
+    plan: &RunPlan,
+    files: &FileList,
+    inputs: &InputSets,
+    pass: &DigestPass,
+) -> Vec<Option<Vec<String>>> {
+    inputs
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(ti, t)| {
+            let names = t.entries.as_ref()?;
+            let dir = plan.tasks[ti].spec.project_dir.as_str();
+            let mine: Vec<&str> =
+                t.files.iter().map(|&i| files.all()[i as usize].as_str()).collect();
+            let (seen, unknown): (Vec<String>, Vec<String>) =
+                names.iter().cloned().partition(|n| {
+                    let path = prova_protocol::globs::join_rel(dir, n);
+                    if pass.facts.contains_key(&path) {
+                        return true;
+                    }
+                    // The task's inputs are sorted: those under `path/` are one run.
+                    let prefix = format!("{path}/");
+                    let from = mine.partition_point(|f| *f < prefix.as_str());
+                    mine[from..]
+                        .iter()
+                        .take_while(|f| f.starts_with(&prefix))
+                        .any(|f| pass.facts.contains_key(*f))
+                });
+            let mut out = seen;
+            out.extend(crate::inputs::scope::present(&ws.root, dir, unknown));
+            out.sort();
+            Some(out)
+        })
+        .collect()
 }
 
 impl Folding<'_> {
@@ -210,10 +252,9 @@ impl Folding<'_> {
         c.extend(runtime::config_pairs(self.ws, def, self.salt));
         c.extend(self.programs.get(&ti).into_iter().flatten().cloned());
         // What a listing of its project directory sees (see `inputs::scope`).
-        if let Some(names) = self.entries.get(ti).and_then(|t| t.entries.as_ref()) {
+        if let Some(Some(names)) = self.entries.get(ti) {
             let dir = self.plan.tasks[ti].spec.project_dir.as_str();
-            let names = crate::inputs::scope::present(&self.ws.root, dir, names.clone());
-            c.push(components::entries_pair(dir, &names));
+            c.push(components::entries_pair(dir, names));
         }
         if let Some(p) = self.ws.projects.get(self.plan.tasks[ti].project) {
             c.extend(self.locks.config_pairs(&p.dir));
