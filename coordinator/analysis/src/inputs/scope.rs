@@ -60,7 +60,7 @@ pub(super) struct Own {
     pub names: Vec<String>,
     /// The outputs of every task of its project: left out of the entry names, as they come
     /// and go with runs (whichever tasks a run selects).
-    pub outputs: Arc<PathGlobs>,
+    pub outputs: Arc<ProjectOutputs>,
 }
 
 impl Own {
@@ -165,7 +165,7 @@ impl InputScope {
         let sh = &self.shared;
         let files =
             enumerate_under(root, &sh.nested_repos, sh.source, std::slice::from_ref(&own.dir))?;
-        let names = entry_candidates(&files, &own.dir, |f| own.outputs.is_match(f));
+        let names = entry_candidates(&files, &own.dir, |f| own.outputs.comes_and_goes(f));
         Ok(Some(present(root, &own.dir, names)))
     }
 
@@ -315,6 +315,37 @@ pub fn entry_candidates(
     names
 }
 
+/// Every output of a project's tasks: what comes and goes with runs.
+#[derive(Debug)]
+pub struct ProjectOutputs {
+    /// The output globs.
+    pub globs: PathGlobs,
+    /// Each pattern's literal prefix below the project directory (`p/dist` of `dist/**`).
+    pub roots: Vec<String>,
+}
+
+impl ProjectOutputs {
+    /// The outputs `patterns` (as written) of the tasks of project directory `dir`.
+    pub fn new(dir: &str, patterns: &[String]) -> Result<Self, prova_protocol::globs::GlobError> {
+        let globs = PathGlobs::new(dir, patterns)?;
+        let mut roots = Vec::new();
+        for p in patterns.iter().filter(|p| !p.starts_with('!')) {
+            if let Some(r) = prova_protocol::globs::include_prefix(dir, p)?
+                && r != dir
+            {
+                roots.push(r);
+            }
+        }
+        Ok(Self { globs, roots })
+    }
+
+    /// Whether file `f` comes and goes with runs: an output, or an output's root itself
+    /// (`dist` where a link or a file stands instead of the directory a restore makes again).
+    pub fn comes_and_goes(&self, f: &str) -> bool {
+        self.globs.is_match(f) || self.roots.iter().any(|r| r == f)
+    }
+}
+
 /// `names` (entries of `dir` under `root`) less those no longer there: a file list made by
 /// git names a tracked file deleted since, which a listing would not see.
 pub fn present(root: &Path, dir: &str, mut names: Vec<String>) -> Vec<String> {
@@ -353,6 +384,19 @@ mod tests {
         // A name stays while one of its files is not an output.
         let names = entry_candidates(&files, "p", |f| f == "p/src/a.ts");
         assert!(names.contains(&"src".to_owned()));
+    }
+
+    #[test]
+    fn outputs_and_output_roots_come_and_go() {
+        let pats = ["dist/**".to_owned(), "*.tsbuildinfo".to_owned(), "!dist/keep".to_owned()];
+        let outputs = ProjectOutputs::new("p", &pats).unwrap();
+        assert!(outputs.comes_and_goes("p/dist/a.js"));
+        assert!(outputs.comes_and_goes("p/tsconfig.tsbuildinfo"));
+        // A link standing where the output directory goes.
+        assert!(outputs.comes_and_goes("p/dist"));
+        // The project directory is the root of `*.tsbuildinfo`: not every name goes.
+        assert!(!outputs.comes_and_goes("p/README.md"));
+        assert!(!outputs.comes_and_goes("p/src/a.ts"));
     }
 
     #[test]

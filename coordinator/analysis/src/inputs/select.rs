@@ -17,7 +17,7 @@ use prova_protocol::globs::{GlobError, PathGlobs, is_within};
 
 use super::files::FileList;
 pub use super::scope::InputScope;
-use super::scope::{Own, ScopeShared, entry_candidates};
+use super::scope::{Own, ProjectOutputs, ScopeShared, entry_candidates};
 use crate::plan::RunPlan;
 use crate::workspace::Workspace;
 
@@ -170,7 +170,7 @@ struct Resolver<'a> {
     /// The files a set of `//` patterns matched, and its globs, by the patterns.
     ws_patterns: HashMap<Vec<String>, (Vec<u32>, Arc<PathGlobs>)>,
     /// Memo of [`Self::project_outputs`], by project index.
-    project_outputs: HashMap<usize, Arc<PathGlobs>>,
+    project_outputs: HashMap<usize, Arc<ProjectOutputs>>,
 }
 
 impl Resolver<'_> {
@@ -206,7 +206,7 @@ impl Resolver<'_> {
         let added = &self.files.added;
         let entries = declared.is_some().then(|| {
             entry_candidates(self.files.under(dir), dir, |f| {
-                outputs.is_match(f) || added.binary_search_by(|a| a.as_str().cmp(f)).is_ok()
+                outputs.comes_and_goes(f) || added.binary_search_by(|a| a.as_str().cmp(f)).is_ok()
             })
         });
         let scope = Own {
@@ -282,17 +282,16 @@ impl Resolver<'_> {
 
     /// The outputs of every task of project `p` (in the workspace, not only this plan): the
     /// files that come and go with runs, left out of its entry names.
-    fn project_outputs(&mut self, p: usize) -> Result<Arc<PathGlobs>, InputError> {
+    fn project_outputs(&mut self, p: usize) -> Result<Arc<ProjectOutputs>, InputError> {
         if let Some(g) = self.project_outputs.get(&p) {
             return Ok(Arc::clone(g));
         }
         let project = &self.ws.projects[p];
         let mut pats: Vec<String> =
             project.tasks.values().flat_map(|d| d.outputs.iter().cloned()).collect();
-        pats.retain(|o| !o.starts_with('!'));
         pats.sort();
         pats.dedup();
-        let g = Arc::new(PathGlobs::new(&project.dir, &pats).map_err(err(&project.name))?);
+        let g = Arc::new(ProjectOutputs::new(&project.dir, &pats).map_err(err(&project.name))?);
         self.project_outputs.insert(p, Arc::clone(&g));
         Ok(g)
     }
