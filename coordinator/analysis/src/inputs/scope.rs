@@ -339,10 +339,11 @@ impl ProjectOutputs {
         Ok(Self { globs, roots })
     }
 
-    /// Whether file `f` comes and goes with runs: an output, or an output's root itself
-    /// (`dist` where a link or a file stands instead of the directory a restore makes again).
+    /// Whether file `f` comes and goes with runs: an output, or an output's root or a
+    /// directory on the way to one (`dist` of `dist/gen/**`, where a link or a file stands
+    /// instead of the directory a restore makes again).
     pub fn comes_and_goes(&self, f: &str) -> bool {
-        self.globs.is_match(f) || self.roots.iter().any(|r| r == f)
+        self.globs.is_match(f) || self.roots.iter().any(|r| is_within(r, f))
     }
 }
 
@@ -392,8 +393,13 @@ mod tests {
         let outputs = ProjectOutputs::new("p", &pats).unwrap();
         assert!(outputs.comes_and_goes("p/dist/a.js"));
         assert!(outputs.comes_and_goes("p/tsconfig.tsbuildinfo"));
-        // A link standing where the output directory goes.
+        // A link standing where the output directory goes, or a directory on its way.
         assert!(outputs.comes_and_goes("p/dist"));
+        let deep = ProjectOutputs::new("p", &["dist/gen/**".to_owned()]).unwrap();
+        assert!(deep.comes_and_goes("p/dist"));
+        assert!(deep.comes_and_goes("p/dist/gen"));
+        // A file beside the outputs in that directory stays a name.
+        assert!(!deep.comes_and_goes("p/dist/README.md"));
         // The project directory is the root of `*.tsbuildinfo`: not every name goes.
         assert!(!outputs.comes_and_goes("p/README.md"));
         assert!(!outputs.comes_and_goes("p/src/a.ts"));
