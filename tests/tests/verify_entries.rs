@@ -169,3 +169,18 @@ fn a_directory_of_its_project_directory_stands_in_by_name_and_kind() {
     assert_eq!(name(&v), "undeclared-inputs", "{out}");
     assert_eq!(v["paths"], json!(["p/docs/"]), "{out}");
 }
+
+#[test]
+fn a_determinism_rerun_lists_what_the_run_in_place_listed() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    // The first execution lists the project directory in place; the re-run's exec root
+    // shows the same names (stand-ins), so the listing is the same (in one collation: the
+    // re-run's locale is another).
+    let ws = workspace(&task("ls", "mkdir -p out && LC_ALL=C ls > out/ls.txt", &["out/ls.txt"]))
+        .file("p/README.md", "read me\n");
+    let out = prova(&ws, ["run", "ls", "--all", "--verify", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(name(&only_verdict(&out, "p#ls")), "proven-deterministic", "{out}");
+}

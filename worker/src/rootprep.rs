@@ -161,7 +161,14 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
             .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
-        stand_ins: a.spec.stand_ins.clone(),
+        // Only where a read of one cannot go unseen into a saved entry: a traced run names
+        // it, and a determinism re-run's outputs are compared, never saved. A plain run's
+        // root shows the declared names only, and a read of another file fails as before.
+        stand_ins: if (a.trace_reads && ctx.strace) || a.perturb.is_some() {
+            a.spec.stand_ins.clone()
+        } else {
+            Vec::new()
+        },
         prune_to: None,
     };
     let mut perturbed = Perturbations::default();
