@@ -426,7 +426,6 @@ impl Builder<'_> {
         if rel.is_empty() { self.root.to_owned() } else { self.root.join(rel) }
     }
 
-    /// Makes `rel` and its ancestors real directories, never following a symlink.
     /// Makes each stand-in directly in `project_dir` where nothing stands yet: an empty
     /// directory, or an empty read-only file. Returns the files made.
     fn stand_ins(
@@ -459,6 +458,7 @@ impl Builder<'_> {
         Ok(files)
     }
 
+    /// Makes `rel` and its ancestors real directories, never following a symlink.
     fn dir(&mut self, rel: &str) -> Result<(), ExecRootError> {
         if rel.is_empty() || self.dirs.contains(rel) {
             return Ok(());
