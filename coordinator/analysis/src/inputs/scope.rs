@@ -11,11 +11,12 @@
 //! - `--affected` and `prova watch` can tell which tasks a changed path reaches.
 //!
 //! **Entry names.** A task that declares `inputs` also folds the names of its project
-//! directory's entries (the file list's first components there, less the outputs of its
-//! project's tasks, which come and go with runs): tools list the directory they run in (`tsc` matching `include`,
-//! config discovery probing `vite.config.*`, `.babelrc`, …), and what such a listing sees is
-//! then keyed without folding any file's bytes. A README edit keeps the key; a file added
-//! beside `package.json` moves it.
+//! directory's entries: the file list's first components there, less what comes and goes
+//! with runs ([`ProjectOutputs`]), less gitignored files added as declared inputs, less a
+//! file deleted since git listed it ([`present`]). Tools list the directory they run in
+//! (`tsc` matching `include`, config discovery probing `vite.config.*`, `.babelrc`, …), and
+//! what such a listing sees is then keyed without folding any file's bytes. A README edit
+//! keeps the key; a file added beside `package.json` moves it.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -201,8 +202,8 @@ impl InputScope {
 
     /// Whether the task's key folds the entry names of directory `dir` (workspace
     /// relative): its own project directory's, when it declares `inputs`. A listing of that
-    /// directory is keyed — its exec roots show every name, a file it does not declare as an
-    /// empty stand-in that a traced run may not touch — and so is the absence of a name there.
+    /// directory is keyed — a traced root shows every name, a file it does not declare as an
+    /// empty stand-in that the run may not touch — and so is the absence of a name there.
     pub fn lists(&self, dir: &str) -> bool {
         let own = self.own();
         own.entries && own.dir == dir
