@@ -318,23 +318,19 @@ impl LocalLayer {
                 return Some(format!("input `{path}` changed while the task ran"));
             }
             let known: HashSet<&str> = known.iter().map(String::as_str).collect();
-            let scope = scope?;
-            match scope.added(&root, &known) {
-                Ok(None) => {}
-                Ok(Some(path)) => {
-                    return Some(format!("input `{path}` was added while the task ran"));
-                }
+            let now = match scope?.recheck(&root, &known) {
+                Ok(now) => now,
                 Err(e) => return Some(format!("its inputs could not be listed again: {e}")),
+            };
+            if let Some(path) = now.added {
+                return Some(format!("input `{path}` was added while the task ran"));
             }
             // The entry names its key folds (a listing of its project directory).
-            match (entries, scope.entries_now(&root)) {
-                (Some(then), Ok(Some(now))) if then != now => Some(format!(
+            match (entries, now.entries) {
+                (Some(then), Some(now)) if then != now => Some(format!(
                     "the entries of its project directory changed while it ran ({})",
                     prova_protocol::key::moved_names(&then, &now)
                 )),
-                (Some(_), Err(e)) => {
-                    Some(format!("its project directory could not be listed again: {e}"))
-                }
                 _ => None,
             }
         })

@@ -60,7 +60,7 @@ pub struct FileList {
     pub nested_repos: Vec<String>,
     /// The paths added to the list after it was made (declared inputs it leaves out:
     /// [`super::unlisted`]), sorted: not among a project directory's entry names, which a
-    /// listing made again ([`super::scope::InputScope::entries_now`]) would not give.
+    /// listing made again ([`super::scope::InputScope::recheck`]) would not give.
     pub added: Vec<String>,
 }
 

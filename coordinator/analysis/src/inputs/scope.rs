@@ -1,8 +1,8 @@
 //! Each task's [`InputScope`]: the rules of [`super::select::resolve`] kept after the key
 //! was folded, so that
 //!
-//! - a save can list the task's inputs again ([`InputScope::added`]) and its project
-//!   directory's entry names ([`InputScope::entries_now`]): a file that became an input, or
+//! - a save can list the task's inputs again, and its project directory's entry names
+//!   ([`InputScope::recheck`]): a file that became an input, or
 //!   an entry that appeared or went, while it ran means its key no longer holds (brief §6);
 //! - the inputs proof can ask what the key sees of each path a task touched:
 //!   [`InputScope::represents`] (an input were it there, an output of the task or of an
@@ -42,6 +42,15 @@ pub struct InputScope {
     upstreams: OnceLock<Vec<usize>>,
 }
 
+/// What [`InputScope::recheck`] found after a task ran.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recheck {
+    /// The first file that is an input now and was not folded.
+    pub added: Option<String>,
+    /// The project directory's entry names now, when the key folds them.
+    pub entries: Option<Vec<String>>,
+}
+
 /// One task's own input rules.
 #[derive(Debug)]
 pub(super) struct Own {
@@ -55,10 +64,9 @@ pub(super) struct Own {
     pub workspace: Option<Arc<PathGlobs>>,
     /// The `package.json` of every project upstream of it (a JS project's task only).
     pub manifests: Vec<String>,
-    /// Whether its key folds its project directory's entry names (it declares `inputs`).
-    pub entries: bool,
-    /// Those names as the file list gave them at key time ([`entry_candidates`]).
-    pub names: Vec<String>,
+    /// The project directory's entry names its key folds, as the file list gave them at key
+    /// time ([`entry_candidates`]); `None` when it folds none (it declares no `inputs`).
+    pub names: Option<Vec<String>>,
     /// The outputs of every task of its project: left out of the entry names, as they come
     /// and go with runs (whichever tasks a run selects).
     pub outputs: Arc<ProjectOutputs>,
@@ -117,10 +125,12 @@ impl InputScope {
         &self.shared.own[self.task]
     }
 
-    /// The first file under `root` that is an input of the task now but is not in `known`
-    /// (the inputs, task and workspace-wide, its key folded). Lists only where the task's
-    /// patterns can match.
-    pub fn added(&self, root: &Path, known: &HashSet<&str>) -> Result<Option<String>, FilesError> {
+    /// The task's inputs and entry names listed again under `root` after it ran, in one
+    /// listing of where its patterns can match (and of its project directory, when its key
+    /// folds the names there): the first file that is an input now but is not in `known` (the
+    /// inputs, task and workspace-wide, its key folded), and the entry names as they are now,
+    /// by the rules the key folded them with ([`entry_candidates`], then [`present`]).
+    pub fn recheck(&self, root: &Path, known: &HashSet<&str>) -> Result<Recheck, FilesError> {
         let sh = &self.shared;
         let own = self.own();
         let mut roots: Vec<&String> = sh.everyone.iter().flat_map(|g| g.roots()).collect();
@@ -130,44 +140,31 @@ impl InputScope {
         if let Some(g) = &own.workspace {
             roots.extend(g.roots());
         }
+        if own.names.is_some() {
+            roots.push(&own.dir);
+        }
         let files = enumerate_under(root, &sh.nested_repos, sh.source, &outermost(roots))?;
-        for f in files
+        let entries = own.names.as_ref().map(|_| {
+            let names = entry_candidates(&files, &own.dir, |f| own.outputs.comes_and_goes(f));
+            present(root, &own.dir, names)
+        });
+        let added = files
             .iter()
             .filter(|f| !known.contains(f.as_str()) && !sh.lockfiles.contains(f.as_str()))
-        {
-            // Only files and links are inputs (the digest pass skips anything else).
-            match std::fs::symlink_metadata(root.join(f)) {
-                Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
-                _ => continue,
-            }
-            if sh.everyone.iter().any(|g| g.is_match(f)) {
-                return Ok(Some(f.clone()));
-            }
-            let mine = own.project.as_ref().is_some_and(|g| {
-                is_within(f, &own.dir)
-                    && g.is_match(f)
-                    && !own.nested.iter().any(|n| is_within(f, n))
-            }) || own.workspace.as_ref().is_some_and(|g| g.is_match(f));
-            if mine && !self.is_output(f) {
-                return Ok(Some(f.clone()));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The entry names of the task's project directory as they are under `root` now, by the
-    /// rules the key folded them with ([`entry_candidates`], then [`present`]); `None` when
-    /// the key folds none.
-    pub fn entries_now(&self, root: &Path) -> Result<Option<Vec<String>>, FilesError> {
-        let own = self.own();
-        if !own.entries {
-            return Ok(None);
-        }
-        let sh = &self.shared;
-        let files =
-            enumerate_under(root, &sh.nested_repos, sh.source, std::slice::from_ref(&own.dir))?;
-        let names = entry_candidates(&files, &own.dir, |f| own.outputs.comes_and_goes(f));
-        Ok(Some(present(root, &own.dir, names)))
+            .find(|f| {
+                let mine = sh.everyone.iter().any(|g| g.is_match(f))
+                    || (own.project.as_ref().is_some_and(|g| {
+                        is_within(f, &own.dir)
+                            && g.is_match(f)
+                            && !own.nested.iter().any(|n| is_within(f, n))
+                    }) || own.workspace.as_ref().is_some_and(|g| g.is_match(f)))
+                        && !self.is_output(f);
+                // Only files and links are inputs (the digest pass skips anything else).
+                mine && std::fs::symlink_metadata(root.join(f))
+                    .is_ok_and(|m| m.is_file() || m.file_type().is_symlink())
+            })
+            .cloned();
+        Ok(Recheck { added, entries })
     }
 
     /// Whether `f` is an output of the task or of a task upstream of it (never its input).
@@ -206,13 +203,14 @@ impl InputScope {
     /// empty stand-in that the run may not touch — and so is the absence of a name there.
     pub fn lists(&self, dir: &str) -> bool {
         let own = self.own();
-        own.entries && own.dir == dir
+        own.names.is_some() && own.dir == dir
     }
 
     /// The entry names the key folds for directory `dir` (the file list's, at key time:
     /// some may be gone since), when it folds them ([`Self::lists`]).
     pub fn listed_names(&self, dir: &str) -> Option<&[String]> {
-        self.lists(dir).then(|| self.own().names.as_slice())
+        let own = self.own();
+        own.names.as_deref().filter(|_| own.dir == dir)
     }
 
     /// Whether a file appearing or going at `path` can move the entry names the task's key
@@ -220,7 +218,7 @@ impl InputScope {
     /// entries. What `prova watch` asks of a created or removed file.
     pub fn names_entry(&self, path: &str) -> bool {
         let own = self.own();
-        own.entries && path != own.dir && is_within(path, &own.dir)
+        own.names.is_some() && path != own.dir && is_within(path, &own.dir)
     }
 
     /// The upstreams whose outputs the task's exec roots hold (and its key folds, by key or

@@ -215,8 +215,7 @@ impl Resolver<'_> {
             nested: nested.iter().map(|n| (*n).to_owned()).collect(),
             workspace,
             manifests,
-            entries: entries.is_some(),
-            names: entries.clone().unwrap_or_default(),
+            names: entries.clone(),
             outputs,
         };
         let inputs = TaskInputs { files: selected, declared: declared.is_some(), entries };
