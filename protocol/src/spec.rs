@@ -86,9 +86,10 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ProgramCheck>,
     /// Entries of the project directory its key folds by name only (`entries:` in the key's
-    /// config): an exec root shows each as an empty file or directory, so a listing there
-    /// sees what the key says, and a traced run that touches one is named as having read an
-    /// undeclared path. Omitted when empty, so older frames are unchanged.
+    /// config): an exec root shows each as an empty directory or a file no read of which
+    /// goes unseen (empty where the run is traced, a socket node where it is not), so a
+    /// listing there sees what the key says, and a traced run that touches one is named as
+    /// having read an undeclared path. Omitted when empty, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stand_ins: Vec<StandIn>,
 }

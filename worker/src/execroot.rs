@@ -97,14 +97,33 @@ pub struct ExecRootSpec {
     pub project_dir: String,
     /// The task's output globs as written (project-relative, or `//` workspace-relative).
     pub outputs: Vec<String>,
-    /// Entries of the project directory shown by name only, empty
-    /// (`TaskSpec::stand_ins`): made where nothing else stands.
+    /// Entries of the project directory shown by name only (`TaskSpec::stand_ins`): made
+    /// where nothing else stands, a directory empty, a file as `stand_in_files` says.
     pub stand_ins: Vec<prova_protocol::spec::StandIn>,
+    /// What a file among `stand_ins` is.
+    pub stand_in_files: StandInFiles,
     /// An existing ancestor of the root's parent up to which the parents the root leaves
     /// empty are removed with it (a re-run's parent on a shared tmpfs spells out the whole
     /// work dir path). Making and pruning such a chain hold an `flock` on this directory,
     /// so no root is made in a parent another's removal is pruning.
     pub prune_to: Option<PathBuf>,
+}
+
+/// What an exec root shows for a file its task's key folds by name only
+/// ([`ExecRootSpec::stand_ins`]). Either lists by its name and answers an existence probe,
+/// as the workspace's file does; they differ in what a read of the bytes gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StandInFiles {
+    /// An empty read-only regular file: lists and stats as a file, and a read gets nothing.
+    /// Only for a root whose reads are traced (a read of one is named) or whose outputs are
+    /// compared and never saved (a determinism re-run).
+    #[default]
+    Empty,
+    /// A socket node (`mknod`, bound to nothing): every open of it fails (`ENXIO`), as root
+    /// or not, under bubblewrap or not, so no read of bytes the root was not given can
+    /// succeed unseen. Its kind is a socket's (`test -f` is false). For a plain root, whose
+    /// outputs are saved and whose reads nobody sees.
+    Sealed,
 }
 
 /// Why an exec root could not be built. Whatever was built is removed.
@@ -301,7 +320,8 @@ impl ExecRoot {
             b.dir(&w)?;
         }
         b.dir(&spec.project_dir)?;
-        root.stand_in_files = b.stand_ins(&spec.project_dir, &spec.stand_ins)?;
+        root.stand_in_files =
+            b.stand_ins(&spec.project_dir, &spec.stand_ins, spec.stand_in_files)?;
         // In each open directory, everything but the outputs is bound read-only again.
         let trees: Vec<String> = spec.trees.iter().map(|t| t.path.clone()).collect();
         for o in &layout.open {
@@ -427,11 +447,12 @@ impl Builder<'_> {
     }
 
     /// Makes each stand-in directly in `project_dir` where nothing stands yet: an empty
-    /// directory, or an empty read-only file. Returns the files made.
+    /// directory, or a file of `kind`. Returns the files made.
     fn stand_ins(
         &mut self,
         project_dir: &str,
         stand_ins: &[prova_protocol::spec::StandIn],
+        kind: StandInFiles,
     ) -> Result<std::collections::BTreeSet<String>, ExecRootError> {
         let mut files = std::collections::BTreeSet::new();
         for s in stand_ins {
@@ -445,15 +466,26 @@ impl Builder<'_> {
             }
             if s.dir {
                 self.dir(&s.path)?;
-            } else {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o444)
-                    .open(&abs)
-                    .map_err(io_err(&abs))?;
-                files.insert(s.path.clone());
+                continue;
             }
+            match kind {
+                StandInFiles::Empty => {
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o444)
+                        .open(&abs)
+                        .map_err(io_err(&abs))?;
+                }
+                // A socket node needs no privilege (mknod(2)), and no path length limit
+                // applies as it would to a bound socket's address.
+                StandInFiles::Sealed => {
+                    use nix::sys::stat::{Mode, SFlag, mknod};
+                    mknod(&abs, SFlag::S_IFSOCK, Mode::from_bits_truncate(0o444), 0)
+                        .map_err(|e| io_err(&abs)(io::Error::from(e)))?;
+                }
+            }
+            files.insert(s.path.clone());
         }
         Ok(files)
     }

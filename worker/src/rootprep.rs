@@ -10,7 +10,9 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::InputRef;
 use prova_protocol::work::{Assignment, Isolation, Placement};
 
-use crate::execroot::{ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree};
+use crate::execroot::{
+    ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree, StandInFiles,
+};
 use crate::remote::BlobError;
 use crate::runner::WorkerContext;
 use crate::sandbox;
@@ -161,13 +163,14 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
             .collect::<Result<_, PrepareError>>()?,
         project_dir: a.spec.project_dir.clone(),
         outputs: a.spec.outputs.clone(),
-        // Only where a read of one cannot go unseen into a saved entry: a traced run names
-        // it, and a determinism re-run's outputs are compared, never saved. A plain run's
-        // root shows the declared names only, and a read of another file fails as before.
-        stand_ins: if (a.trace_reads && ctx.strace) || a.perturb.is_some() {
-            a.spec.stand_ins.clone()
+        stand_ins: a.spec.stand_ins.clone(),
+        // An empty file only where a read of one cannot go unseen into a saved entry: a
+        // traced run names it, and a determinism re-run's outputs are compared, never saved.
+        // A plain root's outputs are saved unseen: there no read of its bytes may succeed.
+        stand_in_files: if (a.trace_reads && ctx.strace) || a.perturb.is_some() {
+            StandInFiles::Empty
         } else {
-            Vec::new()
+            StandInFiles::Sealed
         },
         prune_to: None,
     };

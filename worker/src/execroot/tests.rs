@@ -1,7 +1,7 @@
 //! Exec roots on a real file system: blobs hardlinked, workspace files copied, symlinks,
 //! upstream artifacts, output directories, refusals, removal.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use prova_protocol::artifact::{collect_outputs, pack};
 use prova_protocol::globs::PathGlobs;
@@ -407,6 +407,26 @@ fn stand_ins_show_names_where_nothing_else_stands() {
         root.stand_in_files().iter().map(String::as_str).collect::<Vec<_>>(),
         ["app/README.md"]
     );
+
+    // A plain root's file stand-in is a socket node: listed, present to a probe, and no
+    // open of it succeeds — not even by root, whom a file's mode would not stop.
+    let sealed = ExecRootSpec { stand_in_files: StandInFiles::Sealed, ..s.clone() };
+    let root = f.create(&sealed).unwrap();
+    let p = root.path();
+    let readme = meta(&p.join("app/README.md"));
+    assert!(readme.file_type().is_socket(), "{readme:?}");
+    let names: Vec<_> =
+        fs::read_dir(p.join("app")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.iter().any(|n| n == "README.md"), "{names:?}");
+    let err = fs::File::open(p.join("app/README.md")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "{err}");
+    assert!(meta(&p.join("app/docs")).is_dir());
+    assert_eq!(fs::read(p.join("app/package.json")).unwrap(), b"{}");
+    assert_eq!(
+        root.stand_in_files().iter().map(String::as_str).collect::<Vec<_>>(),
+        ["app/README.md"]
+    );
+    drop(root);
 
     // Only directly in the project directory.
     for bad in ["other/README.md", "app/deep/x", "app/../x"] {
