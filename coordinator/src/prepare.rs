@@ -89,20 +89,26 @@ impl Prepared {
     /// Each task's input files as an exec root needs them (path, digest, exec bit, and a
     /// symlink's target read from the workspace at `root`), sorted by path: its inputs, the
     /// workspace inputs, the workspace files folded per project (a lockfile), and the
-    /// installed trees its key folds (`tree` set, the manifest's digest).
+    /// installed trees its key folds (`tree` set, the manifest's digest) — and the inputs of
+    /// every upstream whose key its key folds ([`crate::plan::keyed_upstreams`]: in place it
+    /// can read them, and does: `tsc` resolving a project reference reads the referenced
+    /// project's sources).
     pub fn input_refs(&self, root: &std::path::Path) -> Vec<Vec<prova_protocol::wire::InputRef>> {
         use prova_protocol::key::InputKind;
-        self.keys
-            .components
+        let comps = &self.keys.components;
+        comps
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
                 let trees = self.trees.iter().filter(|t| {
                     let pair = crate::trees::key_pair(&t.path, &t.digest);
                     c.config.contains(&pair)
                 });
+                let upstream = crate::plan::keyed_upstreams(&self.plan.tasks, i);
                 let mut v: Vec<prova_protocol::wire::InputRef> = c
                     .inputs
                     .iter()
+                    .chain(upstream.iter().flat_map(|&u| &comps[u].inputs))
                     .chain(&c.workspace)
                     .chain(&self.keys.unfolded)
                     .map(|f| prova_protocol::wire::InputRef {
@@ -172,10 +178,46 @@ impl Prepared {
     /// `stand_ins`.
     pub fn fill_inputs(&mut self, root: &std::path::Path) {
         let refs = self.input_refs(root);
-        for ((t, refs), c) in self.plan.tasks.iter_mut().zip(refs).zip(&self.keys.components) {
-            t.spec.stand_ins = stand_ins(root, c, &refs);
-            t.inputs = refs;
+        for (i, refs) in refs.into_iter().enumerate() {
+            self.plan.tasks[i].spec.stand_ins = self.stand_ins(root, i, &refs);
+            self.plan.tasks[i].inputs = refs;
         }
+    }
+
+    /// The entries task `i`'s key folds by name only — of its project directory, and of the
+    /// project directory of each upstream whose key it folds (`KeyComponents::entries`) —
+    /// that none of its exec root's `inputs` (sorted by path) lies at or in: each a
+    /// stand-in, a directory where the workspace has one, else a file.
+    pub fn stand_ins(
+        &self,
+        root: &std::path::Path,
+        i: usize,
+        inputs: &[prova_protocol::wire::InputRef],
+    ) -> Vec<prova_protocol::spec::StandIn> {
+        let comps = &self.keys.components;
+        let upstream = crate::plan::keyed_upstreams(&self.plan.tasks, i);
+        let mut dirs: Vec<(&str, Vec<&str>)> =
+            std::iter::once(i).chain(upstream).filter_map(|t| comps[t].entries()).collect();
+        dirs.sort_by(|a, b| a.0.cmp(b.0));
+        dirs.dedup_by(|a, b| a.0 == b.0);
+        let holds = |p: &str| {
+            // Sorted: a path at or in `p` sorts among those `p` begins.
+            let from = inputs.partition_point(|r| r.path.as_str() < p);
+            inputs[from..]
+                .iter()
+                .take_while(|r| r.path.starts_with(p))
+                .any(|r| prova_protocol::globs::is_within(&r.path, p))
+        };
+        dirs.into_iter()
+            .flat_map(|(dir, names)| {
+                names.into_iter().map(move |n| prova_protocol::globs::join_rel(dir, n))
+            })
+            .filter(|p| !holds(p))
+            .map(|path| {
+                let dir = std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| m.is_dir());
+                prova_protocol::spec::StandIn { path, dir }
+            })
+            .collect()
     }
 
     /// Critical-path weights: recorded durations, 1 ms when unknown.
@@ -186,26 +228,6 @@ impl Prepared {
             .map(|t| self.durations.get(t.id.as_str()).copied().unwrap_or(1).max(1))
             .collect()
     }
-}
-
-/// The entries of a task's project directory that its key folds by name only
-/// (`KeyComponents::entries`) and that none of its exec root's `inputs` lies at or in: each
-/// a stand-in, a directory where the workspace has one, else a file.
-pub fn stand_ins(
-    root: &std::path::Path,
-    c: &prova_protocol::key::KeyComponents,
-    inputs: &[prova_protocol::wire::InputRef],
-) -> Vec<prova_protocol::spec::StandIn> {
-    let Some((dir, names)) = c.entries() else { return Vec::new() };
-    names
-        .into_iter()
-        .map(|n| prova_protocol::globs::join_rel(dir, n))
-        .filter(|p| !inputs.iter().any(|i| prova_protocol::globs::is_within(&i.path, p)))
-        .map(|path| {
-            let dir = std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| m.is_dir());
-            prova_protocol::spec::StandIn { path, dir }
-        })
-        .collect()
 }
 
 /// The workspace's file list, started before [`prepare`] by a caller that has other

@@ -85,8 +85,8 @@ pub struct TaskSpec {
     /// empty, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ProgramCheck>,
-    /// Entries of the project directory its key folds by name only (`entries:` in the key's
-    /// config): an exec root shows each as an empty directory or a file no read of which
+    /// Entries its key folds by name only (`entries:` in the key's config, of its project
+    /// directory and, through their keys, of its upstreams'): an exec root shows each as an empty directory or a file no read of which
     /// goes unseen (empty where the run is traced, a socket node where it is not), so a
     /// listing there sees what the key says, and a traced run that touches one is named as
     /// having read an undeclared path. Omitted when empty, so older frames are unchanged.
@@ -97,7 +97,7 @@ pub struct TaskSpec {
 /// An entry an exec root shows by name only ([`TaskSpec::stand_ins`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StandIn {
-    /// Workspace-relative path, directly in the task's project directory.
+    /// Workspace-relative path, directly in the task's project directory or an upstream's.
     pub path: String,
     /// A directory (else a file).
     #[serde(default)]

@@ -377,10 +377,9 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
     assert_eq!(out.output_of("p#list"), "./src/a.txt\n", "{out}");
     // Undeclared files are not there, by relative or absolute path. `secret.txt` sits in the
     // project directory, whose names the key folds: it is listed, and any open of it fails.
-    for (t, error) in [
-        ("p#readsecret", "No such device or address"),
-        ("p#readabs", "No such file or directory"),
-    ] {
+    for (t, error) in
+        [("p#readsecret", "No such device or address"), ("p#readabs", "No such file or directory")]
+    {
         assert_eq!(out.status_of(t), "failed", "{t} read an undeclared file\n{out}");
         assert!(out.output_of(t).contains(error), "{t}\n{out}");
     }

@@ -97,8 +97,9 @@ pub struct ExecRootSpec {
     pub project_dir: String,
     /// The task's output globs as written (project-relative, or `//` workspace-relative).
     pub outputs: Vec<String>,
-    /// Entries of the project directory shown by name only (`TaskSpec::stand_ins`): made
-    /// where nothing else stands, a directory empty, a file as `stand_in_files` says.
+    /// Entries shown by name only (`TaskSpec::stand_ins`: in the task's project directory or
+    /// an upstream's): made where nothing else stands, a directory empty, a file as
+    /// `stand_in_files` says.
     pub stand_ins: Vec<prova_protocol::spec::StandIn>,
     /// What a file among `stand_ins` is.
     pub stand_in_files: StandInFiles,
@@ -320,8 +321,7 @@ impl ExecRoot {
             b.dir(&w)?;
         }
         b.dir(&spec.project_dir)?;
-        root.stand_in_files =
-            b.stand_ins(&spec.project_dir, &spec.stand_ins, spec.stand_in_files)?;
+        root.stand_in_files = b.stand_ins(&spec.stand_ins, spec.stand_in_files)?;
         // In each open directory, everything but the outputs is bound read-only again.
         let trees: Vec<String> = spec.trees.iter().map(|t| t.path.clone()).collect();
         for o in &layout.open {
@@ -446,20 +446,21 @@ impl Builder<'_> {
         if rel.is_empty() { self.root.to_owned() } else { self.root.join(rel) }
     }
 
-    /// Makes each stand-in directly in `project_dir` where nothing stands yet: an empty
-    /// directory, or a file of `kind`. Returns the files made.
+    /// Makes each stand-in where nothing stands yet (in the task's project directory, or an
+    /// upstream's whose entry names its key folds): an empty directory, or a file of `kind`.
+    /// Returns the files made.
     fn stand_ins(
         &mut self,
-        project_dir: &str,
         stand_ins: &[prova_protocol::spec::StandIn],
         kind: StandInFiles,
     ) -> Result<std::collections::BTreeSet<String>, ExecRootError> {
         let mut files = std::collections::BTreeSet::new();
         for s in stand_ins {
-            let parent = s.path.rsplit_once('/').map_or("", |(d, _)| d);
-            if !is_clean_relative(&s.path) || parent != project_dir {
+            if !is_clean_relative(&s.path) {
                 return Err(ExecRootError::UncleanPath { path: s.path.clone() });
             }
+            // Its directory first, made as any other: never through a link an artifact placed.
+            self.parent_dir(&s.path)?;
             let abs = self.abs(&s.path);
             if fs::symlink_metadata(&abs).is_ok() {
                 continue;

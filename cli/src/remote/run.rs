@@ -57,11 +57,7 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
                 );
                 spec.programs =
                     prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config);
-                spec.stand_ins = prova_coordinator::prepare::stand_ins(
-                    root,
-                    &prepared.keys.components[i],
-                    &inputs,
-                );
+                spec.stand_ins = prepared.stand_ins(root, i, &inputs);
                 spec
             },
             kind: match t.kind {

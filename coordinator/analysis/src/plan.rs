@@ -176,6 +176,28 @@ pub fn exec_root_upstreams(tasks: &[PlannedTask], node: usize) -> Vec<usize> {
     )
 }
 
+/// Whether `t` is confined (`sandbox = true`): every execution of it runs in an exec root
+/// holding only its declared inputs and its upstreams' outputs, and fails on any other read.
+/// So its key may fold its upstreams' bytes alone (`keys::progressive::trusts_outputs`).
+pub fn confined(t: &PlannedTask) -> bool {
+    t.spec.proof.sandbox
+}
+
+/// The upstreams whose keys `node`'s key folds, directly or through another's — so whose
+/// inputs, and the entry names of whose project directories, it keys too — by node index,
+/// ascending: every upstream, direct or transitive, of a task that is not confined (in place
+/// it can read an upstream's sources: `tsc` resolving a project reference does); none of a
+/// confined one (`sandbox = true`), whose key folds its upstreams' bytes instead (the keys of
+/// its direct dependencies without outputs aside: left out here, so a read of their inputs
+/// stays undeclared). Its exec roots hold those inputs (`prepare::input_refs`) and show
+/// those names, and the inputs proof counts them as keyed (`InputScope::upstream_input`).
+pub fn keyed_upstreams(tasks: &[PlannedTask], node: usize) -> Vec<usize> {
+    if confined(&tasks[node]) {
+        return Vec::new();
+    }
+    held_upstreams(tasks.len(), node, false, |d| &tasks[d].deps, |_| false)
+}
+
 /// [`exec_root_upstreams`] over any graph: `deps` of a node, whether it is a group, and
 /// whether `node` holds its direct dependencies only (`direct`).
 pub fn held_upstreams<'a>(

@@ -5,7 +5,8 @@
 //!
 //! - a failed lookup of `p` is undeclared unless `p` is represented in the key
 //!   ([`InputScope::represents`]: an input were it there, or an output of the task or of a
-//!   task upstream) or is internal (`.git`, `.prova`). A `p` that is a workspace file, or a
+//!   task upstream; [`InputScope::upstream_input`]: an input of an upstream whose key it
+//!   folds, which its exec roots hold) or is internal (`.git`, `.prova`). A `p` that is a workspace file, or a
 //!   workspace directory with files the key does not represent, is named; so is a `p`
 //!   that does not exist at all and is not ignored (`.gitignore`) — the task acts on its
 //!   absence — unless it lies directly in a directory whose entry names the key folds
@@ -13,8 +14,8 @@
 //! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
 //!   exec root did not (the listing the task saw was not the workspace's) and that the key
 //!   does not represent; it is named `d/`. Where the key folds `d`'s entry names (its project
-//!   directory), the root's stand-ins show them: it is named only when the root lacked a
-//!   name the key folds that is still there;
+//!   directory, an upstream's whose key it folds), the root's stand-ins show them: it is
+//!   named only when the root lacked a name the key folds that is still there;
 //! - inside an installed tree ([`crate::trees`]) only the tree decides: a path in a tree the
 //!   task sees is declared — unless the task failed to find a path that the tree holds (the
 //!   tree was not there: never proven) —, a path in a tree it does not see is named when it
@@ -113,7 +114,7 @@ impl WorkspaceView {
         let represented = |p: &str| match self.tree_of(p) {
             Some((t, _)) => trees.contains(t),
             None => {
-                scope.is_some_and(|s| s.represents(p))
+                scope.is_some_and(|s| s.represents(p) || s.upstream_input(p))
                     || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
             }
         };
@@ -689,6 +690,75 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(v.undeclared("p#t", &docs), ["p/docs/"]);
+    }
+
+    #[test]
+    fn an_upstreams_inputs_and_names_are_keyed_unless_the_task_is_confined() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let files = [
+            ("prova.toml", "[workspace]\nprojects = [\"lib\", \"app\", \"boxed\"]\n"),
+            ("lib/prova.toml", "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\"]\n"),
+            ("lib/src/x.ts", "x"),
+            ("lib/README.md", "r"),
+            (
+                "app/prova.toml",
+                "[project]\ndeps = [\"lib\"]\n[tasks.build]\ncommand = \"true\"\n\
+                 deps = [\"^build\"]\ninputs = [\"src/**\"]\n",
+            ),
+            ("app/src/a.ts", "a"),
+            (
+                "boxed/prova.toml",
+                "[project]\ndeps = [\"lib\"]\n[tasks.build]\ncommand = \"true\"\n\
+                 deps = [\"^build\"]\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n\
+                 sandbox = true\n",
+            ),
+            ("boxed/src/a.ts", "a"),
+        ];
+        for (f, text) in files {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), text).unwrap();
+        }
+        let ws = crate::workspace::Workspace::load(root).unwrap();
+        let graph = crate::graph::build_graph(&ws).unwrap();
+        let plan = crate::plan::RunPlan::new(&ws, &graph, &[], &|_| None);
+        let (scopes, files) = crate::prepare::input_scopes(&ws, &plan).unwrap();
+        let v = WorkspaceView {
+            root: root.to_owned(),
+            files: Arc::new(files),
+            scopes: Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(scopes).collect()),
+            trees: Arc::new(HashMap::new()),
+            installed: Arc::new(Vec::new()),
+        };
+        let missing = |p: &[&str]| ReadsReport {
+            traced: true,
+            missing: p.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        };
+        let listing = |entries: &[&str]| ReadsReport {
+            traced: true,
+            listed: vec![Listing {
+                dir: "lib".to_owned(),
+                entries: entries.iter().map(|e| (*e).to_owned()).collect(),
+                complete: true,
+            }],
+            ..Default::default()
+        };
+        // lib's input, there or not, and an absent name in its directory: keyed through its
+        // key; its README's bytes are not.
+        let probes = ["lib/src/x.ts", "lib/src/y.ts", "lib/.babelrc", "lib/README.md"];
+        assert_eq!(v.undeclared("app#build", &missing(&probes)), ["lib/README.md"]);
+        assert!(
+            v.undeclared("app#build", &listing(&["README.md", "prova.toml", "src"])).is_empty()
+        );
+        assert_eq!(v.undeclared("app#build", &listing(&["prova.toml", "src"])), ["lib/"]);
+        // A confined task keys lib's bytes only: all of it named, as before.
+        assert_eq!(
+            v.undeclared("boxed#build", &missing(&probes)),
+            ["lib/.babelrc", "lib/README.md", "lib/src/x.ts", "lib/src/y.ts"]
+        );
+        // Its roots show none of lib's names: a listing there lacks them, and is named.
+        assert_eq!(v.undeclared("boxed#build", &listing(&["src"])), ["lib/"]);
     }
 
     #[test]

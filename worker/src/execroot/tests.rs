@@ -428,8 +428,13 @@ fn stand_ins_show_names_where_nothing_else_stands() {
     );
     drop(root);
 
-    // Only directly in the project directory.
-    for bad in ["other/README.md", "app/deep/x", "app/../x"] {
+    // In an upstream's project directory too (its parents made); never outside the root.
+    let s2 =
+        ExecRootSpec { stand_ins: vec![stand("lib/README.md", false)], ..spec(Vec::new(), &[]) };
+    let root = f.create(&s2).unwrap();
+    assert!(meta(&root.path().join("lib/README.md")).is_file());
+    drop(root);
+    for bad in ["app/../x", "/etc/x", "", "app//x"] {
         let s = ExecRootSpec { stand_ins: vec![stand(bad, false)], ..spec(Vec::new(), &[]) };
         assert!(matches!(f.create(&s), Err(ExecRootError::UncleanPath { .. })), "{bad}");
     }

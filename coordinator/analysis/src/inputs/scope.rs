@@ -103,6 +103,9 @@ pub(super) struct ScopeShared {
     pub groups: Vec<bool>,
     /// Per plan task: its id.
     pub ids: Vec<String>,
+    /// Per plan task: confined (`sandbox = true`): its key folds its upstreams' bytes, not
+    /// their keys ([`crate::plan::keyed_upstreams`]).
+    pub confined: Vec<bool>,
     /// Per plan task: its own input rules.
     pub own: Vec<Own>,
     /// `fingerprint` lockfiles listed at key time: keyed per project (not among a key's
@@ -174,6 +177,11 @@ impl InputScope {
             || self.upstreams().iter().any(|&u| sh.outputs[u].is_match(f))
     }
 
+    /// The upstreams whose keys the task's key folds ([`crate::plan::keyed_upstreams`]).
+    fn keyed(&self) -> &[usize] {
+        if self.shared.confined[self.task] { &[] } else { self.upstreams() }
+    }
+
     /// Every upstream, direct or transitive (sorted).
     fn upstreams(&self) -> &[usize] {
         self.upstreams.get_or_init(|| {
@@ -197,20 +205,33 @@ impl InputScope {
         self.held().iter().any(|&d| sh.outputs[d].is_match(path))
     }
 
+    /// Whether `path` is, were it there, an input of an upstream whose key the task's key
+    /// folds ([`crate::plan::keyed_upstreams`]): keyed through that key, as a read of it in
+    /// place is (`tsc` resolving a project reference reads the referenced project's
+    /// sources), and its exec roots hold those inputs.
+    pub fn upstream_input(&self, path: &str) -> bool {
+        let sh = &self.shared;
+        self.keyed().iter().any(|&u| sh.own[u].matches(path))
+    }
+
     /// Whether the task's key folds the entry names of directory `dir` (workspace
-    /// relative): its own project directory's, when it declares `inputs`. A listing of that
-    /// directory is keyed — a traced root shows every name, a file it does not declare as an
+    /// relative): its own project directory's when it declares `inputs`, and an upstream's
+    /// whose key it folds ([`Self::upstream_input`]) when that one does. A listing of that
+    /// directory is keyed — a traced root shows every name, a file it does not hold as an
     /// empty stand-in that the run may not touch — and so is the absence of a name there.
     pub fn lists(&self, dir: &str) -> bool {
-        let own = self.own();
-        own.names.is_some() && own.dir == dir
+        self.listed_names(dir).is_some()
     }
 
     /// The entry names the key folds for directory `dir` (the file list's, at key time:
     /// some may be gone since), when it folds them ([`Self::lists`]).
     pub fn listed_names(&self, dir: &str) -> Option<&[String]> {
-        let own = self.own();
-        own.names.as_deref().filter(|_| own.dir == dir)
+        let sh = &self.shared;
+        std::iter::once(self.task)
+            .chain(self.keyed().iter().copied())
+            .map(|t| &sh.own[t])
+            .find(|o| o.names.is_some() && o.dir == dir)
+            .and_then(|o| o.names.as_deref())
     }
 
     /// Whether a file appearing or going at `path` can move the entry names the task's key

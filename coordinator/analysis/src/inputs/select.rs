@@ -112,6 +112,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
         direct: plan.tasks.iter().map(crate::plan::direct_only).collect(),
         groups: plan.tasks.iter().map(|t| t.kind == crate::plan::TaskKind::Group).collect(),
         ids: plan.tasks.iter().map(|t| t.id.to_string()).collect(),
+        confined: plan.tasks.iter().map(crate::plan::confined).collect(),
         own: scopes,
         lockfiles,
     });

@@ -51,7 +51,7 @@ pub fn folds_outputs(t: &PlannedTask) -> bool {
 /// exec root holding only its declared inputs and its upstreams' outputs and fails it on
 /// any other read. In place nothing confines a task: it could read an upstream's sources.
 pub fn trusts_outputs(t: &PlannedTask) -> bool {
-    t.spec.proof.sandbox
+    crate::plan::confined(t)
 }
 
 /// The fingerprint of an entry's outputs: the one it was filed with, or its manifest's.
