@@ -46,6 +46,15 @@ pub struct KeyStats {
     pub elapsed_ms: u64,
 }
 
+/// What one task's exec root holds, from the workspace ([`Prepared::exec_root_inputs`]).
+#[derive(Clone, Debug, Default)]
+pub struct ExecRootInputs {
+    /// Its input files and installed trees, sorted by path.
+    pub inputs: Vec<prova_protocol::wire::InputRef>,
+    /// The entries shown by name only (`TaskSpec::stand_ins`).
+    pub stand_ins: Vec<prova_protocol::spec::StandIn>,
+}
+
 /// A plan with its keys.
 #[derive(Clone, Debug)]
 pub struct Prepared {
@@ -86,16 +95,34 @@ impl Prepared {
         self.keys.key(i)
     }
 
-    /// Each task's input files as an exec root needs them (path, digest, exec bit, and a
-    /// symlink's target read from the workspace at `root`), sorted by path: its inputs, the
-    /// workspace inputs, the workspace files folded per project (a lockfile), and the
-    /// installed trees its key folds (`tree` set, the manifest's digest) — and the inputs of
-    /// every upstream whose key its key folds ([`crate::plan::keyed_upstreams`]: in place it
-    /// can read them, and does: `tsc` resolving a project reference reads the referenced
-    /// project's sources).
-    pub fn input_refs(&self, root: &std::path::Path) -> Vec<Vec<prova_protocol::wire::InputRef>> {
+    /// What each task's exec root holds ([`ExecRootInputs`]): its input files (path, digest,
+    /// exec bit, and a symlink's target read from the workspace at `root`), sorted by path —
+    /// its inputs, the workspace inputs, the workspace files folded per project (a
+    /// lockfile), the installed trees its key folds (`tree` set, the manifest's digest), and
+    /// the inputs of every upstream whose key its key folds ([`crate::plan::keyed_upstreams`]:
+    /// in place it can read them, and does: `tsc` resolving a project reference reads the
+    /// referenced project's sources) — and its stand-ins: the entries its key folds by name
+    /// only — of its project directory, and of each such upstream's
+    /// (`KeyComponents::entries`) — that none of those inputs lies at or in, each a directory
+    /// where the file list has files below it (the names came from that list), else a file.
+    pub fn exec_root_inputs(&self, root: &std::path::Path) -> Vec<ExecRootInputs> {
         use prova_protocol::key::InputKind;
         let comps = &self.keys.components;
+        // Each task's own names, joined once: a task's upstreams share them.
+        let names: Vec<Vec<prova_protocol::spec::StandIn>> = comps
+            .iter()
+            .map(|c| {
+                let Some((dir, names)) = c.entries() else { return Vec::new() };
+                names
+                    .into_iter()
+                    .map(|n| {
+                        let path = prova_protocol::globs::join_rel(dir, n);
+                        let dir = !self.files.under(&path).is_empty();
+                        prova_protocol::spec::StandIn { path, dir }
+                    })
+                    .collect()
+            })
+            .collect();
         comps
             .iter()
             .enumerate()
@@ -105,12 +132,19 @@ impl Prepared {
                     c.config.contains(&pair)
                 });
                 let upstream = crate::plan::keyed_upstreams(&self.plan.tasks, i);
-                let mut v: Vec<prova_protocol::wire::InputRef> = c
+                // By reference first: upstreams share files (every project's manifests of
+                // its upstreams), so only the distinct ones are copied.
+                let mut files: Vec<_> = c
                     .inputs
                     .iter()
                     .chain(upstream.iter().flat_map(|&u| &comps[u].inputs))
                     .chain(&c.workspace)
                     .chain(&self.keys.unfolded)
+                    .collect();
+                files.sort_by(|a, b| a.path.cmp(&b.path));
+                files.dedup_by(|a, b| a.path == b.path);
+                let mut inputs: Vec<prova_protocol::wire::InputRef> = files
+                    .into_iter()
                     .map(|f| prova_protocol::wire::InputRef {
                         path: f.path.clone(),
                         digest: f.digest,
@@ -129,9 +163,26 @@ impl Prepared {
                         tree: true,
                     }))
                     .collect();
-                v.sort_by(|a, b| a.path.cmp(&b.path));
-                v.dedup_by(|a, b| a.path == b.path);
-                v
+                inputs.sort_by(|a, b| a.path.cmp(&b.path));
+                inputs.dedup_by(|a, b| a.path == b.path);
+                let holds = |p: &str| {
+                    // Sorted: a path at or in `p` sorts among those `p` begins.
+                    let from = inputs.partition_point(|r| r.path.as_str() < p);
+                    inputs[from..]
+                        .iter()
+                        .take_while(|r| r.path.starts_with(p))
+                        .any(|r| prova_protocol::globs::is_within(&r.path, p))
+                };
+                let mut stand_ins: Vec<prova_protocol::spec::StandIn> = std::iter::once(i)
+                    .chain(upstream.iter().copied())
+                    .flat_map(|t| &names[t])
+                    .filter(|s| !holds(&s.path))
+                    .cloned()
+                    .collect();
+                // Tasks of one project fold the same names.
+                stand_ins.sort_by(|a, b| a.path.cmp(&b.path));
+                stand_ins.dedup_by(|a, b| a.path == b.path);
+                ExecRootInputs { inputs, stand_ins }
             })
             .collect()
     }
@@ -175,49 +226,12 @@ impl Prepared {
     }
 
     /// Fills every planned task's `inputs` (what its exec root holds) and its spec's
-    /// `stand_ins`.
+    /// `stand_ins` ([`Self::exec_root_inputs`]).
     pub fn fill_inputs(&mut self, root: &std::path::Path) {
-        let refs = self.input_refs(root);
-        for (i, refs) in refs.into_iter().enumerate() {
-            self.plan.tasks[i].spec.stand_ins = self.stand_ins(root, i, &refs);
-            self.plan.tasks[i].inputs = refs;
+        for (i, r) in self.exec_root_inputs(root).into_iter().enumerate() {
+            self.plan.tasks[i].spec.stand_ins = r.stand_ins;
+            self.plan.tasks[i].inputs = r.inputs;
         }
-    }
-
-    /// The entries task `i`'s key folds by name only — of its project directory, and of the
-    /// project directory of each upstream whose key it folds (`KeyComponents::entries`) —
-    /// that none of its exec root's `inputs` (sorted by path) lies at or in: each a
-    /// stand-in, a directory where the workspace has one, else a file.
-    pub fn stand_ins(
-        &self,
-        root: &std::path::Path,
-        i: usize,
-        inputs: &[prova_protocol::wire::InputRef],
-    ) -> Vec<prova_protocol::spec::StandIn> {
-        let comps = &self.keys.components;
-        let upstream = crate::plan::keyed_upstreams(&self.plan.tasks, i);
-        let mut dirs: Vec<(&str, Vec<&str>)> =
-            std::iter::once(i).chain(upstream).filter_map(|t| comps[t].entries()).collect();
-        dirs.sort_by(|a, b| a.0.cmp(b.0));
-        dirs.dedup_by(|a, b| a.0 == b.0);
-        let holds = |p: &str| {
-            // Sorted: a path at or in `p` sorts among those `p` begins.
-            let from = inputs.partition_point(|r| r.path.as_str() < p);
-            inputs[from..]
-                .iter()
-                .take_while(|r| r.path.starts_with(p))
-                .any(|r| prova_protocol::globs::is_within(&r.path, p))
-        };
-        dirs.into_iter()
-            .flat_map(|(dir, names)| {
-                names.into_iter().map(move |n| prova_protocol::globs::join_rel(dir, n))
-            })
-            .filter(|p| !holds(p))
-            .map(|path| {
-                let dir = std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| m.is_dir());
-                prova_protocol::spec::StandIn { path, dir }
-            })
-            .collect()
     }
 
     /// Critical-path weights: recorded durations, 1 ms when unknown.

@@ -45,9 +45,9 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
     let plan = &prepared.plan;
     plan.tasks
         .iter()
-        .zip(prepared.input_refs(root))
+        .zip(prepared.exec_root_inputs(root))
         .enumerate()
-        .map(|(i, (t, inputs))| RemoteTask {
+        .map(|(i, (t, root_inputs))| RemoteTask {
             spec: {
                 // The farm's workers must reproduce each runtime input the key folds.
                 let mut spec = t.spec.clone();
@@ -57,7 +57,7 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
                 );
                 spec.programs =
                     prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config);
-                spec.stand_ins = prepared.stand_ins(root, i, &inputs);
+                spec.stand_ins = root_inputs.stand_ins;
                 spec
             },
             kind: match t.kind {
@@ -69,7 +69,7 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
             key: prepared.key(i),
             components: prepared.keys.components[i].clone(),
             deps: t.deps.iter().map(|&d| d as u32).collect(),
-            inputs,
+            inputs: root_inputs.inputs,
             requested: t.requested,
             weight: prepared.durations.get(t.id.as_str()).copied().unwrap_or(1),
         })

@@ -189,7 +189,7 @@ pub fn confined(t: &PlannedTask) -> bool {
 /// it can read an upstream's sources: `tsc` resolving a project reference does); none of a
 /// confined one (`sandbox = true`), whose key folds its upstreams' bytes instead (the keys of
 /// its direct dependencies without outputs aside: left out here, so a read of their inputs
-/// stays undeclared). Its exec roots hold those inputs (`prepare::input_refs`) and show
+/// stays undeclared). Its exec roots hold those inputs (`Prepared::exec_root_inputs`) and show
 /// those names, and the inputs proof counts them as keyed (`InputScope::upstream_input`).
 pub fn keyed_upstreams(tasks: &[PlannedTask], node: usize) -> Vec<usize> {
     if confined(&tasks[node]) {
