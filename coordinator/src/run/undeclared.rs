@@ -6,11 +6,11 @@
 //! - a failed lookup of `p` is undeclared unless `p` is represented in the key
 //!   ([`InputScope::represents`]: an input were it there, or an output of the task or of a
 //!   task upstream; [`InputScope::upstream_input`]: an input of an upstream whose key it
-//!   folds, which its exec roots hold) or is internal (`.git`, `.prova`). A `p` that is a workspace file, or a
-//!   workspace directory with files the key does not represent, is named; so is a `p`
-//!   that does not exist at all and is not ignored (`.gitignore`) — the task acts on its
-//!   absence — unless it lies directly in a directory whose entry names the key folds
-//!   ([`InputScope::lists`]: a file appearing there moves the key);
+//!   folds, which its exec roots hold) or is internal (`.git`, `.prova`). A `p` that is a
+//!   workspace file, or a workspace directory with files the key does not represent, is
+//!   named; so is a `p` that does not exist at all and is not ignored (`.gitignore`) — the
+//!   task acts on its absence — unless it lies directly in a directory whose entry names
+//!   the key folds ([`InputScope::lists`]: a file appearing there moves the key);
 //! - a listed directory `d` is undeclared when the workspace holds an entry in it that the
 //!   exec root did not (the listing the task saw was not the workspace's) and that the key
 //!   does not represent; it is named `d/`. Where the key folds `d`'s entry names (its project
