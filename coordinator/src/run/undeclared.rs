@@ -630,15 +630,22 @@ mod tests {
 
     /// A view of a workspace on disk whose task `p#t` declares `inputs = ["src/**"]`.
     fn loaded(root: &std::path::Path) -> WorkspaceView {
-        std::fs::write(root.join("prova.toml"), "[workspace]\nprojects = [\"p\"]\n").unwrap();
-        std::fs::create_dir_all(root.join("p/src")).unwrap();
-        std::fs::create_dir_all(root.join("p/docs")).unwrap();
-        for (f, text) in [
-            ("p/prova.toml", "[tasks.t]\ncommand = \"ls\"\ninputs = [\"src/**\"]\n"),
-            ("p/src/a.txt", "a"),
-            ("p/README.md", "r"),
-            ("p/docs/x.md", "x"),
-        ] {
+        written(
+            root,
+            &[
+                ("prova.toml", "[workspace]\nprojects = [\"p\"]\n"),
+                ("p/prova.toml", "[tasks.t]\ncommand = \"ls\"\ninputs = [\"src/**\"]\n"),
+                ("p/src/a.txt", "a"),
+                ("p/README.md", "r"),
+                ("p/docs/x.md", "x"),
+            ],
+        )
+    }
+
+    /// The view of the workspace `files` (path, text) make once written under `root`.
+    fn written(root: &std::path::Path, files: &[(&str, &str)]) -> WorkspaceView {
+        for (f, text) in files {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
             std::fs::write(root.join(f), text).unwrap();
         }
         let ws = crate::workspace::Workspace::load(root).unwrap();
@@ -695,7 +702,6 @@ mod tests {
     #[test]
     fn an_upstreams_inputs_and_names_are_keyed_unless_the_task_is_confined() {
         let d = tempfile::tempdir().unwrap();
-        let root = d.path();
         let files = [
             ("prova.toml", "[workspace]\nprojects = [\"lib\", \"app\", \"boxed\"]\n"),
             ("lib/prova.toml", "[tasks.build]\ncommand = \"true\"\ninputs = [\"src/**\"]\n"),
@@ -715,21 +721,7 @@ mod tests {
             ),
             ("boxed/src/a.ts", "a"),
         ];
-        for (f, text) in files {
-            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
-            std::fs::write(root.join(f), text).unwrap();
-        }
-        let ws = crate::workspace::Workspace::load(root).unwrap();
-        let graph = crate::graph::build_graph(&ws).unwrap();
-        let plan = crate::plan::RunPlan::new(&ws, &graph, &[], &|_| None);
-        let (scopes, files) = crate::prepare::input_scopes(&ws, &plan).unwrap();
-        let v = WorkspaceView {
-            root: root.to_owned(),
-            files: Arc::new(files),
-            scopes: Arc::new(plan.tasks.iter().map(|t| t.id.to_string()).zip(scopes).collect()),
-            trees: Arc::new(HashMap::new()),
-            installed: Arc::new(Vec::new()),
-        };
+        let v = written(d.path(), &files);
         let missing = |p: &[&str]| ReadsReport {
             traced: true,
             missing: p.iter().map(|s| (*s).to_owned()).collect(),
