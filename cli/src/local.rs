@@ -32,8 +32,8 @@ pub struct LocalProofs {
     pub work_dir: PathBuf,
     /// Run exec-root tasks under bubblewrap.
     pub sandbox: bool,
-    /// strace is installed.
-    pub strace: bool,
+    /// strace is installed, and where it runs beside the sandbox.
+    pub strace: Option<prova_worker::sandbox::Tracer>,
     /// The workspace root and the cache's `blobs/` directory.
     pub sources: (PathBuf, PathBuf),
 }

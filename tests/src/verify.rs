@@ -85,11 +85,11 @@ where
 #[track_caller]
 pub fn sandbox_or_skip() -> bool {
     let sandbox = prova_worker::sandbox::detect();
-    let strace = prova_worker::sandbox::strace_available();
-    if sandbox.is_available() && strace {
+    let strace = prova_worker::sandbox::strace_available(sandbox.is_available());
+    if sandbox.is_available() && strace.is_some() {
         return true;
     }
-    let why = format!("sandbox: {sandbox:?}; strace can trace: {strace}");
+    let why = format!("sandbox: {sandbox:?}; strace can trace: {strace:?}");
     let allowed = std::env::var("PROVA_ALLOW_NO_SANDBOX").is_ok_and(|v| v == "1");
     assert!(
         allowed,

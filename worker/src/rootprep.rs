@@ -167,7 +167,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         // An empty file only where a read of one cannot go unseen into a saved entry: a
         // traced run names it, and a determinism re-run's outputs are compared, never saved.
         // A plain root's outputs are saved unseen: there no read of its bytes may succeed.
-        stand_in_files: if (a.trace_reads && ctx.strace) || a.perturb.is_some() {
+        stand_in_files: if (a.trace_reads && ctx.strace.is_some()) || a.perturb.is_some() {
             StandInFiles::Empty
         } else {
             StandInFiles::Sealed
@@ -420,12 +420,14 @@ pub fn wrap(
     } else {
         Isolation::Unsandboxed
     };
-    let trace = if a.trace_reads && ctx.strace {
+    let trace = if let (true, Some(tracer)) = (a.trace_reads, ctx.strace) {
         // The pid keeps two runs sharing a work dir (attempt ids restart per run) apart.
         let file =
             ctx.work_dir.join("traces").join(format!("{}-{}.trace", std::process::id(), a.attempt));
         let _ = std::fs::create_dir_all(ctx.work_dir.join("traces"));
-        argv = sandbox::strace_argv(&file, &argv);
+        // Only a sandbox's namespace is one strace translates pids out of.
+        let tracer = if isolation.sandboxed() { tracer } else { sandbox::Tracer::Host };
+        argv = sandbox::strace_argv(&file, &argv, tracer);
         Some(file)
     } else {
         None

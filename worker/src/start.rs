@@ -165,7 +165,7 @@ pub async fn run_worker(
         blobs: Some(blobs),
         remote: Some(Arc::new(remote)),
         sandbox: s.sandbox,
-        strace: sandbox::strace_available(),
+        strace: sandbox::strace_available(s.sandbox),
         disk: Some(disk),
         sandbox_hidden: Vec::new(),
     };

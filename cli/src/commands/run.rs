@@ -526,7 +526,7 @@ impl Act<'_> {
         let proofs = self.exec_roots().then(|| crate::local::LocalProofs {
             work_dir: root.join(".prova").join("worker"),
             sandbox: self.sandbox.is_available(),
-            strace: prova_worker::sandbox::strace_available(),
+            strace: prova_worker::sandbox::strace_available(self.sandbox.is_available()),
             sources: (root.clone(), blobs),
         });
         crate::local::run(prepared.plan, options, tx, Some(run_cache), weights, proofs).await

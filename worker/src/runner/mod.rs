@@ -65,8 +65,8 @@ pub struct WorkerContext {
     pub remote: Option<Arc<dyn RemoteBlobs>>,
     /// Run exec-root tasks under bubblewrap.
     pub sandbox: bool,
-    /// strace is available for `trace_reads`.
-    pub strace: bool,
+    /// strace is available for `trace_reads`, and where it runs beside a sandbox.
+    pub strace: Option<crate::sandbox::Tracer>,
     /// A farm worker's work dir against its disk floor (`crate::health`).
     pub disk: Option<Arc<crate::health::DiskHealth>>,
     /// Directories a sandbox never shows even when the task's `PATH` names them or a
@@ -86,7 +86,7 @@ impl WorkerContext {
             remote: None,
             disk: None,
             sandbox: false,
-            strace: false,
+            strace: None,
             sandbox_hidden: Vec::new(),
         }
     }

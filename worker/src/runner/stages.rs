@@ -241,7 +241,7 @@ impl Wrapped {
         else {
             return Ok(reads);
         };
-        if !(ctx.sandbox && ctx.strace) || cancel.is_cancelled() {
+        if !(ctx.sandbox && ctx.strace.is_some()) || cancel.is_cancelled() {
             return Ok(reads);
         }
         let Ok(layout) = OutputLayout::new(&self.a.spec.project_dir, &self.a.spec.outputs) else {

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - this file: [`detect`] and [`strace_available`] — whether this host can sandbox and trace
-//!   at all, found by actually running the tools, with bounded waits.
+//!   at all (and where strace runs: [`Tracer`]), found by actually running the tools, with
+//!   bounded waits.
 //! - [`bwrap`]: [`SandboxConfig`] and the bubblewrap command line around a task's argv.
 //! - [`trace`]: the `strace` command line around that, and [`undeclared_reads`], which reads
 //!   the trace back into workspace-relative paths (and the paths written).
@@ -12,9 +13,10 @@
 //!   and the workspace differ, so every undeclared read is named in one round.
 //!
 //! The pieces compose as argv wrappers, so the executor ([`crate::exec`]) runs a sandboxed,
-//! traced task like any other process: `strace … -- bwrap … -- sh -c '<cmd>'`. strace runs
-//! outside the sandbox (as the same user as the worker) and follows the task into the
-//! namespaces; its trace file never becomes visible to the task.
+//! traced task like any other process: `unshare --pid … -- strace … -- bwrap … -- sh -c
+//! '<cmd>'`. strace runs outside the sandbox (as the same user as the worker, in a pid
+//! namespace of its own that the task's is nested in) and follows the task into the
+//! namespaces; neither strace nor its trace file is ever visible to the task.
 //!
 //! # Platform honesty
 //! | host | result |
@@ -41,7 +43,7 @@ use nix::unistd::Pid;
 
 pub use bwrap::{SandboxConfig, ViewOp, bwrap_argv, identity_overlays};
 pub use trace::{
-    TraceError, strace_argv, survey_reads, trace_reads, trace_reads_with, undeclared_reads,
+    TraceError, Tracer, strace_argv, survey_reads, trace_reads, trace_reads_with, undeclared_reads,
 };
 
 /// How long a probe (`bwrap --version`, a trial sandbox, a trial trace) may take. Starting a
@@ -126,23 +128,51 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
     }
 }
 
-/// Whether `strace` (on `PATH`) can trace here with the options [`strace_argv`] uses: runs
-/// it on `/bin/true`, bounded. False when it is missing, or when ptrace or seccomp are
-/// refused (some containers).
-pub fn strace_available() -> bool {
-    let argv = strace_argv(Path::new("/dev/null"), &["/bin/true".to_owned()]);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    match run_bounded(&argv, PROBE_TIMEOUT) {
-        Ok(out) if out.status.success() => true,
-        Ok(out) => {
-            tracing::debug!(reason = %out.describe(), "strace cannot trace here");
-            false
+/// Whether `strace` (on `PATH`) can trace here with the options [`strace_argv`] uses, and
+/// where it runs: found by running it, bounded. With `sandbox` (bubblewrap works here), a
+/// trial sandbox is traced from a pid namespace of strace's own ([`Tracer::OwnPidNs`]):
+/// made with the worker's rights, or else in a user namespace of its own. Where both are
+/// refused (no `unshare`, or one older than util-linux 2.38 for a user without the right),
+/// or without a sandbox, strace traces `/bin/true` from the host's ([`Tracer::Host`]). `None` when strace is missing, or when ptrace or seccomp are refused
+/// (some containers).
+pub fn strace_available(sandbox: bool) -> Option<Tracer> {
+    let trial_sandbox: Vec<String> = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/bin/true",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let trials = [
+        (Tracer::OwnPidNs { user_ns: false }, trial_sandbox.clone()),
+        (Tracer::OwnPidNs { user_ns: true }, trial_sandbox),
+        (Tracer::Host, vec!["/bin/true".to_owned()]),
+    ];
+    trials.into_iter().filter(|(t, _)| sandbox || *t == Tracer::Host).find_map(|(tracer, inner)| {
+        let argv = strace_argv(Path::new("/dev/null"), &inner, tracer);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        match run_bounded(&argv, PROBE_TIMEOUT) {
+            Ok(out) if out.status.success() => Some(tracer),
+            Ok(out) => {
+                tracing::debug!(?tracer, reason = %out.describe(), "strace cannot trace so here");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(?tracer, error = %e, "strace cannot trace so here");
+                None
+            }
         }
-        Err(e) => {
-            tracing::debug!(error = %e, "strace cannot trace here");
-            false
-        }
-    }
+    })
 }
 
 /// A probe that did not run to an exit status.

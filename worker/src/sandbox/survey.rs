@@ -157,7 +157,8 @@ pub async fn run(
     let traces = ctx.work_dir.join("traces");
     let _ = fs::create_dir_all(&traces);
     let trace = traces.join(format!("{}-{}.survey.trace", std::process::id(), a.attempt));
-    let argv = super::strace_argv(&trace, &super::bwrap_argv(&cfg, inner));
+    let tracer = ctx.strace?;
+    let argv = super::strace_argv(&trace, &super::bwrap_argv(&cfg, inner), tracer);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
     let drain =
         OwnedTask::spawn("sandbox.survey.drain", async move { while rx.recv().await.is_some() {} });

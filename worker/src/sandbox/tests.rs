@@ -38,18 +38,29 @@ fn sandbox_here() -> bool {
     }
 }
 
-/// Whether strace works here too.
-fn tracing_here() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
+/// Where strace can trace a sandbox here: its own pid namespace (where the host allows it)
+/// and the host's, each test running under both; empty when it cannot. (A user without the
+/// right to make namespaces: `strace_gets_its_namespace_as_a_user_without_rights`.)
+fn tracers_here() -> Vec<Tracer> {
+    static FOUND: OnceLock<Option<Tracer>> = OnceLock::new();
     if !sandbox_here() {
-        return false;
+        return Vec::new();
     }
-    let ok = *OK.get_or_init(strace_available);
-    if !ok {
-        assert!(!required(), "PROVA_REQUIRE_SANDBOX is set but strace cannot trace here");
-        eprintln!("skipping: strace cannot trace on this host");
+    match *FOUND.get_or_init(|| strace_available(true)) {
+        Some(own @ Tracer::OwnPidNs { .. }) => vec![own, Tracer::Host],
+        Some(Tracer::Host) => {
+            assert!(
+                !required(),
+                "PROVA_REQUIRE_SANDBOX is set but strace cannot have a pid namespace of its own"
+            );
+            vec![Tracer::Host]
+        }
+        None => {
+            assert!(!required(), "PROVA_REQUIRE_SANDBOX is set but strace cannot trace here");
+            eprintln!("skipping: strace cannot trace on this host");
+            Vec::new()
+        }
     }
-    ok
 }
 
 /// A workspace with a project `p` and two sibling directories holding secrets, and an exec
@@ -315,66 +326,153 @@ async fn a_task_embedding_its_cwd_sees_the_exec_roots_real_path() {
 
 #[tokio::test]
 async fn strace_names_exactly_the_undeclared_read() {
-    if !tracing_here() {
-        return;
+    for tracer in tracers_here() {
+        let t = task();
+        let trace = t.tmp.path().join("trace.txt");
+        let script = "cat in.txt > out/copy.txt; cat ../sibling/secret.txt; true";
+        let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[]));
+        let (exit, log) = run(strace_argv(&trace, &inner, tracer), t.root.path()).await;
+        assert_eq!(exit, ExitKind::Code(0), "{tracer:?}: {log}");
+        assert!(log.contains("No such file or directory"), "{log}");
+        assert!(t.root.cwd().join("out/copy.txt").is_file(), "{log}");
+        let reads = undeclared_reads(&trace, t.root.path()).unwrap();
+        assert_eq!(reads, ["sibling/secret.txt"], "{tracer:?}, trace: {}", trace.display());
     }
-    let t = task();
-    let trace = t.tmp.path().join("trace.txt");
-    let script = "cat in.txt > out/copy.txt; cat ../sibling/secret.txt; true";
-    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
-    let (exit, log) = run(argv, t.root.path()).await;
-    assert_eq!(exit, ExitKind::Code(0), "{log}");
-    assert!(log.contains("No such file or directory"), "{log}");
-    assert!(t.root.cwd().join("out/copy.txt").is_file(), "{log}");
-    let reads = undeclared_reads(&trace, t.root.path()).unwrap();
-    assert_eq!(reads, ["sibling/secret.txt"], "trace: {}", trace.display());
 }
 
 #[tokio::test]
 async fn strace_finds_nothing_for_a_complete_task() {
-    if !tracing_here() {
-        return;
+    for tracer in tracers_here() {
+        let t = task();
+        let trace = t.tmp.path().join("trace.txt");
+        let script = "cat in.txt data.txt > out/copy.txt && ls out > out/listing.txt";
+        let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[]));
+        let (exit, log) = run(strace_argv(&trace, &inner, tracer), t.root.path()).await;
+        assert_eq!(exit, ExitKind::Code(0), "{tracer:?}: {log}");
+        assert_eq!(
+            std::fs::read_to_string(t.root.cwd().join("out/copy.txt")).unwrap(),
+            "declared-in\ndeclared-blob\n"
+        );
+        assert_eq!(undeclared_reads(&trace, t.root.path()).unwrap(), Vec::<String>::new());
+        assert!(std::fs::metadata(&trace).unwrap().len() > 0, "something was traced");
     }
-    let t = task();
-    let trace = t.tmp.path().join("trace.txt");
-    let script = "cat in.txt data.txt > out/copy.txt && ls out > out/listing.txt";
-    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
-    let (exit, log) = run(argv, t.root.path()).await;
-    assert_eq!(exit, ExitKind::Code(0), "{log}");
-    assert_eq!(
-        std::fs::read_to_string(t.root.cwd().join("out/copy.txt")).unwrap(),
-        "declared-in\ndeclared-blob\n"
-    );
-    assert_eq!(undeclared_reads(&trace, t.root.path()).unwrap(), Vec::<String>::new());
-    assert!(std::fs::metadata(&trace).unwrap().len() > 0, "something was traced");
 }
 
 #[tokio::test]
 async fn strace_sees_every_way_a_path_is_touched() {
-    if !tracing_here() {
+    for tracer in tracers_here() {
+        let t = task();
+        let trace = t.tmp.path().join("trace.txt");
+        // A glob, `find`, `ls` of a directory outside the root, tests of missing paths, a
+        // readlink, an exec and a chdir that fail, an open through a directory fd (`find`).
+        let script = "cat *.txt > out/glob.txt; find . -name nothing; ls / >/dev/null; \
+                      test -f missing.txt; test -d nodir; readlink gone; ./nope.sh; cd sub; true";
+        let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[]));
+        let (exit, log) = run(strace_argv(&trace, &inner, tracer), t.root.path()).await;
+        assert_eq!(exit, ExitKind::Code(0), "{tracer:?}: {log}");
+        let reads = trace_reads(&trace, t.root.path()).unwrap();
+        assert!(reads.traced);
+        for p in ["p/missing.txt", "p/nodir", "p/gone", "p/nope.sh", "p/sub"] {
+            assert!(reads.missing.iter().any(|m| m == p), "{p} not in {:?}", reads.missing);
+        }
+        let dirs: Vec<&str> = reads.listed.iter().map(|l| l.dir.as_str()).collect();
+        assert!(dirs.contains(&"p"), "{dirs:?}");
+        assert!(dirs.contains(&"p/out"), "find walks into out/: {dirs:?}");
+        let p = reads.listed.iter().find(|l| l.dir == "p").unwrap();
+        assert!(p.complete);
+        assert_eq!(p.entries, ["data.txt", "in.txt", "out"], "what the root holds");
+        assert!(dirs.iter().all(|d| !d.starts_with('/')), "outside the root: {dirs:?}");
+    }
+}
+
+/// strace's pid namespace is for strace alone: the task's is nested in it, so no process
+/// the task can see or signal is strace (it could write into or truncate its own trace
+/// through `/proc/<strace>/fd`), and the pids the task's forks return are still followed
+/// (a child's relative exec resolved against its parent's directory).
+#[tokio::test]
+async fn strace_stays_out_of_the_tasks_reach() {
+    for tracer in tracers_here() {
+        let t = task();
+        let trace = t.tmp.path().join("trace.txt");
+        let script = "cat /proc/[0-9]*/comm > out/comm.txt; ls /proc > out/proc.txt; \
+                      cd out && (./child.sh; true)";
+        let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[]));
+        let (exit, log) = run(strace_argv(&trace, &inner, tracer), t.root.path()).await;
+        assert_eq!(exit, ExitKind::Code(0), "{tracer:?}: {log}");
+        let comm = std::fs::read_to_string(t.root.cwd().join("out/comm.txt")).unwrap();
+        assert!(!comm.is_empty() && !comm.contains("strace"), "{tracer:?}: {comm}");
+        let reads = trace_reads(&trace, t.root.path()).unwrap();
+        assert!(reads.missing.iter().any(|m| m == "p/out/child.sh"), "{:?}", reads.missing);
+    }
+}
+
+/// As a user without the right to make namespaces (`nobody`, when the tests run as root),
+/// strace's pid namespace comes in a user namespace of its own, and traces as well; without
+/// one, `unshare` is refused — why [`strace_available`] tries both.
+#[tokio::test]
+async fn strace_gets_its_namespace_as_a_user_without_rights() {
+    if tracers_here().is_empty() || !nix::unistd::geteuid().is_root() {
+        eprintln!("skipping: needs strace and root, to become another user");
         return;
     }
     let t = task();
+    let status = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(t.tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
     let trace = t.tmp.path().join("trace.txt");
-    // A glob, `find`, `ls` of a directory outside the root, tests of missing paths, a
-    // readlink, an exec and a chdir that fail, an open through a directory fd (`find`).
-    let script = "cat *.txt > out/glob.txt; find . -name nothing; ls / >/dev/null; \
-                  test -f missing.txt; test -d nodir; readlink gone; ./nope.sh; cd sub; true";
-    let argv = strace_argv(&trace, &bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[])));
-    let (exit, log) = run(argv, t.root.path()).await;
+    let script = "cat in.txt > out/copy.txt; cat ../sibling/secret.txt; \
+                  cat /proc/[0-9]*/comm > out/comm.txt; id -u > out/uid.txt";
+    let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(script, &[]));
+    let as_nobody = |tracer| {
+        let mut argv: Vec<String> = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            .map(str::to_owned)
+            .to_vec();
+        argv.push("--".to_owned());
+        argv.extend(strace_argv(&trace, &inner, tracer));
+        argv
+    };
+    let (exit, _) = run(as_nobody(Tracer::OwnPidNs { user_ns: false }), t.root.path()).await;
+    assert_ne!(exit, ExitKind::Code(0), "unshare --pid without the right");
+    let (exit, log) = run(as_nobody(Tracer::OwnPidNs { user_ns: true }), t.root.path()).await;
     assert_eq!(exit, ExitKind::Code(0), "{log}");
-    let reads = trace_reads(&trace, t.root.path()).unwrap();
-    assert!(reads.traced);
-    for p in ["p/missing.txt", "p/nodir", "p/gone", "p/nope.sh", "p/sub"] {
-        assert!(reads.missing.iter().any(|m| m == p), "{p} not in {:?}", reads.missing);
+    let read = |f: &str| std::fs::read_to_string(t.root.cwd().join(f)).unwrap();
+    assert_eq!(read("out/uid.txt"), "65534\n");
+    assert!(!read("out/comm.txt").contains("strace"), "{}", read("out/comm.txt"));
+    let reads = undeclared_reads(&trace, t.root.path()).unwrap();
+    assert_eq!(reads, ["sibling/secret.txt"], "trace: {}", trace.display());
+}
+
+/// A traced task that overruns its timeout is killed with every process under it: strace,
+/// its pid namespace's init and the sandbox go with it.
+#[tokio::test]
+async fn a_traced_task_past_its_timeout_leaves_no_process() {
+    for tracer in tracers_here() {
+        let t = task();
+        let trace = t.tmp.path().join("trace.txt");
+        let marker = format!("{}", 900_000 + u32::from(tracer == Tracer::Host));
+        let script = format!("sleep {marker} & sleep {marker}");
+        let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(&script, &[]));
+        let mut req = ProcessRequest::new(strace_argv(&trace, &inner, tracer), t.root.path());
+        req.env = exec::env::baseline_env(|k| std::env::var(k).ok());
+        req.timeout = Some(Duration::from_secs(1));
+        req.kill_grace = Duration::from_millis(200);
+        let (tx, rx) = mpsc::channel(16);
+        drop(rx);
+        let io = ProcessIo { output: tx, ready: None };
+        let fut = LocalExecutor.run(req, io, CancellationToken::new());
+        let result = tokio::time::timeout(WAIT, fut).await.expect("bounded").expect("ran");
+        assert_eq!(result.exit, ExitKind::TimedOut, "{tracer:?}");
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.starts_with("sleep") && c.contains(&marker))
+            .collect();
+        assert!(left.is_empty(), "{tracer:?} left {left:?}");
     }
-    let dirs: Vec<&str> = reads.listed.iter().map(|l| l.dir.as_str()).collect();
-    assert!(dirs.contains(&"p"), "{dirs:?}");
-    assert!(dirs.contains(&"p/out"), "find walks into out/: {dirs:?}");
-    let p = reads.listed.iter().find(|l| l.dir == "p").unwrap();
-    assert!(p.complete);
-    assert_eq!(p.entries, ["data.txt", "in.txt", "out"], "what the root holds");
-    assert!(dirs.iter().all(|d| !d.starts_with('/')), "outside the root: {dirs:?}");
 }
 
 #[test]

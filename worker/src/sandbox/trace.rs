@@ -5,7 +5,13 @@
 //! declared — and directory listings (`getdents`), whose entry set the root shows only in
 //! part.
 //!
-//! strace runs outside bwrap and follows the task into its namespaces (`-f`). Options:
+//! strace runs outside bwrap and follows the task into its namespaces (`-f`). Where a
+//! sandbox runs (see [`Tracer`]), strace is itself the command of a pid namespace of its own,
+//! made by `unshare` with a `/proc` of that namespace only: to translate a pid out of
+//! the task's namespace strace walks `/proc` (every process's and thread's `status`, and
+//! every entry it remembers, on each pid it has not met), and there that is a handful of
+//! entries, not every process on the host. The task's own namespace is still nested inside,
+//! so it sees neither strace nor its trace. Options:
 //! - `-y` annotates every file descriptor with its path, including `AT_FDCWD</cwd>`: most
 //!   lookups are `*at` calls, so their base directory is right there in the line, and a
 //!   `getdents64(3</root/src>, …)` names the directory it lists;
@@ -84,29 +90,76 @@ pub enum TraceError {
     },
 }
 
+/// Where strace runs when it follows a task ([`strace_argv`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracer {
+    /// In the worker's pid namespace, beside every process of the host. Each pid strace
+    /// translates out of a sandbox's namespace costs a walk of the host's `/proc`.
+    Host,
+    /// As the command of `unshare` ([`OWN_PID_NS`]): a pid namespace and a `/proc` holding
+    /// strace, the sandbox and the task only. For a sandboxed task (whose bwrap makes a
+    /// namespace nested in this one); an unsandboxed one shares strace's namespace and needs
+    /// no translation. `user_ns`: in a user namespace of its own too, mapping the worker's
+    /// user to itself ([`OWN_PID_NS_USER`]) — what a user without `CAP_SYS_ADMIN` needs.
+    OwnPidNs {
+        /// Whether a user namespace comes with it.
+        user_ns: bool,
+    },
+}
+
+/// The `unshare` of [`Tracer::OwnPidNs`]: a pid namespace whose `/proc` (mounted in a
+/// mount namespace of its own, everything else as it was, so the trace file and the
+/// sandbox's sources are where they were) shows it alone, and whose first process —
+/// strace — is killed when `unshare` dies, which takes every process of the namespace with
+/// it. Not bubblewrap: run by root, it binds parts of `/proc` read-only over themselves, and
+/// a `/proc` with such mounts cannot be mounted again by the sandbox's nested namespace.
+pub const OWN_PID_NS: [&str; 6] =
+    ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"];
+
+/// [`OWN_PID_NS`] for a user without the right to make namespaces: in a user namespace
+/// mapping its user to itself (util-linux 2.38 or later).
+pub const OWN_PID_NS_USER: [&str; 8] = [
+    "unshare",
+    "--user",
+    "--map-current-user",
+    "--pid",
+    "--fork",
+    "--mount-proc",
+    "--kill-child",
+    "--",
+];
+
 /// `strace … -o <out> -- <inner…>`: traces `inner` (normally a bwrap argv) and every process
-/// it starts into the file `out`, which must lie outside the sandbox.
-pub fn strace_argv(out: &Path, inner: &[String]) -> Vec<String> {
-    let mut argv: Vec<String> = [
-        "strace",
-        // Follow every process and thread the task starts.
-        "-f",
-        // No "attached"/"exited" lines.
-        "-qq",
-        // File descriptors with their paths, `AT_FDCWD</cwd>` included.
-        "-y",
-        // Host pids next to the namespace pids `clone` returns.
-        "--pidns-translation",
-        // Untraced calls run at full speed (needs `-f`).
-        "--seccomp-bpf",
-        "-e",
-        "signal=none",
-        "-e",
-        TRACED,
-        "-o",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+/// it starts into the file `out`, which must lie outside the sandbox; under `unshare` for
+/// [`Tracer::OwnPidNs`].
+pub fn strace_argv(out: &Path, inner: &[String], tracer: Tracer) -> Vec<String> {
+    let outer: &[&str] = match tracer {
+        Tracer::Host => &[],
+        Tracer::OwnPidNs { user_ns: false } => &OWN_PID_NS,
+        Tracer::OwnPidNs { user_ns: true } => &OWN_PID_NS_USER,
+    };
+    let mut argv: Vec<String> = outer.iter().copied().map(str::to_owned).collect();
+    argv.extend(
+        [
+            "strace",
+            // Follow every process and thread the task starts.
+            "-f",
+            // No "attached"/"exited" lines.
+            "-qq",
+            // File descriptors with their paths, `AT_FDCWD</cwd>` included.
+            "-y",
+            // Host pids next to the namespace pids `clone` returns.
+            "--pidns-translation",
+            // Untraced calls run at full speed (needs `-f`).
+            "--seccomp-bpf",
+            "-e",
+            "signal=none",
+            "-e",
+            TRACED,
+            "-o",
+        ]
+        .map(str::to_owned),
+    );
     argv.push(out.to_string_lossy().into_owned());
     argv.push("--".to_owned());
     argv.extend(inner.iter().cloned());
@@ -989,14 +1042,21 @@ mod tests {
     #[test]
     fn argv_wraps_the_inner_command_after_a_separator() {
         let inner = vec!["bwrap".to_owned(), "--".to_owned(), "sh".to_owned()];
-        let a = strace_argv(Path::new("/t/trace.txt"), &inner);
-        assert_eq!(a[0], "strace");
-        let o = a.iter().position(|x| x == "-o").unwrap();
-        assert_eq!(a[o + 1], "/t/trace.txt");
-        assert_eq!(a[o + 2], "--");
-        assert_eq!(a[o + 3..], inner[..]);
-        for flag in ["-f", "-y", "-qq", "--pidns-translation"] {
-            assert!(a.contains(&flag.to_owned()), "{flag}");
+        for (tracer, outer) in [
+            (Tracer::Host, &[][..]),
+            (Tracer::OwnPidNs { user_ns: false }, &OWN_PID_NS[..]),
+            (Tracer::OwnPidNs { user_ns: true }, &OWN_PID_NS_USER[..]),
+        ] {
+            let a = strace_argv(Path::new("/t/trace.txt"), &inner, tracer);
+            assert_eq!(a[..outer.len()], *outer);
+            assert_eq!(a[outer.len()], "strace");
+            let o = a.iter().position(|x| x == "-o").unwrap();
+            assert_eq!(a[o + 1], "/t/trace.txt");
+            assert_eq!(a[o + 2], "--");
+            assert_eq!(a[o + 3..], inner[..]);
+            for flag in ["-f", "-y", "-qq", "--pidns-translation"] {
+                assert!(a.contains(&flag.to_owned()), "{flag}");
+            }
         }
     }
 }
