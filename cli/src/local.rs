@@ -67,6 +67,9 @@ pub async fn run(
         let cache = p.sources.1.parent().map_or_else(|| p.sources.1.clone(), Path::to_path_buf);
         context.sandbox_hidden = vec![p.sources.0.clone(), cache];
         context.strace = p.strace;
+        // A thousand small files a root, made and removed in seconds, cost a disk more than
+        // the task (`prova_worker::shmroots`).
+        context.tmpfs_roots = true;
         local_proof_sources = Some(p.sources);
         slots *= 2;
     }

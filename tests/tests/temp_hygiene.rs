@@ -136,8 +136,8 @@ impl PrivateShm {
         l
     }
 
-    /// Everything left under it, relative (directories end in `/`), but this user's re-run
-    /// roots directory itself (`prova-rerun-roots-<uid>`), which is kept — empty.
+    /// Everything left under it, relative (directories end in `/`), but this user's roots
+    /// directory itself (`prova-roots-<uid>`), which is kept — empty.
     fn litter(&self) -> Vec<String> {
         let top = self.dir.path();
         let mut left = Vec::new();
@@ -147,7 +147,7 @@ impl PrivateShm {
                 let p = e.path();
                 let rel = p.strip_prefix(top).unwrap_or(&p).display().to_string();
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    if d != top || !rel.starts_with("prova-rerun-roots-") {
+                    if d != top || !rel.starts_with("prova-roots-") {
                         left.push(format!("{rel}/"));
                     }
                     stack.push(p);
@@ -231,6 +231,57 @@ outputs = ["out/**"]
             assert!(left.is_empty(), "{sandbox} {task}: left in /dev/shm: {left:?}\n{out}");
         }
     }
+}
+
+/// A local proof's first execution runs in a root on `/dev/shm` (thousands of small files
+/// made and removed within seconds cost a disk more than the task: `prova_worker::shmroots`);
+/// a finished one leaves nothing there, and one a killed run left is removed by the next
+/// proof.
+#[test]
+fn a_proofs_first_root_is_on_dev_shm_and_a_killed_ones_goes_with_the_next_proof() {
+    if !prova_tests::verify::sandbox_or_skip() {
+        return;
+    }
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "hello\n")
+        .file(
+            "p/prova.toml",
+            r#"[tasks.hang]
+command = "mkdir -p out && cat src/a.txt > out/a.txt && echo \"armed in $(pwd -P)\" && exec sleep 300"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+
+[tasks.quick]
+command = "mkdir -p out && echo \"ran in $(pwd -P)\" > out/where.txt"
+inputs = ["src/a.txt"]
+outputs = ["out/**"]
+"#,
+        );
+    let shm = PrivateShm::new();
+    let mut running = ws
+        .prova(["run", "hang", "--all", "--verify=inputs", "--json"])
+        .launcher(shm.launcher())
+        .spawn();
+    running.wait_for_lines("the task to be armed", 1, |l| l.contains("armed in "));
+    let armed = running.stdout_so_far().join("\n");
+    assert!(armed.contains("armed in /dev/shm/prova-roots-"), "{armed}");
+    running.signal(Signal::SIGKILL);
+    drop(running.wait());
+    let left = shm.litter();
+    assert!(
+        left.iter().any(|n| n.contains("/roots/p_hang-")),
+        "the killed run should have left its root: {left:?}"
+    );
+    let out = ws
+        .prova(["run", "quick", "--all", "--verify=inputs", "--json"])
+        .launcher(shm.launcher())
+        .run();
+    out.assert_code(0);
+    let at = ws.read("p/out/where.txt");
+    assert!(at.starts_with("ran in /dev/shm/prova-roots-"), "{at}\n{out}");
+    let left = shm.litter();
+    assert!(left.is_empty(), "the next proof left {left:?} in /dev/shm\n{out}");
 }
 
 /// A run killed outright during a re-run leaves the clock's shared segment (nothing of it is

@@ -314,8 +314,8 @@ pub fn clean_staging(work_dir: &Path) -> usize {
 /// was SIGKILLed mid-task leaves its entries behind; nothing else of prova points into them.
 pub const PER_TASK_DIRS: &[&str] = &["roots", "rerun-roots", "rerun-tmp", "traces"];
 
-/// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir`, in its re-run roots
-/// on `/dev/shm` (`crate::perturb::shm_rerun_roots`), and the libfaketime segments of gone
+/// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir`, in its roots on
+/// `/dev/shm` (`crate::shmroots::roots_dir`), and the libfaketime segments of gone
 /// workers (`crate::clockshm::sweep_abandoned`); how many entries were removed.
 ///
 /// Call it only while holding the work dir (the blob cache's lock, `BlobCache::open`): no
@@ -400,13 +400,13 @@ fn remove_tree_writable(parent: &nofollow::DirFd, name: &OsStr) -> std::io::Resu
     parent.remove_tree(name)
 }
 
-/// Empties this worker's re-run roots on the tmpfs `shm` (see
-/// [`crate::perturb::shm_rerun_roots`]); only when this user's directory there is a real
+/// Empties this worker's roots of both kinds on the tmpfs `shm` (see
+/// [`crate::shmroots::roots_dir`]); only when this user's directory there is a real
 /// directory owned by this user (`/dev/shm` is shared: another user may have made a name
 /// there), each component opened without following a symlink.
 fn clean_shm_roots(shm: &Path, work_dir: &Path) -> usize {
     let Ok(top) = nofollow::DirFd::open_root(shm) else { return 0 };
-    let owner = crate::perturb::shm_owner_dir();
+    let owner = crate::shmroots::owner_dir();
     let Ok(mine) = top.open_dir(OsStr::new(&owner)) else { return 0 };
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -414,18 +414,20 @@ fn clean_shm_roots(shm: &Path, work_dir: &Path) -> usize {
     if !owned {
         return 0;
     }
-    let target = crate::perturb::shm_rerun_roots(shm, work_dir);
-    let Ok(rel) = target.strip_prefix(shm.join(&owner)) else { return 0 };
-    let parts: Vec<&OsStr> = rel.iter().collect();
-    let Some((last, walk)) = parts.split_last() else { return 0 };
     let mut dir = mine;
-    for part in walk {
+    for part in work_dir.strip_prefix("/").unwrap_or(work_dir) {
         match dir.open_dir(part) {
             Ok(d) => dir = d,
             Err(_) => return 0,
         }
     }
-    empty_dir(&dir, last, &target)
+    crate::shmroots::KINDS
+        .iter()
+        .map(|kind| {
+            let shown = crate::shmroots::roots_dir(shm, work_dir, kind);
+            empty_dir(&dir, OsStr::new(kind), &shown)
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -529,22 +531,27 @@ mod tests {
     }
 
     #[test]
-    fn re_run_roots_on_a_shared_tmpfs_are_removed_only_from_this_users_own_directory() {
+    fn roots_on_a_shared_tmpfs_are_removed_only_from_this_users_own_directory() {
         use std::os::unix::fs::symlink;
         let shm = tempfile::tempdir().expect("a stand-in for /dev/shm");
         let work = tempfile::tempdir().expect("a work dir");
-        let roots = crate::perturb::shm_rerun_roots(shm.path(), work.path());
+        let roots = crate::shmroots::roots_dir(shm.path(), work.path(), "rerun-roots");
         std::fs::create_dir_all(roots.join("p_build-4242-3/p")).expect("a shuffled root");
-        assert_eq!(clean_shm_roots(shm.path(), work.path()), 1);
-        assert!(roots.is_dir() && std::fs::read_dir(&roots).expect("kept").next().is_none());
+        let first = crate::shmroots::roots_dir(shm.path(), work.path(), "roots");
+        std::fs::create_dir_all(first.join("p_build-4242-2/p")).expect("a first root");
+        std::fs::create_dir_all(first.join("q_build-4242-4")).expect("another");
+        assert_eq!(clean_shm_roots(shm.path(), work.path()), 3);
+        for kind in [&roots, &first] {
+            assert!(kind.is_dir() && std::fs::read_dir(kind).expect("kept").next().is_none());
+        }
         // Another user's name there, planted as a link to elsewhere: never followed.
         let shm2 = tempfile::tempdir().expect("another shm");
         let elsewhere = tempfile::tempdir().expect("elsewhere");
-        let planted = crate::perturb::shm_rerun_roots(elsewhere.path(), work.path());
+        let planted = crate::shmroots::roots_dir(elsewhere.path(), work.path(), "roots");
         std::fs::create_dir_all(planted.join("victim")).expect("a victim");
         symlink(
-            elsewhere.path().join(crate::perturb::shm_owner_dir()),
-            shm2.path().join(crate::perturb::shm_owner_dir()),
+            elsewhere.path().join(crate::shmroots::owner_dir()),
+            shm2.path().join(crate::shmroots::owner_dir()),
         )
         .expect("a planted link");
         assert_eq!(clean_shm_roots(shm2.path(), work.path()), 0);

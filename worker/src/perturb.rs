@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use prova_protocol::events::Perturbations;
 use prova_protocol::work::{Assignment, Perturb};
 
+use crate::shmroots;
+
 /// The clock offset a re-run gets when the coordinator asks for none in particular.
 pub const DEFAULT_CLOCK_OFFSET: &str = "+7d";
 
@@ -101,29 +103,6 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
     }
 }
 
-/// A tmpfs that lists directories in creation order, is executable and has room for
-/// `bytes`: `/dev/shm` where it qualifies.
-#[allow(clippy::unnecessary_cast)] // the statfs field widths differ between targets
-fn creation_order_fs(bytes: u64) -> Option<PathBuf> {
-    let shm = Path::new("/dev/shm");
-    let c = CString::new("/dev/shm").ok()?;
-    // SAFETY: valid path, zeroed out-structs written by the kernel.
-    let (fs, vfs) = unsafe {
-        let mut fs: libc::statfs = std::mem::zeroed();
-        let mut vfs: libc::statvfs = std::mem::zeroed();
-        if libc::statfs(c.as_ptr(), &mut fs) != 0 || libc::statvfs(c.as_ptr(), &mut vfs) != 0 {
-            return None;
-        }
-        (fs, vfs)
-    };
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let free = (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64);
-    let usable = fs.f_type as i64 == TMPFS_MAGIC
-        && vfs.f_flag & (libc::ST_NOEXEC | libc::ST_RDONLY) == 0
-        && free > bytes.saturating_mul(2).saturating_add(64 << 20);
-    usable.then(|| shm.to_owned())
-}
-
 /// Where a re-run's exec root goes and in what order its files are made: the
 /// perturbations decided before the root exists.
 pub struct RootPlan {
@@ -136,7 +115,7 @@ pub struct RootPlan {
 /// Plans a re-run's root: another parent than first executions use; with
 /// `shuffle_inputs`, on a creation-order file system when one has room for `bytes`.
 pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbations) -> RootPlan {
-    let default = work_dir.join("rerun-roots");
+    let default = work_dir.join(shmroots::RERUN_ROOTS);
     if let Some(parent) = &p.root_parent {
         out.applied("exec-root-path", parent.display().to_string());
         return RootPlan { parent: parent.clone(), shuffle: p.shuffle_inputs };
@@ -145,9 +124,9 @@ pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbatio
         out.applied("exec-root-path", default.display().to_string());
         return RootPlan { parent: default, shuffle: false };
     }
-    match creation_order_fs(bytes) {
+    match shmroots::tmpfs_with_room(bytes.saturating_mul(2).saturating_add(64 << 20)) {
         Some(fs) => {
-            let parent = shm_rerun_roots(&fs, work_dir);
+            let parent = shmroots::roots_dir(&fs, work_dir, shmroots::RERUN_ROOTS);
             out.applied("exec-root-path", parent.display().to_string());
             out.applied("dir-order", "inputs created in a shuffled order on a tmpfs");
             RootPlan { parent, shuffle: true }
@@ -161,32 +140,6 @@ pub fn plan_root(p: &Perturb, work_dir: &Path, bytes: u64, out: &mut Perturbatio
             RootPlan { parent: default, shuffle: true }
         }
     }
-}
-
-/// The directory under `fs` (a tmpfs, `/dev/shm`) that holds the shuffled re-run roots of the
-/// worker whose work dir is `work_dir`. Per uid: `/dev/shm` is shared by every user of the
-/// machine. The worker's own path follows, so a root still says which worker (and work dir)
-/// it belongs to — and a worker starting again finds what it left there
-/// (`crate::health::clean_exec_roots`).
-pub fn shm_rerun_roots(fs: &Path, work_dir: &Path) -> PathBuf {
-    let default = work_dir.join("rerun-roots");
-    let own = default.strip_prefix("/").unwrap_or(&default);
-    fs.join(shm_owner_dir()).join(own)
-}
-
-/// This user's directory on `/dev/shm` ([`shm_owner_dir`]), made if missing, canonical;
-/// `None` when it cannot be.
-pub fn shm_owner_root() -> Option<PathBuf> {
-    let dir = Path::new("/dev/shm").join(shm_owner_dir());
-    std::fs::create_dir_all(&dir).ok()?;
-    dir.canonicalize().ok()
-}
-
-/// `prova-rerun-roots-<uid>`: this user's directory on a shared tmpfs.
-pub fn shm_owner_dir() -> String {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    format!("prova-rerun-roots-{uid}")
 }
 
 /// What a re-run holds while it runs, made with its root and removed with it.

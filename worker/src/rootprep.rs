@@ -182,7 +182,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         let mut spec = spec;
         // A parent on the shared tmpfs spells out the work dir: pruned when the root goes.
         if parent.starts_with("/dev/shm") {
-            spec.prune_to = crate::perturb::shm_owner_root();
+            spec.prune_to = crate::shmroots::owner_root();
         }
         ExecRoot::create(&parent, &hint, &spec, &blobs)
     })
@@ -266,7 +266,10 @@ fn root_parent(
     rerun: &mut crate::perturb::RerunHeld,
 ) -> PathBuf {
     let Some(p) = &a.perturb else {
-        return ctx.work_dir.join("roots");
+        if !ctx.tmpfs_roots {
+            return ctx.work_dir.join(crate::shmroots::ROOTS);
+        }
+        return crate::shmroots::first_root_parent(&ctx.work_dir, input_bytes(spec, blobs));
     };
     let bytes = if p.shuffle_inputs { input_bytes(spec, blobs) } else { 0 };
     let plan = crate::perturb::plan_root(p, &ctx.work_dir, bytes, perturbed);

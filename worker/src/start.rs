@@ -168,6 +168,7 @@ pub async fn run_worker(
         strace: sandbox::strace_available(s.sandbox),
         disk: Some(disk),
         sandbox_hidden: Vec::new(),
+        tmpfs_roots: false,
     };
     let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
     let info = WorkerInfo {

@@ -73,6 +73,10 @@ pub struct WorkerContext {
     /// directory inside them (local mode: the workspace and the cache;
     /// `crate::sandbox::bwrap::path_dirs`). The work dir is never shown either.
     pub sandbox_hidden: Vec<PathBuf>,
+    /// First executions' exec roots may go on a tmpfs with room (`crate::shmroots`): local
+    /// proofs. Not a farm worker's: its disk floor and the hand-back of a task that ran out
+    /// of space watch the work dir (`crate::health`), and a root in memory would fill unseen.
+    pub tmpfs_roots: bool,
 }
 
 impl WorkerContext {
@@ -88,6 +92,7 @@ impl WorkerContext {
             sandbox: false,
             strace: None,
             sandbox_hidden: Vec::new(),
+            tmpfs_roots: false,
         }
     }
 }

@@ -1,0 +1,136 @@
+//! Exec roots on a tmpfs (`/dev/shm`): where a root goes when the work dir's file system
+//! would cost more than the task, or cannot give a perturbation.
+//!
+//! - A determinism re-run's root ([`RERUN_ROOTS`]) goes there to list its directories in
+//!   creation order (`crate::perturb::plan_root`), its inputs made in a shuffled order.
+//! - A local proof's first execution's root ([`ROOTS`]) goes there when the tmpfs has room
+//!   to spare (`crate::rootprep`, `WorkerContext::tmpfs_roots`): a proof's roots hold
+//!   thousands of small files (upstream artifacts unpacked, sources copied, stand-ins), made
+//!   and removed within seconds, and ext4 spends longer finding inodes for them among the
+//!   ones just freed (`recently_deleted`) than `tsc` spends building — a third of a
+//!   `--verify=all` run's time on lerna-lite. A farm worker's stay in its work dir, which
+//!   its disk floor watches.
+//!
+//! `/dev/shm` is shared by every user of the machine: each user has a directory of its own
+//! there ([`owner_dir`]), and under it each worker the path of its work dir, so a root says
+//! which worker it belongs to, and a worker starting again finds what a killed one left
+//! (`crate::health::clean_exec_roots`).
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+/// First executions' roots: the work dir's `roots/`, or its twin on a tmpfs.
+pub const ROOTS: &str = "roots";
+
+/// Determinism re-runs' roots: the work dir's `rerun-roots/`, or its twin on a tmpfs.
+pub const RERUN_ROOTS: &str = "rerun-roots";
+
+/// Both kinds, for the clean-up.
+pub const KINDS: [&str; 2] = [ROOTS, RERUN_ROOTS];
+
+/// A first execution's root goes on a tmpfs only when it keeps this much free beside its
+/// inputs (besides [`FIRST_ROOT_FACTOR`] times their size): its outputs, which nobody can
+/// size beforehand, must fit too, and a full tmpfs is memory the machine no longer has.
+pub const FIRST_ROOT_HEADROOM: u64 = 512 << 20;
+
+/// How many times its inputs' size a first execution's root wants free on a tmpfs.
+pub const FIRST_ROOT_FACTOR: u64 = 8;
+
+/// `/dev/shm` when it is a tmpfs (which lists directories in creation order), executable,
+/// writable, with more than `need` bytes free.
+pub fn tmpfs_with_room(need: u64) -> Option<PathBuf> {
+    tmpfs_at(Path::new("/dev/shm"), need)
+}
+
+/// [`tmpfs_with_room`] for the mount at `shm`.
+#[allow(clippy::unnecessary_cast)] // the statfs field widths differ between targets
+fn tmpfs_at(shm: &Path, need: u64) -> Option<PathBuf> {
+    let c = CString::new(shm.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: valid path, zeroed out-structs written by the kernel.
+    let (fs, vfs) = unsafe {
+        let mut fs: libc::statfs = std::mem::zeroed();
+        let mut vfs: libc::statvfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut fs) != 0 || libc::statvfs(c.as_ptr(), &mut vfs) != 0 {
+            return None;
+        }
+        (fs, vfs)
+    };
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let free = (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64);
+    let usable = fs.f_type as i64 == TMPFS_MAGIC
+        && vfs.f_flag & (libc::ST_NOEXEC | libc::ST_RDONLY) == 0
+        && free > need;
+    usable.then(|| shm.to_owned())
+}
+
+/// Where a first execution's root goes, for inputs of `bytes`: on the tmpfs when it has
+/// room to spare ([`FIRST_ROOT_FACTOR`], [`FIRST_ROOT_HEADROOM`]), else `work_dir/roots`.
+pub fn first_root_parent(work_dir: &Path, bytes: u64) -> PathBuf {
+    let need = bytes.saturating_mul(FIRST_ROOT_FACTOR).saturating_add(FIRST_ROOT_HEADROOM);
+    match tmpfs_with_room(need) {
+        Some(fs) => roots_dir(&fs, work_dir, ROOTS),
+        None => work_dir.join(ROOTS),
+    }
+}
+
+/// The directory under `fs` (a tmpfs) holding the `kind` roots ([`ROOTS`], [`RERUN_ROOTS`])
+/// of the worker whose work dir is `work_dir`: this user's directory, then the work dir's
+/// path.
+pub fn roots_dir(fs: &Path, work_dir: &Path, kind: &str) -> PathBuf {
+    let default = work_dir.join(kind);
+    let own = default.strip_prefix("/").unwrap_or(&default);
+    fs.join(owner_dir()).join(own)
+}
+
+/// This user's directory on `/dev/shm` ([`owner_dir`]), made if missing, canonical; `None`
+/// when it cannot be. A root under it prunes the empty directories spelling out its work
+/// dir up to here when it goes (`execroot::ExecRootSpec::prune_to`).
+pub fn owner_root() -> Option<PathBuf> {
+    let dir = Path::new("/dev/shm").join(owner_dir());
+    std::fs::create_dir_all(&dir).ok()?;
+    dir.canonicalize().ok()
+}
+
+/// `prova-roots-<uid>`: this user's directory on a shared tmpfs.
+pub fn owner_dir() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("prova-roots-{uid}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_root_has_its_own_directory_under_this_users() {
+        let work = Path::new("/w/ws/.prova/worker");
+        let first = roots_dir(Path::new("/dev/shm"), work, ROOTS);
+        let rerun = roots_dir(Path::new("/dev/shm"), work, RERUN_ROOTS);
+        let mine = Path::new("/dev/shm").join(owner_dir());
+        assert_eq!(first, mine.join("w/ws/.prova/worker/roots"));
+        assert_eq!(rerun, mine.join("w/ws/.prova/worker/rerun-roots"));
+    }
+
+    #[test]
+    fn only_a_writable_executable_tmpfs_with_room_qualifies() {
+        let Some(shm) = tmpfs_at(Path::new("/dev/shm"), 0) else {
+            eprintln!("skipping: /dev/shm is no writable, executable tmpfs here");
+            return;
+        };
+        assert_eq!(shm, Path::new("/dev/shm"));
+        assert_eq!(tmpfs_at(Path::new("/dev/shm"), u64::MAX), None, "no room for that");
+        assert_eq!(tmpfs_at(Path::new("/proc"), 0), None, "not a tmpfs");
+        assert_eq!(tmpfs_at(Path::new("/dev/shm/prova-no-such-dir"), 0), None);
+    }
+
+    #[test]
+    fn a_first_root_wants_room_for_its_outputs_too() {
+        let work = Path::new("/w/ws/.prova/worker");
+        // More than any tmpfs has: the work dir.
+        assert_eq!(first_root_parent(work, u64::MAX / 2), work.join(ROOTS));
+        if tmpfs_with_room(FIRST_ROOT_HEADROOM).is_some() {
+            assert_eq!(first_root_parent(work, 0), roots_dir(Path::new("/dev/shm"), work, ROOTS));
+        }
+    }
+}
