@@ -75,6 +75,25 @@ impl SandboxStatus {
     }
 }
 
+/// bwrap's arguments for a trial sandbox with the namespaces and mounts a task gets, around
+/// `/bin/true`.
+const TRIAL_SANDBOX: [&str; 14] = [
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--ro-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--tmpfs",
+    "/tmp",
+    "--",
+    "/bin/true",
+];
+
 /// Finds out whether bubblewrap (`bwrap` on `PATH`) can sandbox tasks here, by running it:
 /// `bwrap --version`, then a trial sandbox with the namespaces and mounts a task gets
 /// (`--unshare-all --die-with-parent --new-session --ro-bind / / --proc /proc --dev /dev
@@ -101,26 +120,7 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
         }
         Err(e) => return unavailable(format!("`{name} --version`: {e}")),
     };
-    let trial: Vec<&str> = bwrap
-        .iter()
-        .copied()
-        .chain([
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--",
-            "/bin/true",
-        ])
-        .collect();
+    let trial: Vec<&str> = bwrap.iter().copied().chain(TRIAL_SANDBOX).collect();
     match run_bounded(&trial, timeout) {
         Ok(out) if out.status.success() => SandboxStatus::Bwrap { version },
         Ok(out) => unavailable(format!("{name} cannot create a sandbox here: {}", out.describe())),
@@ -129,30 +129,16 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
 }
 
 /// Whether `strace` (on `PATH`) can trace here with the options [`strace_argv`] uses, and
-/// where it runs: found by running it, bounded. With `sandbox` (bubblewrap works here), a
-/// trial sandbox is traced from a pid namespace of strace's own ([`Tracer::OwnPidNs`]):
-/// made with the worker's rights, or else in a user namespace of its own. Where both are
-/// refused (no `unshare`, or one older than util-linux 2.38 for a user without the right),
-/// or without a sandbox, strace traces `/bin/true` from the host's ([`Tracer::Host`]). `None` when strace is missing, or when ptrace or seccomp are refused
+/// where it runs: found by running it, bounded. With `sandbox` (bubblewrap works here), the
+/// trial sandbox ([`TRIAL_SANDBOX`]) is traced from a pid namespace of strace's own
+/// ([`Tracer::OwnPidNs`]): made with the worker's rights, or else in a user namespace of its
+/// own. Where both are refused (no `unshare`, or one older than util-linux 2.38 for a user
+/// without the right), or without a sandbox, strace traces `/bin/true` from the host's
+/// ([`Tracer::Host`]). `None` when strace is missing, or when ptrace or seccomp are refused
 /// (some containers).
 pub fn strace_available(sandbox: bool) -> Option<Tracer> {
-    let trial_sandbox: Vec<String> = [
-        "bwrap",
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "/bin/true",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let trial_sandbox: Vec<String> =
+        std::iter::once("bwrap").chain(TRIAL_SANDBOX).map(str::to_owned).collect();
     let trials = [
         (Tracer::OwnPidNs { user_ns: false }, trial_sandbox.clone()),
         (Tracer::OwnPidNs { user_ns: true }, trial_sandbox),
