@@ -25,6 +25,14 @@ outputs = ["dist/**"]
         .file("lib/src/l.txt", "lib\n")
 }
 
+/// A workspace of one project `p` holding `src/a.txt`, with `tasks` as its `prova.toml`.
+fn project_p(tasks: &str) -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "hello\n")
+        .file("p/prova.toml", tasks)
+}
+
 /// What `dir` holds, by name.
 fn left_in(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -183,12 +191,8 @@ fn a_proof_leaves_nothing_in_dev_shm() {
         prova_tests::skip_for_missing("libfaketime is not installed (apt-get install faketime)");
         return;
     }
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-        .file("p/src/a.txt", "hello\n")
-        .file(
-            "p/prova.toml",
-            r#"[tasks.plain]
+    let ws = project_p(
+        r#"[tasks.plain]
 command = "mkdir -p out && date > /dev/null && cat src/a.txt > out/a.txt"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
@@ -208,7 +212,7 @@ command = "mkdir -p out && test -z \"$FAKETIME\" && echo ok > out/ok.txt"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
 "#,
-        );
+    );
     let bin = tempfile::tempdir().expect("a directory for the fake bwrap");
     let unsandboxed = no_bwrap_path(bin.path());
     for (sandbox, path) in [("sandboxed", None), ("unsandboxed", Some(&unsandboxed))] {
@@ -242,12 +246,8 @@ fn a_proofs_first_root_is_on_dev_shm_and_a_killed_ones_goes_with_the_next_proof(
     if !prova_tests::verify::sandbox_or_skip() {
         return;
     }
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-        .file("p/src/a.txt", "hello\n")
-        .file(
-            "p/prova.toml",
-            r#"[tasks.hang]
+    let ws = project_p(
+        r#"[tasks.hang]
 command = "mkdir -p out && cat src/a.txt > out/a.txt && echo \"armed in $(pwd -P)\" && exec sleep 300"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
@@ -257,7 +257,7 @@ command = "mkdir -p out && echo \"ran in $(pwd -P)\" > out/where.txt"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
 "#,
-        );
+    );
     let shm = PrivateShm::new();
     let mut running = ws
         .prova(["run", "hang", "--all", "--verify=inputs", "--json"])
@@ -294,13 +294,8 @@ fn a_killed_reruns_clock_segment_is_removed_by_the_next_rerun() {
     }
     let marker = tempfile::tempdir().expect("a directory for the marker");
     let armed = marker.path().join("armed");
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-        .file("p/src/a.txt", "hello\n")
-        .file(
-            "p/prova.toml",
-            &format!(
-                r#"[tasks.hang]
+    let ws = project_p(&format!(
+        r#"[tasks.hang]
 command = "mkdir -p out && echo x > out/x.txt && if [ -n \"$FAKETIME\" ]; then echo $$ > {armed}.tmp && mv {armed}.tmp {armed} && exec sleep 300; fi"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
@@ -310,9 +305,8 @@ command = "mkdir -p out && echo q > out/q.txt"
 inputs = ["src/a.txt"]
 outputs = ["out/**"]
 "#,
-                armed = armed.display()
-            ),
-        );
+        armed = armed.display()
+    ));
     let bin = tempfile::tempdir().expect("a directory for the fake bwrap");
     let path = no_bwrap_path(bin.path());
     let shm = PrivateShm::new();
@@ -358,17 +352,13 @@ outputs = ["out/**"]
 #[test]
 fn what_a_killed_restore_left_is_no_input_and_the_next_run_removes_it() {
     for git in [false, true] {
-        let ws = TempWorkspace::new()
-            .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-            .file("p/src/a.txt", "hello\n")
-            .file(
-                "p/prova.toml",
-                r#"[tasks.build]
+        let ws = project_p(
+            r#"[tasks.build]
 command = "cat src/a.txt > out.txt && mkdir -p dist && cp out.txt dist/a.txt"
 inputs = ["**/*", "!out.txt", "!dist/**"]
 outputs = ["out.txt", "dist/**"]
 "#,
-            );
+        );
         if git {
             let ok = std::process::Command::new("git")
                 .args(["init", "-q"])
