@@ -12,9 +12,10 @@
 //!   its disk floor watches.
 //!
 //! `/dev/shm` is shared by every user of the machine: each user has a directory of its own
-//! there ([`owner_dir`]), and under it each worker the path of its work dir, so a root says
-//! which worker it belongs to, and a worker starting again finds what a killed one left
-//! (`crate::health::clean_exec_roots`).
+//! there ([`owner_dir`]), private (`0700`, never a link: [`owner_root_in`]) since the roots
+//! hold copies of the workspace's inputs, and under it each worker the path of its work dir,
+//! so a root says which worker it belongs to, and a worker starting again finds what a
+//! killed one left (`crate::health::clean_exec_roots`).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -37,9 +38,11 @@ pub const FIRST_ROOT_HEADROOM: u64 = 512 << 20;
 pub const FIRST_ROOT_FACTOR: u64 = 8;
 
 /// `/dev/shm` when it is a tmpfs (which lists directories in creation order), executable,
-/// writable, with more than `need` bytes free.
+/// writable, with more than `need` bytes free, and this user's directory there is private
+/// ([`owner_root_in`]).
 pub fn tmpfs_with_room(need: u64) -> Option<PathBuf> {
-    tmpfs_at(Path::new("/dev/shm"), need)
+    let shm = tmpfs_at(Path::new("/dev/shm"), need)?;
+    owner_root_in(&shm).map(|_| shm)
 }
 
 /// [`tmpfs_with_room`] for the mount at `shm`.
@@ -82,12 +85,35 @@ pub fn roots_dir(fs: &Path, work_dir: &Path, kind: &str) -> PathBuf {
     fs.join(owner_dir()).join(own)
 }
 
-/// This user's directory on `/dev/shm` ([`owner_dir`]), made if missing, canonical; `None`
-/// when it cannot be. A root under it prunes the empty directories spelling out its work
-/// dir up to here when it goes (`execroot::ExecRootSpec::prune_to`).
+/// This user's directory on `/dev/shm` ([`owner_root_in`]). A root under it prunes the empty
+/// directories spelling out its work dir up to here when it goes
+/// (`execroot::ExecRootSpec::prune_to`).
 pub fn owner_root() -> Option<PathBuf> {
-    let dir = Path::new("/dev/shm").join(owner_dir());
-    std::fs::create_dir_all(&dir).ok()?;
+    owner_root_in(Path::new("/dev/shm"))
+}
+
+/// This user's directory on the shared tmpfs `fs` ([`owner_dir`]), canonical: made `0700` if
+/// missing, and `None` unless it is then a real directory (not a link) this user owns. A
+/// looser mode (another umask made it) is tightened: the roots below hold copies of the
+/// workspace's inputs, which no other user of the machine may read.
+pub fn owner_root_in(fs: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let dir = fs.join(owner_dir());
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid {
+        tracing::warn!(dir = %dir.display(), "not a directory of this user's: no roots there");
+        return None;
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+    }
     dir.canonicalize().ok()
 }
 
@@ -122,6 +148,28 @@ mod tests {
         assert_eq!(tmpfs_at(Path::new("/dev/shm"), u64::MAX), None, "no room for that");
         assert_eq!(tmpfs_at(Path::new("/proc"), 0), None, "not a tmpfs");
         assert_eq!(tmpfs_at(Path::new("/dev/shm/prova-no-such-dir"), 0), None);
+    }
+
+    #[test]
+    fn this_users_directory_is_private_and_never_a_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).expect("there").permissions().mode() & 0o777;
+        let fs = tempfile::tempdir().expect("a stand-in for /dev/shm");
+        let mine = owner_root_in(fs.path()).expect("made");
+        assert_eq!(mode(&mine), 0o700);
+        // Made by another umask: tightened.
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(owner_root_in(fs.path()), Some(mine.clone()));
+        assert_eq!(mode(&mine), 0o700);
+        // A link planted under the name (another user's, on a shared tmpfs): refused.
+        let planted = tempfile::tempdir().expect("another");
+        let elsewhere = tempfile::tempdir().expect("elsewhere");
+        std::fs::set_permissions(elsewhere.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::os::unix::fs::symlink(elsewhere.path(), planted.path().join(owner_dir()))
+            .expect("a link");
+        assert_eq!(owner_root_in(planted.path()), None);
+        assert_eq!(mode(elsewhere.path()), 0o755, "its target untouched");
     }
 
     #[test]
