@@ -121,9 +121,14 @@ impl Task {
 
 /// Runs `argv` through the local executor with the host's baseline environment.
 async fn run(argv: Vec<String>, cwd: &Path) -> (ExitKind, String) {
+    run_within(argv, cwd, WAIT).await
+}
+
+/// [`run`], killed once it has run for `timeout`.
+async fn run_within(argv: Vec<String>, cwd: &Path, timeout: Duration) -> (ExitKind, String) {
     let mut req = ProcessRequest::new(argv, cwd);
     req.env = exec::env::baseline_env(|k| std::env::var(k).ok());
-    req.timeout = Some(WAIT);
+    req.timeout = Some(timeout);
     req.kill_grace = Duration::from_millis(500);
     let (tx, rx) = mpsc::channel(16);
     drop(rx); // the log is captured all the same
@@ -454,16 +459,9 @@ async fn a_traced_task_past_its_timeout_leaves_no_process() {
         let marker = format!("{}", 900_000 + u32::from(tracer == Tracer::Host));
         let script = format!("sleep {marker} & sleep {marker}");
         let inner = bwrap_argv(&t.cfg(), &exec::shell_argv(&script, &[]));
-        let mut req = ProcessRequest::new(strace_argv(&trace, &inner, tracer), t.root.path());
-        req.env = exec::env::baseline_env(|k| std::env::var(k).ok());
-        req.timeout = Some(Duration::from_secs(1));
-        req.kill_grace = Duration::from_millis(200);
-        let (tx, rx) = mpsc::channel(16);
-        drop(rx);
-        let io = ProcessIo { output: tx, ready: None };
-        let fut = LocalExecutor.run(req, io, CancellationToken::new());
-        let result = tokio::time::timeout(WAIT, fut).await.expect("bounded").expect("ran");
-        assert_eq!(result.exit, ExitKind::TimedOut, "{tracer:?}");
+        let argv = strace_argv(&trace, &inner, tracer);
+        let (exit, _) = run_within(argv, t.root.path(), Duration::from_secs(1)).await;
+        assert_eq!(exit, ExitKind::TimedOut, "{tracer:?}");
         let left: Vec<String> = std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
