@@ -170,6 +170,14 @@ mod tests {
             .expect("a link");
         assert_eq!(owner_root_in(planted.path()), None);
         assert_eq!(mode(elsewhere.path()), 0o755, "its target untouched");
+        // A real directory under the name that another user made first: refused too.
+        if nix::unistd::geteuid().is_root() {
+            let taken = tempfile::tempdir().expect("a third");
+            let theirs = taken.path().join(owner_dir());
+            std::fs::create_dir(&theirs).expect("their directory");
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+            assert_eq!(owner_root_in(taken.path()), None, "another user's directory");
+        }
     }
 
     #[test]
