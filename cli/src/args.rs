@@ -701,7 +701,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 
-    /// Execute every task (no cache reads) and overwrite entries.
+    /// Execute every task of the run (no cache reads) and overwrite entries; the dependencies
+    /// `--only` leaves out are still restored.
     #[arg(long, conflicts_with_all = ["no_cache", "cache"])]
     pub force: bool,
 

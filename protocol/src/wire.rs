@@ -274,6 +274,10 @@ pub struct RunOptionsWire {
     /// run, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "UpstreamMode::runs")]
     pub upstreams: UpstreamMode,
+    /// Restore the tasks the run leaves out (`upstreams`) even when `read` is off
+    /// (`--force` with `--only`). Omitted when off, so older frames are unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_left_out: bool,
 }
 
 /// What a run does with the tasks upstream of the ones asked for.

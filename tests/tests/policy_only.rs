@@ -212,3 +212,83 @@ fn on_the_farm_only_restores_cached_dependencies_and_refuses_the_rest() {
     excluded.assert_code(2);
     assert!(excluded.stderr.contains("use --only"), "{excluded}");
 }
+
+/// `--force` re-executes the tasks the run executes; under `--only` those are the tasks asked
+/// for, and the dependencies it leaves out are still restored from the cache (a run that
+/// could not read them would take them from disk, or refuse them under `--verify`).
+#[test]
+fn force_with_only_reruns_what_was_asked_and_restores_its_dependencies() {
+    let ws = ws();
+    ws.prova(["run", "build", "--all"]).run().assert_code(0);
+    std::fs::remove_dir_all(ws.path("gen/dist")).expect("rm gen/dist");
+
+    let out = ws.prova(["run", "build", "-p", "app", "--only", "--force", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("gen#build"), "hit", "a dependency left out is restored\n{out}");
+    assert_eq!(out.report("gen#build")["attempts"], 0, "gen did not run\n{out}");
+    assert_eq!(out.cache_of("gen#lint"), "hit", "{out}");
+    assert_eq!(out.report("app#build")["attempts"], 1, "--force re-executes app\n{out}");
+    assert_eq!(ws.read("gen/dist/out.txt"), "value 1\n");
+    assert_eq!(ws.read("app/dist/app.txt"), "value 1\napp\n");
+
+    // The proof that needs `--force` to run at all takes gen's artifact from the cache.
+    let out =
+        ws.prova(["run", "build", "-p", "app", "--only", "--force", "--verify", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.cache_of("gen#build"), "hit", "{out}");
+    let verdicts = out.report("app#build")["verdicts"].to_string();
+    assert!(verdicts.contains("proven"), "app is proven on gen's artifact: {verdicts}\n{out}");
+
+    // Asked for by name, gen re-executes too.
+    let out = ws.prova(["run", "build", "-p", "gen", "-p", "app", "--only", "--force", "--json"]);
+    let out = out.run();
+    out.assert_code(0);
+    assert_eq!(out.report("gen#build")["attempts"], 1, "{out}");
+    assert_eq!(out.report("app#build")["attempts"], 1, "{out}");
+
+    // Without `--only` every task of the run re-executes, dependencies included.
+    let out = ws.prova(["run", "build", "-p", "app", "--force", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(out.report("gen#build")["attempts"], 1, "{out}");
+    assert_eq!(out.report("gen#lint")["attempts"], 1, "{out}");
+
+    // A dry run says the same.
+    let text = ws.prova(["run", "build", "-p", "app", "--only", "--force", "--dry-run"]).run();
+    text.assert_code(0);
+    let gen_line = text.stdout.lines().find(|l| l.contains("gen#build")).unwrap_or_default();
+    assert!(gen_line.contains("hit: would restore"), "{text}");
+    let app_line = text.stdout.lines().find(|l| l.contains("app#build")).unwrap_or_default();
+    assert!(!app_line.contains("hit"), "{text}");
+}
+
+/// `--force` does not make `--cache local:w` (reads off, asked for by name) read, and does
+/// not make `--exclude-dependencies` restore.
+#[test]
+fn force_reads_nothing_the_run_was_told_not_to_read() {
+    let ws = ws();
+    ws.prova(["run", "build", "--all"]).run().assert_code(0);
+    let out = ws.prova(["run", "build", "-p", "app", "--only", "--cache", "local:w", "--json"]);
+    let out = out.run();
+    out.assert_code(0);
+    not_run(&out, "gen#build", "outputs on disk were used");
+
+    std::fs::remove_dir_all(ws.path("gen/dist")).expect("rm gen/dist");
+    let args = ["run", "build", "-p", "app", "--exclude-dependencies", "--force", "--json"];
+    let out = ws.prova(args).run();
+    out.assert_code(1);
+    not_run(&out, "gen#build", "--exclude-dependencies");
+    assert!(!ws.path("gen/dist").exists(), "nothing was restored");
+}
+
+#[test]
+fn on_the_farm_force_with_only_restores_the_dependencies_it_leaves_out() {
+    let farm = Cluster::start(2);
+    let ws = ws();
+    farm.run(&ws, ["build", "--all"]).assert_code(0);
+    let out = farm.run(&ws, ["build", "-p", "app", "--only", "--force", "--json"]);
+    out.assert_code(0);
+    assert_eq!(out.cache_of("gen#build"), "hit", "{out}");
+    assert_eq!(out.report("gen#build")["attempts"], 0, "{out}");
+    assert_eq!(out.report("app#build")["attempts"], 1, "{out}");
+    assert_eq!(ws.read("app/dist/app.txt"), "value 1\napp\n");
+}

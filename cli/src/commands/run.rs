@@ -273,11 +273,14 @@ impl Act<'_> {
             }
         };
         let probed = std::time::Instant::now();
-        let hits = match &reapi {
-            _ if !self.s.cache.local.read => HashMap::new(),
+        let (policy, upstreams) = (self.s.cache.local, self.s.options.upstreams);
+        let mut hits = match &reapi {
+            _ if !policy.reads_any(upstreams) => HashMap::new(),
             Some(r) => presolve(&mut prepared, |ks| r.probe(ks)).await?,
             None => presolve(&mut prepared, |ks| layer.probe(ks)).await?,
         };
+        // `--force`: only the tasks the run leaves out are restored.
+        hits.retain(|&i, _| policy.reads(upstreams, &prepared.plan.tasks[i]));
         tracing::debug!(elapsed = ?probed.elapsed(), hits = hits.len(), "cache probed");
         self.refuse_unsandboxed(&prepared, &hits)?;
         if self.s.dry_run {

@@ -42,14 +42,19 @@ pub(super) async fn start(
     let mut keys = farm_keys(&plan, &tasks);
     let tmp: PathBuf = shared.tmp.clone();
     let layer = layer_of(shared, &namespace, &tmp);
-    let policy = CachePolicy { read: options.read, write: options.write };
-    let hits = if policy.read {
+    let policy = CachePolicy {
+        read: options.read,
+        write: options.write,
+        read_left_out: options.read_left_out,
+    };
+    let mut hits = if policy.reads_any(options.upstreams) {
         crate::keys::progressive::presolve(&plan, &mut keys, |ks| layer.lookup(ks))
             .await
             .map_err(EdgeError::Layer)?
     } else {
         HashMap::new()
     };
+    hits.retain(|&i, _| policy.reads(options.upstreams, &plan.tasks[i]));
     let own_logs = layer.clone();
     let (events, events_rx) = run_events(&plan);
     let (done_tx, done_rx) = oneshot::channel();

@@ -17,6 +17,7 @@ use prova_protocol::events::{CacheStatus, TaskReport, TaskStatus, Verdict};
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::manifest::OutputManifest;
 use prova_protocol::spec::ExitKind;
+use prova_protocol::wire::UpstreamMode;
 use prova_protocol::work::{Finished, Outputs};
 use prova_protocol::{AttemptId, Digest, WorkerId};
 
@@ -149,12 +150,13 @@ pub(crate) struct CacheUse {
 }
 
 impl CacheUse {
-    /// For `task` under the run's policy (`None`: the run has no cache).
-    pub(super) fn of(task: &PlannedTask, policy: Option<CachePolicy>) -> Self {
+    /// For `task` under the run's policy (`None`: the run has no cache), its dependencies
+    /// `mode`.
+    pub(super) fn of(task: &PlannedTask, policy: Option<CachePolicy>, mode: UpstreamMode) -> Self {
         let cacheable = task.cacheable && policy.is_some();
         Self {
             cacheable,
-            reads: cacheable && policy.is_some_and(|p| p.read),
+            reads: cacheable && policy.is_some_and(|p| p.reads(mode, task)),
             writes: cacheable && policy.is_some_and(|p| p.write),
         }
     }

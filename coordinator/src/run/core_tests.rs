@@ -63,7 +63,7 @@ fn report(verdicts: Vec<Verdict>) -> TaskReport {
     }
 }
 
-const READ_WRITE: CachePolicy = CachePolicy { read: true, write: true };
+const READ_WRITE: CachePolicy = CachePolicy::READ_WRITE;
 
 #[test]
 fn a_command_succeeds_on_exit_zero_and_fails_otherwise() {
@@ -124,29 +124,44 @@ fn a_report_whose_manifest_leaves_the_outputs_or_lies_about_its_fingerprint_is_r
 
 #[test]
 fn the_cache_policy_decides_what_a_task_may_restore_and_save() {
+    let run = UpstreamMode::Run;
     let cacheable = task("build", TaskKind::Command, true, vec![]);
     let none = CacheUse { cacheable: false, reads: false, writes: false };
-    assert_eq!(CacheUse::of(&cacheable, None), none);
+    assert_eq!(CacheUse::of(&cacheable, None, run), none);
     assert_eq!(
-        CacheUse::of(&cacheable, Some(READ_WRITE)),
+        CacheUse::of(&cacheable, Some(READ_WRITE), run),
         CacheUse { cacheable: true, reads: true, writes: true }
     );
-    // --force: write only; --no-cache reaches here as no cache at all.
+    // `--cache local:w`: write only; --no-cache reaches here as no cache at all.
+    let write_only = CacheUse { cacheable: true, reads: false, writes: true };
+    assert_eq!(CacheUse::of(&cacheable, Some(CachePolicy::of(false, true)), run), write_only);
     assert_eq!(
-        CacheUse::of(&cacheable, Some(CachePolicy { read: false, write: true })),
-        CacheUse { cacheable: true, reads: false, writes: true }
-    );
-    assert_eq!(
-        CacheUse::of(&cacheable, Some(CachePolicy { read: false, write: false })),
+        CacheUse::of(&cacheable, Some(CachePolicy::OFF), run),
         CacheUse { cacheable: true, reads: false, writes: false }
     );
+    // `--force`: a task the run executes is never restored, whatever the mode.
+    for mode in [run, UpstreamMode::Only, UpstreamMode::Exclude] {
+        assert_eq!(CacheUse::of(&cacheable, Some(CachePolicy::FORCE), mode), write_only);
+    }
+    // ... but a dependency `--only` leaves out is: the run could not run it.
+    let left_out = PlannedTask { requested: false, ..cacheable.clone() };
+    let read_write = CacheUse { cacheable: true, reads: true, writes: true };
+    assert_eq!(CacheUse::of(&left_out, Some(CachePolicy::FORCE), UpstreamMode::Only), read_write);
+    assert_eq!(CacheUse::of(&left_out, Some(CachePolicy::FORCE), run), write_only);
+    // `--exclude-dependencies` restores nothing it leaves out, and `local:w` reads nothing.
+    let excluded = CacheUse::of(&left_out, Some(CachePolicy::FORCE), UpstreamMode::Exclude);
+    assert_eq!(excluded, write_only);
+    let told_not = CacheUse::of(&left_out, Some(CachePolicy::of(false, true)), UpstreamMode::Only);
+    assert_eq!(told_not, write_only);
+    assert!(CachePolicy::FORCE.reads_any(UpstreamMode::Only));
+    assert!(!CachePolicy::FORCE.reads_any(run) && !CachePolicy::of(false, true).reads_any(run));
     // `cache = false`, a persistent task, a group: never restored, never saved.
     for t in [
         task("dev", TaskKind::Persistent, false, vec![]),
         task("all", TaskKind::Group, false, vec![]),
         task("lint", TaskKind::Command, false, vec![]),
     ] {
-        assert_eq!(CacheUse::of(&t, Some(READ_WRITE)), none, "{}", t.id);
+        assert_eq!(CacheUse::of(&t, Some(READ_WRITE), run), none, "{}", t.id);
     }
 }
 

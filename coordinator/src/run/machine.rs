@@ -392,7 +392,7 @@ impl Run {
     /// it folds by outputs is unresolved, [`crate::keys::progressive`]).
     pub(super) fn cache_use(&self, node: usize) -> CacheUse {
         let policy = self.cache.as_ref().filter(|c| c.keys.key(node).is_some()).map(|c| c.policy);
-        CacheUse::of(&self.plan.tasks[node], policy)
+        CacheUse::of(&self.plan.tasks[node], policy, self.options.upstreams)
     }
 
     pub(super) fn cacheable(&self, node: usize) -> bool {

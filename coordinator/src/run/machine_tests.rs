@@ -154,7 +154,7 @@ impl Drive {
             .collect();
         let cache = CacheSide {
             layer: "local",
-            policy: CachePolicy { read: true, write: true },
+            policy: CachePolicy::READ_WRITE,
             keys,
             hits,
             staging: PathBuf::from("/ws/.prova/tmp"),

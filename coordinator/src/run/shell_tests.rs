@@ -91,7 +91,7 @@ fn world(n: usize) -> World {
         first_attempt: 1,
         cache: Some(RunCache {
             layer: Arc::new(layer),
-            policy: CachePolicy { read: true, write: true },
+            policy: CachePolicy::READ_WRITE,
             keys,
             hits,
             staging: cache_dir.path().join("tmp"),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use prova_protocol::events::{RunEvent, RunSummary};
+use prova_protocol::wire::UpstreamMode;
 use prova_protocol::{TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 
@@ -12,7 +13,7 @@ use super::WorkSink;
 use crate::cache::Entry;
 use crate::keys::PlanKeys;
 use crate::layers::CacheLayer;
-use crate::plan::RunPlan;
+use crate::plan::{PlannedTask, RunPlan};
 
 /// Knobs of a run.
 #[derive(Clone, Debug, Default)]
@@ -24,7 +25,7 @@ pub struct RunOptions {
     /// `--verify`.
     pub verify: VerifyOptions,
     /// `--only` / `--exclude-dependencies`: what becomes of the tasks not asked for.
-    pub upstreams: prova_protocol::wire::UpstreamMode,
+    pub upstreams: UpstreamMode,
 }
 
 /// What a run proves about the tasks it executes (`--verify`, brief §1).
@@ -50,13 +51,45 @@ impl VerifyOptions {
     }
 }
 
-/// Whether a run reads and writes the cache (`--force`: write only; `--no-cache`: neither).
+/// Whether a run reads and writes the cache (`--force`: reads only for the tasks it does not
+/// execute; `--no-cache`: neither).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CachePolicy {
     /// Hits are restored.
     pub read: bool,
     /// Executions are saved.
     pub write: bool,
+    /// Hits of the tasks the run leaves out (`--only`'s dependencies) are restored even when
+    /// `read` is off: `--force` re-executes the tasks the run executes, and a left-out task
+    /// that could not be restored would be taken from disk, or refused under `--verify`.
+    pub read_left_out: bool,
+}
+
+impl CachePolicy {
+    /// Reads and writes.
+    pub const READ_WRITE: Self = Self::of(true, true);
+    /// Neither (`--no-cache`).
+    pub const OFF: Self = Self::of(false, false);
+    /// `--force`: saves every execution, restores only the tasks the run leaves out.
+    pub const FORCE: Self = Self { read: false, write: true, read_left_out: true };
+
+    /// Reads when `read`, writes when `write`, for every task alike.
+    pub const fn of(read: bool, write: bool) -> Self {
+        Self { read, write, read_left_out: false }
+    }
+
+    /// Whether a hit of `task` is restored when the run's dependencies are `mode`.
+    pub fn reads(&self, mode: UpstreamMode, task: &PlannedTask) -> bool {
+        self.read
+            || (self.read_left_out
+                && super::excluded::step(mode, task) == super::excluded::Step::RestoreElseAssume)
+    }
+
+    /// Whether any task's hit may be restored when the run's dependencies are `mode` (the
+    /// cache is looked up before the run).
+    pub fn reads_any(&self, mode: UpstreamMode) -> bool {
+        self.read || (self.read_left_out && mode == UpstreamMode::Only)
+    }
 }
 
 /// The cache side of a run.

@@ -828,6 +828,7 @@ pub(crate) fn goldens() -> Vec<Golden> {
         verify_allow: vec![task("lib", "bench")],
         verify_sample: Some(prova_protocol::wire::VerifySample { ppm: 100_000, seed: 7 }),
         upstreams: prova_protocol::wire::UpstreamMode::Only,
+        read_left_out: true,
     };
     let artifact = TaskArtifact {
         task: task("@acme/web", "build"),

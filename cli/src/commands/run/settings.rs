@@ -286,6 +286,7 @@ impl RunSettings {
             continue_on_failure: options.continue_on_failure,
             read: policy.read,
             write: policy.write,
+            read_left_out: policy.read_left_out,
             verify: [
                 (Proof::Determinism, options.verify.determinism),
                 (Proof::Inputs, options.verify.inputs),
@@ -335,21 +336,19 @@ fn required(args: &RunArgs, config_required: bool) -> Option<&'static str> {
 
 /// `--no-cache`, `--force`, `--cache SPEC`, `--cache-dir`.
 fn cache_settings(args: &RunArgs, dir: PathBuf) -> CacheSettings {
-    let on = CachePolicy { read: true, write: true };
-    let off = CachePolicy { read: false, write: false };
-    let write_only = CachePolicy { read: false, write: true };
+    let (on, off) = (CachePolicy::READ_WRITE, CachePolicy::OFF);
     let (local, farm) = if args.no_cache {
         (off, off)
     } else if args.force {
-        (write_only, write_only)
+        (CachePolicy::FORCE, CachePolicy::FORCE)
     } else if let Some(spec) = args.cache {
         // The REAPI layer files what it finds locally, so it reads and writes through it.
         // A `--cache` that leaves the farm out neither reads nor writes it (as Turborepo's
         // `--cache=local:rw` leaves its remote cache out).
         let reapi = spec.reapi.unwrap_or_default();
         (
-            CachePolicy { read: spec.read || reapi.read, write: spec.write || reapi.write },
-            spec.farm.map_or(off, |m| CachePolicy { read: m.read, write: m.write }),
+            CachePolicy::of(spec.read || reapi.read, spec.write || reapi.write),
+            spec.farm.map_or(off, |m| CachePolicy::of(m.read, m.write)),
         )
     } else {
         (on, on)

@@ -60,10 +60,9 @@ fn reapi() -> ReapiConfig {
     }
 }
 
-const RW: CachePolicy = CachePolicy { read: true, write: true };
-const OFF: CachePolicy = CachePolicy { read: false, write: false };
-const WRITE: CachePolicy = CachePolicy { read: false, write: true };
-const READ: CachePolicy = CachePolicy { read: true, write: false };
+const RW: CachePolicy = CachePolicy::READ_WRITE;
+const OFF: CachePolicy = CachePolicy::OFF;
+const READ: CachePolicy = CachePolicy::of(true, false);
 
 #[test]
 fn defaults_use_every_core_the_local_cache_and_wait_for_the_lock() {
@@ -105,7 +104,10 @@ fn cache_flags_decide_the_policies_and_how_the_cache_opens() {
     assert_eq!((s.cache.open_local, s.cache.open_remote), (CacheMode::Scratch, CacheMode::Scratch));
     assert!(s.cache.off && !s.cache.writes_local);
     let s = resolve("build --force");
-    assert_eq!((s.cache.local, s.cache.farm), (WRITE, WRITE));
+    let force = CachePolicy::FORCE;
+    assert_eq!((s.cache.local, s.cache.farm), (force, force));
+    assert!(!force.read && force.write && force.read_left_out);
+    assert!(s.wire_options().read_left_out, "the farm restores what --only leaves out");
     assert_eq!(s.cache.open_local, CacheMode::ReadWrite);
     let s = resolve("build --cache local:r");
     assert_eq!((s.cache.local, s.cache.farm), (READ, OFF), "a --cache without farm leaves it out");
