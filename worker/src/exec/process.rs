@@ -47,6 +47,8 @@ pub(crate) async fn run(
     };
     let start = StdInstant::now();
     let marker = cmd.marker.clone();
+    // Before the spawn: every process of the tree is younger.
+    let since = tree::Since::now();
     let child = match spawn::spawn(cmd).await? {
         Ok(child) => child,
         Err(e) => {
@@ -56,7 +58,7 @@ pub(crate) async fn run(
     };
     let pid = child.pid;
     // From here on, leaving early (error or drop) kills the group.
-    let mut guard = GroupGuard { pid, marker: marker.clone(), armed: true };
+    let mut guard = GroupGuard { pid, marker: marker.clone(), since, armed: true };
     let pipes =
         attach_pipes(child).map_err(|source| ExecError::Pipes { pid: pid.as_raw(), source })?;
 
@@ -72,7 +74,8 @@ pub(crate) async fn run(
     let outcome = {
         let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
         let exit_wait = OwnedTask::spawn_blocking("exec.wait-exit", move || wait_exit(pid));
-        let mut sup = Supervisor { pid, marker, pump, pump_done: false, exit_wait, exited: None };
+        let mut sup =
+            Supervisor { pid, marker, since, pump, pump_done: false, exit_wait, exited: None };
         sup.supervise(&req, &cancel, &mut guard).await
     };
     let (exit, status_time, rusage, leaked) = match outcome {
@@ -128,6 +131,8 @@ struct Supervisor<'a, P> {
     pid: Pid,
     /// The execution's tree marker (`tree`): finds what left the group.
     marker: String,
+    /// Taken before the spawn: what carries the marker is younger.
+    since: tree::Since,
     /// Reads the pipes to EOF; polled alongside everything else so output never stalls.
     pump: Pin<&'a mut P>,
     pump_done: bool,
@@ -154,16 +159,16 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
         // get the grace to finish, ended early once the child is gone and the pipes are closed.
         // (Looked for before the group signal, so what was running is counted, not only what
         // outlived a SIGTERM.)
-        let marker = self.marker.clone();
+        let (marker, since) = (self.marker.clone(), self.since);
         let pid = self.pid;
         let exited = stop == Stop::Exited;
         let left = blocking(move || {
             // After a natural exit, a member caught in its own exit (a sandbox's init tearing
             // down with the task) is no leak: only what is still there once the tree settled.
             let left = if exited {
-                tree::find_settled(tree::Select::Task(&marker), tree::SETTLE)
+                tree::find_settled(tree::Select::Task(&marker, since), tree::SETTLE)
             } else {
-                tree::find(tree::Select::Task(&marker))
+                tree::find(tree::Select::Task(&marker, since))
             };
             signal_group(pid, Signal::SIGTERM);
             tree::signal_all(&left, Signal::SIGTERM);
@@ -177,7 +182,7 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
             // Nothing carries the marker if the first look found nothing: only a member can
             // start another.
             let marker = self.marker.clone();
-            blocking(move || tree::sweep(tree::Select::Task(&marker))).await?;
+            blocking(move || tree::sweep(tree::Select::Task(&marker, since))).await?;
         }
         if !self.wait_for(Instant::now() + KILL_WAIT_LIMIT, |s| s.exited.is_some()).await? {
             return Err(ExecError::Unkillable { pid: self.pid.as_raw(), waited: KILL_WAIT_LIMIT });
@@ -328,6 +333,8 @@ struct GroupGuard {
     pid: Pid,
     /// The execution's tree marker: what left the group is swept too.
     marker: String,
+    /// Taken before the spawn ([`Supervisor::since`]).
+    since: tree::Since,
     /// Cleared just before the child is reaped: from then on its pid may be reused.
     armed: bool,
 }
@@ -339,9 +346,9 @@ impl Drop for GroupGuard {
         }
         signal_group(self.pid, Signal::SIGKILL);
         let pid = self.pid;
-        let marker = std::mem::take(&mut self.marker);
+        let (marker, since) = (std::mem::take(&mut self.marker), self.since);
         let reap_it = move || {
-            tree::sweep(tree::Select::Task(&marker));
+            tree::sweep(tree::Select::Task(&marker, since));
             if let Err(e) = reap(pid) {
                 tracing::debug!(pid = pid.as_raw(), error = %e, "background reap failed");
             }

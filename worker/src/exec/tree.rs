@@ -12,6 +12,8 @@
 //! - Each execution gets its own marker ([`new_marker`]): at the task's end [`sweep`] kills
 //!   what carries it (`process` does this after the group kill, and names the leftovers in
 //!   the task's log).
+//! - A look for one execution's processes passes over those older than its start ([`Since`])
+//!   without reading their environment.
 //! - Every marker of this prova shares the run nonce ([`run_nonce`]): the guardian
 //!   (`guardian`) kills every process carrying it when prova dies, SIGKILL included.
 //!
@@ -78,8 +80,9 @@ pub(crate) fn marker_value(marker: &str) -> String {
 /// Which processes a scan selects.
 #[derive(Clone, Copy, Debug)]
 pub enum Select<'a> {
-    /// Those of one execution: `PROVA_TREE` is exactly this marker.
-    Task(&'a str),
+    /// Those of one execution: `PROVA_TREE` is exactly this marker. Every one started after
+    /// the [`Since`], taken before the execution's first process was spawned.
+    Task(&'a str, Since),
     /// Those of every execution of one prova: `PROVA_TREE` starts with `<nonce>.`.
     Run(&'a str),
 }
@@ -87,12 +90,90 @@ pub enum Select<'a> {
 impl Select<'_> {
     fn matches(&self, value: &[u8]) -> bool {
         match self {
-            Select::Task(m) => value == m.as_bytes(),
+            Select::Task(m, _) => value == m.as_bytes(),
             Select::Run(nonce) => {
                 value.strip_prefix(nonce.as_bytes()).is_some_and(|rest| rest.first() == Some(&b'.'))
             }
         }
     }
+}
+
+/// When an execution started, for a scan to pass over the processes that are older without
+/// reading their environment (a process's is the costliest file `/proc` has to read: the
+/// kernel maps the process's memory for it; on a desktop with a few hundred processes, that
+/// read was most of a trivial task's cost). A process's age is read from the change time of
+/// its `/proc/<pid>` directory, which the kernel sets when it makes that inode: never before
+/// the process exists, as the inode belongs to the process (a reused pid gets a new one),
+/// and later whenever the inode was dropped and made again. A member started after the
+/// execution began, so its directory is never older than the start; a process passed over
+/// had its directory before the start, so was running before it.
+///
+/// The start is the kernel's wall clock too, read as the change time of a new pipe — not
+/// `clock_gettime`, which an `LD_PRELOAD` (libfaketime, under a determinism re-run of a
+/// prova run as a task) can move. It is compared with [`SINCE_SLACK`] of slack (the
+/// kernel's coarse ticks), and a scan that finds the wall clock moved against the boot clock
+/// by more than half of that since the start (a step of the clock, or a faked boot clock
+/// that does not keep time) passes over nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Since {
+    /// The kernel's wall clock and the boot clock at the start, in nanoseconds; `None` when
+    /// either could not be read (scans then pass over nothing).
+    clocks: Option<(i128, i128)>,
+}
+
+/// How much older than the execution's start a process's `/proc` directory must be before a
+/// scan passes over it: far above the kernel's tick.
+pub const SINCE_SLACK: Duration = Duration::from_secs(2);
+
+/// The kernel's wall clock now (in its coarse ticks): the change time of a new pipe.
+fn kernel_wall_ns() -> Option<i128> {
+    let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+    let st = nix::sys::stat::fstat(&read).ok()?;
+    Some(i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec))
+}
+
+/// The boot clock now, in nanoseconds.
+fn boot_ns() -> Option<i128> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec; clock_gettime writes only it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) };
+    (rc == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+}
+
+/// The kernel's wall clock and the boot clock, now.
+fn clocks() -> Option<(i128, i128)> {
+    Some((kernel_wall_ns()?, boot_ns()?))
+}
+
+impl Since {
+    /// Now: to be taken before the execution's first process is spawned.
+    pub fn now() -> Self {
+        Self { clocks: clocks() }
+    }
+
+    /// A start no process is older than: every scan reads every process.
+    pub const ANY: Self = Self { clocks: None };
+
+    /// The change time (ns since the epoch) below which a `/proc/<pid>` directory belongs to
+    /// a process older than the start, for a scan now; `None` (pass over nothing) when the
+    /// wall clock moved against the boot clock by more than half the slack since the start.
+    fn older_than(&self) -> Option<i128> {
+        let (wall, boot) = self.clocks?;
+        let slack = i128::try_from(SINCE_SLACK.as_nanos()).ok()?;
+        let (wall_now, boot_now) = clocks()?;
+        let moved = (wall_now - wall) - (boot_now - boot);
+        (moved.abs() <= slack / 2).then_some(wall - slack)
+    }
+}
+
+/// Whether `/proc/<pid>` changed before `older_than` (ns since the epoch): a process that
+/// was running before the execution started. Unknown (gone, unreadable) is not older.
+fn older(proc_fd: &std::fs::File, pid: u32, older_than: i128) -> bool {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::fstatat;
+    fstatat(proc_fd, pid.to_string().as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec) < older_than
+    })
 }
 
 /// A process found carrying a marker.
@@ -106,10 +187,11 @@ pub struct Member {
 
 /// The live processes of this user that `select` picks (never this process itself).
 ///
-/// One look reads `/proc` and, for each process, opens its `environ` relative to an open
-/// `/proc` (one path component, not three) and takes the owner from that open file, not
-/// from a separate `stat` of its directory: every task's end looks once, and with many short
-/// tasks these path walks were most of the executor's kernel time.
+/// One look reads `/proc` and, for each process not older than the execution ([`Since`]: one
+/// `stat` of its directory relative to the open `/proc`), opens its `environ` relative to
+/// that `/proc` (one path component, not three) and takes the owner from that open file:
+/// every task's end looks once, and with many short tasks these reads were most of the
+/// executor's kernel time.
 pub fn find(select: Select<'_>) -> Vec<Member> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
@@ -117,11 +199,16 @@ pub fn find(select: Select<'_>) -> Vec<Member> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let key = format!("{MARKER_VAR}=");
+    let older_than = match select {
+        Select::Task(_, since) => since.older_than(),
+        Select::Run(_) => None,
+    };
     dir.filter_map(Result::ok)
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             (pid != me).then_some(pid)
         })
+        .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
         .filter(|&pid| {
             read_environ(&proc_fd, pid, uid).is_some_and(|env| {
                 env.split(|&b| b == 0)
@@ -253,8 +340,8 @@ mod tests {
         assert!(Select::Run("ab").matches(b"ab.1"));
         assert!(!Select::Run("ab").matches(b"abc.1"));
         assert!(!Select::Run("ab").matches(b"ab"));
-        assert!(Select::Task("ab.1").matches(b"ab.1"));
-        assert!(!Select::Task("ab.1").matches(b"ab.12"));
+        assert!(Select::Task("ab.1", Since::ANY).matches(b"ab.1"));
+        assert!(!Select::Task("ab.1", Since::ANY).matches(b"ab.12"));
     }
 
     #[test]
@@ -269,6 +356,7 @@ mod tests {
     /// named, and killed by the sweep; one carrying another marker is left alone.
     #[test]
     fn a_marked_process_is_found_and_swept_and_another_marker_is_not() {
+        let since = Since::now();
         let (marker, other) = (new_marker(), new_marker());
         let start = |m: &str| {
             std::process::Command::new("sleep")
@@ -278,15 +366,48 @@ mod tests {
                 .expect("sleep")
         };
         let (mut mine, mut theirs) = (start(&marker), start(&other));
-        let found = find(Select::Task(&marker));
+        let found = find(Select::Task(&marker, since));
         let pids: Vec<i32> = found.iter().map(|m| m.pid).collect();
         assert_eq!(pids, [i32::try_from(mine.id()).expect("a pid")]);
         assert_eq!(found[0].comm, "sleep");
-        assert_eq!(sweep(Select::Task(&marker)).len(), 1);
+        assert_eq!(sweep(Select::Task(&marker, since)).len(), 1);
         assert!(!mine.wait().expect("reaped").success(), "killed, not finished");
         assert!(theirs.try_wait().expect("a status").is_none(), "another task's was killed");
         let _ = theirs.kill();
         let _ = theirs.wait();
+    }
+
+    /// A scan passes over a process that was running before the execution started, reads
+    /// every one when the start is unknown, and every one when the wall clock moved against
+    /// the boot clock since the start (a clock step could make a member look older).
+    #[test]
+    fn a_process_older_than_the_start_is_passed_over_unless_the_clock_moved() {
+        let marker = new_marker();
+        let mut old = std::process::Command::new("sleep")
+            .arg("30")
+            .env(MARKER_VAR, marker_value(&marker))
+            .spawn()
+            .expect("sleep");
+        let pid = i32::try_from(old.id()).expect("a pid");
+        let (wall, boot) = clocks().expect("the clocks");
+        let ten = 10 * 1_000_000_000;
+        // An execution that started ten seconds from now: `sleep` is older.
+        let later = Since { clocks: Some((wall + ten, boot + ten)) };
+        let pids = |since| -> Vec<i32> {
+            find(Select::Task(&marker, since)).iter().map(|m| m.pid).collect()
+        };
+        let none: Vec<i32> = Vec::new();
+        assert_eq!(pids(later), none, "older than the start: passed over");
+        assert_eq!(pids(Since::ANY), [pid]);
+        // The same start, but the wall clock has stepped by ten seconds against the boot
+        // clock since (or the boot clock read then was faked).
+        let stepped = Since { clocks: Some((wall + ten, boot)) };
+        assert_eq!(pids(stepped), [pid], "a stepped clock passes over nothing");
+        // Within the slack of the start, it is read.
+        let just_after = Since { clocks: Some((wall + ten / 10, boot + ten / 10)) };
+        assert_eq!(pids(just_after), [pid]);
+        let _ = old.kill();
+        let _ = old.wait();
     }
 
     #[test]
