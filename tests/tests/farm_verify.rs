@@ -116,12 +116,14 @@ fn the_rerun_lands_on_the_other_worker() {
 }
 
 /// Writes `out/same.txt` (its input) and `out/where.txt`: the `workers/<name>` part of its
-/// exec root's path — the same for every execution on one worker, different on another.
+/// exec root's path, or of its `TMPDIR` (a re-run's root on `/dev/shm` is named by a hash
+/// of the worker's work dir) — the same for every execution on one worker, different on
+/// another.
 fn where_() -> String {
     task(
         "where",
         "echo ran in $(pwd) && mkdir -p out && cat src/a.txt > out/same.txt && \
-         pwd | grep -o 'workers/w[0-9]*' > out/where.txt",
+         { pwd; echo $TMPDIR; } | grep -o 'workers/w[0-9]*' | head -n 1 > out/where.txt",
         &["out/same.txt", "out/where.txt"],
     )
 }

@@ -104,8 +104,8 @@ pub struct ExecRootSpec {
     /// What a file among `stand_ins` is.
     pub stand_in_files: StandInFiles,
     /// An existing ancestor of the root's parent up to which the parents the root leaves
-    /// empty are removed with it (a re-run's parent on a shared tmpfs spells out the whole
-    /// work dir path). Making and pruning such a chain hold an `flock` on this directory,
+    /// empty are removed with it (a parent on a shared tmpfs: this user's directory, the
+    /// worker's, the kind of root). Making and pruning such a chain hold an `flock` on this directory,
     /// so no root is made in a parent another's removal is pruning.
     pub prune_to: Option<PathBuf>,
 }

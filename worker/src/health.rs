@@ -414,13 +414,9 @@ fn clean_shm_roots(shm: &Path, work_dir: &Path) -> usize {
     if !owned {
         return 0;
     }
-    let mut dir = mine;
-    for part in work_dir.strip_prefix("/").unwrap_or(work_dir) {
-        match dir.open_dir(part) {
-            Ok(d) => dir = d,
-            Err(_) => return 0,
-        }
-    }
+    let Ok(dir) = mine.open_dir(OsStr::new(&crate::shmroots::worker_dir(work_dir))) else {
+        return 0;
+    };
     crate::shmroots::KINDS
         .iter()
         .map(|kind| {

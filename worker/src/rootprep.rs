@@ -180,7 +180,8 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     let hint = root_hint(a);
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
         let mut spec = spec;
-        // A parent on the shared tmpfs spells out the work dir: pruned when the root goes.
+        // A parent on the shared tmpfs (the worker's directory there): pruned when the root
+        // goes.
         if parent.starts_with("/dev/shm") {
             spec.prune_to = crate::shmroots::owner_root();
         }

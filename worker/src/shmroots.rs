@@ -13,9 +13,9 @@
 //!
 //! `/dev/shm` is shared by every user of the machine: each user has a directory of its own
 //! there ([`owner_dir`]), private (`0700`, never a link: [`owner_root_in`]) since the roots
-//! hold copies of the workspace's inputs, and under it each worker the path of its work dir,
-//! so a root says which worker it belongs to, and a worker starting again finds what a
-//! killed one left (`crate::health::clean_exec_roots`).
+//! hold copies of the workspace's inputs, and under it each worker a directory named by its
+//! work dir's hash ([`worker_dir`]), so a worker starting again finds what a killed one left
+//! (`crate::health::clean_exec_roots`).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -78,16 +78,24 @@ pub fn first_root_parent(work_dir: &Path, bytes: u64) -> PathBuf {
 
 /// The directory under `fs` (a tmpfs) holding the `kind` roots ([`ROOTS`], [`RERUN_ROOTS`])
 /// of the worker whose work dir is `work_dir`: this user's directory, then the work dir's
-/// path.
+/// [`worker_dir`].
 pub fn roots_dir(fs: &Path, work_dir: &Path, kind: &str) -> PathBuf {
-    let default = work_dir.join(kind);
-    let own = default.strip_prefix("/").unwrap_or(&default);
-    fs.join(owner_dir()).join(own)
+    fs.join(owner_dir()).join(worker_dir(work_dir)).join(kind)
+}
+
+/// The name of the worker whose work dir is `work_dir` under this user's directory: 16 hex
+/// digits of the path's BLAKE3. One component, not the work dir's path spelled out: a
+/// sandbox's bubblewrap resolves every component of every path it mounts, one `readlink`
+/// and one `stat` each, and under strace each is a stop (the roots of a workspace five
+/// levels deep cost a traced execution about 10 ms more).
+pub fn worker_dir(work_dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let hash = blake3::hash(work_dir.as_os_str().as_bytes());
+    hash.as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// This user's directory on `/dev/shm` ([`owner_root_in`]). A root under it prunes the empty
-/// directories spelling out its work dir up to here when it goes
-/// (`execroot::ExecRootSpec::prune_to`).
+/// directories between it and here when it goes (`execroot::ExecRootSpec::prune_to`).
 pub fn owner_root() -> Option<PathBuf> {
     owner_root_in(Path::new("/dev/shm"))
 }
@@ -133,9 +141,11 @@ mod tests {
         let work = Path::new("/w/ws/.prova/worker");
         let first = roots_dir(Path::new("/dev/shm"), work, ROOTS);
         let rerun = roots_dir(Path::new("/dev/shm"), work, RERUN_ROOTS);
-        let mine = Path::new("/dev/shm").join(owner_dir());
-        assert_eq!(first, mine.join("w/ws/.prova/worker/roots"));
-        assert_eq!(rerun, mine.join("w/ws/.prova/worker/rerun-roots"));
+        let mine = Path::new("/dev/shm").join(owner_dir()).join(worker_dir(work));
+        assert_eq!(first, mine.join("roots"));
+        assert_eq!(rerun, mine.join("rerun-roots"));
+        assert_eq!(worker_dir(work).len(), 16);
+        assert_ne!(worker_dir(work), worker_dir(Path::new("/w/other/.prova/worker")));
     }
 
     #[test]
