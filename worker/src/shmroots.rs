@@ -90,8 +90,7 @@ pub fn roots_dir(fs: &Path, work_dir: &Path, kind: &str) -> PathBuf {
 /// levels deep cost a traced execution about 10 ms more).
 pub fn worker_dir(work_dir: &Path) -> String {
     use std::os::unix::ffi::OsStrExt as _;
-    let hash = blake3::hash(work_dir.as_os_str().as_bytes());
-    hash.as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    blake3::hash(work_dir.as_os_str().as_bytes()).to_hex()[..16].to_owned()
 }
 
 /// This user's directory on `/dev/shm` ([`owner_root_in`]). A root under it prunes the empty
