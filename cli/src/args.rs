@@ -292,6 +292,13 @@ pub struct WorkerArgs {
     /// work back and evicts its blob cache until space returns.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub min_free_disk: Option<u64>,
+    /// Where exec roots go: `auto` (the default: /dev/shm while it has room for a task's
+    /// inputs 8 times over and 512M more, else the work dir), `work-dir`, or the absolute
+    /// path of a tmpfs (used while it has room for the inputs 8 times over and the disk
+    /// floor more). A task that runs the tmpfs short is handed back, and roots stay in the
+    /// work dir from then on.
+    #[arg(long, value_name = "WHERE")]
+    pub exec_roots: Option<String>,
     /// The name the coordinator's certificate must carry (default: the host of --join).
     #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,

@@ -50,6 +50,8 @@ pub struct WorkerFile {
     pub blob_cache_size: Option<String>,
     /// The name the coordinator's certificate must carry.
     pub server_name: Option<String>,
+    /// Where exec roots go: "auto", "work-dir" or a tmpfs's absolute path.
+    pub exec_roots: Option<String>,
 }
 
 /// Reads and parses a config file of type `T` (unknown keys are errors with their line).

@@ -60,7 +60,7 @@ pub async fn run(
         context.blobs = Some(BlobCache::open(&p.work_dir.join("blobs"), PROOF_BLOB_CACHE)?);
         // Its lock is held: what the per-task directories hold (and this run's re-run roots
         // on /dev/shm) was left by a run killed mid-proof.
-        prova_worker::health::clean_exec_roots(&p.work_dir);
+        prova_worker::health::clean_exec_roots(&p.work_dir, None);
         context.work_dir = p.work_dir;
         context.sandbox = p.sandbox;
         // A sandbox never shows the workspace or the cache, whatever the task's PATH names.
@@ -69,7 +69,11 @@ pub async fn run(
         context.strace = p.strace;
         // A thousand small files a root, made and removed in seconds, cost a disk more than
         // the task (`prova_worker::shmroots`).
-        context.tmpfs_roots = true;
+        context.tmpfs_roots = prova_worker::shmroots::TmpfsRoots::at(
+            Path::new("/dev/shm"),
+            prova_worker::shmroots::FIRST_ROOT_HEADROOM,
+            prova_worker::health::DiskFloor::bytes(0),
+        );
         local_proof_sources = Some(p.sources);
         slots *= 2;
     }

@@ -100,8 +100,17 @@ fn check_coordinator_file(file: CoordinatorFile, what: &str) {
 }
 
 fn check_worker_file(file: WorkerFile, what: &str) {
-    let WorkerFile { join, certs, slots, work_dir, labels, sandbox, blob_cache_size, server_name } =
-        file;
+    let WorkerFile {
+        join,
+        certs,
+        slots,
+        work_dir,
+        labels,
+        sandbox,
+        blob_cache_size,
+        server_name,
+        exec_roots,
+    } = file;
     let join = join.unwrap_or_else(|| panic!("{what}: no join"));
     assert_eq!(port_of(&join), DEFAULT_PORT, "{what}: join {join}");
     assert!(certs.is_some_and(|p| p.is_absolute()), "{what}: certs, an absolute path");
@@ -114,6 +123,14 @@ fn check_worker_file(file: WorkerFile, what: &str) {
     let bytes = parse_size(&size).unwrap_or_else(|e| panic!("{what}: blob_cache_size: {e}"));
     assert!(bytes >= 1 << 30, "{what}: blob_cache_size {size} is under 1 GiB");
     assert!(server_name.is_some_and(|s| !s.is_empty()), "{what}: server_name");
+    let roots = exec_roots.unwrap_or_else(|| panic!("{what}: no exec_roots"));
+    let roots = prova_cli::commands::daemons::settings::exec_roots(Some(&roots))
+        .unwrap_or_else(|e| panic!("{what}: exec_roots: {e}"));
+    assert_eq!(
+        roots,
+        prova_worker::start::ExecRoots::Auto,
+        "{what}: the examples keep the default"
+    );
 }
 
 #[test]

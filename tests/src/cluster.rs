@@ -141,6 +141,8 @@ struct ClusterOptions {
     worker_env: Vec<(String, String)>,
     /// Extra flags and own-environment variables of one worker (by index), on every start.
     per_worker: BTreeMap<usize, WorkerExtras>,
+    /// Every worker's exec roots in its work dir (`--exec-roots work-dir`).
+    roots_in_work_dirs: bool,
 }
 
 /// One worker's extra flags and own-environment variables.
@@ -187,6 +189,14 @@ impl ClusterBuilder {
     /// [`Cluster::work_dir`] still returns the absolute path.
     pub fn relative_work_dirs(mut self) -> Self {
         self.options.relative_work_dirs = true;
+        self
+    }
+
+    /// Every worker makes its exec roots in its work dir (`--exec-roots work-dir`), not on
+    /// `/dev/shm`: for a test that tells workers apart by the paths tasks ran in, or fills a
+    /// worker's work dir.
+    pub fn roots_in_work_dirs(mut self) -> Self {
+        self.options.roots_in_work_dirs = true;
         self
     }
 
@@ -714,6 +724,17 @@ impl Cluster {
         dead
     }
 
+    /// Replaces the extra flags every later start of worker `i` gets, e.g. a path that
+    /// exists only once the farm's directory does.
+    pub fn set_worker_args<I, S>(&mut self, i: usize, args: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.options.per_worker.entry(i).or_default().0 =
+            args.into_iter().map(Into::into).collect();
+    }
+
     /// Replaces the arguments every later start of the coordinator gets (after the
     /// listen/cache ones), e.g. to restart a farm with `--trust proven`.
     pub fn set_coordinator_args<I, S>(&mut self, args: I)
@@ -870,6 +891,9 @@ impl Cluster {
         for (k, v) in &w.spec.labels {
             args.extend(["--label".to_owned(), format!("{k}={v}")]);
         }
+        if self.options.roots_in_work_dirs {
+            args.extend(["--exec-roots".to_owned(), "work-dir".to_owned()]);
+        }
         let mut env = self.options.worker_env.clone();
         if let Some((extra, own)) = self.options.per_worker.get(&i) {
             args.extend(extra.iter().cloned());
@@ -918,10 +942,15 @@ impl Drop for Cluster {
             d.kill();
         }
         // Tasks of `--sandbox=none` workers that outlived a SIGKILLed worker (they run in
-        // process groups of their own, in exec roots under the work dirs).
+        // process groups of their own, in exec roots under the work dirs or on `/dev/shm`).
+        let shm: Vec<PathBuf> =
+            (0..self.workers.len()).map(|i| shm_roots_of(&self.work_dir(i))).collect();
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let left = alive_under(&self.root);
+            let mut left = alive_under(&self.root);
+            for dir in &shm {
+                left.extend(alive_under(dir));
+            }
             if left.is_empty() || Instant::now() >= deadline {
                 break;
             }
@@ -930,7 +959,30 @@ impl Drop for Cluster {
             }
             std::thread::sleep(POLL);
         }
+        // What a SIGKILLed worker left there: nobody starts it again to clean up.
+        for dir in &shm {
+            remove_shm_roots(dir);
+        }
     }
+}
+
+/// The directory on `/dev/shm` of the worker whose work dir is `work_dir`, which holds its
+/// exec roots of both kinds (`prova_worker::shmroots::roots_dir`'s parent).
+pub fn shm_roots_of(work_dir: &Path) -> PathBuf {
+    let work = work_dir.canonicalize().unwrap_or_else(|_| work_dir.to_owned());
+    prova_worker::shmroots::roots_dir(Path::new("/dev/shm"), &work, prova_worker::shmroots::ROOTS)
+        .parent()
+        .map_or_else(PathBuf::new, Path::to_path_buf)
+}
+
+/// Removes a gone worker's directory on `/dev/shm` ([`shm_roots_of`]), read-only
+/// directories a task left in its roots included.
+pub fn remove_shm_roots(dir: &Path) {
+    if dir.as_os_str().is_empty() || std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+        return;
+    }
+    let _ = std::process::Command::new("chmod").arg("-R").arg("u+rwx").arg(dir).status();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // ----- reading farm status ---------------------------------------------------------------
@@ -1025,6 +1077,19 @@ pub fn blocking_command(then: &str) -> String {
         "echo \"waiting in $(pwd)\"; i=0; while [ ! -e release ]; do i=$((i+1)); \
          if [ $i -gt 2400 ]; then exit 3; fi; sleep 0.05; done; rm -f release; {then}"
     )
+}
+
+/// Whether `path` (where a task ran) lies in an exec root of the worker whose work dir is
+/// `work_dir`: in the work dir, or in that worker's roots on `/dev/shm` (`--exec-roots auto`,
+/// named by the hash of its canonical work dir: `prova_worker::shmroots::roots_dir`).
+pub fn in_roots_of(path: &Path, work_dir: &Path) -> bool {
+    let work = work_dir.canonicalize().unwrap_or_else(|_| work_dir.to_owned());
+    let shm = prova_worker::shmroots::roots_dir(
+        Path::new("/dev/shm"),
+        &work,
+        prova_worker::shmroots::ROOTS,
+    );
+    path.starts_with(work_dir) || path.starts_with(&work) || path.starts_with(shm)
 }
 
 /// The directories `task`'s blocking attempts said they wait in, in order, from `--json`

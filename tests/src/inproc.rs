@@ -169,6 +169,7 @@ impl InProcessFarm {
             sandbox: false,
             sandbox_desc: "none".to_owned(),
             min_free_disk: 0,
+            exec_roots: Default::default(),
         };
         let stop = self.stop.child_token();
         let worker = daemons::run_worker(settings, stop.clone(), |_| Ok(()));
@@ -218,6 +219,10 @@ impl Drop for InProcessFarm {
             let _ = self.rt.block_on(async {
                 tokio::time::timeout(std::time::Duration::from_secs(10), c).await
             });
+        }
+        // The exec roots a stopped worker's killed tasks left on `/dev/shm`.
+        for i in 0..self.workers.len() {
+            crate::cluster::remove_shm_roots(&crate::cluster::shm_roots_of(&self.work_dir(i)));
         }
     }
 }

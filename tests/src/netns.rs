@@ -337,9 +337,11 @@ impl NetFarmBuilder {
         self
     }
 
-    /// Worker `i`'s work dir is a tmpfs of `size` (`mount -o size=…`, e.g. `8m`).
+    /// Worker `i`'s work dir is a tmpfs of `size` (`mount -o size=…`, e.g. `8m`), its exec
+    /// roots in it (`--exec-roots work-dir`): a test gives a worker a small work dir to fill.
     pub fn tmpfs(mut self, i: usize, size: &str) -> Self {
         self.tmpfs.push((i, size.to_owned()));
+        self.worker_args.push((i, vec!["--exec-roots".to_owned(), "work-dir".to_owned()]));
         self
     }
 
@@ -748,6 +750,10 @@ impl Drop for NetFarm {
         }
         for dir in &self.mounts {
             let _ = Command::new("umount").arg("-l").arg(dir).status();
+        }
+        // The exec roots SIGKILLed workers left on `/dev/shm`.
+        for w in &self.workers {
+            crate::cluster::remove_shm_roots(&crate::cluster::shm_roots_of(&w.work_dir));
         }
     }
 }

@@ -263,7 +263,12 @@ fn in_a_trusted_run_a_nondeterministic_upstream_is_never_served_and_dependents_f
     // has two fingerprints (one per worker): its verdict is nondeterministic and its entry is
     // never promoted, so every trusted run executes gen again; app is keyed by the bytes gen
     // produced *this* run, so whatever it is served is app's proven result for those bytes.
-    let farm = Cluster::builder().workers(2).coordinator_args(["--trust", "proven"]).start();
+    // Roots in the work dirs: `BY_WORKER` reads its worker from the path it runs in.
+    let farm = Cluster::builder()
+        .workers(2)
+        .coordinator_args(["--trust", "proven"])
+        .roots_in_work_dirs()
+        .start();
     assert!(CONFIG.contains(GEN_BUILD));
     let clone = || ws().file("prova.toml", &CONFIG.replace(GEN_BUILD, BY_WORKER));
     let ws = clone();

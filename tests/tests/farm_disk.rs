@@ -92,6 +92,7 @@ fn a_workers_own_writes_meeting_a_full_disk_fail_no_task() {
         .sandbox(Sandbox::None)
         .started(0)
         .worker_args(0, ["--min-free-disk", "1M"])
+        .roots_in_work_dirs()
         .start();
     let Some(_small) = Tmpfs::mount(&farm.work_dir(0), "8m") else { return };
     farm.start_worker(0);
@@ -163,18 +164,76 @@ fn a_killed_workers_exec_root_is_gone_when_it_starts_again() {
     let mut run = farm.run_cmd(&ws, &farm.ci_certs(), ["build", "--all", "--json"]).spawn();
     run.wait_for_lines("the task to block", 1, waiting_line);
     let dirs = waiting_dirs(run.stdout_so_far(), "p#build");
-    // `<work dir>/roots/<root>/p`: the root is the project's parent.
+    // `<roots>/<root>/p`: the root is the project's parent; `<roots>` is the work dir's, or
+    // this worker's on /dev/shm (`--exec-roots auto`, the default).
     let root = dirs[0].parent().expect("the exec root").to_owned();
-    assert!(root.starts_with(farm.work_dir(0).join("roots")), "{root:?}");
+    let roots = root.parent().expect("the roots").to_owned();
+    let work = farm.work_dir(0).canonicalize().expect("the work dir");
+    let on_shm = prova_worker::shmroots::roots_dir(Path::new("/dev/shm"), &work, "roots");
+    assert!(roots == work.join("roots") || roots == on_shm, "{root:?}");
     assert!(root.is_dir());
     farm.kill_worker(0);
     assert!(root.is_dir(), "a SIGKILLed worker removes nothing itself");
     farm.restart_worker(0);
     assert!(!root.exists(), "the killed worker's exec root is still there: {root:?}");
-    let left: Vec<_> = std::fs::read_dir(farm.work_dir(0).join("roots"))
+    let left: Vec<_> = std::fs::read_dir(&roots)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     // Only the root of the task's new attempt (it runs again there) may exist now.
     assert!(left.len() <= 1, "{left:?}");
     drop(run);
+}
+
+/// `p0`, whose `fill` records where it ran and writes `size` bytes no compressor shrinks.
+fn filling_workspace(size: usize) -> TempWorkspace {
+    TempWorkspace::new()
+        .file(
+            "prova.toml",
+            &format!(
+                "[workspace]\nprojects = [\"p0\"]\n\n[tasks.fill]\n\
+                 command = \"mkdir -p dist && pwd > dist/where.txt && head -c {size} /dev/urandom > dist/big.bin\"\n\
+                 inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n"
+            ),
+        )
+        .file("p0/src/in.txt", "in")
+}
+
+#[test]
+fn a_task_that_runs_the_tmpfs_of_its_exec_root_short_runs_again_in_the_work_dir() {
+    // The only worker's roots go on an 8 MiB tmpfs (`--exec-roots DIR`, a 1 MiB floor): a
+    // task writing 1 MiB runs there; one writing 12 MiB meets ENOSPC there. That is the
+    // tmpfs's failure, not the task's: it is handed back and runs again — on the same worker,
+    // the farm's only one, whose roots are now in its work dir, and stay there.
+    let mut farm = Cluster::builder().workers(1).slots(1).sandbox(Sandbox::None).started(0).start();
+    let fast = farm.root().join("fast");
+    let Some(_tmpfs) = Tmpfs::mount(&fast, "8m") else { return };
+    let fast = fast.canonicalize().expect("the tmpfs");
+    let flag = fast.display().to_string();
+    farm.set_worker_args(0, ["--exec-roots", flag.as_str(), "--min-free-disk", "1M"]);
+    farm.start_worker(0);
+    let where_ran = |ws: &TempWorkspace| {
+        std::fs::read_to_string(ws.path("p0/dist/where.txt")).expect("where it ran")
+    };
+
+    let small = filling_workspace(1 << 20);
+    let out = farm.run(&small, ["fill", "--all", "--json"]);
+    assert_eq!(out.code(), Some(0), "{out}\n{}", farm.logs());
+    assert!(where_ran(&small).starts_with(fast.to_str().expect("utf-8")), "{}", where_ran(&small));
+
+    let big = filling_workspace(12 << 20);
+    let out = farm.run(&big, ["fill", "--all", "--json"]);
+    assert_eq!(out.code(), Some(0), "a full tmpfs failed the task\n{out}\n{}", farm.logs());
+    assert_eq!(out.cache_of("p0#fill"), "saved", "{out}");
+    let work = farm.work_dir(0).canonicalize().expect("the work dir");
+    assert!(where_ran(&big).starts_with(work.to_str().expect("utf-8")), "{}", where_ran(&big));
+    let got = std::fs::metadata(big.path("p0/dist/big.bin")).expect("the output").len();
+    assert_eq!(got, 12 << 20);
+    let log = farm.worker_log(0);
+    assert!(log.contains("ran the tmpfs of exec roots short"), "never ran short:\n{log}");
+    assert!(log.contains("handing the assignment back"), "not handed back:\n{log}");
+
+    // Its roots stay in the work dir.
+    let out = farm.run(&small, ["fill", "--all", "--force", "--json"]);
+    assert_eq!(out.code(), Some(0), "{out}");
+    assert!(where_ran(&small).starts_with(work.to_str().expect("utf-8")), "{}", where_ran(&small));
 }

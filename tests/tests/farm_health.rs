@@ -166,6 +166,7 @@ fn outputs_a_full_worker_cannot_pack_are_run_again_elsewhere_and_reach_the_clien
         .sandbox(Sandbox::None)
         .started(0)
         .worker_args(0, ["--min-free-disk", "1K"])
+        .roots_in_work_dirs()
         .start();
     let Some(_small) = Tmpfs::mount(&farm.work_dir(0), "2m") else { return };
     // w1 (on the small work dir) is preferred on ties, so it gets work first.

@@ -21,7 +21,8 @@ fn det() -> String {
 }
 
 /// Writes `one` on worker `w1` and `other` anywhere else (it reads the exec root, which is
-/// under the worker's work dir): one key, two fingerprints, decided by where it ran.
+/// under the worker's work dir on a farm started with `roots_in_work_dirs`): one key, two
+/// fingerprints, decided by where it ran.
 fn by_worker() -> String {
     task(
         "det",
@@ -60,8 +61,12 @@ fn ci_run(farm: &Cluster, tasks: &str, extra: &[&str]) -> (TempWorkspace, Output
 
 #[test]
 fn a_key_with_a_disagreeing_fingerprint_is_never_promoted_though_two_others_agree() {
-    let mut farm =
-        Cluster::builder().workers(3).started(1).coordinator_args(["--trust", "proven"]).start();
+    let mut farm = Cluster::builder()
+        .workers(3)
+        .started(1)
+        .coordinator_args(["--trust", "proven"])
+        .roots_in_work_dirs()
+        .start();
     // w1 writes `one`: the ledger holds that fingerprint for the key.
     let (_, first) = ci_run(&farm, &by_worker(), &[]);
     assert_eq!(worker_of(&first, "p#det"), "w1", "{first}");
@@ -135,8 +140,12 @@ fn two_agreeing_workers_promote_and_a_fresh_clone_hits() {
 fn a_promoted_entry_whose_key_disagrees_later_is_no_longer_served() {
     // `one` on w3, `other` elsewhere; w1 and w2 prove `other` first.
     let by_w3 = || by_worker().replace("*/workers/w1/*", "*/workers/w3/*");
-    let mut farm =
-        Cluster::builder().workers(3).started(2).coordinator_args(["--trust", "proven"]).start();
+    let mut farm = Cluster::builder()
+        .workers(3)
+        .started(2)
+        .coordinator_args(["--trust", "proven"])
+        .roots_in_work_dirs()
+        .start();
     let (_, proof) = ci_run(&farm, &by_w3(), &["--verify"]);
     assert_eq!(name(&only_verdict(&proof, "p#det")), "proven-deterministic", "{proof}");
     assert_eq!(tiers(&farm).0, (1, 0), "(trusted, pending): w1 and w2 agreed");

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use prova_tests::cluster::{Cluster, Sandbox};
+use prova_tests::cluster::{Cluster, Sandbox, in_roots_of};
 use prova_tests::verify::{
     cache_word, complete, key, name, only_verdict, sandbox_or_skip, task, tolerant, verdict_events,
     workspace,
@@ -77,7 +77,7 @@ fn primary_worker(farm: &Cluster, out: &Output, task: &str) -> usize {
     let i = farm.worker_index(&name);
     let dir = ran_in(out, task);
     assert!(
-        Path::new(&dir).starts_with(farm.work_dir(i)),
+        in_roots_of(Path::new(&dir), &farm.work_dir(i)),
         "{task} reports {name} but ran in {dir}\n{out}"
     );
     i
@@ -130,7 +130,8 @@ fn where_() -> String {
 
 #[test]
 fn output_that_depends_on_the_worker_is_caught_and_listed_with_both_workers() {
-    let farm = Cluster::builder().workers(2).sandbox(Sandbox::None).start();
+    // Roots in the work dirs: the task's path names its worker.
+    let farm = Cluster::builder().workers(2).sandbox(Sandbox::None).roots_in_work_dirs().start();
     let ws = workspace(&where_());
 
     let out = farm.run(&ws, ["where", "--all", "--verify", "--json"]);

@@ -113,10 +113,13 @@ pub struct DiskHealth {
     /// [`DiskWatch`] counts the dips seen while its task ran, not only its own samples.
     dips: AtomicU64,
     last_dip: Mutex<Option<String>>,
+    /// The work dir's (its crossings of the floor logged); not a tmpfs of exec roots', whose
+    /// owner says what a dip means (`crate::shmroots::TmpfsRoots`).
+    logged: bool,
 }
 
 impl DiskHealth {
-    /// Watches `dir` against `floor`.
+    /// Watches the work dir `dir` against `floor`.
     pub fn new(dir: &Path, floor: DiskFloor) -> Self {
         Self {
             dir: dir.to_owned(),
@@ -124,7 +127,13 @@ impl DiskHealth {
             short: AtomicBool::new(false),
             dips: AtomicU64::new(0),
             last_dip: Mutex::new(None),
+            logged: true,
         }
+    }
+
+    /// Watches `dir`, not the work dir, against `floor`, its crossings not logged.
+    pub fn unlogged(dir: &Path, floor: DiskFloor) -> Self {
+        Self { logged: false, ..Self::new(dir, floor) }
     }
 
     /// Notes a measure that found the work dir short (`why`).
@@ -149,6 +158,9 @@ impl DiskHealth {
             self.dipped_to(why);
         }
         let was = self.short.swap(why.is_some(), Ordering::Relaxed);
+        if !self.logged {
+            return why;
+        }
         match (&why, was) {
             (Some(why), false) => tracing::warn!(
                 dir = %self.dir.display(),
@@ -315,15 +327,16 @@ pub fn clean_staging(work_dir: &Path) -> usize {
 pub const PER_TASK_DIRS: &[&str] = &["roots", "rerun-roots", "rerun-tmp", "traces"];
 
 /// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir`, in its roots on
-/// `/dev/shm` (`crate::shmroots::roots_dir`), and the libfaketime segments of gone
-/// workers (`crate::clockshm::sweep_abandoned`); how many entries were removed.
+/// `/dev/shm` and on the tmpfs `--exec-roots` names (`tmpfs`; `crate::shmroots::roots_dir`),
+/// and the libfaketime segments of gone workers (`crate::clockshm::sweep_abandoned`); how
+/// many entries were removed.
 ///
 /// Call it only while holding the work dir (the blob cache's lock, `BlobCache::open`): no
 /// other worker process then runs a task there. Nothing is followed: each directory is
 /// opened without following a symlink (a symlink in its place is removed, not its target),
 /// and every tree is removed fd-relative ([`nofollow::DirFd`]). Entries that cannot be
 /// removed are logged and left: start-up goes on.
-pub fn clean_exec_roots(work_dir: &Path) -> usize {
+pub fn clean_exec_roots(work_dir: &Path, tmpfs: Option<&Path>) -> usize {
     let mut removed = 0;
     match nofollow::DirFd::open_root(work_dir) {
         Ok(top) => {
@@ -334,6 +347,9 @@ pub fn clean_exec_roots(work_dir: &Path) -> usize {
         Err(e) => tracing::warn!(dir = %work_dir.display(), "cannot open the work dir: {e}"),
     }
     removed += clean_shm_roots(Path::new("/dev/shm"), work_dir);
+    if let Some(fs) = tmpfs.filter(|fs| *fs != Path::new("/dev/shm")) {
+        removed += clean_shm_roots(fs, work_dir);
+    }
     removed += crate::clockshm::sweep_abandoned(Path::new("/dev/shm"));
     if removed > 0 {
         tracing::info!(removed, "removed exec roots a killed worker left behind");
@@ -503,15 +519,15 @@ mod tests {
         std::fs::create_dir_all(w.join("blobs")).expect("the blob cache");
         std::fs::write(w.join("blobs/b"), b"blob").expect("a blob");
         std::fs::create_dir_all(w.join("trees/t")).expect("the tree store");
-        assert_eq!(clean_exec_roots(w), 4);
+        assert_eq!(clean_exec_roots(w, None), 4);
         for d in PER_TASK_DIRS {
             let left: Vec<_> = std::fs::read_dir(w.join(d)).expect("kept").collect();
             assert!(left.is_empty(), "{d}: {left:?}");
         }
         assert!(w.join("blobs/b").exists() && w.join("trees/t").is_dir());
         assert_eq!(std::fs::read(outside.path().join("keep.txt")).expect("kept"), b"keep");
-        assert_eq!(clean_exec_roots(w), 0, "nothing left");
-        assert_eq!(clean_exec_roots(&w.join("missing")), 0);
+        assert_eq!(clean_exec_roots(w, None), 0, "nothing left");
+        assert_eq!(clean_exec_roots(&w.join("missing"), None), 0);
     }
 
     #[test]
@@ -521,7 +537,7 @@ mod tests {
         let outside = tempfile::tempdir().expect("another");
         std::fs::create_dir(outside.path().join("precious")).expect("a dir outside");
         symlink(outside.path(), dir.path().join("roots")).expect("roots -> outside");
-        assert_eq!(clean_exec_roots(dir.path()), 1, "the link itself");
+        assert_eq!(clean_exec_roots(dir.path(), None), 1, "the link itself");
         assert!(std::fs::symlink_metadata(dir.path().join("roots")).is_err(), "the link went");
         assert!(outside.path().join("precious").is_dir(), "its target was not emptied");
     }

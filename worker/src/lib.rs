@@ -32,7 +32,8 @@
 //! - [`perturb`]: a determinism re-run's perturbations on this machine (clock, CPUs, locale,
 //!   `TMPDIR`, the root's path and file order), each reported applied or not and why.
 //! - [`shmroots`]: exec roots on a tmpfs (`/dev/shm`): re-runs' for their directory order,
-//!   first executions' where it has room, since small files cost a disk more than a task.
+//!   first executions' where it has room (a farm worker's too, `--exec-roots`), since small
+//!   files cost a disk more than a task.
 //! - [`clockshm`]: libfaketime's shared segment for a re-run, made before it and removed
 //!   after, so nothing of it stays in `/dev/shm`.
 

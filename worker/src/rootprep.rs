@@ -178,14 +178,29 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     let mut rerun = crate::perturb::RerunHeld::default();
     let parent = root_parent(a, ctx, &mut spec, &blobs, &mut perturbed, &mut rerun);
     let hint = root_hint(a);
+    // A first execution's root on the worker's tmpfs, which may fill while it is made.
+    let tmpfs = ctx.tmpfs_roots.clone().filter(|t| a.perturb.is_none() && t.holds(&parent));
+    let fallback = ctx.work_dir.join(crate::shmroots::ROOTS);
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
         let mut spec = spec;
-        // A parent on the shared tmpfs (the worker's directory there): pruned when the root
+        // A parent on a shared tmpfs (the worker's directory there): pruned when the root
         // goes.
-        if parent.starts_with("/dev/shm") {
-            spec.prune_to = crate::shmroots::owner_root();
+        spec.prune_to = match &tmpfs {
+            Some(t) => t.owner_root(),
+            None if parent.starts_with("/dev/shm") => crate::shmroots::owner_root(),
+            None => None,
+        };
+        let made = ExecRoot::create(&parent, &hint, &spec, &blobs);
+        match (made, &tmpfs) {
+            // The tmpfs ran short under the root itself: the work dir, for this root and
+            // every later one.
+            (Err(e), Some(t)) if crate::health::is_disk_full(&e) => {
+                t.give_up(&format!("making an exec root there: {e}"));
+                spec.prune_to = None;
+                ExecRoot::create(&fallback, &hint, &spec, &blobs)
+            }
+            (made, _) => made,
         }
-        ExecRoot::create(&parent, &hint, &spec, &blobs)
     })
     .join()
     .await??;
@@ -267,10 +282,10 @@ fn root_parent(
     rerun: &mut crate::perturb::RerunHeld,
 ) -> PathBuf {
     let Some(p) = &a.perturb else {
-        if !ctx.tmpfs_roots {
-            return ctx.work_dir.join(crate::shmroots::ROOTS);
-        }
-        return crate::shmroots::first_root_parent(&ctx.work_dir, input_bytes(spec, blobs));
+        return match &ctx.tmpfs_roots {
+            Some(t) => t.parent(&ctx.work_dir, input_bytes(spec, blobs)),
+            None => ctx.work_dir.join(crate::shmroots::ROOTS),
+        };
     };
     let bytes = if p.shuffle_inputs { input_bytes(spec, blobs) } else { 0 };
     let plan = crate::perturb::plan_root(p, &ctx.work_dir, bytes, perturbed);

@@ -3,22 +3,32 @@
 //!
 //! - A determinism re-run's root ([`RERUN_ROOTS`]) goes there to list its directories in
 //!   creation order (`crate::perturb::plan_root`), its inputs made in a shuffled order.
-//! - A local proof's first execution's root ([`ROOTS`]) goes there when the tmpfs has room
-//!   to spare (`crate::rootprep`, `WorkerContext::tmpfs_roots`): a proof's roots hold
+//! - A first execution's root ([`ROOTS`]) goes there when the tmpfs has room to spare
+//!   (`crate::rootprep`, `WorkerContext::tmpfs_roots`, [`TmpfsRoots`]): a proof's roots hold
 //!   thousands of small files (upstream artifacts unpacked, sources copied, stand-ins), made
 //!   and removed within seconds, and ext4 spends longer finding inodes for them among the
 //!   ones just freed (`recently_deleted`) than `tsc` spends building — a third of a
-//!   `--verify=all` run's time on lerna-lite. A farm worker's stay in its work dir, which
-//!   its disk floor watches.
+//!   `--verify=all` run's time on lerna-lite; on a farm of trivial tasks the work dirs'
+//!   ext4 spent a tenth of all the farm's time making and removing roots.
 //!
 //! `/dev/shm` is shared by every user of the machine: each user has a directory of its own
 //! there ([`owner_dir`]), private (`0700`, never a link: [`owner_root_in`]) since the roots
 //! hold copies of the workspace's inputs, and under it each worker a directory named by its
 //! work dir's hash ([`worker_dir`]), so a worker starting again finds what a killed one left
 //! (`crate::health::clean_exec_roots`).
+//!
+//! A farm worker's first executions' roots go on a tmpfs too ([`TmpfsRoots`], `prova worker
+//! --exec-roots`): `/dev/shm` by default, while it has room. A task that ran the tmpfs short
+//! is handed back, not failed (its writes met `ENOSPC` there, not a fault of its own), and
+//! from then on the worker's roots stay in its work dir, which its disk floor watches: a
+//! retry placed on the same worker runs there.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::health::{DiskFloor, DiskHealth};
 
 /// First executions' roots: the work dir's `roots/`, or its twin on a tmpfs.
 pub const ROOTS: &str = "roots";
@@ -66,13 +76,78 @@ fn tmpfs_at(shm: &Path, need: u64) -> Option<PathBuf> {
     usable.then(|| shm.to_owned())
 }
 
-/// Where a first execution's root goes, for inputs of `bytes`: on the tmpfs when it has
-/// room to spare ([`FIRST_ROOT_FACTOR`], [`FIRST_ROOT_HEADROOM`]), else `work_dir/roots`.
-pub fn first_root_parent(work_dir: &Path, bytes: u64) -> PathBuf {
-    let need = bytes.saturating_mul(FIRST_ROOT_FACTOR).saturating_add(FIRST_ROOT_HEADROOM);
-    match tmpfs_with_room(need) {
-        Some(fs) => roots_dir(&fs, work_dir, ROOTS),
-        None => work_dir.join(ROOTS),
+/// A worker's tmpfs for its first executions' roots: used while it has room for a root
+/// ([`Self::parent`]), given up for good once a task ran it short ([`Self::give_up`]).
+#[derive(Debug)]
+pub struct TmpfsRoots {
+    /// The tmpfs (`/dev/shm`, or the directory `--exec-roots` names).
+    fs: PathBuf,
+    /// Free bytes a root wants beside [`FIRST_ROOT_FACTOR`] times its inputs.
+    headroom: u64,
+    /// The tmpfs against the worker's disk floor (a task ran it short when it dipped below).
+    health: Arc<DiskHealth>,
+    /// A task ran it short: roots go to the work dir from now on.
+    given_up: AtomicBool,
+}
+
+impl TmpfsRoots {
+    /// The tmpfs at `fs`, a root wanting `headroom` bytes free beside its inputs' share,
+    /// measured against `floor`; `None` when `fs` is no writable, executable tmpfs or this
+    /// user's directory there cannot be private ([`owner_root_in`]).
+    pub fn at(fs: &Path, headroom: u64, floor: DiskFloor) -> Option<Arc<Self>> {
+        let fs = tmpfs_at(fs, 0)?;
+        owner_root_in(&fs)?;
+        let health = Arc::new(DiskHealth::unlogged(&fs, floor));
+        Some(Arc::new(Self { fs, headroom, health, given_up: AtomicBool::new(false) }))
+    }
+
+    /// The tmpfs's directory.
+    pub fn fs(&self) -> &Path {
+        &self.fs
+    }
+
+    /// Where a first execution's root goes, for inputs of `bytes`: on the tmpfs when it has
+    /// room to spare ([`FIRST_ROOT_FACTOR`] times them, and the headroom) and no task ran it
+    /// short yet, else `work_dir/roots`.
+    pub fn parent(&self, work_dir: &Path, bytes: u64) -> PathBuf {
+        let need = bytes.saturating_mul(FIRST_ROOT_FACTOR).saturating_add(self.headroom);
+        if !self.given_up.load(Ordering::Acquire) && tmpfs_at(&self.fs, need).is_some() {
+            roots_dir(&self.fs, work_dir, ROOTS)
+        } else {
+            work_dir.join(ROOTS)
+        }
+    }
+
+    /// Whether `path` lies on this tmpfs.
+    pub fn holds(&self, path: &Path) -> bool {
+        path.starts_with(&self.fs)
+    }
+
+    /// This user's directory on the tmpfs: a root there prunes the empty directories up to
+    /// it when it goes.
+    pub fn owner_root(&self) -> Option<PathBuf> {
+        owner_root_in(&self.fs)
+    }
+
+    /// The tmpfs measured against the worker's disk floor.
+    pub fn health(&self) -> &Arc<DiskHealth> {
+        &self.health
+    }
+
+    /// A task ran the tmpfs short (`why`): every later root goes to the work dir, so the
+    /// task's retry, placed here or elsewhere, does not meet the same wall. Logged once.
+    pub fn give_up(&self, why: &str) {
+        if !self.given_up.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                fs = %self.fs.display(),
+                "a task ran the tmpfs of exec roots short ({why}): roots go to the work dir from now on"
+            );
+        }
+    }
+
+    /// Whether a task ran it short.
+    pub fn given_up(&self) -> bool {
+        self.given_up.load(Ordering::Acquire)
     }
 }
 
@@ -190,12 +265,25 @@ mod tests {
     }
 
     #[test]
-    fn a_first_root_wants_room_for_its_outputs_too() {
+    fn a_first_root_wants_room_for_its_outputs_too_and_none_once_given_up() {
         let work = Path::new("/w/ws/.prova/worker");
+        let Some(t) = TmpfsRoots::at(Path::new("/dev/shm"), 1 << 20, DiskFloor::bytes(0)) else {
+            eprintln!("skipping: /dev/shm is no writable, executable tmpfs here");
+            return;
+        };
         // More than any tmpfs has: the work dir.
-        assert_eq!(first_root_parent(work, u64::MAX / 2), work.join(ROOTS));
-        if tmpfs_with_room(FIRST_ROOT_HEADROOM).is_some() {
-            assert_eq!(first_root_parent(work, 0), roots_dir(Path::new("/dev/shm"), work, ROOTS));
+        assert_eq!(t.parent(work, u64::MAX / 2), work.join(ROOTS));
+        let on_tmpfs = t.parent(work, 0);
+        assert_eq!(on_tmpfs, roots_dir(Path::new("/dev/shm"), work, ROOTS));
+        assert!(t.holds(&on_tmpfs) && !t.holds(&work.join(ROOTS)));
+        assert!(!t.given_up());
+        t.give_up("1.0 MiB free, floor 2.0 MiB");
+        assert!(t.given_up());
+        assert_eq!(t.parent(work, 0), work.join(ROOTS), "roots stay in the work dir now");
+        // Not a tmpfs: none.
+        let dir = tempfile::tempdir().expect("a directory");
+        if tmpfs_at(dir.path(), 0).is_none() {
+            assert!(TmpfsRoots::at(dir.path(), 0, DiskFloor::bytes(0)).is_none());
         }
     }
 }

@@ -4,7 +4,7 @@
 //! (`cli/src/commands/daemons.rs`); the in-process test farm starts workers the same way.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kameo::prelude::*;
@@ -20,6 +20,7 @@ use crate::health::{DiskFloor, DiskHealth};
 use crate::runner::{RunnerConfig, WorkerContext};
 use crate::sandbox;
 use crate::session::{self, SessionError};
+use crate::shmroots::{self, TmpfsRoots};
 
 /// Reports queued from the worker actor to its session.
 const REPORT_QUEUE: usize = 256;
@@ -63,6 +64,14 @@ pub enum StartError {
         dir: String,
         /// Why.
         cause: BlobCacheError,
+    },
+    /// `--exec-roots DIR` names no writable, executable tmpfs.
+    #[error(
+        "--exec-roots {dir}: not a writable, executable tmpfs (use `auto` for /dev/shm while it has room, or `work-dir`)"
+    )]
+    ExecRoots {
+        /// The directory.
+        dir: String,
     },
     /// The `joining` line could not be written.
     #[error(transparent)]
@@ -121,6 +130,40 @@ pub struct WorkerSettings {
     pub sandbox_desc: String,
     /// Free bytes the work dir must keep (`--min-free-disk`): below, the worker takes no work.
     pub min_free_disk: u64,
+    /// Where first executions' exec roots go (`--exec-roots`).
+    pub exec_roots: ExecRoots,
+}
+
+/// Where a farm worker makes its first executions' exec roots (`prova worker --exec-roots`).
+/// A re-run's root goes on `/dev/shm` whenever it has room, whatever this says: it needs a
+/// tmpfs for its perturbed file order (`crate::perturb`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ExecRoots {
+    /// On `/dev/shm` while it has room for the task's inputs eight times over and 512 MiB
+    /// more, and no task ran it short; in the work dir otherwise.
+    #[default]
+    Auto,
+    /// Always in the work dir.
+    WorkDir,
+    /// On the tmpfs at this directory while it has room for the task's inputs eight times
+    /// over and the disk floor more, and no task ran it short; in the work dir otherwise.
+    Tmpfs(PathBuf),
+}
+
+impl ExecRoots {
+    /// The tmpfs this asks for, measured against `floor`; `Err` when an explicit directory
+    /// is no tmpfs the worker can use (`Auto` without a usable `/dev/shm` is the work dir).
+    fn tmpfs(&self, floor: DiskFloor) -> Result<Option<Arc<TmpfsRoots>>, StartError> {
+        match self {
+            Self::Auto => {
+                Ok(TmpfsRoots::at(Path::new("/dev/shm"), shmroots::FIRST_ROOT_HEADROOM, floor))
+            }
+            Self::WorkDir => Ok(None),
+            Self::Tmpfs(dir) => TmpfsRoots::at(dir, floor.bytes, floor)
+                .map(Some)
+                .ok_or_else(|| StartError::ExecRoots { dir: dir.display().to_string() }),
+        }
+    }
 }
 
 /// Runs a worker until `shutdown` (or until the coordinator refuses it): its actor and its
@@ -149,8 +192,13 @@ pub async fn run_worker(
         .map_err(|cause| StartError::BlobCache { dir: work_dir.display().to_string(), cause })?;
     // The blob cache's lock is held: no other worker runs tasks in this work dir, so what its
     // per-task directories hold was left by a worker that died mid-task.
-    crate::health::clean_exec_roots(&work_dir);
-    let disk = Arc::new(DiskHealth::new(&work_dir, DiskFloor::bytes(s.min_free_disk)));
+    let floor = DiskFloor::bytes(s.min_free_disk);
+    let tmpfs_roots = s.exec_roots.tmpfs(floor)?;
+    crate::health::clean_exec_roots(&work_dir, tmpfs_roots.as_ref().map(|t| t.fs()));
+    if let Some(t) = &tmpfs_roots {
+        tracing::info!(fs = %t.fs().display(), "exec roots on a tmpfs while it has room");
+    }
+    let disk = Arc::new(DiskHealth::new(&work_dir, floor));
     if let Some(why) = disk.check() {
         // It joins all the same (and says so, above): work resumes once space returns.
         let (n, bytes) = blobs.evict_unpinned();
@@ -168,7 +216,7 @@ pub async fn run_worker(
         strace: sandbox::strace_available(s.sandbox),
         disk: Some(disk),
         sandbox_hidden: Vec::new(),
-        tmpfs_roots: false,
+        tmpfs_roots,
     };
     let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
     let info = WorkerInfo {

@@ -95,6 +95,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Code> {
             sandbox,
             sandbox_desc,
             min_free_disk: c.min_free_disk,
+            exec_roots: c.exec_roots,
         };
         let (shutdown, _signals) = until_signal();
         let announce = |line: &str| common::print(line).map_err(std::io::Error::other);

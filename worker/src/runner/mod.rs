@@ -73,10 +73,11 @@ pub struct WorkerContext {
     /// directory inside them (local mode: the workspace and the cache;
     /// `crate::sandbox::bwrap::path_dirs`). The work dir is never shown either.
     pub sandbox_hidden: Vec<PathBuf>,
-    /// First executions' exec roots may go on a tmpfs with room (`crate::shmroots`): local
-    /// proofs. Not a farm worker's: its disk floor and the hand-back of a task that ran out
-    /// of space watch the work dir (`crate::health`), and a root in memory would fill unseen.
-    pub tmpfs_roots: bool,
+    /// The tmpfs first executions' exec roots go on while it has room
+    /// (`crate::shmroots::TmpfsRoots`): a local proof's, a farm worker's unless
+    /// `--exec-roots work-dir`. A farm task that ran it short is handed back, and the worker's
+    /// roots stay in its work dir from then on (`runner::tries`).
+    pub tmpfs_roots: Option<Arc<crate::shmroots::TmpfsRoots>>,
 }
 
 impl WorkerContext {
@@ -92,7 +93,7 @@ impl WorkerContext {
             sandbox: false,
             strace: None,
             sandbox_hidden: Vec::new(),
-            tmpfs_roots: false,
+            tmpfs_roots: None,
         }
     }
 }

@@ -49,6 +49,12 @@ impl Tries<'_> {
         // The work dir's lowest free space while the task runs (a farm worker's): a task
         // whose writes met ENOSPC may have removed them before it exited.
         let watch = ctx.disk.as_ref().filter(|_| ctx.remote.is_some()).map(|d| d.watch());
+        // The same of the tmpfs holding a farm task's exec root (a first execution's).
+        let tmpfs = ctx
+            .tmpfs_roots
+            .as_ref()
+            .filter(|t| ctx.remote.is_some() && a.perturb.is_none() && t.holds(self.root));
+        let tmpfs_watch = tmpfs.map(|t| t.health().watch());
         let max_tries = 1 + if a.spec.persistent { 0 } else { a.spec.retries };
         for try_no in 1..=max_tries {
             if a.clean_outputs
@@ -109,6 +115,20 @@ impl Tries<'_> {
                 &mut report,
                 HandBack::NoDisk(format!("the work dir ran short while the task ran ({why})")),
             );
+            return Err(Box::new(report));
+        }
+        // The same of the tmpfs its root is on; the worker's roots leave it for good.
+        if !report.exit.success()
+            && !matches!(report.exit, ExitKind::Aborted)
+            && !cancel.is_cancelled()
+            && let Some(t) = tmpfs
+            && let Some(why) =
+                t.health().check().or_else(|| tmpfs_watch.as_ref().and_then(|w| w.dipped()))
+        {
+            t.give_up(&why);
+            let why =
+                format!("the tmpfs holding its exec root ran short while the task ran ({why})");
+            hand_back(&mut report, HandBack::NoDisk(why));
             return Err(Box::new(report));
         }
         Ok(report)

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use prova_worker::start::ExecRoots;
 
 use crate::args::{CoordinatorArgs, WorkerArgs, parse_size};
 use crate::daemon_config::{CoordinatorFile, WorkerFile};
@@ -121,6 +122,20 @@ pub struct WorkerChoice {
     pub min_free_disk: u64,
     /// `bwrap` or `none`.
     pub sandbox: String,
+    /// Where exec roots go.
+    pub exec_roots: ExecRoots,
+}
+
+/// `--exec-roots`: `auto`, `work-dir`, or a tmpfs's absolute path. Pure.
+pub fn exec_roots(word: Option<&str>) -> anyhow::Result<ExecRoots> {
+    match word {
+        None | Some("auto") => Ok(ExecRoots::Auto),
+        Some("work-dir") => Ok(ExecRoots::WorkDir),
+        Some(p) if Path::new(p).is_absolute() => Ok(ExecRoots::Tmpfs(PathBuf::from(p))),
+        Some(other) => anyhow::bail!(
+            "--exec-roots {other}: use `auto`, `work-dir` or the absolute path of a tmpfs"
+        ),
+    }
 }
 
 /// Resolves `prova worker`'s flags over its config file. Pure.
@@ -146,6 +161,7 @@ pub fn resolve_worker(
     let min_free_disk = args.min_free_disk.unwrap_or(prova_worker::health::DEFAULT_MIN_FREE_DISK);
     let sandbox = args.sandbox.or(file.sandbox).unwrap_or_else(|| "bwrap".to_owned());
     let server_name = args.server_name.or(file.server_name).unwrap_or_else(|| host_of(&join));
+    let exec_roots = exec_roots(args.exec_roots.or(file.exec_roots).as_deref())?;
     Ok(WorkerChoice {
         join,
         server_name,
@@ -156,6 +172,7 @@ pub fn resolve_worker(
         blob_cache_size,
         min_free_disk,
         sandbox,
+        exec_roots,
     })
 }
 

@@ -108,6 +108,27 @@ fn a_worker_defaults_from_its_host() {
     assert_eq!(w.min_free_disk, prova_worker::health::DEFAULT_MIN_FREE_DISK);
     assert_eq!(w.sandbox, "bwrap");
     assert!(w.labels.is_empty());
+    assert_eq!(w.exec_roots, ExecRoots::Auto, "a tmpfs while it has room");
+}
+
+#[test]
+fn a_workers_exec_roots_are_a_word_or_a_tmpfs_path() {
+    let with = |line: &str, file: &str| {
+        let args = worker_args(&format!("--join c:1 --certs c {line}"));
+        resolve_worker(args, worker_file(file), &env()).map(|w| w.exec_roots)
+    };
+    assert_eq!(with("--exec-roots work-dir", "").expect("ok"), ExecRoots::WorkDir);
+    assert_eq!(with("", "exec_roots = \"work-dir\"\n").expect("ok"), ExecRoots::WorkDir);
+    assert_eq!(
+        with("--exec-roots /mnt/fast", "exec_roots = \"work-dir\"\n").expect("ok"),
+        ExecRoots::Tmpfs(PathBuf::from("/mnt/fast")),
+        "the flag wins"
+    );
+    assert_eq!(with("--exec-roots auto", "").expect("ok"), ExecRoots::Auto);
+    for bad in ["tmpfs", "shm/roots", "workdir"] {
+        let e = with(&format!("--exec-roots {bad}"), "").expect_err(bad).to_string();
+        assert!(e.contains("use `auto`, `work-dir` or the absolute path of a tmpfs"), "{e}");
+    }
 }
 
 #[test]
