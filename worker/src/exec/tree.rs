@@ -13,7 +13,9 @@
 //!   what carries it (`process` does this after the group kill, and names the leftovers in
 //!   the task's log).
 //! - A look for one execution's processes passes over those older than its start ([`Since`])
-//!   without reading their environment.
+//!   without reading their environment; soon after the start it does not list `/proc` at
+//!   all, but looks at the pids the kernel handed out since ([`Since::new_pids`]): a task's
+//!   end then costs as much on a busy machine as on a quiet one.
 //! - Every marker of this prova shares the run nonce ([`run_nonce`]): the guardian
 //!   (`guardian`) kills every process carrying it when prova dies, SIGKILL included.
 //!
@@ -114,11 +116,84 @@ impl Select<'_> {
 /// kernel's coarse ticks), and a scan that finds the wall clock moved against the boot clock
 /// by more than half of that since the start (a step of the clock, or a faked boot clock
 /// that does not keep time) passes over nothing.
+///
+/// When the start also knows the last pid the pid namespace handed out
+/// ([`Since::new_pids`]), a scan soon after it does not list `/proc` at all: it looks only at
+/// the pids handed out since.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Since {
     /// The kernel's wall clock and the boot clock at the start, in nanoseconds; `None` when
     /// either could not be read (scans then pass over nothing).
     clocks: Option<(i128, i128)>,
+    /// The last pid handed out in this pid namespace at the start
+    /// (`/proc/sys/kernel/ns_last_pid`), when `/proc` is this namespace's and it was read.
+    last_pid: Option<u32>,
+}
+
+/// More pids a second than a kernel hands out: every process and thread is created (and
+/// ends) holding the one, global `tasklist_lock` for writing, besides `pidmap_lock`, so
+/// creations are serialised — the fastest machines measure a few hundred thousand `fork`s
+/// a second. Within `pid_max / PID_RATE_BOUND` seconds of a start (33 ms at the smallest
+/// usual `pid_max`, 32768; 4 s at 4194304) the pid space cannot have turned over, so every
+/// pid handed out since lies after the start's last one ([`pid_interval`]).
+pub const PID_RATE_BOUND: i128 = 1_000_000;
+
+/// Most pids a scan looks at one by one ([`Since::new_pids`]); past it, listing `/proc`
+/// costs less.
+pub const MAX_NEW_PIDS: usize = 2048;
+
+/// The kernel's coarse clock's tick, at most: added to a measured time since the start.
+const COARSE_TICK_NS: i128 = 10_000_000;
+
+/// `/proc` shows this process's pid namespace (so `ns_last_pid` and the pids under `/proc`
+/// count the same pids): `/proc/self` names this process.
+fn proc_is_ours() -> bool {
+    static OURS: OnceLock<bool> = OnceLock::new();
+    *OURS.get_or_init(|| {
+        std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str()?.parse::<u32>().ok())
+            .is_some_and(|pid| pid == std::process::id())
+    })
+}
+
+/// A number in a `/proc/sys/kernel` file.
+fn kernel_number(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
+    text.trim().parse().ok()
+}
+
+/// The last pid this pid namespace handed out, when `/proc` is this namespace's.
+fn ns_last_pid() -> Option<u32> {
+    if !proc_is_ours() {
+        return None;
+    }
+    kernel_number("ns_last_pid")
+}
+
+/// The kernel's `pid_max` (pids wrap below it).
+fn pid_max() -> Option<u32> {
+    static MAX: OnceLock<Option<u32>> = OnceLock::new();
+    *MAX.get_or_init(|| kernel_number("pid_max"))
+}
+
+/// The pids handed out after `first` up to `last`, in a pid space that wraps below `max`:
+/// `first+1 ..= last`, or past a wrap `first+1 .. max` then `1 ..= last`. `None` when they
+/// are more than `cap` (or `max` is not above both).
+pub(crate) fn pid_interval(first: u32, last: u32, max: u32, cap: usize) -> Option<Vec<u32>> {
+    if first >= max || last >= max {
+        return None;
+    }
+    let count = if last >= first { last - first } else { (max - 1 - first) + last };
+    if usize::try_from(count).ok()? > cap {
+        return None;
+    }
+    let pids: Vec<u32> = if last >= first {
+        (first + 1..=last).collect()
+    } else {
+        (first + 1..max).chain(1..=last).collect()
+    };
+    Some(pids)
 }
 
 /// How much older than the execution's start a process's `/proc` directory must be before a
@@ -148,11 +223,43 @@ fn clocks() -> Option<(i128, i128)> {
 impl Since {
     /// Now: to be taken before the execution's first process is spawned.
     pub fn now() -> Self {
-        Self { clocks: clocks() }
+        let last_pid = ns_last_pid();
+        Self { clocks: clocks(), last_pid }
     }
 
     /// A start no process is older than: every scan reads every process.
-    pub const ANY: Self = Self { clocks: None };
+    pub const ANY: Self = Self { clocks: None, last_pid: None };
+
+    /// The pids a process started since may have, for a scan now: those handed out after the
+    /// start's last one ([`pid_interval`]) — when the pid space cannot have turned over since
+    /// (less than `pid_max / PID_RATE_BOUND` seconds by both the kernel's wall clock and the
+    /// boot clock, which agree), and they are at most [`MAX_NEW_PIDS`]. `None`: list `/proc`.
+    /// The pids may include threads and processes older than the start (a pid the counter
+    /// skipped as taken): the scan reads them like any other.
+    fn new_pids(&self) -> Option<Vec<u32>> {
+        let max = pid_max()?;
+        // The counter first, then the clocks: the time measured covers every pid counted.
+        let last = ns_last_pid()?;
+        self.new_pids_at(max, last, clocks()?)
+    }
+
+    /// [`Self::new_pids`] for a scan that found the counter at `last` (below `max`), then
+    /// the clocks at `now` (wall, boot). Pure.
+    fn new_pids_at(&self, max: u32, last: u32, now: (i128, i128)) -> Option<Vec<u32>> {
+        let first = self.last_pid?;
+        let (wall, boot) = self.clocks?;
+        let (wall_now, boot_now) = now;
+        let (by_wall, by_boot) = (wall_now - wall, boot_now - boot);
+        let slack = i128::try_from(SINCE_SLACK.as_nanos()).ok()?;
+        if (by_wall - by_boot).abs() > slack / 2 {
+            return None;
+        }
+        let elapsed = by_wall.max(by_boot).max(0) + COARSE_TICK_NS;
+        if elapsed.saturating_mul(PID_RATE_BOUND) >= i128::from(max) * 1_000_000_000 {
+            return None;
+        }
+        pid_interval(first, last, max, MAX_NEW_PIDS)
+    }
 
     /// The change time (ns since the epoch) below which a `/proc/<pid>` directory belongs to
     /// a process older than the start, for a scan now; `None` (pass over nothing) when the
@@ -193,36 +300,69 @@ pub struct Member {
 /// every task's end looks once, and with many short tasks these reads were most of the
 /// executor's kernel time.
 pub fn find(select: Select<'_>) -> Vec<Member> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
+    // Soon after the start, only the pids handed out since; otherwise every entry of `/proc`
+    // not older than the start.
+    let new_pids = match select {
+        Select::Task(_, since) => since.new_pids(),
+        Select::Run(_) => None,
+    };
+    let by_pid = new_pids.is_some();
+    let pids: Vec<u32> = match new_pids {
+        Some(pids) => pids,
+        None => {
+            let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+            let older_than = match select {
+                Select::Task(_, since) => since.older_than(),
+                Select::Run(_) => None,
+            };
+            dir.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
+                .collect()
+        }
+    };
+    among(select, &proc_fd, pids, by_pid)
+}
+
+/// The processes among `pids` (through the open `/proc`) that `select` picks, in pid order,
+/// never this process; `by_pid`: they were not listed by `/proc` (a thread's id may be
+/// among them: its process stands for it).
+fn among(select: Select<'_>, proc_fd: &std::fs::File, pids: Vec<u32>, by_pid: bool) -> Vec<Member> {
     let me = std::process::id();
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let key = format!("{MARKER_VAR}=");
-    let older_than = match select {
-        Select::Task(_, since) => since.older_than(),
-        Select::Run(_) => None,
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            (pid != me).then_some(pid)
-        })
-        .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
+    let mut found: Vec<Member> = pids
+        .into_iter()
+        .filter(|&pid| pid != me)
         .filter(|&pid| {
-            read_environ(&proc_fd, pid, uid).is_some_and(|env| {
+            read_environ(proc_fd, pid, uid).is_some_and(|env| {
                 env.split(|&b| b == 0)
                     .filter_map(|var| var.strip_prefix(key.as_bytes()))
                     .flat_map(|value| value.split(|&b| b == b':'))
                     .any(|marker| select.matches(marker))
             })
         })
+        .filter_map(|pid| if by_pid { thread_group(proc_fd, pid) } else { Some(pid) })
+        .filter(|&pid| pid != me)
         .filter_map(|pid| {
-            let comm = read_at(&proc_fd, pid, "comm", None).unwrap_or_default();
+            let comm = read_at(proc_fd, pid, "comm", None).unwrap_or_default();
             let comm = OsStr::from_bytes(comm.trim_ascii_end()).to_string_lossy().into_owned();
             Some(Member { pid: i32::try_from(pid).ok()?, comm })
         })
-        .collect()
+        .collect();
+    found.sort_by_key(|m| m.pid);
+    found.dedup_by_key(|m| m.pid);
+    found
+}
+
+/// The process (thread group) `/proc/<pid>` belongs to: `pid` itself, or the process of the
+/// thread `pid` names (a thread is not listed in `/proc`, but is there by its id).
+fn thread_group(proc_fd: &std::fs::File, pid: u32) -> Option<u32> {
+    let status = read_at(proc_fd, pid, "status", None)?;
+    let line = status.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"Tgid:"))?;
+    std::str::from_utf8(line).ok()?.trim().parse().ok()
 }
 
 /// `/proc/<pid>/<name>` read through the open `/proc`; `None` when it is gone, or when `uid`
@@ -392,7 +532,7 @@ mod tests {
         let (wall, boot) = clocks().expect("the clocks");
         let ten = 10 * 1_000_000_000;
         // An execution that started ten seconds from now: `sleep` is older.
-        let later = Since { clocks: Some((wall + ten, boot + ten)) };
+        let later = Since { clocks: Some((wall + ten, boot + ten)), last_pid: None };
         let pids = |since| -> Vec<i32> {
             find(Select::Task(&marker, since)).iter().map(|m| m.pid).collect()
         };
@@ -401,13 +541,103 @@ mod tests {
         assert_eq!(pids(Since::ANY), [pid]);
         // The same start, but the wall clock has stepped by ten seconds against the boot
         // clock since (or the boot clock read then was faked).
-        let stepped = Since { clocks: Some((wall + ten, boot)) };
+        let stepped = Since { clocks: Some((wall + ten, boot)), last_pid: None };
         assert_eq!(pids(stepped), [pid], "a stepped clock passes over nothing");
         // Within the slack of the start, it is read.
-        let just_after = Since { clocks: Some((wall + ten / 10, boot + ten / 10)) };
+        let just_after = Since { clocks: Some((wall + ten / 10, boot + ten / 10)), last_pid: None };
         assert_eq!(pids(just_after), [pid]);
         let _ = old.kill();
         let _ = old.wait();
+    }
+
+    #[test]
+    fn the_pids_since_a_start_run_to_the_last_one_wrapping_below_pid_max() {
+        assert_eq!(pid_interval(100, 104, 1000, 10), Some(vec![101, 102, 103, 104]));
+        assert_eq!(pid_interval(100, 100, 1000, 10), Some(vec![]), "none handed out");
+        // Past the top of the pid space, on from the bottom.
+        assert_eq!(pid_interval(997, 2, 1000, 10), Some(vec![998, 999, 1, 2]));
+        // More than the cap: list `/proc` instead.
+        assert_eq!(pid_interval(100, 200, 1000, 10), None);
+        assert_eq!(pid_interval(990, 50, 1000, 10), None);
+        // Counters the kernel cannot show.
+        assert_eq!(pid_interval(1000, 2, 1000, 10), None);
+        assert_eq!(pid_interval(5, 1000, 1000, 10_000), None);
+    }
+
+    /// The pids handed out since the start hold a member started after it and not one
+    /// started before, and a scan among them finds the one; the scan looks among them only
+    /// while the pid space cannot have turned over since the start.
+    #[test]
+    fn a_scan_soon_after_the_start_looks_only_at_the_pids_handed_out_since() {
+        let marker = new_marker();
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .env(MARKER_VAR, marker_value(&marker))
+                .spawn()
+                .expect("sleep")
+        };
+        let mut before = sleep();
+        let since = Since::now();
+        let mut after = sleep();
+        let pid = |c: &std::process::Child| i32::try_from(c.id()).expect("a pid");
+        let counted = since.last_pid.zip(ns_last_pid()).zip(pid_max());
+        if let Some(((first, last), max)) = counted {
+            let handed = pid_interval(first, last, max, usize::MAX).expect("the pids since");
+            assert!(handed.contains(&after.id()) && !handed.contains(&before.id()));
+            let proc_fd = std::fs::File::open("/proc").expect("/proc");
+            let found = among(Select::Task(&marker, since), &proc_fd, handed, true);
+            let pids: Vec<i32> = found.iter().map(|m| m.pid).collect();
+            assert_eq!(pids, [pid(&after)]);
+        } else {
+            eprintln!("skipping: /proc shows no ns_last_pid of this pid namespace here");
+        }
+        // Whichever way the scan goes now, it finds the member; with no start, both.
+        let pids = |since| -> Vec<i32> {
+            find(Select::Task(&marker, since)).iter().map(|m| m.pid).collect()
+        };
+        assert!(pids(since).contains(&pid(&after)));
+        assert_eq!(pids(Since::ANY), [pid(&before), pid(&after)]);
+        for c in [&mut before, &mut after] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    #[test]
+    fn the_pids_since_are_looked_at_only_while_the_pid_space_cannot_have_turned_over() {
+        let (wall, boot) = (1_000 * 1_000_000_000, 50 * 1_000_000_000);
+        let start = Since { clocks: Some((wall, boot)), last_pid: Some(100) };
+        let ms = 1_000_000;
+        let after = |d: i128| (wall + d, boot + d);
+        assert_eq!(start.new_pids_at(32768, 103, after(5 * ms)), Some(vec![101, 102, 103]));
+        // 32768 pids take at least 33 ms to hand out: 30 ms (and a tick) is too long.
+        assert_eq!(start.new_pids_at(32768, 103, after(30 * ms)), None);
+        assert_eq!(start.new_pids_at(4_194_304, 103, after(2_000 * ms)), Some(vec![101, 102, 103]));
+        // The clocks disagree (one was stepped or faked): list `/proc`.
+        assert_eq!(start.new_pids_at(32768, 103, (wall + 5 * ms, boot + 2_000 * ms)), None);
+        // No counter at the start, or no clocks.
+        assert_eq!(Since { last_pid: None, ..start }.new_pids_at(32768, 103, after(ms)), None);
+        assert_eq!(Since::ANY.new_pids_at(32768, 103, after(ms)), None);
+    }
+
+    #[test]
+    fn a_threads_id_stands_for_its_process() {
+        let proc_fd = std::fs::File::open("/proc").expect("/proc");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            tx.send(u32::try_from(tid).expect("a tid")).expect("sent");
+            let _ = stop_rx.recv();
+        });
+        let tid = rx.recv().expect("the thread's id");
+        assert_ne!(tid, std::process::id());
+        assert_eq!(thread_group(&proc_fd, tid), Some(std::process::id()));
+        assert_eq!(thread_group(&proc_fd, std::process::id()), Some(std::process::id()));
+        drop(stop_tx);
+        t.join().expect("joined");
     }
 
     #[test]
