@@ -95,7 +95,9 @@ impl TmpfsRoots {
     /// measured against `floor`; `None` when `fs` is no writable, executable tmpfs or this
     /// user's directory there cannot be private ([`owner_root_in`]).
     pub fn at(fs: &Path, headroom: u64, floor: DiskFloor) -> Option<Arc<Self>> {
-        let fs = tmpfs_at(fs, 0)?;
+        // Canonical, as this user's directory there is: a root's path and the directory its
+        // removal prunes up to must agree.
+        let fs = tmpfs_at(&fs.canonicalize().ok()?, 0)?;
         owner_root_in(&fs)?;
         let health = Arc::new(DiskHealth::unlogged(&fs, floor));
         Some(Arc::new(Self { fs, headroom, health, given_up: AtomicBool::new(false) }))
