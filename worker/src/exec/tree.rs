@@ -138,9 +138,9 @@ pub struct Since {
 /// pid handed out since lies after the start's last one ([`pid_interval`]).
 pub const PID_RATE_BOUND: i128 = 1_000_000;
 
-/// Most pids a scan looks at one by one ([`Since::new_pids`]); past it, listing `/proc`
-/// costs less.
-pub const MAX_NEW_PIDS: usize = 2048;
+/// Most pids a scan looks at one by one ([`Since::new_pids`]): past it, listing `/proc`
+/// (one entry per process, not per pid handed out) likely costs less.
+pub const MAX_NEW_PIDS: usize = 512;
 
 /// The kernel's coarse clock's tick, at most: added to a measured time since the start.
 const COARSE_TICK_NS: i128 = 10_000_000;
@@ -223,8 +223,10 @@ fn clocks() -> Option<(i128, i128)> {
 impl Since {
     /// Now: to be taken before the execution's first process is spawned.
     pub fn now() -> Self {
-        let last_pid = ns_last_pid();
-        Self { clocks: clocks(), last_pid }
+        // The clocks first, then the counter: the time measured from here covers every pid
+        // counted after it.
+        let clocks = clocks();
+        Self { clocks, last_pid: ns_last_pid() }
     }
 
     /// A start no process is older than: every scan reads every process.
