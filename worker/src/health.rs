@@ -199,7 +199,10 @@ impl DiskHealth {
         let low = Arc::new(Mutex::new(None::<Free>));
         let (me, l) = (self.clone(), low.clone());
         let task = OwnedTask::spawn("worker.disk-watch", async move {
-            let mut every = tokio::time::interval(WATCH_EVERY);
+            // The first sample a period in: the work dir was measured as the assignment was
+            // accepted, and a task shorter than that is judged by the measure at its end.
+            let first = tokio::time::Instant::now() + WATCH_EVERY;
+            let mut every = tokio::time::interval_at(first, WATCH_EVERY);
             loop {
                 every.tick().await;
                 let dir = me.dir.clone();
