@@ -69,11 +69,8 @@ pub async fn run(
         context.strace = p.strace;
         // A thousand small files a root, made and removed in seconds, cost a disk more than
         // the task (`prova_worker::shmroots`).
-        context.tmpfs_roots = prova_worker::shmroots::TmpfsRoots::at(
-            Path::new("/dev/shm"),
-            prova_worker::shmroots::FIRST_ROOT_HEADROOM,
-            prova_worker::health::DiskFloor::bytes(0),
-        );
+        context.tmpfs_roots =
+            prova_worker::shmroots::TmpfsRoots::dev_shm(prova_worker::health::DiskFloor::bytes(0));
         local_proof_sources = Some(p.sources);
         slots *= 2;
     }

@@ -1084,11 +1084,7 @@ pub fn blocking_command(then: &str) -> String {
 /// named by the hash of its canonical work dir: `prova_worker::shmroots::roots_dir`).
 pub fn in_roots_of(path: &Path, work_dir: &Path) -> bool {
     let work = work_dir.canonicalize().unwrap_or_else(|_| work_dir.to_owned());
-    let shm = prova_worker::shmroots::roots_dir(
-        Path::new("/dev/shm"),
-        &work,
-        prova_worker::shmroots::ROOTS,
-    );
+    let shm = shm_roots_of(&work).join(prova_worker::shmroots::ROOTS);
     path.starts_with(work_dir) || path.starts_with(&work) || path.starts_with(shm)
 }
 

@@ -103,6 +103,12 @@ impl TmpfsRoots {
         Some(Arc::new(Self { fs, headroom, health, given_up: AtomicBool::new(false) }))
     }
 
+    /// `/dev/shm`, a root wanting [`FIRST_ROOT_HEADROOM`] free beside its inputs' share
+    /// (see [`Self::at`]).
+    pub fn dev_shm(floor: DiskFloor) -> Option<Arc<Self>> {
+        Self::at(Path::new("/dev/shm"), FIRST_ROOT_HEADROOM, floor)
+    }
+
     /// The tmpfs's directory.
     pub fn fs(&self) -> &Path {
         &self.fs

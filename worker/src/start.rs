@@ -4,7 +4,7 @@
 //! (`cli/src/commands/daemons.rs`); the in-process test farm starts workers the same way.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kameo::prelude::*;
@@ -20,7 +20,7 @@ use crate::health::{DiskFloor, DiskHealth};
 use crate::runner::{RunnerConfig, WorkerContext};
 use crate::sandbox;
 use crate::session::{self, SessionError};
-use crate::shmroots::{self, TmpfsRoots};
+use crate::shmroots::TmpfsRoots;
 
 /// Reports queued from the worker actor to its session.
 const REPORT_QUEUE: usize = 256;
@@ -155,9 +155,7 @@ impl ExecRoots {
     /// is no tmpfs the worker can use (`Auto` without a usable `/dev/shm` is the work dir).
     fn tmpfs(&self, floor: DiskFloor) -> Result<Option<Arc<TmpfsRoots>>, StartError> {
         match self {
-            Self::Auto => {
-                Ok(TmpfsRoots::at(Path::new("/dev/shm"), shmroots::FIRST_ROOT_HEADROOM, floor))
-            }
+            Self::Auto => Ok(TmpfsRoots::dev_shm(floor)),
             Self::WorkDir => Ok(None),
             Self::Tmpfs(dir) => TmpfsRoots::at(dir, floor.bytes, floor)
                 .map(Some)

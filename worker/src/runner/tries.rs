@@ -101,9 +101,10 @@ impl Tries<'_> {
         // A task that failed while the work dir was below its floor — at its end, or at any
         // moment while it ran (its writes met ENOSPC, most likely) — failed for want of disk
         // here, not of its own: it runs again elsewhere.
-        if !report.exit.success()
+        let failed = !report.exit.success()
             && !matches!(report.exit, ExitKind::Aborted)
-            && !cancel.is_cancelled()
+            && !cancel.is_cancelled();
+        if failed
             && ctx.remote.is_some()
             && let Some(why) = ctx
                 .disk
@@ -118,9 +119,7 @@ impl Tries<'_> {
             return Err(Box::new(report));
         }
         // The same of the tmpfs its root is on; the worker's roots leave it for good.
-        if !report.exit.success()
-            && !matches!(report.exit, ExitKind::Aborted)
-            && !cancel.is_cancelled()
+        if failed
             && let Some(t) = tmpfs
             && let Some(why) =
                 t.health().check().or_else(|| tmpfs_watch.as_ref().and_then(|w| w.dipped()))
