@@ -242,6 +242,28 @@ mod tests {
         assert_eq!(tmpfs_at(Path::new("/dev/shm/prova-no-such-dir"), 0), None);
     }
 
+    /// A tmpfs named through a link or with `.`/`..` components is taken by its canonical
+    /// path, which this user's directory there has too: roots made under it are pruned up
+    /// to that directory when they go.
+    #[test]
+    fn a_tmpfs_is_taken_by_its_canonical_path_however_it_is_named() {
+        let Some(shm) = tmpfs_at(Path::new("/dev/shm"), 0) else {
+            eprintln!("skipping: /dev/shm is no writable, executable tmpfs here");
+            return;
+        };
+        let links = tempfile::tempdir().expect("a directory for a link");
+        let link = links.path().join("fast");
+        std::os::unix::fs::symlink(&shm, &link).expect("a link to /dev/shm");
+        let work = Path::new("/w/ws/.prova/worker");
+        for named in [link, PathBuf::from("/dev/./shm/../shm")] {
+            let t = TmpfsRoots::at(&named, 0, DiskFloor::bytes(0)).expect("a tmpfs");
+            assert_eq!(t.fs(), shm, "{}", named.display());
+            let owner = t.owner_root().expect("this user's directory");
+            let parent = t.parent(work, 0);
+            assert!(parent.starts_with(&owner) && t.holds(&parent), "{}", parent.display());
+        }
+    }
+
     #[test]
     fn this_users_directory_is_private_and_never_a_link() {
         use std::os::unix::fs::PermissionsExt as _;
