@@ -9,6 +9,8 @@
 use std::future::Future;
 use std::io;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use nix::errno::Errno;
@@ -73,9 +75,24 @@ pub(crate) async fn run(
     let mut out = OutputState::new(req.log_limit, output, ready);
     let outcome = {
         let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
-        let exit_wait = OwnedTask::spawn_blocking("exec.wait-exit", move || wait_exit(pid));
-        let mut sup =
-            Supervisor { pid, marker, since, pump, pump_done: false, exit_wait, exited: None };
+        let natural = Arc::new(AtomicBool::new(true));
+        let exit_wait = {
+            let (marker, natural) = (marker.clone(), Arc::clone(&natural));
+            OwnedTask::spawn_blocking("exec.wait-exit", move || {
+                wait_exit(pid, &marker, since, &natural)
+            })
+        };
+        let mut sup = Supervisor {
+            pid,
+            marker,
+            since,
+            pump,
+            pump_done: false,
+            exit_wait,
+            natural,
+            exited: None,
+            left: None,
+        };
         sup.supervise(&req, &cancel, &mut guard).await
     };
     let (exit, status_time, rusage, leaked) = match outcome {
@@ -136,10 +153,16 @@ struct Supervisor<'a, P> {
     /// Reads the pipes to EOF; polled alongside everything else so output never stalls.
     pump: Pin<&'a mut P>,
     pump_done: bool,
-    /// `waitid(WNOWAIT)` on a blocking thread; yields when the child has exited.
-    exit_wait: OwnedTask<io::Result<StdInstant>>,
+    /// `waitid(WNOWAIT)` on a blocking thread; yields when the child has exited (and, while
+    /// `natural` holds, what of its tree was left then: [`wait_exit`]).
+    exit_wait: OwnedTask<io::Result<Exit>>,
+    /// Cleared once supervision stops for a timeout or cancel: the exit that follows is the
+    /// kill's, and nobody waits for a look at what it left.
+    natural: Arc<AtomicBool>,
     /// When the exit was observed.
     exited: Option<StdInstant>,
+    /// What the exit's own thread found left of the tree after a natural exit.
+    left: Option<Vec<tree::Member>>,
 }
 
 impl<P: Future<Output = ()>> Supervisor<'_, P> {
@@ -160,21 +183,21 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
         // (Looked for before the group signal, so what was running is counted, not only what
         // outlived a SIGTERM.)
         let (marker, since) = (self.marker.clone(), self.since);
-        let pid = self.pid;
-        let exited = stop == Stop::Exited;
-        let left = blocking(move || {
-            // After a natural exit, a member caught in its own exit (a sandbox's init tearing
-            // down with the task) is no leak: only what is still there once the tree settled.
-            let left = if exited {
-                tree::find_settled(tree::Select::Task(&marker, since), tree::SETTLE)
-            } else {
-                tree::find(tree::Select::Task(&marker, since))
-            };
-            signal_group(pid, Signal::SIGTERM);
-            tree::signal_all(&left, Signal::SIGTERM);
-            left
-        })
-        .await?;
+        let left = match (stop, self.left.take()) {
+            // After a natural exit the exit's own thread has looked already (one hand-off to
+            // the blocking pool a task, not two).
+            (Stop::Exited, Some(left)) => left,
+            (Stop::Exited, None) => {
+                blocking(move || {
+                    tree::find_settled(tree::Select::Task(&marker, since), tree::SETTLE)
+                })
+                .await?
+            }
+            _ => blocking(move || tree::find(tree::Select::Task(&marker, since))).await?,
+        };
+        // The child is a zombie or still running, never reaped yet: its group id is its own.
+        signal_group(self.pid, Signal::SIGTERM);
+        tree::signal_all(&left, Signal::SIGTERM);
         let grace_end = Instant::now() + req.kill_grace;
         self.wait_for(grace_end, |s| s.exited.is_some() && s.pump_done).await?;
         signal_group(self.pid, Signal::SIGKILL);
@@ -230,14 +253,31 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
             tokio::select! {
                 biased;
                 r = &mut self.exit_wait => {
-                    self.exited = Some(joined(r, self.pid)?);
+                    self.exited(r)?;
                     return Ok(Stop::Exited);
                 }
-                () = cancel.cancelled() => return Ok(Stop::Cancelled),
-                () = &mut timed_out => return Ok(Stop::TimedOut),
+                () = cancel.cancelled() => return Ok(self.unnatural(Stop::Cancelled)),
+                () = &mut timed_out => return Ok(self.unnatural(Stop::TimedOut)),
                 () = self.pump.as_mut(), if !self.pump_done => self.pump_done = true,
             }
         }
+    }
+
+    /// The exit seen by [`wait_exit`]: when, and what it found left.
+    fn exited(
+        &mut self,
+        r: Result<io::Result<Exit>, tokio::task::JoinError>,
+    ) -> Result<(), ExecError> {
+        let exit = joined(r, self.pid)?;
+        self.exited = Some(exit.at);
+        self.left = exit.left;
+        Ok(())
+    }
+
+    /// `stop`, after telling the exit's thread that nobody waits for its look at the tree.
+    fn unnatural(&self, stop: Stop) -> Stop {
+        self.natural.store(false, Ordering::Relaxed);
+        stop
     }
 
     /// Keep pumping output and watching for the exit until `done` holds (`true`) or
@@ -253,9 +293,7 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
             }
             tokio::select! {
                 biased;
-                r = &mut self.exit_wait, if self.exited.is_none() => {
-                    self.exited = Some(joined(r, self.pid)?);
-                }
+                r = &mut self.exit_wait, if self.exited.is_none() => self.exited(r)?,
                 () = self.pump.as_mut(), if !self.pump_done => self.pump_done = true,
                 () = sleep_until(deadline) => return Ok(false),
             }
@@ -271,21 +309,39 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn joined(
-    r: Result<io::Result<StdInstant>, tokio::task::JoinError>,
+    r: Result<io::Result<Exit>, tokio::task::JoinError>,
     pid: Pid,
-) -> Result<StdInstant, ExecError> {
+) -> Result<Exit, ExecError> {
     r.map_err(ExecError::Join)?.map_err(|source| ExecError::Wait { pid: pid.as_raw(), source })
 }
 
-/// Block until `pid` has exited, without reaping it. Returns when the exit was seen.
-fn wait_exit(pid: Pid) -> io::Result<StdInstant> {
+/// The child's exit as its waiting thread saw it.
+struct Exit {
+    /// When the exit was seen.
+    at: StdInstant,
+    /// What of the tree was still there once it settled ([`tree::find_settled`]), looked at
+    /// on the same thread right after a natural exit; `None` when supervision had already
+    /// stopped for a timeout or cancel.
+    left: Option<Vec<tree::Member>>,
+}
+
+/// Blocks until `pid` has exited, without reaping it (its zombie keeps its pid and group id
+/// from reuse). While `natural` holds, then looks for what its tree left (`marker`, `since`)
+/// — reading `/proc` only: the signals are the supervisor's, which knows whether the child is
+/// reaped.
+fn wait_exit(pid: Pid, marker: &str, since: tree::Since, natural: &AtomicBool) -> io::Result<Exit> {
     loop {
         match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-            Ok(_) => return Ok(StdInstant::now()),
+            Ok(_) => break,
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
+    let at = StdInstant::now();
+    let left = natural
+        .load(Ordering::Relaxed)
+        .then(|| tree::find_settled(tree::Select::Task(marker, since), tree::SETTLE));
+    Ok(Exit { at, left })
 }
 
 /// Reap `pid` (an exited child), returning its raw wait status and resource use.
