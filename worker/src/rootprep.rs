@@ -10,6 +10,7 @@ use prova_protocol::task::OwnedTask;
 use prova_protocol::wire::InputRef;
 use prova_protocol::work::{Assignment, Isolation, Placement};
 
+use crate::execroot::strays::{StrayCheck, Survey};
 use crate::execroot::{
     ExecRoot, ExecRootError, ExecRootSpec, RootInput, RootSource, RootTree, StandInFiles,
 };
@@ -26,6 +27,9 @@ pub struct PreparedRoot {
     pub rerun: crate::perturb::RerunHeld,
     /// The perturbations applied while building the root (a re-run).
     pub perturbed: Perturbations,
+    /// What the task may write beside its outputs, and the root as built, surveyed on the
+    /// thread that built it (`execroot::strays`; `None` when there is nothing to watch).
+    pub strays: Option<(StrayCheck, Survey)>,
 }
 
 /// The command line to run, and where its trace goes when traced.
@@ -181,6 +185,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     // A first execution's root on the worker's tmpfs, which may fill while it is made.
     let tmpfs = ctx.tmpfs_roots.clone().filter(|t| a.perturb.is_none() && t.holds(&parent));
     let fallback = ctx.work_dir.join(crate::shmroots::ROOTS);
+    let sandboxed = ctx.sandbox;
     let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
         let mut spec = spec;
         // A parent on a shared tmpfs (the worker's directory there): pruned when the root
@@ -191,7 +196,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
             None => None,
         };
         let made = ExecRoot::create(&parent, &hint, &spec, &blobs);
-        match (made, &tmpfs) {
+        let root = match (made, &tmpfs) {
             // The tmpfs ran short under the root itself: the work dir, for this root and
             // every later one.
             (Err(e), Some(t)) if crate::health::is_disk_full(&e) => {
@@ -200,10 +205,19 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
                 ExecRoot::create(&fallback, &hint, &spec, &blobs)
             }
             (made, _) => made,
-        }
+        }?;
+        // Surveyed here, not on a thread of its own: nothing writes into the root before the
+        // task runs. The task runs under bubblewrap exactly when the worker sandboxes (`wrap`).
+        let check = root.stray_check(sandboxed);
+        let strays = (!check.is_empty()).then(|| {
+            let before = check.survey();
+            (check, before)
+        });
+        Ok::<_, crate::execroot::ExecRootError>((root, strays))
     })
     .join()
     .await??;
+    let (root, strays) = root;
     // The set-up cost per task (bench/trees.sh reads it): inputs fetched, trees ready
     // (manifest read, blobs checked, materialised unless already there), root built.
     tracing::debug!(
@@ -215,7 +229,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         elapsed = ?started.elapsed(),
         "exec root prepared"
     );
-    Ok(PreparedRoot { root, rerun, perturbed })
+    Ok(PreparedRoot { root, rerun, perturbed, strays })
 }
 
 /// Fetches what of `wanted` the blob cache lacks from the coordinator; how many that was.

@@ -15,28 +15,21 @@ use crate::execroot::strays::{StrayCheck, Survey};
 use crate::outputs;
 use crate::rootprep::PreparedRoot;
 
-/// What a task may write beside its outputs in an exec root (`execroot::strays`), surveyed
-/// before it runs; `None` without an exec root. `sandboxed`: it runs under bubblewrap.
-pub(super) async fn survey_strays(
-    exec_root: Option<&PreparedRoot>,
-    sandboxed: bool,
-) -> Option<(StrayCheck, Survey)> {
-    let check = exec_root?.root.stray_check(sandboxed);
-    if check.is_empty() {
-        return None;
-    }
-    let surveyed = check.clone();
-    let before = OwnedTask::spawn_blocking("worker.survey-root", move || surveyed.survey());
-    Some((check, before.join().await.ok()?))
+/// What the task wrote outside its declared outputs since its root was surveyed
+/// (`rootprep::PreparedRoot::strays`).
+pub(super) async fn stray_writes(strays: Option<(StrayCheck, Survey)>) -> Option<WroteOutside> {
+    strays.as_ref()?;
+    OwnedTask::spawn_blocking("worker.stray-writes", move || compare_strays(strays))
+        .join()
+        .await
+        .ok()
+        .flatten()
 }
 
-/// What the task wrote since [`survey_strays`] outside its declared outputs.
-pub(super) async fn stray_writes(strays: Option<(StrayCheck, Survey)>) -> Option<WroteOutside> {
+/// The blocking half of [`stray_writes`].
+fn compare_strays(strays: Option<(StrayCheck, Survey)>) -> Option<WroteOutside> {
     let (check, before) = strays?;
-    let after = OwnedTask::spawn_blocking("worker.stray-writes", move || {
-        check.compare(&before, &check.survey())
-    });
-    after.join().await.ok().flatten()
+    check.compare(&before, &check.survey())
 }
 
 /// What a traced run read: its trace (then removed) settled against the root's installed
@@ -69,13 +62,15 @@ pub(super) async fn trace_reads(
     }
 }
 
-/// Collects, fingerprints and packs the outputs; a farm worker uploads the artifact and keeps
-/// it in its blob cache (a downstream task placed here needs it).
+/// What the task wrote outside its outputs ([`stray_writes`], into `report`), then its
+/// outputs collected, fingerprinted and packed, on one blocking thread; a farm worker uploads
+/// the artifact and keeps it in its blob cache (a downstream task placed here needs it).
 pub(super) async fn outputs(
     a: &Assignment,
     ctx: &WorkerContext,
     root: &Path,
     globs: PathGlobs,
+    strays: Option<(StrayCheck, Survey)>,
     report: &mut Finished,
 ) {
     let farm = ctx.remote.is_some() && matches!(a.placement, Placement::ExecRoot { .. });
@@ -88,10 +83,14 @@ pub(super) async fn outputs(
     let pack2 = pack_to.clone();
     let project = a.spec.project_dir.clone();
     let collected = OwnedTask::spawn_blocking("worker.collect-outputs", move || {
-        outputs::collect(&root2, &globs, &project, pack2.as_deref())
+        (compare_strays(strays), outputs::collect(&root2, &globs, &project, pack2.as_deref()))
     })
     .join()
     .await;
+    let collected = collected.map(|(strays, collected)| {
+        report.wrote_outside = strays;
+        collected
+    });
     let (outs, missing) = match collected {
         Ok(Ok(x)) => x,
         // Where the outputs live only here, a failure to store them is this worker's: give

@@ -185,13 +185,13 @@ impl Wrapped {
     /// what a traced run read, surveyed where that can name more. A clean that fails, or a
     /// failure on a farm worker's short disk, ends it here.
     pub async fn execute(
-        self,
+        mut self,
         ctx: &WorkerContext,
         link: &mpsc::Sender<FromWorker>,
         cancel: &CancellationToken,
     ) -> Result<Executed, Stop> {
-        let sandboxed = self.report.isolation.sandboxed();
-        let strays = collect::survey_strays(self.exec_root.as_ref(), sandboxed).await;
+        // The root as built, surveyed where it was built (`rootprep::prepare`).
+        let strays = self.exec_root.as_mut().and_then(|p| p.strays.take());
         let run = tries::Tries {
             a: &self.a,
             globs: &self.globs,
@@ -285,13 +285,12 @@ impl Executed {
                 ReadsReport::default()
             }));
         }
-        if report.exit.success() {
-            report.wrote_outside = collect::stray_writes(strays).await;
-        }
         // Collected even beside writes outside the outputs: the coordinator decides (a
         // primary execution fails, a determinism re-run compares its outputs).
         if report.exit.success() && a.collect_outputs {
-            collect::outputs(&a, ctx, &root, globs, &mut report).await;
+            collect::outputs(&a, ctx, &root, globs, strays, &mut report).await;
+        } else if report.exit.success() {
+            report.wrote_outside = collect::stray_writes(strays).await;
         }
         Collected { exec_root, report }
     }
