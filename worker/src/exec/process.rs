@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::io;
+use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +16,12 @@ use std::time::{Duration, Instant as StdInstant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use prova_protocol::spec::{ExecStats, ExitKind};
 use prova_protocol::task::OwnedTask;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -76,12 +79,7 @@ pub(crate) async fn run(
     let outcome = {
         let pump = pin!(output::pump(&mut out, pipes.0, pipes.1));
         let natural = Arc::new(AtomicBool::new(true));
-        let exit_wait = {
-            let (marker, natural) = (marker.clone(), Arc::clone(&natural));
-            OwnedTask::spawn_blocking("exec.wait-exit", move || {
-                wait_exit(pid, &marker, since, &natural)
-            })
-        };
+        let exit_wait = exit_watch(pid, marker.clone(), since, Arc::clone(&natural));
         let mut sup = Supervisor {
             pid,
             marker,
@@ -153,9 +151,9 @@ struct Supervisor<'a, P> {
     /// Reads the pipes to EOF; polled alongside everything else so output never stalls.
     pump: Pin<&'a mut P>,
     pump_done: bool,
-    /// `waitid(WNOWAIT)` on a blocking thread; yields when the child has exited (and, while
-    /// `natural` holds, what of its tree was left then: [`wait_exit`]).
-    exit_wait: OwnedTask<io::Result<Exit>>,
+    /// Yields when the child has exited (and, while `natural` holds, what of its tree was
+    /// left then): [`exit_watch`].
+    exit_wait: ExitWatch,
     /// Cleared once supervision stops for a timeout or cancel: the exit that follows is the
     /// kill's, and nobody waits for a look at what it left.
     natural: Arc<AtomicBool>,
@@ -263,12 +261,9 @@ impl<P: Future<Output = ()>> Supervisor<'_, P> {
         }
     }
 
-    /// The exit seen by [`wait_exit`]: when, and what it found left.
-    fn exited(
-        &mut self,
-        r: Result<io::Result<Exit>, tokio::task::JoinError>,
-    ) -> Result<(), ExecError> {
-        let exit = joined(r, self.pid)?;
+    /// The exit seen by [`exit_watch`]: when, and what it found left.
+    fn exited(&mut self, r: io::Result<Exit>) -> Result<(), ExecError> {
+        let exit = r.map_err(|source| ExecError::Wait { pid: self.pid.as_raw(), source })?;
         self.exited = Some(exit.at);
         self.left = exit.left;
         Ok(())
@@ -308,14 +303,7 @@ async fn blocking<T: Send + 'static>(
     OwnedTask::spawn_blocking("exec.proc-scan", f).join().await.map_err(ExecError::Join)
 }
 
-fn joined(
-    r: Result<io::Result<Exit>, tokio::task::JoinError>,
-    pid: Pid,
-) -> Result<Exit, ExecError> {
-    r.map_err(ExecError::Join)?.map_err(|source| ExecError::Wait { pid: pid.as_raw(), source })
-}
-
-/// The child's exit as its waiting thread saw it.
+/// The child's exit as its watch saw it.
 struct Exit {
     /// When the exit was seen.
     at: StdInstant,
@@ -325,10 +313,103 @@ struct Exit {
     left: Option<Vec<tree::Member>>,
 }
 
-/// Blocks until `pid` has exited, without reaping it (its zombie keeps its pid and group id
-/// from reuse). While `natural` holds, then looks for what its tree left (`marker`, `since`)
-/// — reading `/proc` only: the signals are the supervisor's, which knows whether the child is
-/// reaped.
+/// The child's exit, watched: [`exit_watch`].
+type ExitWatch = Pin<Box<dyn Future<Output = io::Result<Exit>> + Send>>;
+
+/// At most this many pids handed out since a task's start are read on a runtime thread
+/// after its exit ([`tree::find_few`]); more go to the blocking pool.
+const FEW_PIDS: usize = 64;
+
+/// Watches for `pid`'s exit without reaping it (its zombie keeps its pid and group id from
+/// reuse): through a pidfd the runtime polls where the kernel has them — no thread waits, and
+/// the exit wakes the runtime with its output pipes' ends —, else [`wait_exit`] on a blocking
+/// thread. While `natural` holds, it then looks for what the tree left (`marker`, `since`),
+/// reading `/proc` only: the signals are the supervisor's, which alone knows whether the
+/// child is reaped.
+fn exit_watch(pid: Pid, marker: String, since: tree::Since, natural: Arc<AtomicBool>) -> ExitWatch {
+    let watched = pidfd_open(pid).and_then(|fd| {
+        // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which alone holds it open (and
+        // its raw descriptor the same) until it is dropped.
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(io::Error::from)
+    });
+    let fd = match watched {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::debug!(pid = pid.as_raw(), error = %e, "no pidfd: the exit waited for on a thread");
+            return exit_on_thread(pid, marker, since, natural);
+        }
+    };
+    Box::pin(async move {
+        loop {
+            let mut ready = fd.readable().await?;
+            if exited(fd.get_ref())? {
+                break;
+            }
+            ready.clear_ready();
+        }
+        let at = StdInstant::now();
+        if !natural.load(Ordering::Relaxed) {
+            return Ok(Exit { at, left: None });
+        }
+        // An exit that left nothing, seen among few new pids: no settling, no thread.
+        if let Some(none) =
+            tree::find_few(tree::Select::Task(&marker, since), FEW_PIDS).filter(Vec::is_empty)
+        {
+            return Ok(Exit { at, left: Some(none) });
+        }
+        let left = OwnedTask::spawn_blocking("exec.proc-scan", move || {
+            tree::find_settled(tree::Select::Task(&marker, since), tree::SETTLE)
+        })
+        .join()
+        .await
+        .map_err(io::Error::other)?;
+        Ok(Exit { at, left: Some(left) })
+    })
+}
+
+/// [`exit_watch`] without a pidfd: [`wait_exit`] on a blocking thread.
+fn exit_on_thread(
+    pid: Pid,
+    marker: String,
+    since: tree::Since,
+    natural: Arc<AtomicBool>,
+) -> ExitWatch {
+    let task = OwnedTask::spawn_blocking("exec.wait-exit", move || {
+        wait_exit(pid, &marker, since, &natural)
+    });
+    Box::pin(async move { task.join().await.map_err(io::Error::other)? })
+}
+
+/// A pidfd of `pid` (Linux 5.3 and later), non-blocking.
+fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; it touches
+    // no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), libc::PIDFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::other("pidfd_open: no descriptor"))?;
+    // SAFETY: `fd` was just returned by the kernel: open, and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether the child `pidfd` refers to has exited (not reaped: `WNOWAIT`), without blocking.
+fn exited(pidfd: &OwnedFd) -> io::Result<bool> {
+    loop {
+        match waitid(
+            Id::PIDFd(pidfd.as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG,
+        ) {
+            Ok(WaitStatus::StillAlive) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Blocks until `pid` has exited, without reaping it. While `natural` holds, then looks for
+/// what its tree left (`marker`, `since`), as [`exit_watch`] does.
 fn wait_exit(pid: Pid, marker: &str, since: tree::Since, natural: &AtomicBool) -> io::Result<Exit> {
     loop {
         match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
@@ -429,4 +510,66 @@ fn millis(d: Duration) -> u64 {
 fn timeval_ms(tv: libc::timeval) -> u64 {
     let ms = i128::from(tv.tv_sec) * 1000 + i128::from(tv.tv_usec) / 1000;
     u64::try_from(ms).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// `sh -c script` carrying `marker`, and the start it is younger than.
+    fn child(script: &str, marker: &str) -> (std::process::Child, tree::Since) {
+        let since = tree::Since::now();
+        let c = Command::new("sh")
+            .args(["-c", script])
+            .env(tree::MARKER_VAR, marker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        (c, since)
+    }
+
+    #[tokio::test]
+    async fn both_watches_see_the_exit_and_what_the_tree_left_or_not() {
+        for on_thread in [false, true] {
+            for leaves in [true, false] {
+                let marker = format!("watch-{}-{on_thread}-{leaves}", std::process::id());
+                let script = if leaves { "sleep 300 & exit 3" } else { "exit 3" };
+                let (mut c, since) = child(script, &marker);
+                let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+                let natural = Arc::new(AtomicBool::new(true));
+                let watch = if on_thread {
+                    exit_on_thread(pid, marker.clone(), since, natural)
+                } else {
+                    exit_watch(pid, marker.clone(), since, natural)
+                };
+                let exit = tokio::time::timeout(Duration::from_secs(60), watch)
+                    .await
+                    .expect("the exit is seen")
+                    .expect("no error");
+                let left = exit.left.expect("a natural exit's tree is looked at");
+                // Not reaped by the watch: the status is still there to collect.
+                let status = c.wait().expect("reap");
+                assert_eq!(status.code(), Some(3));
+                tree::signal_all(&left, Signal::SIGKILL);
+                assert_eq!(left.len(), usize::from(leaves), "thread {on_thread}: {left:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exit_after_a_timeout_or_cancel_is_not_looked_at() {
+        let marker = format!("watch-unnatural-{}", std::process::id());
+        let (mut c, since) = child("sleep 300 & exit 0", &marker);
+        let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+        let exit = exit_watch(pid, marker.clone(), since, Arc::new(AtomicBool::new(false)))
+            .await
+            .expect("the exit is seen");
+        assert!(exit.left.is_none());
+        c.wait().expect("reap");
+        tree::sweep(tree::Select::Task(&marker, since));
+    }
 }

@@ -327,6 +327,15 @@ pub fn find(select: Select<'_>) -> Vec<Member> {
     among(select, &proc_fd, pids, by_pid)
 }
 
+/// [`find`] for a task when only few pids were handed out since its start (at most `few`,
+/// read by number): cheap enough to do on a runtime thread. `None`: it would read more.
+pub fn find_few(select: Select<'_>, few: usize) -> Option<Vec<Member>> {
+    let Select::Task(_, since) = select else { return None };
+    let pids = since.new_pids().filter(|p| p.len() <= few)?;
+    let proc_fd = std::fs::File::open("/proc").ok()?;
+    Some(among(select, &proc_fd, pids, true))
+}
+
 /// The processes among `pids` (through the open `/proc`) that `select` picks, in pid order,
 /// never this process; `by_pid`: they were not listed by `/proc` (a thread's id may be
 /// among them: its process stands for it).
