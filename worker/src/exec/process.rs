@@ -1,10 +1,11 @@
 //! Supervising one child from spawn to reaped: output pumping, timeout and cancel, the
 //! SIGTERM → grace → SIGKILL sequence on its process group, exit status and rusage.
 //!
-//! The order matters for safety. The child is first waited for with `waitid(WNOWAIT)`, which
-//! reports the exit but leaves a zombie: as long as the zombie exists its pid — which is also
-//! the process group id — cannot be reused, so signalling the group afterwards can only reach
-//! the task's own leftovers. Only then is it reaped with `wait4`, which also yields the rusage.
+//! The order matters for safety. The child's exit is first seen (its pidfd readable, then
+//! `waitid(WNOWAIT)`), which leaves a zombie: as long as the zombie exists its pid — which is
+//! also the process group id — cannot be reused, so signalling the group afterwards can only
+//! reach the task's own leftovers. Only then is it reaped with `wait4`, which also yields the
+//! rusage.
 
 use std::future::Future;
 use std::io;
