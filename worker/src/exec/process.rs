@@ -343,7 +343,7 @@ fn exit_watch(pid: Pid, marker: String, since: tree::Since, natural: Arc<AtomicB
     Box::pin(async move {
         loop {
             let mut ready = fd.readable().await?;
-            if exited(fd.get_ref())? {
+            if exited(fd.get_ref(), pid)? {
                 break;
             }
             ready.clear_ready();
@@ -394,16 +394,20 @@ fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether the child `pidfd` refers to has exited (not reaped: `WNOWAIT`), without blocking.
-fn exited(pidfd: &OwnedFd) -> io::Result<bool> {
+/// Whether the child `pid` (whose pidfd is `pidfd`) has exited, not reaped (`WNOWAIT`),
+/// without blocking. By the pidfd, or by the pid on a kernel whose `waitid` does not take
+/// pidfds (5.3 has `pidfd_open`, not `P_PIDFD`): the child is not reaped before its exit is
+/// seen, so its pid is still its own.
+fn exited(pidfd: &OwnedFd, pid: Pid) -> io::Result<bool> {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+    let mut by_fd = true;
     loop {
-        match waitid(
-            Id::PIDFd(pidfd.as_fd()),
-            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG,
-        ) {
+        let id = if by_fd { Id::PIDFd(pidfd.as_fd()) } else { Id::Pid(pid) };
+        match waitid(id, flags) {
             Ok(WaitStatus::StillAlive) => return Ok(false),
             Ok(_) => return Ok(true),
             Err(Errno::EINTR) => continue,
+            Err(Errno::EINVAL) if by_fd => by_fd = false,
             Err(e) => return Err(e.into()),
         }
     }
