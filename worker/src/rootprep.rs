@@ -186,7 +186,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     let tmpfs = ctx.tmpfs_roots.clone().filter(|t| a.perturb.is_none() && t.holds(&parent));
     let fallback = ctx.work_dir.join(crate::shmroots::ROOTS);
     let sandboxed = ctx.sandbox;
-    let root = OwnedTask::spawn_blocking("worker.exec-root", move || {
+    let (root, strays) = OwnedTask::spawn_blocking("worker.exec-root", move || {
         let mut spec = spec;
         // A parent on a shared tmpfs (the worker's directory there): pruned when the root
         // goes.
@@ -217,7 +217,6 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     })
     .join()
     .await??;
-    let (root, strays) = root;
     // The set-up cost per task (bench/trees.sh reads it): inputs fetched, trees ready
     // (manifest read, blobs checked, materialised unless already there), root built.
     tracing::debug!(

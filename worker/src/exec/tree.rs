@@ -302,29 +302,23 @@ pub struct Member {
 /// every task's end looks once, and with many short tasks these reads were most of the
 /// executor's kernel time.
 pub fn find(select: Select<'_>) -> Vec<Member> {
-    let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
     // Soon after the start, only the pids handed out since; otherwise every entry of `/proc`
     // not older than the start.
-    let new_pids = match select {
-        Select::Task(_, since) => since.new_pids(),
+    if let Some(found) = find_few(select, MAX_NEW_PIDS) {
+        return found;
+    }
+    let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let older_than = match select {
+        Select::Task(_, since) => since.older_than(),
         Select::Run(_) => None,
     };
-    let by_pid = new_pids.is_some();
-    let pids: Vec<u32> = match new_pids {
-        Some(pids) => pids,
-        None => {
-            let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-            let older_than = match select {
-                Select::Task(_, since) => since.older_than(),
-                Select::Run(_) => None,
-            };
-            dir.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
-                .collect()
-        }
-    };
-    among(select, &proc_fd, pids, by_pid)
+    let pids = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
+        .collect();
+    among(select, &proc_fd, pids, false)
 }
 
 /// [`find`] for a task when only few pids were handed out since its start (at most `few`,
