@@ -542,9 +542,8 @@ mod watch_tests {
         for on_thread in [false, true] {
             for leaves in [true, false] {
                 let marker = format!("watch-{}-{on_thread}-{leaves}", std::process::id());
-                // The child left behind has become `sleep` before the exit. One caught in
-                // its exec at the very moment of the exit can be missed (a known gap of the
-                // look, older than the watch: the group's kill still ends it).
+                // The child left behind has become `sleep` before the exit (one caught in its
+                // exec: `a_child_caught_in_its_exec_at_the_exit_is_found_by_both_watches`).
                 let script = if leaves {
                     "sleep 300 & until [ \"$(cat /proc/$!/comm 2>/dev/null)\" = sleep ]; do :; done; exit 3"
                 } else {
@@ -570,6 +569,51 @@ mod watch_tests {
                 assert_eq!(left.len(), usize::from(leaves), "thread {on_thread}: {left:?}");
             }
         }
+    }
+
+    /// A child caught in its `execve` at the exit was missed when its environment was read in
+    /// pieces: the exec drops the memory the open took hold of, and the next piece ends the
+    /// file short of the marker. A large environment before the marker (variables are passed
+    /// in order of name) gives a piecemeal read many calls to be cut in.
+    #[tokio::test]
+    async fn a_child_caught_in_its_exec_at_the_exit_is_found_by_both_watches() {
+        const ROUNDS: usize = 40;
+        let pad = "x".repeat(100_000);
+        let mut missed = Vec::new();
+        for round in 0..ROUNDS {
+            for on_thread in [false, true] {
+                let marker = format!("watch-exec-{}-{round}-{on_thread}", std::process::id());
+                let since = tree::Since::now();
+                let mut c = Command::new("sh")
+                    .args(["-c", "sleep 300 & exit 3"])
+                    .env("A_PROVA_PAD", &pad)
+                    .env(tree::MARKER_VAR, &marker)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn sh");
+                let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+                let natural = Arc::new(AtomicBool::new(true));
+                let watch = if on_thread {
+                    exit_on_thread(pid, marker.clone(), since, natural)
+                } else {
+                    exit_watch(pid, marker.clone(), since, natural)
+                };
+                let exit = tokio::time::timeout(Duration::from_secs(60), watch)
+                    .await
+                    .expect("the exit is seen")
+                    .expect("no error");
+                c.wait().expect("reap");
+                let left = exit.left.expect("a natural exit's tree is looked at");
+                if left.len() != 1 {
+                    missed.push((round, on_thread, left.clone()));
+                }
+                tree::signal_all(&left, Signal::SIGKILL);
+                tree::sweep(tree::Select::Task(&marker, since));
+            }
+        }
+        assert!(missed.is_empty(), "the left child was not found: {missed:?}");
     }
 
     #[tokio::test]

@@ -4,7 +4,8 @@
 //! Why a marker: a process group (what the executor signals) is left by `setsid`/`setpgid`,
 //! and a parent-death signal reaches only the direct child. The environment is inherited
 //! through `fork`, `setsid`, a double fork and `exec`, so scanning `/proc/*/environ` of this
-//! user's processes finds every descendant of a task however it detached — except one that
+//! user's processes (each block in one read, and a process caught in its `execve` read again:
+//! [`exec_pending`]) finds every descendant of a task however it detached — except one that
 //! clears or rewrites its environment before `exec` (`env -i`), or one this user cannot read
 //! (setuid). Those escape; the sandbox (`bwrap --unshare-pid --die-with-parent`) still
 //! contains them under `--sandbox`.
@@ -300,11 +301,14 @@ pub struct Member {
 /// `stat` of its directory relative to the open `/proc`), opens its `environ` relative to
 /// that `/proc` (one path component, not three) and takes the owner from that open file:
 /// every task's end looks once, and with many short tasks these reads were most of the
-/// executor's kernel time.
+/// executor's kernel time. A process caught in its `execve` is waited for (at most
+/// [`EXEC_PATIENCE`]): it may block the thread.
 pub fn find(select: Select<'_>) -> Vec<Member> {
     // Soon after the start, only the pids handed out since; otherwise every entry of `/proc`
     // not older than the start.
-    if let Some(found) = find_few(select, MAX_NEW_PIDS) {
+    if let Some((proc_fd, pids)) = new_pids(select, MAX_NEW_PIDS)
+        && let Some(found) = among(select, &proc_fd, pids, true, Some(EXEC_PATIENCE))
+    {
         return found;
     }
     let Ok(proc_fd) = std::fs::File::open("/proc") else { return Vec::new() };
@@ -318,48 +322,67 @@ pub fn find(select: Select<'_>) -> Vec<Member> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| older_than.is_none_or(|t| !older(&proc_fd, pid, t)))
         .collect();
-    among(select, &proc_fd, pids, false)
+    among(select, &proc_fd, pids, false, Some(EXEC_PATIENCE)).unwrap_or_default()
 }
 
 /// [`find`] for a task when only few pids were handed out since its start (at most `few`,
-/// read by number): cheap enough to do on a runtime thread. `None`: it would read more.
+/// read by number), never waiting: cheap enough to do on a runtime thread. `None`: it would
+/// read more, or it caught a process in its `execve` (only a look that may wait can tell
+/// whose that process is: [`find`]).
 pub fn find_few(select: Select<'_>, few: usize) -> Option<Vec<Member>> {
+    let (proc_fd, pids) = new_pids(select, few)?;
+    among(select, &proc_fd, pids, true, None)
+}
+
+/// The open `/proc` and the pids handed out since a task's start, when they are at most
+/// `few` ([`Since::new_pids`]).
+fn new_pids(select: Select<'_>, few: usize) -> Option<(std::fs::File, Vec<u32>)> {
     let Select::Task(_, since) = select else { return None };
     let pids = since.new_pids().filter(|p| p.len() <= few)?;
-    let proc_fd = std::fs::File::open("/proc").ok()?;
-    Some(among(select, &proc_fd, pids, true))
+    Some((std::fs::File::open("/proc").ok()?, pids))
 }
 
 /// The processes among `pids` (through the open `/proc`) that `select` picks, in pid order,
 /// never this process; `by_pid`: they were not listed by `/proc` (a thread's id may be
-/// among them: its process stands for it).
-fn among(select: Select<'_>, proc_fd: &std::fs::File, pids: Vec<u32>, by_pid: bool) -> Vec<Member> {
+/// among them: its process stands for it). A process caught in its `execve` is read again
+/// for up to `patience`; `None` when there is none and one was caught.
+fn among(
+    select: Select<'_>,
+    proc_fd: &std::fs::File,
+    pids: Vec<u32>,
+    by_pid: bool,
+    patience: Option<Duration>,
+) -> Option<Vec<Member>> {
     let me = std::process::id();
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let key = format!("{MARKER_VAR}=");
-    let mut found: Vec<Member> = pids
-        .into_iter()
-        .filter(|&pid| pid != me)
-        .filter(|&pid| {
-            read_environ(proc_fd, pid, uid).is_some_and(|env| {
-                env.split(|&b| b == 0)
-                    .filter_map(|var| var.strip_prefix(key.as_bytes()))
-                    .flat_map(|value| value.split(|&b| b == b':'))
-                    .any(|marker| select.matches(marker))
-            })
-        })
-        .filter_map(|pid| if by_pid { thread_group(proc_fd, pid) } else { Some(pid) })
-        .filter(|&pid| pid != me)
-        .filter_map(|pid| {
+    let mut buf = Vec::new();
+    let mut found = Vec::new();
+    for pid in pids.into_iter().filter(|&pid| pid != me) {
+        if !read_environ(proc_fd, pid, uid, &mut buf, patience)? {
+            continue;
+        }
+        let marked = buf
+            .split(|&b| b == 0)
+            .filter_map(|var| var.strip_prefix(key.as_bytes()))
+            .flat_map(|value| value.split(|&b| b == b':'))
+            .any(|marker| select.matches(marker));
+        if !marked {
+            continue;
+        }
+        let pid = if by_pid { thread_group(proc_fd, pid) } else { Some(pid) };
+        if let Some(pid) = pid.filter(|&pid| pid != me)
+            && let Ok(raw) = i32::try_from(pid)
+        {
             let comm = read_at(proc_fd, pid, "comm", None).unwrap_or_default();
             let comm = OsStr::from_bytes(comm.trim_ascii_end()).to_string_lossy().into_owned();
-            Some(Member { pid: i32::try_from(pid).ok()?, comm })
-        })
-        .collect();
+            found.push(Member { pid: raw, comm });
+        }
+    }
     found.sort_by_key(|m| m.pid);
     found.dedup_by_key(|m| m.pid);
-    found
+    Some(found)
 }
 
 /// The process (thread group) `/proc/<pid>` belongs to: `pid` itself, or the process of the
@@ -370,49 +393,147 @@ fn thread_group(proc_fd: &std::fs::File, pid: u32) -> Option<u32> {
     std::str::from_utf8(line).ok()?.trim().parse().ok()
 }
 
-/// `/proc/<pid>/<name>` read through the open `/proc`; `None` when it is gone, or when `uid`
-/// is given and does not own it (checked on the open file, before anything is read).
-fn read_at(proc_fd: &std::fs::File, pid: u32, name: &str, uid: Option<u32>) -> Option<Vec<u8>> {
+/// The most read of a small `/proc/<pid>` file (`stat`, `status`, `comm`).
+const MAX_PROC_FILE: u64 = 64 << 10;
+
+/// `/proc/<pid>/<name>` opened through the open `/proc`; `None` when it is gone, or when
+/// `uid` is given and does not own it (checked on the open file, before anything is read).
+fn open_at(
+    proc_fd: &std::fs::File,
+    pid: u32,
+    name: &str,
+    uid: Option<u32>,
+) -> Option<std::fs::File> {
     use nix::fcntl::{OFlag, openat};
     use nix::sys::stat::Mode;
-    use std::io::Read as _;
     let path = format!("{pid}/{name}");
     let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
-    let mut file = std::fs::File::from(openat(proc_fd, path.as_str(), flags, Mode::empty()).ok()?);
+    let file = std::fs::File::from(openat(proc_fd, path.as_str(), flags, Mode::empty()).ok()?);
     if let Some(uid) = uid
         && file.metadata().ok()?.uid() != uid
     {
         return None;
     }
+    Some(file)
+}
+
+/// A small `/proc/<pid>/<name>` read through the open `/proc` (see [`open_at`]).
+fn read_at(proc_fd: &std::fs::File, pid: u32, name: &str, uid: Option<u32>) -> Option<Vec<u8>> {
+    use std::io::Read as _;
     let mut out = Vec::new();
-    file.read_to_end(&mut out).ok()?;
+    open_at(proc_fd, pid, name, uid)?.take(MAX_PROC_FILE).read_to_end(&mut out).ok()?;
     Some(out)
 }
 
-/// A process's environment block, if it is `uid`'s. It reads empty for a zombie — and,
-/// briefly, for a process in the middle of `execve` (its memory is being replaced): that
-/// one is read again until it is not, so a member caught exec'ing is not missed. `None`:
-/// gone, or not ours.
-fn read_environ(proc_fd: &std::fs::File, pid: u32, uid: u32) -> Option<Vec<u8>> {
-    const EXEC_RETRIES: usize = 100;
-    for _ in 0..EXEC_RETRIES {
-        let env = read_at(proc_fd, pid, "environ", Some(uid))?;
-        if !env.is_empty() {
-            return Some(env);
+/// How long a look that may wait reads again a process caught in its `execve` (see
+/// [`read_environ`]) before it gives up on it: the window lasts a millisecond or so, longer
+/// only while the exec waits on the disk.
+pub const EXEC_PATIENCE: Duration = Duration::from_millis(500);
+
+/// The first size of the buffer an environment is read into, and the most read: past
+/// that, the block is cut (the kernel takes far less at an `execve` with usual stack limits).
+const ENVIRON_FIRST: usize = 16 << 10;
+const ENVIRON_MOST: usize = 16 << 20;
+
+/// What one read of a process's environment found.
+enum Environ {
+    /// The whole block, in the buffer.
+    Block,
+    /// Gone, not `uid`'s, a zombie, a kernel thread, or an empty environment: no marker.
+    Unmarked,
+    /// Between the two memories of an `execve`: read again.
+    InExec,
+}
+
+/// Reads the environment block of `pid` (if it is `uid`'s) into `buf`; `Some(true)` when
+/// it is there, `Some(false)` when the process carries none (see [`Environ::Unmarked`]).
+/// A process caught in its `execve` is read again for up to `patience`; with none, `None`.
+fn read_environ(
+    proc_fd: &std::fs::File,
+    pid: u32,
+    uid: u32,
+    buf: &mut Vec<u8>,
+    patience: Option<Duration>,
+) -> Option<bool> {
+    const YIELDS: u32 = 100;
+    let start = std::time::Instant::now();
+    let mut tries = 0u32;
+    loop {
+        match environ_once(proc_fd, pid, uid, buf) {
+            Environ::Block => return Some(true),
+            Environ::Unmarked => return Some(false),
+            Environ::InExec => {}
         }
-        let stat = read_at(proc_fd, pid, "stat", None)?;
-        // `pid (comm) S …`: the state follows the last `)`.
-        let rest = stat.get(stat.iter().rposition(|&b| b == b')')? + 2..)?;
-        let mut fields = rest.split(|&b| b == b' ');
-        let state = fields.next()?.first()?;
-        let ppid = fields.next()?;
-        // A zombie has none left; a kernel thread (a child of kthreadd, pid 2) never had one.
-        if matches!(state, b'Z' | b'X' | b'x') || ppid == b"2" || ppid == b"0" {
-            return None;
+        let patience = patience?;
+        if start.elapsed() >= patience {
+            tracing::warn!(
+                pid,
+                "a process stayed in its execve for {patience:?}: its environment is not read"
+            );
+            return Some(false);
         }
-        std::thread::yield_now();
+        tries += 1;
+        if tries < YIELDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
-    None
+}
+
+/// One look at `pid`'s environment, into `buf`.
+///
+/// The block is taken by one `read` call: the kernel copies it all from the memory it took
+/// hold of at the open. A process that execs between two calls drops that memory, and the
+/// later call ends the file early: read piecemeal, the block could be cut short of the
+/// marker. It reads empty for a zombie, a kernel thread, a process whose environment is
+/// empty — and for one in the middle of `execve` ([`exec_pending`]).
+fn environ_once(proc_fd: &std::fs::File, pid: u32, uid: u32, buf: &mut Vec<u8>) -> Environ {
+    use std::os::unix::fs::FileExt as _;
+    let Some(file) = open_at(proc_fd, pid, "environ", Some(uid)) else { return Environ::Unmarked };
+    let mut size = buf.len().max(ENVIRON_FIRST);
+    let read = loop {
+        buf.resize(size, 0);
+        let Ok(n) = file.read_at(buf, 0) else { return Environ::Unmarked };
+        if n < size || size >= ENVIRON_MOST {
+            break n;
+        }
+        size = (size * 4).min(ENVIRON_MOST);
+    };
+    buf.truncate(read);
+    if read > 0 {
+        return Environ::Block;
+    }
+    let Some(stat) = read_at(proc_fd, pid, "stat", None) else { return Environ::Unmarked };
+    if exec_pending(&stat) { Environ::InExec } else { Environ::Unmarked }
+}
+
+/// Whether a process whose environment read empty may yet show one, by its `stat`: it is
+/// not a zombie nor a kernel thread (a child of kthreadd, pid 2), and either
+/// - its `execve` has not finished: `start_code` and `end_code` (fields 26, 27) are still 0.
+///   The kernel sets them once the new stack is written; before that, the new memory shows
+///   no environment, then an empty one (`env_start` = `env_end`) while its strings are
+///   walked; or
+/// - its environment is not empty (`env_start`, field 50, is not `env_end`, field 51): the
+///   memory the read took hold of was the one an exec dropped.
+///
+/// A finished process whose environment is empty reads empty for good.
+fn exec_pending(stat: &[u8]) -> bool {
+    // `pid (comm) S ppid …`: field 3 (the state) follows the last `)`.
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else { return false };
+    let rest = stat.get(close + 2..).unwrap_or_default().trim_ascii_end();
+    let fields: Vec<&[u8]> = rest.split(|&b| b == b' ').collect();
+    let field = |n: usize| fields.get(n - 3).copied();
+    let (Some(state), Some(ppid)) = (field(3), field(4)) else { return false };
+    if matches!(state, b"Z" | b"X" | b"x") || ppid == b"2" || ppid == b"0" {
+        return false;
+    }
+    let unset = |n| field(n).is_none_or(|v| v == b"0");
+    if unset(26) && unset(27) {
+        return true;
+    }
+    // A kernel older than 3.5 shows neither: the look cannot tell, and reads again.
+    field(50).is_none_or(|start| Some(start) != field(51))
 }
 
 /// How long [`find_settled`] lets members that are on their way out go.
@@ -591,7 +712,9 @@ mod tests {
             let handed = pid_interval(first, last, max, usize::MAX).expect("the pids since");
             assert!(handed.contains(&after.id()) && !handed.contains(&before.id()));
             let proc_fd = std::fs::File::open("/proc").expect("/proc");
-            let found = among(Select::Task(&marker, since), &proc_fd, handed, true);
+            let found =
+                among(Select::Task(&marker, since), &proc_fd, handed, true, Some(EXEC_PATIENCE))
+                    .expect("a patient look decides");
             let pids: Vec<i32> = found.iter().map(|m| m.pid).collect();
             assert_eq!(pids, [pid(&after)]);
         } else {
@@ -627,6 +750,114 @@ mod tests {
         // No counter at the start, or no clocks.
         assert_eq!(Since { last_pid: None, ..start }.new_pids_at(32768, 103, after(ms)), None);
         assert_eq!(Since::ANY.new_pids_at(32768, 103, after(ms)), None);
+    }
+
+    /// A `stat` line whose fields 26, 27 (code), 50, 51 (environment) are given.
+    fn stat_line(state: &str, ppid: u32, code: (u64, u64), env: (u64, u64)) -> Vec<u8> {
+        let mut fields: Vec<String> = (3..=52).map(|_| "0".to_owned()).collect();
+        let mut set = |n: usize, v: String| fields[n - 3] = v;
+        set(3, state.to_owned());
+        set(4, ppid.to_string());
+        set(26, code.0.to_string());
+        set(27, code.1.to_string());
+        set(50, env.0.to_string());
+        set(51, env.1.to_string());
+        format!("4242 (a (b) c) {}\n", fields.join(" ")).into_bytes()
+    }
+
+    #[test]
+    fn an_empty_environment_is_read_again_only_while_an_exec_has_not_finished() {
+        let code = (0x5555_0000, 0x5555_8000);
+        // The new memory has no environment yet, then an empty one while its strings are
+        // walked: the code is not set until the stack is written.
+        assert!(exec_pending(&stat_line("R", 1, (0, 0), (0, 0))));
+        assert!(exec_pending(&stat_line("R", 1, (0, 0), (0x7ff0, 0x7ff0))));
+        assert!(exec_pending(&stat_line("D", 1, (0, 0), (0x7ff0, 0x7ff0))));
+        // Finished, with an environment: the read took hold of the memory the exec dropped.
+        assert!(exec_pending(&stat_line("S", 1, code, (0x7ff0, 0x8000))));
+        // Finished with an empty environment; a zombie; a kernel thread; no state at all.
+        assert!(!exec_pending(&stat_line("S", 1, code, (0x7ff0, 0x7ff0))));
+        assert!(!exec_pending(&stat_line("R", 1, code, (0x7ff0, 0x7ff0))));
+        assert!(!exec_pending(&stat_line("Z", 1, (0, 0), (0, 0))));
+        assert!(!exec_pending(&stat_line("I", 2, (0, 0), (0, 0))));
+        assert!(!exec_pending(b"4242 (sleep)"));
+        assert!(!exec_pending(b"garbage"));
+    }
+
+    /// The sweep (a task's kill, and the guardian's at prova's end, look the same way) finds
+    /// a child caught in its `execve` as its parent exits: read piecemeal, its environment
+    /// could be cut short of the marker by the exec.
+    #[test]
+    fn a_sweep_finds_a_child_caught_in_its_exec() {
+        const ROUNDS: usize = 40;
+        let pad = "x".repeat(100_000);
+        let mut missed = Vec::new();
+        for round in 0..ROUNDS {
+            let marker = new_marker();
+            let since = Since::now();
+            let mut sh = std::process::Command::new("sh")
+                .args(["-c", "sleep 300 & exit 3"])
+                .env("A_PROVA_PAD", &pad)
+                .env(MARKER_VAR, marker_value(&marker))
+                .spawn()
+                .expect("sh");
+            sh.wait().expect("reap sh");
+            let swept = sweep(Select::Task(&marker, since));
+            if swept.len() != 1 {
+                missed.push((round, swept));
+            }
+            assert!(
+                find(Select::Task(&marker, since)).is_empty(),
+                "the sweep killed what it found"
+            );
+        }
+        assert!(missed.is_empty(), "the sweep missed the child: {missed:?}");
+    }
+
+    /// `pid`'s `stat` once its exec has finished (its code is set), read through `/proc`.
+    fn after_exec(proc_fd: &std::fs::File, pid: u32) -> Vec<u8> {
+        loop {
+            let stat = read_at(proc_fd, pid, "stat", None).expect("the process is there");
+            if !exec_pending(&stat) || stat.windows(3).any(|w| w == b") S") {
+                return stat;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_process_with_an_empty_environment_is_not_waited_for_and_a_marked_one_is_read_whole() {
+        let proc_fd = std::fs::File::open("/proc").expect("/proc");
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let mut bare =
+            std::process::Command::new("sleep").arg("300").env_clear().spawn().expect("sleep");
+        let marker = new_marker();
+        // Past the first buffer, in variables of less than the kernel's 128 KiB a string.
+        let big = "y".repeat(60_000);
+        let mut marked = std::process::Command::new("sleep")
+            .arg("300")
+            .envs((0..3).map(|i| (format!("A_PAD{i}"), &big)))
+            .env(MARKER_VAR, marker_value(&marker))
+            .spawn()
+            .expect("sleep");
+        let mut buf = Vec::new();
+        let bare_pid = bare.id();
+        after_exec(&proc_fd, bare_pid);
+        // Without patience a process caught in exec gives `None`: this one is not in exec.
+        assert_eq!(read_environ(&proc_fd, bare_pid, uid, &mut buf, None), Some(false));
+        let marked_pid = marked.id();
+        after_exec(&proc_fd, marked_pid);
+        assert_eq!(read_environ(&proc_fd, marked_pid, uid, &mut buf, None), Some(true));
+        let key = format!("{MARKER_VAR}={}", marker_value(&marker));
+        assert!(
+            buf.split(|&b| b == 0).any(|var| var == key.as_bytes()),
+            "the block is read past its first 16 KiB"
+        );
+        for c in [&mut bare, &mut marked] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     #[test]
