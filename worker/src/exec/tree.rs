@@ -430,8 +430,11 @@ fn read_at(proc_fd: &std::fs::File, pid: u32, name: &str, uid: Option<u32>) -> O
 /// only while the exec waits on the disk.
 pub const EXEC_PATIENCE: Duration = Duration::from_millis(500);
 
-/// The first size of the buffer an environment is read into, and the most read: past
-/// that, the block is cut (the kernel takes far less at an `execve` with usual stack limits).
+/// The first size of the buffer an environment is read into, and the most read. No block
+/// reaches the most: `/proc/<pid>/environ` shows what `execve` laid down (a later `setenv`
+/// does not grow it), and `execve` takes at most 6 MiB of arguments and environment
+/// together (three quarters of the kernel's 8 MiB `_STK_LIM`, less under a smaller stack
+/// limit).
 const ENVIRON_FIRST: usize = 16 << 10;
 const ENVIRON_MOST: usize = 16 << 20;
 

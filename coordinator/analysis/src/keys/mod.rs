@@ -111,8 +111,9 @@ pub fn compute(
         trees,
         programs,
         locks: &locks,
-        // The projects each task reaches: their installed trees are the task's too.
-        reach: crate::trees::reach(ws, plan),
+        // The projects each task reaches: their installed trees are the task's too. Only
+        // read for a tree (a workspace without any is spared the walk of every closure).
+        reach: if trees.is_empty() { Vec::new() } else { crate::trees::reach(ws, plan) },
         workspace: &workspace,
         entries: entries_on_disk(ws, plan, files, inputs, pass),
     };
