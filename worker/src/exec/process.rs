@@ -523,11 +523,17 @@ mod watch_tests {
 
     use super::*;
 
-    /// `sh -c script` carrying `marker`, and the start it is younger than.
-    fn child(script: &str, marker: &str) -> (std::process::Child, tree::Since) {
+    /// `sh -c script` carrying `marker` (and the `extra` variables), and the start it is
+    /// younger than.
+    fn child(
+        script: &str,
+        marker: &str,
+        extra: &[(&str, &str)],
+    ) -> (std::process::Child, tree::Since) {
         let since = tree::Since::now();
         let c = Command::new("sh")
             .args(["-c", script])
+            .envs(extra.iter().copied())
             .env(tree::MARKER_VAR, marker)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -535,6 +541,20 @@ mod watch_tests {
             .spawn()
             .expect("spawn sh");
         (c, since)
+    }
+
+    /// The natural exit of `pid` as one of the two watches sees it.
+    async fn watched(pid: Pid, marker: &str, since: tree::Since, on_thread: bool) -> Exit {
+        let natural = Arc::new(AtomicBool::new(true));
+        let watch = if on_thread {
+            exit_on_thread(pid, marker.to_owned(), since, natural)
+        } else {
+            exit_watch(pid, marker.to_owned(), since, natural)
+        };
+        tokio::time::timeout(Duration::from_secs(60), watch)
+            .await
+            .expect("the exit is seen")
+            .expect("no error")
     }
 
     #[tokio::test]
@@ -549,18 +569,9 @@ mod watch_tests {
                 } else {
                     "exit 3"
                 };
-                let (mut c, since) = child(script, &marker);
+                let (mut c, since) = child(script, &marker, &[]);
                 let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
-                let natural = Arc::new(AtomicBool::new(true));
-                let watch = if on_thread {
-                    exit_on_thread(pid, marker.clone(), since, natural)
-                } else {
-                    exit_watch(pid, marker.clone(), since, natural)
-                };
-                let exit = tokio::time::timeout(Duration::from_secs(60), watch)
-                    .await
-                    .expect("the exit is seen")
-                    .expect("no error");
+                let exit = watched(pid, &marker, since, on_thread).await;
                 let left = exit.left.expect("a natural exit's tree is looked at");
                 // Not reaped by the watch: the status is still there to collect.
                 let status = c.wait().expect("reap");
@@ -583,27 +594,10 @@ mod watch_tests {
         for round in 0..ROUNDS {
             for on_thread in [false, true] {
                 let marker = format!("watch-exec-{}-{round}-{on_thread}", std::process::id());
-                let since = tree::Since::now();
-                let mut c = Command::new("sh")
-                    .args(["-c", "sleep 300 & exit 3"])
-                    .env("A_PROVA_PAD", &pad)
-                    .env(tree::MARKER_VAR, &marker)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn sh");
+                let extra = [("A_PROVA_PAD", pad.as_str())];
+                let (mut c, since) = child("sleep 300 & exit 3", &marker, &extra);
                 let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
-                let natural = Arc::new(AtomicBool::new(true));
-                let watch = if on_thread {
-                    exit_on_thread(pid, marker.clone(), since, natural)
-                } else {
-                    exit_watch(pid, marker.clone(), since, natural)
-                };
-                let exit = tokio::time::timeout(Duration::from_secs(60), watch)
-                    .await
-                    .expect("the exit is seen")
-                    .expect("no error");
+                let exit = watched(pid, &marker, since, on_thread).await;
                 c.wait().expect("reap");
                 let left = exit.left.expect("a natural exit's tree is looked at");
                 if left.len() != 1 {
@@ -619,7 +613,7 @@ mod watch_tests {
     #[tokio::test]
     async fn an_exit_after_a_timeout_or_cancel_is_not_looked_at() {
         let marker = format!("watch-unnatural-{}", std::process::id());
-        let (mut c, since) = child("sleep 300 & exit 0", &marker);
+        let (mut c, since) = child("sleep 300 & exit 0", &marker, &[]);
         let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid"));
         let exit = exit_watch(pid, marker.clone(), since, Arc::new(AtomicBool::new(false)))
             .await

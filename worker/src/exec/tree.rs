@@ -345,7 +345,7 @@ fn new_pids(select: Select<'_>, few: usize) -> Option<(std::fs::File, Vec<u32>)>
 /// The processes among `pids` (through the open `/proc`) that `select` picks, in pid order,
 /// never this process; `by_pid`: they were not listed by `/proc` (a thread's id may be
 /// among them: its process stands for it). A process caught in its `execve` is read again
-/// for up to `patience`; `None` when there is none and one was caught.
+/// for up to `patience`; without patience, catching one gives `None`.
 fn among(
     select: Select<'_>,
     proc_fd: &std::fs::File,
