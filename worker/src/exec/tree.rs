@@ -512,7 +512,8 @@ fn environ_once(proc_fd: &std::fs::File, pid: u32, uid: u32, buf: &mut Vec<u8>) 
 }
 
 /// Whether a process whose environment read empty may yet show one, by its `stat`: it is
-/// not a zombie nor a kernel thread (a child of kthreadd, pid 2), and either
+/// not a zombie nor a kernel thread (a child of kthreadd, pid 2) nor exiting (no memory),
+/// and either
 /// - its `execve` has not finished: `start_code` and `end_code` (fields 26, 27) are still 0.
 ///   The kernel sets them once the new stack is written; before that, the new memory shows
 ///   no environment, then an empty one (`env_start` = `env_end`) while its strings are
@@ -532,6 +533,11 @@ fn exec_pending(stat: &[u8]) -> bool {
         return false;
     }
     let unset = |n| field(n).is_none_or(|v| v == b"0");
+    // No memory at all (`vsize`, field 23): on its way out, its memory released before it
+    // becomes a zombie. An exec is never without one: it swaps the old for the new.
+    if unset(23) {
+        return false;
+    }
     if unset(26) && unset(27) {
         return true;
     }
@@ -755,12 +761,14 @@ mod tests {
         assert_eq!(Since::ANY.new_pids_at(32768, 103, after(ms)), None);
     }
 
-    /// A `stat` line whose fields 26, 27 (code), 50, 51 (environment) are given.
+    /// A `stat` line whose fields 26, 27 (code), 50, 51 (environment) are given, with some
+    /// memory (`vsize`, field 23).
     fn stat_line(state: &str, ppid: u32, code: (u64, u64), env: (u64, u64)) -> Vec<u8> {
         let mut fields: Vec<String> = (3..=52).map(|_| "0".to_owned()).collect();
         let mut set = |n: usize, v: String| fields[n - 3] = v;
         set(3, state.to_owned());
         set(4, ppid.to_string());
+        set(23, "143360".to_owned());
         set(26, code.0.to_string());
         set(27, code.1.to_string());
         set(50, env.0.to_string());
@@ -783,6 +791,9 @@ mod tests {
         assert!(!exec_pending(&stat_line("R", 1, code, (0x7ff0, 0x7ff0))));
         assert!(!exec_pending(&stat_line("Z", 1, (0, 0), (0, 0))));
         assert!(!exec_pending(&stat_line("I", 2, (0, 0), (0, 0))));
+        // Exiting: its memory released, not yet a zombie (a look would wait on it in vain).
+        let exiting = String::from_utf8(stat_line("D", 1, (0, 0), (0, 0))).expect("text");
+        assert!(!exec_pending(exiting.replacen(" 143360 ", " 0 ", 1).as_bytes()));
         assert!(!exec_pending(b"4242 (sleep)"));
         assert!(!exec_pending(b"garbage"));
     }
