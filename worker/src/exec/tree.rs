@@ -428,14 +428,15 @@ fn read_at(proc_fd: &std::fs::File, pid: u32, name: &str, uid: Option<u32>) -> O
 /// How long a look that may wait reads again a process caught in its `execve` (see
 /// [`read_environ`]) before it gives up on it: the window lasts a millisecond or so, longer
 /// only while the exec waits on the disk.
-pub const EXEC_PATIENCE: Duration = Duration::from_millis(500);
+const EXEC_PATIENCE: Duration = Duration::from_millis(500);
 
-/// The first size of the buffer an environment is read into, and the most read. No block
-/// reaches the most: `/proc/<pid>/environ` shows what `execve` laid down (a later `setenv`
-/// does not grow it), and `execve` takes at most 6 MiB of arguments and environment
-/// together (three quarters of the kernel's 8 MiB `_STK_LIM`, less under a smaller stack
-/// limit).
+/// The first size of the buffer an environment is read into (it grows while a read fills it).
 const ENVIRON_FIRST: usize = 16 << 10;
+
+/// The most of an environment read. No block reaches it: `/proc/<pid>/environ` shows what
+/// `execve` laid down (a later `setenv` does not grow it), and `execve` takes at most 6 MiB
+/// of arguments and environment together (three quarters of the kernel's 8 MiB
+/// `_STK_LIM`, less under a smaller stack limit).
 const ENVIRON_MOST: usize = 16 << 20;
 
 /// What one read of a process's environment found.
