@@ -153,6 +153,42 @@ fn an_output_over_the_workspace_inputs_or_fingerprint_is_refused() {
 }
 
 #[test]
+fn an_output_inside_an_installed_tree_is_refused_and_the_packages_stay() {
+    // With a root package.json, `node_modules` at the root and in every project is an
+    // installed tree: an input of the tasks that see it. An output there was cleaned before
+    // the run (`node_modules/**` deleted p's installed packages, `//node_modules/dep/**` the
+    // root's), and a cache written into it moved the tree's own key every run.
+    for outputs in [
+        "\"dist/**\", \"node_modules/**\"",
+        "\"dist/**\", \"node_modules\"",
+        "\"dist/**\", \"node_modules/.cache/**\"",
+        "\"dist/**\", \"//node_modules/dep/**\"",
+    ] {
+        let pkg = ("package.json", "{\"name\": \"root\", \"private\": true}");
+        let ws = committed(ROOT, &[("p/prova.toml", &build_elsewhere(outputs)), pkg]);
+        ws.write("node_modules/dep/index.js", "module.exports = 1;\n");
+        ws.write("p/node_modules/x/index.js", "module.exports = 2;\n");
+        let at = format!(
+            "p/prova.toml:4:23: output `{}` of task `p#build` can match installed tree `",
+            outputs.rsplit('"').nth(1).unwrap_or_default()
+        );
+        assert_refused(&ws, &at, outputs);
+        assert_eq!(ws.read("node_modules/dep/index.js"), "module.exports = 1;\n", "{outputs}");
+        assert_eq!(ws.read("p/node_modules/x/index.js"), "module.exports = 2;\n", "{outputs}");
+    }
+    // Out of `[workspace] trees`, the directory is the task's to write: accepted, run, hit.
+    let root = format!("{ROOT}trees = []\n");
+    let cache = "[tasks.build]\ncommand = \"mkdir -p node_modules/.cache && cat src/a.txt > node_modules/.cache/c\"\n\
+                 inputs = [\"src/**\"]\noutputs = [\"node_modules/.cache/**\"]\n";
+    let ws =
+        committed(&root, &[("p/prova.toml", cache), (".gitignore", ".prova/\nnode_modules/\n")]);
+    ws.prova(["run", "build", "--all"]).run().assert_code(0);
+    let again = ws.prova(["run", "build", "--all", "--json"]).run();
+    again.assert_code(0);
+    assert_eq!(again.cache_of("p#build"), "hit", "{again}");
+}
+
+#[test]
 fn outputs_that_leave_the_inputs_alone_still_run() {
     // The everyday shape, an input list that excludes the outputs, and a reader after its
     // writer: accepted, run, hit.

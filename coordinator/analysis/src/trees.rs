@@ -144,22 +144,7 @@ pub fn memo_scope(root: &Path) -> String {
 /// docs) expanded against what exists, sorted, de-duplicated, never nested in one another
 /// (an inner one is part of the outer).
 pub fn tree_dirs(root: &Path, patterns: Option<&[String]>, project_dirs: &[&str]) -> Vec<String> {
-    let defaults: Vec<String>;
-    let patterns = match patterns {
-        Some(p) => p,
-        None if root.join("package.json").is_file() => {
-            defaults = std::iter::once("node_modules".to_owned())
-                .chain(
-                    project_dirs
-                        .iter()
-                        .filter(|d| !d.is_empty())
-                        .map(|d| format!("{d}/node_modules")),
-                )
-                .collect();
-            &defaults
-        }
-        None => return Vec::new(),
-    };
+    let patterns = prova_model::workspace::tree_patterns(root, patterns, project_dirs);
     let mut out: Vec<String> = patterns.iter().flat_map(|p| expand(root, p)).collect();
     out.sort();
     out.dedup();

@@ -4,7 +4,7 @@
 //! public plain data so other modules' tests can build a workspace by hand.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use prova_protocol::spec::CommandLine;
@@ -38,6 +38,26 @@ impl Workspace {
     /// Every project name, in directory order.
     pub fn project_names(&self) -> impl Iterator<Item = &str> {
         self.projects.iter().map(|p| p.name.as_str())
+    }
+}
+
+/// The installed-tree patterns of a workspace: `[workspace] trees` as `written`, else the
+/// default — `node_modules` at the root and in every project directory of `project_dirs` when
+/// the root has a `package.json` (one stat), else none. Workspace-relative directory globs
+/// (`*` matches one segment); what each names on disk is `prova_analysis::trees::tree_dirs`.
+pub fn tree_patterns(
+    root: &Path,
+    written: Option<&[String]>,
+    project_dirs: &[&str],
+) -> Vec<String> {
+    match written {
+        Some(p) => p.to_vec(),
+        None if root.join("package.json").is_file() => std::iter::once("node_modules".to_owned())
+            .chain(
+                project_dirs.iter().filter(|d| !d.is_empty()).map(|d| format!("{d}/node_modules")),
+            )
+            .collect(),
+        None => Vec::new(),
     }
 }
 

@@ -6,7 +6,11 @@
 //!
 //! - the task's own `inputs` and every other task's (a `//` pattern of another project that
 //!   points into this one included);
-//! - `[workspace] inputs` and `[workspace] fingerprint` (inputs of every task).
+//! - `[workspace] inputs` and `[workspace] fingerprint` (inputs of every task);
+//! - every installed tree (`[workspace] trees` or its default, [`tree_patterns`]): an input
+//!   of every task that sees it, written by the package manager. An output in one
+//!   (`node_modules/.cache/**`, `//node_modules/dep/**`) or holding one was cleaned before
+//!   the run — installed packages deleted — and moved the tree's digest, its own key's input.
 //!
 //! Two patterns overlap when some path can match both ([`PathPattern::intersects`], decided
 //! from the patterns, sound). An input list's exclusion that covers the output
@@ -33,7 +37,7 @@ use prova_protocol::globs::is_within;
 
 use super::error::ConfigError;
 use super::intersect::PathPattern;
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, tree_patterns};
 
 /// Who declared an input pattern.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +48,9 @@ enum Owner<'w> {
     Inputs,
     /// `[workspace] fingerprint`.
     Fingerprint,
+    /// An installed tree (`[workspace] trees` or its default): an input of every task that
+    /// sees it, and what the package manager wrote, never a task.
+    Tree,
 }
 
 /// One declared input include and the exclusions of its list that apply to it.
@@ -60,7 +67,9 @@ struct Input<'w> {
 
 /// Checks every output of every task of `ws` against every declared input (module doc).
 pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
-    let inputs = declared_inputs(ws);
+    let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
+    let trees = tree_patterns(&ws.root, ws.settings.trees.as_deref(), &dirs);
+    let inputs = declared_inputs(ws, &trees);
     if inputs.is_empty() {
         return Ok(());
     }
@@ -112,9 +121,19 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Every declared input include of `ws`, with the exclusions that apply to it.
-fn declared_inputs(ws: &Workspace) -> Vec<Input<'_>> {
+/// Every declared input include of `ws`, with the exclusions that apply to it, and each of
+/// the installed `trees` (patterns of directories: the directory and everything under it). A
+/// tree pattern that leaves the workspace names no tree (`trees::tree_dirs` expands none).
+fn declared_inputs<'w>(ws: &'w Workspace, trees: &'w [String]) -> Vec<Input<'w>> {
     let mut out = Vec::new();
+    for written in trees {
+        let rel = written.trim_start_matches("//").trim_end_matches('/');
+        if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
+            continue;
+        }
+        let shape = PathPattern::new("", &format!("{rel}/**"));
+        out.push(Input { owner: Owner::Tree, written, shape, exclusions: Vec::new(), class: 0 });
+    }
     let s = &ws.settings;
     for (owner, list) in [(Owner::Inputs, &s.inputs), (Owner::Fingerprint, &s.fingerprint)] {
         push_list(&mut out, owner, "", list, |_| true);
@@ -232,12 +251,26 @@ fn describe(ws: &Workspace, input: &Input<'_>) -> String {
         Owner::Fingerprint => {
             format!("`{}` of `[workspace] fingerprint` (an input of every task)", input.written)
         }
+        Owner::Tree => format!(
+            "installed tree `{}` (`[workspace] trees`, by default `node_modules` at the root and \
+             in every project), an input of every task that sees it",
+            input.written
+        ),
     }
 }
 
 /// What to write instead: the exclusion that would remove the overlap, in the terms of the
 /// input's list.
 fn help(ws: &Workspace, dir: &str, written: &str, out: &PathPattern, input: &Input<'_>) -> String {
+    if let Owner::Tree = input.owner {
+        return format!(
+            "write them outside the tree (e.g. `.cache/**`, not `node_modules/.cache/**`): the \
+             installed packages would go, and a key that folds the tree would fold the task's \
+             own outputs; or, if `{}` does not hold installed dependencies, leave it out of \
+             `[workspace] trees`",
+            input.written
+        );
+    }
     let same_project = match input.owner {
         Owner::Task { project, .. } => ws.projects[project].dir == dir,
         _ => false,

@@ -171,3 +171,83 @@ fn one_answer_per_input_shape_still_weighs_every_reader_that_declared_it() {
     files[4] = ("apps/c/prova.toml", c.as_str());
     load(&files).expect("every reader depends on the producer");
 }
+
+/// A task's outputs (as TOML list items) in `apps/web`, beside `extra` files.
+fn web_outputs(
+    outputs: &str,
+    root: &str,
+    extra: &[(&str, &str)],
+) -> Result<Workspace, ConfigError> {
+    let toml = format!("[tasks.build]\ncommand = \"true\"\noutputs = [{outputs}]\n");
+    let mut files = vec![("prova.toml", root), ("apps/web/prova.toml", toml.as_str())];
+    files.extend_from_slice(extra);
+    load(&files)
+}
+
+const PACKAGE_JSON: (&str, &str) = ("package.json", "{\"name\": \"root\", \"private\": true}");
+
+#[test]
+fn an_output_inside_an_installed_tree_is_refused_it_would_delete_installed_packages() {
+    // With a root package.json the default trees are `node_modules` at the root and in every
+    // project: an output there is cleaned before the task runs (the installed packages went)
+    // and the tree is an input of the task, so its key would fold its own outputs.
+    for outputs in [
+        "\"node_modules/**\"",
+        "\"node_modules\"",
+        "\"node_modules/x\"",
+        "\"node_modules/.cache/**\"",
+        "\"dist/**\", \"node_modules/.vite/**\"",
+        "\"//node_modules/dep/**\"",
+        "\"//node_modules\"",
+        "\"node_modules/*/dist/**\"",
+        "\"node_modules/{a,b}/**\"",
+        "\"node_modules/[a-z]*/x\"",
+    ] {
+        match web_outputs(outputs, ROOT, &[PACKAGE_JSON, ("libs/util/prova.toml", "")]) {
+            Err(e @ ConfigError::OutputOverlapsInput { .. }) => {
+                let why = e.to_string();
+                assert!(why.contains("installed tree"), "{outputs}: {why}");
+                assert!(why.contains("[workspace] trees"), "{outputs}: {why}");
+            }
+            other => panic!("{outputs}: not refused: {other:?}"),
+        }
+    }
+    // Another project's tree is refused first as another project's directory.
+    let other = web_outputs(
+        "\"//libs/util/node_modules/**\"",
+        ROOT,
+        &[PACKAGE_JSON, ("libs/util/prova.toml", "")],
+    );
+    assert!(matches!(other, Err(ConfigError::UnconfinedOutput { .. })), "{other:?}");
+    // Next to the trees, not in them: loads.
+    for outputs in ["\"dist/**\"", "\"node_modules.txt\"", "\".cache/**\"", "\"nodemodules/**\""] {
+        web_outputs(outputs, ROOT, &[PACKAGE_JSON]).unwrap_or_else(|e| panic!("{outputs}: {e}"));
+    }
+}
+
+#[test]
+fn declared_trees_replace_the_default_and_an_output_holding_a_tree_is_refused_too() {
+    let root = |trees: &str| format!("{ROOT}trees = [{trees}]\n");
+    // Declared trees are checked, globs included; `node_modules` is no longer one.
+    let declared = root("\"apps/*/.venv\", \"//vendor/lib\"");
+    for (outputs, refused) in [
+        ("\".venv/**\"", true),
+        ("\".venv/lib/site.py\"", true),
+        ("\"//vendor/**\"", true), // holds the tree: cleaning it deletes the tree
+        ("\"//vendor/lib/x/**\"", true),
+        ("\"node_modules/.cache/**\"", false),
+        ("\"//vendor/other/**\"", false),
+    ] {
+        let got = web_outputs(outputs, &declared, &[PACKAGE_JSON]);
+        match (refused, got) {
+            (true, Err(e @ ConfigError::OutputOverlapsInput { .. })) => {
+                assert!(e.to_string().contains("installed tree"), "{outputs}: {e}");
+            }
+            (false, Ok(_)) => {}
+            (_, other) => panic!("{outputs}: expected refused={refused}, got {other:?}"),
+        }
+    }
+    // `trees = []` turns them off, and without a root package.json there is no default.
+    web_outputs("\"node_modules/.cache/**\"", &root(""), &[PACKAGE_JSON]).unwrap();
+    web_outputs("\"node_modules/.cache/**\"", ROOT, &[]).unwrap();
+}
