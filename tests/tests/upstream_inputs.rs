@@ -105,6 +105,35 @@ fn the_bytes_of_an_upstreams_undeclared_file_are_still_named() {
 }
 
 #[test]
+fn an_upstreams_undeclared_file_read_through_a_link_among_its_outputs_is_named() {
+    // lib's outputs hold links out of them: to its README (no key folds its bytes) and to
+    // its project directory. Read through them, the README's bytes are read, while the
+    // path as written is lib's declared output: the proof passed, and a README edit was
+    // served stale. Opens (the kernel's answer) and stats (the root's links followed) alike.
+    if !sandbox_or_skip() {
+        return;
+    }
+    let lib = "[tasks.build]\ncommand = \"mkdir -p dist && cat src/a.txt > dist/a.txt && \
+               ln -s ../README.md dist/readme && ln -s .. dist/up\"\n";
+    for cmd in [
+        "cat ../lib/dist/readme > dist/r.txt",
+        "wc -c < ../lib/dist/readme > dist/r.txt",
+        "test -s ../lib/dist/readme && echo yes > dist/r.txt || echo no > dist/r.txt",
+        "cat ../lib/dist/up/README.md > dist/r.txt",
+    ] {
+        let w = ws(cmd, "").file("lib/prova.toml", lib);
+        let (out, v) = verdict(&w, &["--verify=inputs"]);
+        assert_eq!(name(&v), "undeclared-inputs", "{cmd}\n{out}");
+        assert!(v["paths"].to_string().contains("lib/README.md"), "{cmd}: {v}");
+    }
+    // Through a link to what lib's key does fold (its sources): keyed, proven complete.
+    let keyed = "[tasks.build]\ncommand = \"mkdir -p dist && ln -s ../src/a.txt dist/src\"\n";
+    let w = ws("cat ../lib/dist/src > dist/r.txt", "").file("lib/prova.toml", keyed);
+    let (out, v) = verdict(&w, &["--verify=inputs"]);
+    assert_eq!(name(&v), "proven-complete", "{out}");
+}
+
+#[test]
 fn a_confined_task_keys_its_upstreams_bytes_only_and_reads_of_their_sources_fail_it() {
     if !sandbox_or_skip() {
         return;

@@ -176,9 +176,9 @@ pub async fn run(
     let _ = drain.join().await;
     let reads = match result {
         Ok(r) if !matches!(r.exit, ExitKind::Aborted | ExitKind::SpawnFailed(_)) => {
-            let (t, r) = (trace.clone(), root.to_owned());
+            let (t, r, w) = (trace.clone(), root.to_owned(), ws.to_owned());
             OwnedTask::spawn_blocking("sandbox.survey.reads", move || {
-                super::trace::survey_reads(&t, &r)
+                super::trace::survey_reads(&t, &r, &w)
             })
             .join()
             .await

@@ -35,7 +35,8 @@
 //! `execveat`, `chdir`, `open_tree`, `name_to_handle_at`. Relative paths are resolved against
 //! the call's directory fd, the process's tracked working directory (from `AT_FDCWD<…>`,
 //! `chdir`, `fchdir`, and its parent at fork), in that order; a lookup whose base cannot be
-//! known is skipped. `..` is resolved lexically. Shell globs, `ls` and `find` show up as
+//! known is skipped. `..` is resolved lexically; where symlinks under the root lay on the
+//! way, the path they led to counts too ([`links`]). Shell globs, `ls` and `find` show up as
 //! listings, `test -e`/`test -f` of a missing path as a failed `stat`.
 //!
 //! What the caller still decides: a lookup that fails or a listing is not always a read of
@@ -51,6 +52,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use prova_protocol::work::{Listing, ReadsReport};
+
+mod links;
 
 /// Largest trace file read: a big build's trace of path lookups stays well under this; past
 /// it the trace is refused rather than read into an unbounded parse.
@@ -181,7 +184,7 @@ pub const MAX_LISTED_ENTRIES: usize = 100_000;
 /// looked up and did not find, sorted and de-duplicated. Lookups outside the root (system
 /// files) are ignored. See the module docs for what counts and what the caller filters.
 pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceError> {
-    Ok(analyse(trace, root, &BTreeSet::new())?.found.into_iter().collect())
+    Ok(analyse(trace, root, root, &BTreeSet::new())?.found.into_iter().collect())
 }
 
 /// Everything the trace of a task in exec root `root` says it touched that the root could
@@ -189,7 +192,7 @@ pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceE
 /// root now (read after the run, while the root still exists); and every path under the root
 /// it wrote or tried to write.
 pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, false, &BTreeSet::new())
+    reads_of(trace, root, root, false, &BTreeSet::new())
 }
 
 /// [`trace_reads`] of a root that shows `stand_ins` (root-relative files, empty, standing
@@ -201,23 +204,27 @@ pub fn trace_reads_with(
     root: &Path,
     stand_ins: &BTreeSet<String>,
 ) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, false, stand_ins)
+    reads_of(trace, root, root, false, stand_ins)
 }
 
 /// [`trace_reads`] of a survey run (the whole workspace visible at the exec root's path,
 /// [`super::survey`]), which also keeps the lookups that succeeded (`touched`): what the task
-/// read there. Listings still report what the exec root (the declared inputs) holds.
-pub fn survey_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, true, &BTreeSet::new())
+/// read there. Listings still report what the exec root (the declared inputs) holds. `ws` is
+/// the workspace the survey showed at the root's path: its symlinks are the ones the task
+/// followed ([`links`]).
+pub fn survey_reads(trace: &Path, root: &Path, ws: &Path) -> Result<ReadsReport, TraceError> {
+    reads_of(trace, root, ws, true, &BTreeSet::new())
 }
 
+/// The reads of the trace of a run at `root`, which showed what host directory `view` holds.
 fn reads_of(
     trace: &Path,
     root: &Path,
+    view: &Path,
     keep_touched: bool,
     stand_ins: &BTreeSet<String>,
 ) -> Result<ReadsReport, TraceError> {
-    let mut a = analyse(trace, root, stand_ins)?;
+    let mut a = analyse(trace, root, view, stand_ins)?;
     a.found.append(&mut a.stood);
     let mut budget = MAX_LISTED_ENTRIES;
     let listed = a
@@ -266,6 +273,7 @@ fn entries_of(dir: &Path, budget: &mut usize) -> (Vec<String>, bool) {
 fn analyse(
     trace: &Path,
     root: &Path,
+    view: &Path,
     stand_ins: &BTreeSet<String>,
 ) -> Result<Analysis, TraceError> {
     let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
@@ -285,8 +293,10 @@ fn analyse(
         }
     })?;
     // Pass 2: follow working directories, collect failed lookups and listings under the root.
+    let root = normalize(root.as_os_str().as_bytes());
     let mut a = Analysis {
-        root: normalize(root.as_os_str().as_bytes()),
+        links: links::Links::new(view, &root),
+        root,
         parents,
         cwd: HashMap::new(),
         fork_cwd: HashMap::new(),
@@ -445,6 +455,23 @@ struct Lookup {
     flags: Option<usize>,
 }
 
+/// Whether `call` follows a symlink in its path's last component: not the `l*` calls nor
+/// `readlink`, nor a call given `AT_SYMLINK_NOFOLLOW` or `O_NOFOLLOW` (nor
+/// `name_to_handle_at`, which follows only when told to).
+fn follows_last(call: &Call<'_>) -> bool {
+    !matches!(
+        call.name,
+        "lstat"
+            | "lstat64"
+            | "oldlstat"
+            | "readlink"
+            | "readlinkat"
+            | "lgetxattr"
+            | "llistxattr"
+            | "name_to_handle_at"
+    ) && !call.args.iter().any(|a| a.contains("AT_SYMLINK_NOFOLLOW") || a.contains("O_NOFOLLOW"))
+}
+
 fn lookup(name: &str) -> Option<Lookup> {
     let (dirfd, path, flags) = match name {
         "open" => (None, 0, Some(1)),
@@ -533,6 +560,8 @@ struct Analysis {
     stand_ins: BTreeSet<String>,
     /// The stand-ins a lookup found (at most as many as there are).
     stood: BTreeSet<String>,
+    /// The symlinks under the root, for where a lookup really led.
+    links: links::Links,
 }
 
 /// How far up the parent chain a working directory is looked for.
@@ -628,21 +657,31 @@ impl Analysis {
         }
         let flags = l.flags.and_then(|i| call.args.get(i));
         let writes = flags.is_some_and(|f| is_write_open(f));
+        // The path as written, and where the symlinks on its way led (`links`): the kernel's
+        // own answer for an open (`= 3</path>`), else the root's links followed.
+        let mut paths = vec![resolved];
+        if let Some(real) = self.physical(&paths[0], follows_last(call), call.ret) {
+            paths.push(real);
+        }
         if writes {
             if wrote(call.ret) {
-                self.keep_write(&resolved);
+                for p in &paths {
+                    self.keep_write(p);
+                }
             }
             return;
         }
         if !call.ret.starts_with("-1 ") {
             // Found: what a survey run (the whole workspace visible) read, or a stand-in.
-            if let Some(rel) = strip_root(&resolved, &self.root) {
-                let rel = String::from_utf8_lossy(rel);
-                if self.stand_ins.contains(rel.as_ref()) {
-                    self.stood.insert(rel.clone().into_owned());
-                }
-                if self.touched.len() < MAX_MISSING {
-                    self.touched.insert(rel.into_owned());
+            for p in &paths {
+                if let Some(rel) = strip_root(p, &self.root) {
+                    let rel = String::from_utf8_lossy(rel);
+                    if self.stand_ins.contains(rel.as_ref()) {
+                        self.stood.insert(rel.clone().into_owned());
+                    }
+                    if self.touched.len() < MAX_MISSING {
+                        self.touched.insert(rel.into_owned());
+                    }
                 }
             }
             return;
@@ -651,11 +690,30 @@ impl Analysis {
         if !(call.ret.starts_with("-1 ENOENT") || call.ret.starts_with("-1 EACCES")) {
             return;
         }
-        if let Some(rel) = strip_root(&resolved, &self.root)
-            && self.found.len() < MAX_MISSING
-        {
-            self.found.insert(String::from_utf8_lossy(rel).into_owned());
+        for p in &paths {
+            if let Some(rel) = strip_root(p, &self.root)
+                && self.found.len() < MAX_MISSING
+            {
+                self.found.insert(String::from_utf8_lossy(rel).into_owned());
+            }
         }
+    }
+
+    /// Where the lookup of absolute `lexical` really led, when symlinks under the root made
+    /// that another path: the path of the fd a successful open returned (`ret`), or else the
+    /// root's links followed (the last one when the call `follow`s it). `None`: the lexical
+    /// path is the one.
+    fn physical(&mut self, lexical: &[u8], follow: bool, ret: &str) -> Option<Vec<u8>> {
+        if let (_, Some(p)) = fd_annotation(ret) {
+            let p = normalize(&p);
+            return (p != lexical).then_some(p);
+        }
+        let rel = strip_root(lexical, &self.root)?;
+        let real = self.links.physical(rel, follow)?;
+        let mut abs = self.root.clone();
+        abs.push(b'/');
+        abs.extend_from_slice(&real);
+        (abs != lexical).then_some(abs)
     }
 
     /// The absolute, normalised path a call's `path` argument names, resolved against its
@@ -869,7 +927,7 @@ mod tests {
 7  readlinkat(AT_FDCWD</r/p>, "link", 0x7ffc, 4096) = -1 EINVAL (Invalid argument)
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r"), &BTreeSet::new()).unwrap();
+        let a = analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new()).unwrap();
         assert_eq!(a.listed.into_iter().collect::<Vec<_>>(), ["", "p/src"]);
         assert_eq!(a.found.into_iter().collect::<Vec<_>>(), ["p/locked.txt", "p/src/gone.h"]);
         assert!(TRACED.contains("getdents64"), "{TRACED}");
@@ -947,7 +1005,7 @@ mod tests {
 7  openat(AT_FDCWD</r/p>, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3</etc/passwd>
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r"), &BTreeSet::new()).unwrap();
+        let a = analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new()).unwrap();
         assert_eq!(
             a.wrote.iter().map(String::as_str).collect::<Vec<_>>(),
             [
@@ -968,7 +1026,64 @@ mod tests {
         assert!(a.found.is_empty(), "{:?}", a.found);
         // Only a survey reports what it read that exists.
         assert!(trace_reads(f.path(), Path::new("/r")).unwrap().touched.is_empty());
-        assert_eq!(survey_reads(f.path(), Path::new("/r")).unwrap().touched.len(), 2);
+        assert_eq!(
+            survey_reads(f.path(), Path::new("/r"), Path::new("/r")).unwrap().touched.len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_lookup_through_a_symlink_counts_where_it_led() {
+        // An upstream's output `a/dist/cfg` links to `../cfg.json`, which the root shows only
+        // as an empty stand-in: reading through the link reads the stand-in, though the path
+        // as written is a declared output.
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path().canonicalize().unwrap();
+        fs::create_dir_all(r.join("a/dist")).unwrap();
+        fs::create_dir_all(r.join("b")).unwrap();
+        std::os::unix::fs::symlink("../cfg.json", r.join("a/dist/cfg")).unwrap();
+        std::os::unix::fs::symlink("../a", r.join("b/up")).unwrap();
+        fs::write(r.join("a/cfg.json"), "").unwrap();
+        let root = r.display();
+        let stand_ins: BTreeSet<String> = ["a/cfg.json".to_owned()].into();
+        let reads = |lines: &str| {
+            let f = canned_file(lines);
+            let report = reads_of(f.path(), &r, &r, true, &stand_ins).unwrap();
+            (report.missing, report.touched)
+        };
+        // An open: the kernel's own answer (the returned fd's path).
+        let (missing, touched) = reads(&format!(
+            "9 openat(AT_FDCWD<{root}/b>, \"../a/dist/cfg\", O_RDONLY) = 3<{root}/a/cfg.json>\n"
+        ));
+        assert_eq!(missing, ["a/cfg.json"]);
+        assert_eq!(touched, ["a/cfg.json", "a/dist/cfg"]);
+        // A stat follows the link too (the root's links read), through a linked directory.
+        let (missing, _) = reads(&format!(
+            "9 newfstatat(AT_FDCWD<{root}/b>, \"up/dist/cfg\", {{st_mode=S_IFREG|0444}}, 0) = 0\n"
+        ));
+        assert_eq!(missing, ["a/cfg.json"]);
+        // An lstat of the link, or an open that does not follow it, reads only the link.
+        for line in [
+            format!(
+                "9 newfstatat(AT_FDCWD<{root}/b>, \"../a/dist/cfg\", {{st_mode=S_IFLNK|0777}}, AT_SYMLINK_NOFOLLOW) = 0\n"
+            ),
+            format!("9 lstat(\"{root}/a/dist/cfg\", {{st_mode=S_IFLNK|0777}}) = 0\n"),
+            format!(
+                "9 readlinkat(AT_FDCWD<{root}/b>, \"../a/dist/cfg\", \"../cfg.json\", 4095) = 11\n"
+            ),
+            format!(
+                "9 openat(AT_FDCWD<{root}/b>, \"../a/dist/cfg\", O_RDONLY|O_NOFOLLOW|O_PATH) = 3<{root}/a/dist/cfg>\n"
+            ),
+        ] {
+            let (missing, _) = reads(&line);
+            assert!(missing.is_empty(), "{line}: {missing:?}");
+        }
+        // A failed lookup through the link names where it led as well as the path written.
+        fs::remove_file(r.join("a/cfg.json")).unwrap();
+        let (missing, _) = reads(&format!(
+            "9 openat(AT_FDCWD<{root}/b>, \"../a/dist/cfg\", O_RDONLY) = -1 ENOENT (No such file or directory)\n"
+        ));
+        assert_eq!(missing, ["a/cfg.json", "a/dist/cfg"]);
     }
 
     #[test]
