@@ -331,9 +331,12 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
     let ws =
         TempWorkspace::new().file("p/src/a.txt", "declared\n").file("p/secret.txt", "undeclared\n");
     let abs = ws.path("p").to_string_lossy().into_owned();
+    // Each task its own outputs, `dist-<name>/**` (`DIST` in its command).
     let task = |name: &str, command: &str| {
+        let command = command.replace("DIST", &format!("dist-{name}"));
         format!(
-            "[tasks.{name}]\ncommand = '{command}'\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n"
+            "[tasks.{name}]\ncommand = '{command}'\ninputs = [\"src/**\"]\n\
+             outputs = [\"dist-{name}/**\"]\n"
         )
     };
     let toml = [
@@ -344,11 +347,11 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
         task("writeproj", "echo x > notes.txt"),
         task("writeparent", "echo x > ../escaped.txt"),
         task("writeabs", &format!("echo x > {abs}/escaped.txt")),
-        task("writeout", "mkdir -p dist && echo ok > dist/ok.txt"),
+        task("writeout", "mkdir -p DIST && echo ok > DIST/ok.txt"),
         // Other routes out of the writable project directory: a new directory beside dist,
         // a symlink, a rename of a source, a file written and the outputs made anyway.
-        task("writedir", "mkdir -p cache/deep && echo x > cache/deep/x.txt && mkdir -p dist"),
-        task("writelink", "ln -s src/a.txt alias && mkdir -p dist"),
+        task("writedir", "mkdir -p cache/deep && echo x > cache/deep/x.txt && mkdir -p DIST"),
+        task("writelink", "ln -s src/a.txt alias && mkdir -p DIST"),
         task("renamesrc", "mv src/a.txt src/b.txt"),
         task("movesrc", "mv src moved"),
     ]
@@ -389,7 +392,7 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
         let t = format!("p#{t}");
         assert_eq!(out.status_of(&t), "failed", "{t} wrote outside its outputs\n{out}");
     }
-    // Beside the outputs the project directory is writable (`rm -rf dist` works): what
+    // Beside the outputs the project directory is writable (`rm -rf dist-…` works): what
     // lands there is named, and the task fails rather than pass without it.
     let note = |t: &str| out.report(t)["note"].as_str().unwrap_or_default().to_owned();
     for (t, path) in [
@@ -411,7 +414,7 @@ fn a_sandboxed_task_sees_only_its_inputs_and_writes_only_its_outputs() {
     }
     assert!(out.output_of("p#movesrc").contains("mv: cannot move"), "{out}");
     assert_eq!(out.status_of("p#writeout"), "succeeded", "{out}");
-    assert_eq!(ws.read("p/dist/ok.txt"), "ok\n");
+    assert_eq!(ws.read("p/dist-writeout/ok.txt"), "ok\n");
     assert_eq!(ws.read("p/src/a.txt"), "declared\n");
     for leaked in ["p/notes.txt", "escaped.txt", "p/escaped.txt", "p/cache", "p/alias", "p/moved"] {
         assert!(!ws.exists(leaked), "{leaked} appeared in the workspace");

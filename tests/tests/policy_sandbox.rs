@@ -143,15 +143,19 @@ fn a_confined_run_that_succeeds_answers_for_its_exec_root_only_and_a_failure_is_
     assert!(note(&out, "p#probe").contains("`p/local.env`"), "{out}");
 }
 
-/// Sandboxed tasks that write beside `dist/**` (whose parent, `p`, the sandbox makes
-/// writable so that `rm -rf dist` works): a file, a new directory, a symlink; and the path
-/// each must be named by.
+/// Sandboxed tasks that write beside their `dist-<name>/**` (whose parent, `p`, the sandbox
+/// makes writable so that `rm -rf dist-<name>` works): a file, a new directory, a symlink;
+/// and the path each must be named by.
 fn routes_out() -> (String, [(&'static str, &'static str); 3]) {
-    let t = |name: &str, command: &str| task_with(name, command, &["dist/**"], "sandbox = true");
+    let t = |name: &str, command: &str| {
+        let dist = format!("dist-{name}");
+        let command = format!("mkdir -p {dist} && {command}");
+        task_with(name, &command, &[&format!("{dist}/**")], "sandbox = true")
+    };
     let toml = [
-        t("file", "mkdir -p dist && echo x > notes.txt"),
-        t("dir", "mkdir -p cache/deep dist && echo x > cache/deep/x.txt"),
-        t("link", "mkdir -p dist && ln -s src/a.txt alias"),
+        t("file", "echo x > notes.txt"),
+        t("dir", "mkdir -p cache/deep && echo x > cache/deep/x.txt"),
+        t("link", "ln -s src/a.txt alias"),
     ]
     .concat();
     (toml, [("p#file", "`p/notes.txt`"), ("p#dir", "`p/cache"), ("p#link", "`p/alias`")])

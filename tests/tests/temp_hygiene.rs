@@ -195,22 +195,22 @@ fn a_proof_leaves_nothing_in_dev_shm() {
         r#"[tasks.plain]
 command = "mkdir -p out && date > /dev/null && cat src/a.txt > out/a.txt"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/a.txt"]
 
 [tasks.chain]
 command = "mkdir -p out && exec sh -c 'exec sh -c \"date > /dev/null && echo y > out/y.txt\"'"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/y.txt"]
 
 [tasks.background]
 command = "mkdir -p out && (sh -c 'date > /dev/null' &) && echo done > out/fg.txt"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/fg.txt"]
 
 [tasks.rerun_fails]
 command = "mkdir -p out && test -z \"$FAKETIME\" && echo ok > out/ok.txt"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/ok.txt"]
 "#,
     );
     let bin = tempfile::tempdir().expect("a directory for the fake bwrap");
@@ -250,12 +250,12 @@ fn a_proofs_first_root_is_on_dev_shm_and_a_killed_ones_goes_with_the_next_proof(
         r#"[tasks.hang]
 command = "mkdir -p out && cat src/a.txt > out/a.txt && echo \"armed in $(pwd -P)\" && exec sleep 300"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/a.txt"]
 
 [tasks.quick]
 command = "mkdir -p out && echo \"ran in $(pwd -P)\" > out/where.txt"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/where.txt"]
 "#,
     );
     let shm = PrivateShm::new();
@@ -298,12 +298,12 @@ fn a_killed_reruns_clock_segment_is_removed_by_the_next_rerun() {
         r#"[tasks.hang]
 command = "mkdir -p out && echo x > out/x.txt && if [ -n \"$FAKETIME\" ]; then echo $$ > {armed}.tmp && mv {armed}.tmp {armed} && exec sleep 300; fi"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/x.txt"]
 
 [tasks.quick]
 command = "mkdir -p out && echo q > out/q.txt"
 inputs = ["src/a.txt"]
-outputs = ["out/**"]
+outputs = ["out/q.txt"]
 "#,
         armed = armed.display()
     ));

@@ -288,6 +288,28 @@ pub enum ConfigError {
         help: Option<String>,
     },
 
+    /// Two tasks whose outputs can match one path (see [`super::overlap`]): each one's clean
+    /// and restore replace everything its outputs match, so one deletes or overwrites the
+    /// other's files, and one that ran beside the other can cache them as its own.
+    #[error(
+        "{at}: output `{pattern}` of task `{task}` can match {other}: prova deletes a task's \
+         outputs before it runs and replaces them on a cache hit, so each would delete or \
+         overwrite the other's{}",
+        help_line(help)
+    )]
+    OutputsOverlap {
+        /// The later of the two output patterns.
+        at: Box<Location>,
+        /// As written.
+        pattern: String,
+        /// `project#task`.
+        task: String,
+        /// The other task's output it can match, and whose it is.
+        other: String,
+        /// What to write instead.
+        help: Option<String>,
+    },
+
     /// A value of the right type that is still not allowed.
     #[error("{at}: `{field}`: {message}{}", help_line(help))]
     InvalidValue {
@@ -328,6 +350,7 @@ impl ConfigError {
             | Self::NoSuchProjectDir { at, .. }
             | Self::UnconfinedOutput { at, .. }
             | Self::OutputOverlapsInput { at, .. }
+            | Self::OutputsOverlap { at, .. }
             | Self::InvalidValue { at, .. } => Some(at),
         }
     }
@@ -349,6 +372,7 @@ impl ConfigError {
             | Self::NoSuchProjectDir { help, .. }
             | Self::UnconfinedOutput { help, .. }
             | Self::OutputOverlapsInput { help, .. }
+            | Self::OutputsOverlap { help, .. }
             | Self::InvalidValue { help, .. } => help.as_deref(),
             Self::Io { .. }
             | Self::Walk { .. }

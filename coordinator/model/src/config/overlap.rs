@@ -12,6 +12,11 @@
 //!   (`node_modules/.cache/**`, `//node_modules/dep/**`) or holding one was cleaned before
 //!   the run — installed packages deleted — and moved the tree's digest, its own key's input.
 //!
+//! Nor may two tasks' outputs be able to match one path ([`check_outputs`]): each one's clean
+//! and restore replace everything its outputs match, so `bundle` (`dist/**`) deleted
+//! `build`'s `dist/lib.js`, and a `bundle` that ran beside `build` could cache that file as
+//! its own and restore a stale copy over a newer one later.
+//!
 //! Two patterns overlap when some path can match both ([`PathPattern::intersects`], decided
 //! from the patterns, sound). An input list's exclusion that covers the output
 //! ([`PathPattern::covers`]: `inputs = ["**/*", "!dist/**"]`) removes the overlap. The one
@@ -67,6 +72,7 @@ struct Input<'w> {
 
 /// Checks every output of every task of `ws` against every declared input (module doc).
 pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
+    check_outputs(ws)?;
     let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
     let trees = tree_patterns(&ws.root, ws.settings.trees.as_deref(), &dirs);
     let inputs = declared_inputs(ws, &trees);
@@ -116,6 +122,86 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
                     });
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// One output include of one task, with its list's exclusions.
+struct Output<'w> {
+    project: usize,
+    task: &'w str,
+    /// Its index in the task's `outputs` (for where it was written).
+    k: usize,
+    written: &'w str,
+    shape: PathPattern,
+    exclusions: Vec<PathPattern>,
+}
+
+/// No two tasks' outputs may be able to match one path: each task's clean and restore
+/// replace all its outputs match. An exclusion of either list that covers the other's
+/// include ([`PathPattern::covers`]: `["dist/**", "!dist/types/**"]` beside
+/// `["dist/types/**"]`) removes the overlap; one task naming a path twice is its own.
+fn check_outputs(ws: &Workspace) -> Result<(), ConfigError> {
+    let mut all: Vec<Output<'_>> = Vec::new();
+    for (project, p) in ws.projects.iter().enumerate() {
+        for (task, t) in &p.tasks {
+            let exclusions: Vec<PathPattern> = t
+                .outputs
+                .iter()
+                .filter_map(|o| o.strip_prefix('!'))
+                .map(|e| PathPattern::new(&p.dir, e))
+                .collect();
+            for (k, written) in t.outputs.iter().enumerate() {
+                if written.starts_with('!') {
+                    continue;
+                }
+                let shape = PathPattern::new(&p.dir, written);
+                all.push(Output {
+                    project,
+                    task,
+                    k,
+                    written,
+                    shape,
+                    exclusions: exclusions.clone(),
+                });
+            }
+        }
+    }
+    let mut by_prefix: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, o) in all.iter().enumerate() {
+        by_prefix.entry(o.shape.prefix()).or_default().push(i);
+    }
+    for (i, o) in all.iter().enumerate() {
+        // Each pair once, reported at the later output.
+        for j in candidates(&by_prefix, o.shape.prefix()).filter(|&j| j < i) {
+            let other = &all[j];
+            if (other.project, other.task) == (o.project, o.task)
+                || !o.shape.intersects(&other.shape)
+                || o.exclusions.iter().any(|e| e.covers(&other.shape))
+                || other.exclusions.iter().any(|e| e.covers(&o.shape))
+            {
+                continue;
+            }
+            let project = &ws.projects[o.project];
+            let t = &project.tasks[o.task];
+            let at = t.outputs_at.get(o.k).unwrap_or(&t.defined_at);
+            return Err(ConfigError::OutputsOverlap {
+                at: at.clone().into(),
+                pattern: o.written.to_owned(),
+                task: TaskId::new(&project.name, o.task).to_string(),
+                other: format!(
+                    "output `{}` of task `{}`",
+                    other.written,
+                    TaskId::new(&ws.projects[other.project].name, other.task)
+                ),
+                help: Some(
+                    "give each task its own outputs (`dist/**` and `dist-types/**`), or leave \
+                     one's out of the other's with an exclusion (`\"dist/**\", \"!dist/types/**\"` \
+                     beside `\"dist/types/**\"`)"
+                        .to_owned(),
+                ),
+            });
         }
     }
     Ok(())

@@ -251,3 +251,62 @@ fn declared_trees_replace_the_default_and_an_output_holding_a_tree_is_refused_to
     web_outputs("\"node_modules/.cache/**\"", &root(""), &[PACKAGE_JSON]).unwrap();
     web_outputs("\"node_modules/.cache/**\"", ROOT, &[]).unwrap();
 }
+
+#[track_caller]
+fn outputs_clash(files: &[(&str, &str)]) -> String {
+    match load(files) {
+        Err(e @ ConfigError::OutputsOverlap { .. }) => e.to_string(),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("accepted: {files:?}"),
+    }
+}
+
+#[test]
+fn two_tasks_whose_outputs_can_match_one_path_are_refused() {
+    // Each task's clean and restore replace everything its outputs match: `bundle`'s clean
+    // deleted `build`'s `dist/lib.js`, a hit of `bundle` restored over it, and one that ran
+    // beside `build` could cache `build`'s file as its own and later restore a stale copy.
+    for (build, bundle) in [
+        ("\"dist/**\"", "\"dist/**\""),
+        ("\"dist/**\"", "\"dist/bundle.js\""),
+        ("\"dist/*.js\"", "\"dist/b*\""),
+        ("\"dist\"", "\"dist/types/**\""),
+        ("\"dist/**\", \"!dist/*.map\"", "\"dist/types/**\""),
+    ] {
+        let t = format!(
+            "[tasks.build]\ncommand = \"true\"\noutputs = [{build}]\n\
+             [tasks.bundle]\ncommand = \"true\"\noutputs = [{bundle}]\n"
+        );
+        let why = outputs_clash(&[("prova.toml", ROOT), ("apps/web/prova.toml", &t)]);
+        assert!(why.starts_with("apps/web/prova.toml:"), "{why}");
+        assert!(why.contains("web#build") && why.contains("web#bundle"), "{why}");
+        assert!(why.contains("help: "), "{why}");
+    }
+    // Across projects, through `//` outputs.
+    let p = "[tasks.gen]\ncommand = \"true\"\noutputs = [\"//shared/gen/**\"]\n";
+    let q = "[tasks.gen]\ncommand = \"true\"\noutputs = [\"//shared/gen/api.ts\"]\n";
+    let why = outputs_clash(&[
+        ("prova.toml", ROOT),
+        ("apps/web/prova.toml", p),
+        ("libs/util/prova.toml", q),
+    ]);
+    assert!(why.contains("web#gen") && why.contains("util#gen"), "{why}");
+}
+
+#[test]
+fn outputs_split_by_an_exclusion_or_apart_load() {
+    for (build, types) in [
+        ("\"dist/**\", \"!dist/types/**\"", "\"dist/types/**\""),
+        ("\"dist/**\"", "\"build/**\""),
+        ("\"dist/*.js\"", "\"dist/*.d.ts\""),
+        // One task naming a path twice is its own business.
+        ("\"dist/**\", \"dist/a.js\"", "\"types/**\""),
+    ] {
+        let t = format!(
+            "[tasks.build]\ncommand = \"true\"\noutputs = [{build}]\n\
+             [tasks.types]\ncommand = \"true\"\noutputs = [{types}]\n"
+        );
+        load(&[("prova.toml", ROOT), ("apps/web/prova.toml", &t)])
+            .unwrap_or_else(|e| panic!("{build} / {types}: {e}"));
+    }
+}
