@@ -142,3 +142,39 @@ fn outside_the_racy_window_matching_stamps_are_trusted() {
     assert_eq!(counter(&second, "hashed"), 0, "{second}");
     assert_eq!(second.report("app#build")["key"], first.report("app#build")["key"], "{second}");
 }
+
+#[test]
+fn an_input_linking_out_of_the_workspace_is_keyed_by_what_it_leads_to() {
+    // `app/src/shared.txt` and `app/src/vendor` link out of the workspace: their text alone
+    // was keyed, and an edit out there was served stale from the cache.
+    let out = tempfile::tempdir().expect("a directory outside the workspace");
+    let o = out.path();
+    std::fs::create_dir_all(o.join("vendor/lib")).unwrap();
+    std::fs::write(o.join("shared.txt"), "shared v1\n").unwrap();
+    std::fs::write(o.join("vendor/lib/v.txt"), "vendor v1\n").unwrap();
+    let ws = ws();
+    std::os::unix::fs::symlink(o.join("shared.txt"), ws.path("app/src/shared.txt")).unwrap();
+    std::os::unix::fs::symlink(o.join("vendor"), ws.path("app/src/vendor")).unwrap();
+    std::os::unix::fs::symlink(o.join("later.txt"), ws.path("app/src/later.txt")).unwrap();
+    ws.write(
+        "prova.toml",
+        &ws.read("prova.toml").replace(
+            "cat src/* > dist/out.txt",
+            "cat src/*.txt src/vendor/lib/v.txt > dist/out.txt 2>/dev/null || true",
+        ),
+    );
+    let first = run(&ws);
+    assert_eq!(first.cache_of("app#build"), "saved", "{first}");
+    assert_eq!(run(&ws).cache_of("app#build"), "hit", "unchanged out there: a hit");
+    for (what, edit) in [
+        ("a linked file", o.join("shared.txt")),
+        ("a file under a linked directory", o.join("vendor/lib/v.txt")),
+        ("a dangling link's target appearing", o.join("later.txt")),
+    ] {
+        std::fs::write(&edit, format!("{what}, edited\n")).unwrap();
+        let again = run(&ws);
+        assert_eq!(again.cache_of("app#build"), "saved", "{what}: served stale\n{again}");
+        assert!(ws.read("app/dist/out.txt").contains(&format!("{what}, edited")), "{what}");
+        assert_eq!(run(&ws).cache_of("app#build"), "hit", "{what}: then a hit again");
+    }
+}

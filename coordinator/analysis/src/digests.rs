@@ -16,6 +16,8 @@ use prova_protocol::Digest;
 use crate::cache::MemoRow;
 use prova_protocol::key::InputKind;
 
+mod beyond;
+
 /// Files modified this close (ns) before their memo row was written are re-hashed.
 pub const RACY_WINDOW_NS: i64 = 2_000_000_000;
 
@@ -132,20 +134,34 @@ fn digest_chunk(
         };
         let stamp = Stamp::of(&meta);
         let exec = meta.mode() & 0o100 != 0;
-        if let Some(row) = memo.get(rel)
+        // A link out of the workspace is keyed by what it leads to, read afresh: its own
+        // stamps say nothing of that, so the memo neither answers nor keeps it (`beyond`).
+        let outside = (kind == InputKind::Symlink).then(|| beyond::beyond(root, rel)).flatten();
+        if outside.is_none()
+            && let Some(row) = memo.get(rel)
             && memo_answers(&stamp, row)
         {
             out.memo_hits += 1;
             out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest: row.digest, stamp });
             continue;
         }
-        let digest = match hash(root, rel, kind) {
-            Ok(d) => d,
-            Err(_) => continue, // vanished between stat and read: not an input
+        let digest = match (&outside, link_target(root, rel)) {
+            (Some(target), Ok(text)) => {
+                let mut bytes = text.as_os_str().as_encoded_bytes().to_vec();
+                bytes.extend_from_slice(b"\0beyond the workspace\0");
+                bytes.extend_from_slice(&beyond::state(target));
+                Digest::of(&bytes)
+            }
+            _ => match hash(root, rel, kind) {
+                Ok(d) => d,
+                Err(_) => continue, // vanished between stat and read: not an input
+            },
         };
         out.hashed += 1;
         out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest, stamp });
-        out.updates.push((rel.to_owned(), memo_row(&stamp, digest, now_ns)));
+        if outside.is_none() {
+            out.updates.push((rel.to_owned(), memo_row(&stamp, digest, now_ns)));
+        }
     }
     out
 }
