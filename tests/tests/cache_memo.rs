@@ -178,3 +178,31 @@ fn an_input_linking_out_of_the_workspace_is_keyed_by_what_it_leads_to() {
         assert_eq!(run(&ws).cache_of("app#build"), "hit", "{what}: then a hit again");
     }
 }
+
+#[test]
+fn a_linked_package_outside_the_workspace_is_keyed_by_what_it_holds() {
+    // `npm link` / pnpm's `link:`: node_modules/dep leads out of the workspace. The tree's
+    // manifest keeps the link's text, so an edit of the linked package was served stale.
+    let out = tempfile::tempdir().expect("a directory outside the workspace");
+    let dep = out.path().join("dep");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(dep.join("index.js"), "dep v1\n").unwrap();
+    let ws = TempWorkspace::new()
+        .file("package.json", r#"{"name": "root", "private": true}"#)
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"app\"]\n[tasks.build]\n\
+             command = \"mkdir -p dist && cat ../node_modules/dep/index.js > dist/out.txt\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("app/src/a.txt", "a\n");
+    std::fs::create_dir_all(ws.path("node_modules")).unwrap();
+    std::os::unix::fs::symlink(&dep, ws.path("node_modules/dep")).unwrap();
+    assert_eq!(run(&ws).cache_of("app#build"), "saved");
+    assert_eq!(run(&ws).cache_of("app#build"), "hit");
+    std::fs::write(dep.join("index.js"), "dep v2\n").unwrap();
+    let edited = run(&ws);
+    assert_eq!(edited.cache_of("app#build"), "saved", "served stale\n{edited}");
+    assert_eq!(ws.read("app/dist/out.txt"), "dep v2\n");
+    assert_eq!(run(&ws).cache_of("app#build"), "hit");
+}

@@ -16,7 +16,7 @@ use prova_protocol::Digest;
 use crate::cache::MemoRow;
 use prova_protocol::key::InputKind;
 
-mod beyond;
+pub(crate) mod beyond;
 
 /// Files modified this close (ns) before their memo row was written are re-hashed.
 pub const RACY_WINDOW_NS: i64 = 2_000_000_000;

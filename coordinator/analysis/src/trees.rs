@@ -89,6 +89,10 @@ pub struct ScannedTree {
     pub digest: Digest,
     /// Where its encoded manifest is stored (a blob to upload).
     pub manifest_file: PathBuf,
+    /// What the tree's links that lead out of the workspace lead to (`npm link`, pnpm's
+    /// `link:`), read afresh this run ([`beyond_digest`]): the manifest keeps a link's text
+    /// only. `None` when no link leads out.
+    pub beyond: Option<Digest>,
     /// Its manifest, once built or read back ([`ScannedTree::manifest`]).
     manifest: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<TreeManifest>>>,
 }
@@ -97,7 +101,7 @@ impl ScannedTree {
     /// The tree at `path` whose manifest, of `digest`, is stored in `store`.
     fn stored(path: String, digest: Digest, store: &Path) -> Self {
         let manifest_file = store.join(digest.to_hex());
-        ScannedTree { path, digest, manifest_file, manifest: Default::default() }
+        ScannedTree { path, digest, manifest_file, beyond: None, manifest: Default::default() }
     }
 
     /// Its manifest: the one the scan built, or read back from [`ScannedTree::manifest_file`]
@@ -205,6 +209,31 @@ pub fn key_pair(path: &str, digest: &Digest) -> (String, String) {
 
 /// The prefix of a tree's config pair name ([`key_pair`]).
 pub const KEY_PREFIX: &str = "tree:";
+
+/// The key's config pair of what the links of tree `t` that lead out of the workspace lead
+/// to, when it has any: `tree-beyond:<path>` → hex (not a [`KEY_PREFIX`] pair: a farm
+/// matches those against the trees a task mounts).
+pub fn beyond_pair(t: &ScannedTree) -> Option<(String, String)> {
+    t.beyond.map(|d| (format!("tree-beyond:{}", t.path), d.to_hex()))
+}
+
+/// The digest of what each of `links` (workspace path, where it leads out of the workspace)
+/// leads to now ([`digests::beyond`]); `None` without any.
+fn beyond_digest(links: &[(String, String)]) -> Option<Digest> {
+    if links.is_empty() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    for (link, target) in links {
+        bytes.extend_from_slice(link.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(target.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(&digests::beyond::state(Path::new(target)));
+        bytes.push(b'\n');
+    }
+    Some(Digest::of(&bytes))
+}
 
 /// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
 pub fn visible_to(tree: &str, project_dir: &str) -> bool {
@@ -377,13 +406,16 @@ pub fn finish(
     for (dir, seen, known) in trees {
         if let Some(digest) = known {
             pass.memo_hits += seen.file_count;
-            pass.trees.push(ScannedTree::stored(dir, digest, store));
+            let mut tree = ScannedTree::stored(dir, digest, store);
+            tree.beyond = beyond_digest(record.beyond(&tree.path));
+            pass.trees.push(tree);
             continue;
         }
         let started = std::time::Instant::now();
-        let tree = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
+        let (mut tree, outward) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
-        changed |= record.record(&dir, &seen, tree.digest, now_ns);
+        tree.beyond = beyond_digest(&outward);
+        changed |= record.record(&dir, &seen, tree.digest, outward, now_ns);
         pass.trees.push(tree);
     }
     changed |= record.keep_only(&current);
@@ -398,7 +430,7 @@ pub fn finish(
 
 /// The manifest of the tree at `dir` as `seen` walked it: each file's digest from `memo`
 /// when its row answers for the stamp the walk took, else hashed; each link's target read.
-/// Stored under `store`.
+/// Stored under `store`. With the links that lead out of the workspace: (link, where).
 fn build(
     root: &Path,
     dir: &str,
@@ -407,8 +439,9 @@ fn build(
     now_ns: i64,
     store: &Path,
     pass: &mut TreePass,
-) -> Result<ScannedTree, TreeScanError> {
+) -> Result<(ScannedTree, Vec<(String, String)>), TreeScanError> {
     let prefix = format!("{dir}/");
+    let mut outward = Vec::new();
     let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
     let mut entries: Vec<TreeEntry> =
         seen.dirs.iter().map(|d| TreeEntry { path: rel(d), kind: TreeKind::Dir }).collect();
@@ -420,6 +453,11 @@ fn build(
         });
         match target {
             Ok(t) => {
+                if let Some(end) = digests::beyond::beyond(root, l)
+                    && let Some(end) = end.to_str()
+                {
+                    outward.push((l.clone(), end.to_owned()));
+                }
                 if let Some(t) = t.to_str() {
                     entries.push(TreeEntry {
                         path: rel(l),
@@ -472,7 +510,8 @@ fn build(
     }
     let tree = ScannedTree::stored(dir.to_owned(), digest, store);
     let _ = tree.manifest.set(std::sync::Arc::new(manifest));
-    Ok(tree)
+    outward.sort();
+    Ok((tree, outward))
 }
 
 /// Removes the manifests under `store` of trees no longer current (each tree change leaves
@@ -509,6 +548,41 @@ mod tests {
     fn scan(r: &Path, memo: &HashMap<String, MemoRow>) -> TreePass {
         let dirs = tree_dirs(r, None, &["", "packages/a", "packages/b"]);
         scan_all(r, &dirs, memo, i64::MAX, &r.join(".prova/trees")).unwrap()
+    }
+
+    #[test]
+    fn a_link_out_of_the_workspace_is_keyed_by_what_it_leads_to_warm_or_cold() {
+        // `npm link` / pnpm's `link:`: node_modules/dep leads to a package outside the
+        // workspace. The manifest keeps its text; the key also folds what is there, read
+        // again on a warm run that takes the recorded digest.
+        let t = ws();
+        let outside = tempfile::tempdir().unwrap();
+        let o = outside.path().canonicalize().unwrap();
+        fs::create_dir_all(o.join("dep")).unwrap();
+        fs::write(o.join("dep/index.js"), "v1").unwrap();
+        let r = t.path().canonicalize().unwrap();
+        symlink(o.join("dep"), r.join("node_modules/dep")).unwrap();
+        let beyond = |pass: &TreePass| {
+            pass.trees.iter().find(|t| t.path == "node_modules").and_then(beyond_pair)
+        };
+        let past = i64::MAX; // every file older than the racy window: recorded
+        let store = r.join(".prova/trees");
+        let dirs = tree_dirs(&r, None, &["", "packages/a"]);
+        let cold = scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
+        let first = beyond(&cold).expect("the outward link is keyed");
+        assert!(first.0 == "tree-beyond:node_modules", "{first:?}");
+        let warm = scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
+        assert_eq!(warm.hashed, 0, "the warm scan took the record");
+        assert_eq!(beyond(&warm), Some(first.clone()));
+        fs::write(o.join("dep/index.js"), "v2").unwrap();
+        let edited = scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
+        assert_eq!(edited.hashed, 0, "the tree itself did not change");
+        assert_ne!(beyond(&edited), Some(first), "an edit out there moves the key");
+        // A tree whose links stay inside has no such pair.
+        assert!(edited.trees.iter().all(|t| t.path == "node_modules" || t.beyond.is_none()));
+        fs::remove_file(r.join("node_modules/dep")).unwrap();
+        let gone = scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
+        assert_eq!(beyond(&gone), None);
     }
 
     #[test]

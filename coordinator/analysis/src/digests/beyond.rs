@@ -29,7 +29,7 @@ pub(super) const MAX_BYTES: u64 = 256 << 20;
 /// Where symlink input `rel` leads, when that is outside the workspace at (canonical)
 /// `root`: the link followed to the end, or, when that fails (dangling, a loop), its text's
 /// own place. `None` inside the workspace, or when `rel` is not a link.
-pub(super) fn beyond(root: &Path, rel: &str) -> Option<PathBuf> {
+pub(crate) fn beyond(root: &Path, rel: &str) -> Option<PathBuf> {
     let abs = root.join(rel);
     let end = match fs::canonicalize(&abs) {
         Ok(p) => p,
@@ -42,7 +42,7 @@ pub(super) fn beyond(root: &Path, rel: &str) -> Option<PathBuf> {
 }
 
 /// What is at `target` (outside the workspace), as bytes to fold into the link's digest.
-pub(super) fn state(target: &Path) -> Vec<u8> {
+pub(crate) fn state(target: &Path) -> Vec<u8> {
     let mut out = Vec::new();
     match fs::metadata(target) {
         Err(_) => out.extend_from_slice(b"absent"),

@@ -260,12 +260,15 @@ impl Folding<'_> {
         if let Some(p) = self.ws.projects.get(self.plan.tasks[ti].project) {
             c.extend(self.locks.config_pairs(&p.dir));
             // Each installed tree the task can resolve into, by its manifest digest.
-            c.extend(
-                self.trees
-                    .iter()
-                    .filter(|tr| crate::trees::visible_to_any(&tr.path, &self.reach[ti]))
-                    .map(|tr| crate::trees::key_pair(&tr.path, &tr.digest)),
-            );
+            // And what its links that lead out of the workspace lead to.
+            for tr in self
+                .trees
+                .iter()
+                .filter(|tr| crate::trees::visible_to_any(&tr.path, &self.reach[ti]))
+            {
+                c.push(crate::trees::key_pair(&tr.path, &tr.digest));
+                c.extend(crate::trees::beyond_pair(tr));
+            }
             c.sort();
         }
         c

@@ -27,7 +27,7 @@ pub(super) const FILE: &str = "stamps";
 const MAX_BYTES: u64 = 1 << 20;
 
 /// The record's format.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Each tree's stamp and digest, by workspace path.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,10 @@ pub(super) struct Stamps {
 struct Recorded {
     seen: String,
     digest: Digest,
+    /// The tree's links that lead out of the workspace, and where (their texts are in the
+    /// stamp; what they lead to is read again every run).
+    #[serde(default)]
+    beyond: Vec<(String, String)>,
 }
 
 impl Stamps {
@@ -57,6 +61,11 @@ impl Stamps {
         }
     }
 
+    /// The links of `tree` that lead out of the workspace, as recorded with its digest.
+    pub(super) fn beyond(&self, tree: &str) -> &[(String, String)] {
+        self.trees.get(tree).map_or(&[], |r| r.beyond.as_slice())
+    }
+
     /// The digest recorded for `tree` when its walk saw what `seen` holds.
     pub(super) fn digest(&self, tree: &str, seen: &Seen) -> Option<Digest> {
         self.trees.get(tree).filter(|r| r.seen == seen.stamp()).map(|r| r.digest)
@@ -65,11 +74,18 @@ impl Stamps {
     /// Records `digest` for `tree` as `seen` saw it in a scan that began at `now_ns`, or
     /// forgets the tree when something in it changed within the racy window of then.
     /// Whether the record changed.
-    pub(super) fn record(&mut self, tree: &str, seen: &Seen, digest: Digest, now_ns: i64) -> bool {
+    pub(super) fn record(
+        &mut self,
+        tree: &str,
+        seen: &Seen,
+        digest: Digest,
+        beyond: Vec<(String, String)>,
+        now_ns: i64,
+    ) -> bool {
         if seen.newest_ns >= now_ns.saturating_sub(RACY_WINDOW_NS) {
             return self.trees.remove(tree).is_some();
         }
-        let r = Recorded { seen: seen.stamp(), digest };
+        let r = Recorded { seen: seen.stamp(), digest, beyond };
         self.trees.insert(tree.to_owned(), r.clone()) != Some(r)
     }
 
