@@ -280,3 +280,30 @@ fn without_strace_an_undeclared_read_is_caught_but_not_named() {
     text.assert_code(1);
     text.assert_stdout_contains("✗ p#sneaky — undeclared-inputs: an undeclared input was read, install strace for the paths");
 }
+
+#[test]
+fn a_gitignored_file_an_input_pattern_matches_is_no_input_and_its_read_is_named() {
+    // `inputs = ["src/**"]` beside a gitignored `src/cfg.local`: the key folds listed files
+    // only, so an edit of it was served stale, and the proof passed (the pattern "matched").
+    // `cat src/*` takes it in place (a listing); `cat src/cfg.local`, a direct read.
+    if !sandbox_or_skip() {
+        return;
+    }
+    for (cmd, outputs) in [
+        ("mkdir -p out && (cat src/* || true) > out/all.txt", "out/all.txt"),
+        ("mkdir -p out && (cat src/cfg.local 2>/dev/null || true) > out/one.txt", "out/one.txt"),
+    ] {
+        let t = task("build", cmd, &[outputs]).replace("[\"src/a.txt\"]", "[\"src/**\"]");
+        let ws = workspace(&t).file(".gitignore", "*.local\n").file("p/src/cfg.local", "local\n");
+        let out = prova(&ws, ["run", "build", "--all", "--verify=inputs", "--json"]).run();
+        let v = only_verdict(&out, "p#build");
+        assert_eq!(name(&v), "undeclared-inputs", "{cmd}\n{out}");
+        assert!(v["paths"].to_string().contains("p/src/cfg.local"), "{cmd}: {v}");
+        // Declared by name, an ignored file is listed and keyed: proven complete.
+        let named = t.replace("[\"src/**\"]", "[\"src/**\", \"src/cfg.local\"]");
+        ws.write("p/prova.toml", &named);
+        let fixed =
+            prova(&ws, ["run", "build", "--all", "--force", "--verify=inputs", "--json"]).run();
+        assert_eq!(verdict_names(&fixed, "p#build"), ["proven-complete"], "{cmd}\n{fixed}");
+    }
+}

@@ -118,6 +118,16 @@ impl WorkspaceView {
                     || trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
             }
         };
+        // A file an input pattern matches but the file list left out (gitignored: `src/**`
+        // beside an ignored `src/cfg.local`) is no input — the key folds listed files only —
+        // yet a run in place reads it (`cat src/*`): named.
+        let unkeyed = |p: &str| {
+            self.tree_of(p).is_none()
+                && !trees.iter().any(|t| prova_protocol::globs::is_within(p, t))
+                && !scope.is_some_and(|s| s.represents_output(p))
+                && self.files.all().binary_search_by(|f| f.as_str().cmp(p)).is_err()
+                && self.is_unlisted_file(p)
+        };
         // A directory whose entry names the key folds: its listing, and an absence there.
         let lists = |d: &str| scope.is_some_and(|s| s.lists(d));
         let parent = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
@@ -142,6 +152,9 @@ impl WorkspaceView {
                 continue;
             }
             if represented(p) {
+                if unkeyed(p) {
+                    out.push(p.clone());
+                }
                 continue;
             }
             // An upstream's output its exec root does not hold (`upstream_outputs =
@@ -170,7 +183,7 @@ impl WorkspaceView {
         // installed package outside every declared tree) is read all the same. Directories it
         // merely stat'ed are not reads of their files.
         for p in &touched {
-            if is_internal(p) || represented(p) {
+            if is_internal(p) || (represented(p) && !unkeyed(p)) {
                 continue;
             }
             let listed = self.files.all().binary_search(p).is_ok();

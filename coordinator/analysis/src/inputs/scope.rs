@@ -205,6 +205,15 @@ impl InputScope {
         self.held().iter().any(|&d| sh.outputs[d].is_match(path))
     }
 
+    /// Whether `path` is an output of the task or of a task upstream of it: represented
+    /// through that task's key whether or not the file list holds it (outputs are mostly
+    /// gitignored), unlike an input pattern, which keys only the files listed.
+    pub fn represents_output(&self, path: &str) -> bool {
+        let sh = &self.shared;
+        sh.outputs[self.task].is_match(path)
+            || self.held().iter().any(|&d| sh.outputs[d].is_match(path))
+    }
+
     /// Whether `path` is, were it there, an input of an upstream whose key the task's key
     /// folds ([`crate::plan::keyed_upstreams`]): keyed through that key, as a read of it in
     /// place is (`tsc` resolving a project reference reads the referenced project's
