@@ -72,7 +72,8 @@ struct Input<'w> {
 
 /// Checks every output of every task of `ws` against every declared input (module doc).
 pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
-    check_outputs(ws)?;
+    let outputs = output_includes(ws);
+    check_outputs(ws, &outputs)?;
     let dirs: Vec<&str> = ws.projects.iter().map(|p| p.dir.as_str()).collect();
     let trees = tree_patterns(&ws.root, ws.settings.trees.as_deref(), &dirs);
     let inputs = declared_inputs(ws, &trees);
@@ -86,42 +87,35 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
     let mut graph: Option<Option<Reach>> = None;
     // Per output: whether each class of inputs met so far can match it.
     let mut overlaps: HashMap<usize, bool> = HashMap::new();
-    for project in &ws.projects {
-        for (name, task) in &project.tasks {
-            for (k, written) in task.outputs.iter().enumerate() {
-                if written.starts_with('!') {
+    for o in &outputs {
+        let (project, out) = (&ws.projects[o.project], &o.shape);
+        overlaps.clear();
+        for i in candidates(&by_prefix, out.prefix()) {
+            let input = &inputs[i];
+            let overlap = *overlaps.entry(input.class).or_insert_with(|| {
+                out.intersects(&input.shape) && !input.exclusions.iter().any(|e| e.covers(out))
+            });
+            if !overlap {
+                continue;
+            }
+            if let Owner::Task { project: qi, name: reader } = input.owner {
+                let reach = graph.get_or_insert_with(|| Reach::new(ws));
+                let Some(reach) = reach else { return Ok(()) };
+                let producer = TaskId::new(&project.name, o.task);
+                let consumer = TaskId::new(&ws.projects[qi].name, reader);
+                if reach.depends_on(&consumer, &producer) {
                     continue;
                 }
-                let out = PathPattern::new(&project.dir, written);
-                overlaps.clear();
-                for i in candidates(&by_prefix, out.prefix()) {
-                    let input = &inputs[i];
-                    let overlap = *overlaps.entry(input.class).or_insert_with(|| {
-                        out.intersects(&input.shape)
-                            && !input.exclusions.iter().any(|e| e.covers(&out))
-                    });
-                    if !overlap {
-                        continue;
-                    }
-                    if let Owner::Task { project: qi, name: reader } = input.owner {
-                        let reach = graph.get_or_insert_with(|| Reach::new(ws));
-                        let Some(reach) = reach else { return Ok(()) };
-                        let producer = TaskId::new(&project.name, name);
-                        let consumer = TaskId::new(&ws.projects[qi].name, reader);
-                        if reach.depends_on(&consumer, &producer) {
-                            continue;
-                        }
-                    }
-                    let at = task.outputs_at.get(k).unwrap_or(&task.defined_at);
-                    return Err(ConfigError::OutputOverlapsInput {
-                        at: at.clone().into(),
-                        pattern: written.clone(),
-                        task: TaskId::new(&project.name, name).to_string(),
-                        input: describe(ws, input),
-                        help: Some(help(ws, &project.dir, written, &out, input)),
-                    });
-                }
             }
+            let task = &project.tasks[o.task];
+            let at = task.outputs_at.get(o.k).unwrap_or(&task.defined_at);
+            return Err(ConfigError::OutputOverlapsInput {
+                at: at.clone().into(),
+                pattern: o.written.to_owned(),
+                task: TaskId::new(&project.name, o.task).to_string(),
+                input: describe(ws, input),
+                help: Some(help(ws, &project.dir, o.written, out, input)),
+            });
         }
     }
     Ok(())
@@ -138,12 +132,9 @@ struct Output<'w> {
     exclusions: Vec<PathPattern>,
 }
 
-/// No two tasks' outputs may be able to match one path: each task's clean and restore
-/// replace all its outputs match. An exclusion of either list that covers the other's
-/// include ([`PathPattern::covers`]: `["dist/**", "!dist/types/**"]` beside
-/// `["dist/types/**"]`) removes the overlap; one task naming a path twice is its own.
-fn check_outputs(ws: &Workspace) -> Result<(), ConfigError> {
-    let mut all: Vec<Output<'_>> = Vec::new();
+/// Every output include of every task, in project and task order, with its exclusions.
+fn output_includes(ws: &Workspace) -> Vec<Output<'_>> {
+    let mut all = Vec::new();
     for (project, p) in ws.projects.iter().enumerate() {
         for (task, t) in &p.tasks {
             let exclusions: Vec<PathPattern> = t
@@ -168,6 +159,14 @@ fn check_outputs(ws: &Workspace) -> Result<(), ConfigError> {
             }
         }
     }
+    all
+}
+
+/// No two tasks' outputs may be able to match one path: each task's clean and restore
+/// replace all its outputs match. An exclusion of either list that covers the other's
+/// include ([`PathPattern::covers`]: `["dist/**", "!dist/types/**"]` beside
+/// `["dist/types/**"]`) removes the overlap; one task naming a path twice is its own.
+fn check_outputs(ws: &Workspace, all: &[Output<'_>]) -> Result<(), ConfigError> {
     let mut by_prefix: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, o) in all.iter().enumerate() {
         by_prefix.entry(o.shape.prefix()).or_default().push(i);
