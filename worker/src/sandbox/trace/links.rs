@@ -43,38 +43,50 @@ impl Links {
     /// way (the lexical path is the real one), when a link leads out of the root, or past
     /// [`MAX_HOPS`] links.
     pub(super) fn physical(&mut self, rel: &[u8], follow_last: bool) -> Option<Vec<u8>> {
-        // Components still to walk, last first (so a link's target is pushed in front).
+        // Components still to walk, last first (so a link's target is pushed in front), and
+        // the path walked so far with where each of its components starts.
         let mut todo: Vec<Vec<u8>> = rel.split(|&b| b == b'/').rev().map(<[u8]>::to_vec).collect();
-        let mut done: Vec<Vec<u8>> = Vec::new();
+        let mut done: Vec<u8> = Vec::with_capacity(rel.len());
+        let mut starts: Vec<usize> = Vec::new();
+        let pop = |done: &mut Vec<u8>, starts: &mut Vec<usize>| {
+            if let Some(at) = starts.pop() {
+                done.truncate(at.saturating_sub(1));
+            }
+        };
         let mut hops = 0;
         while let Some(c) = todo.pop() {
             match c.as_slice() {
                 b"" | b"." => continue,
                 b".." => {
-                    done.pop();
+                    pop(&mut done, &mut starts);
                     continue;
                 }
                 _ => {}
             }
-            done.push(c);
+            if !done.is_empty() {
+                done.push(b'/');
+            }
+            starts.push(done.len());
+            done.extend_from_slice(&c);
             if todo.iter().all(|c| c.is_empty() || c == b".") && !follow_last {
                 break;
             }
-            let Some(target) = self.link_at(&done.join(&b'/')) else { continue };
+            let Some(target) = self.link_at(&done) else { continue };
             hops += 1;
             if hops > MAX_HOPS {
                 return None;
             }
-            done.pop();
+            pop(&mut done, &mut starts);
             if target.starts_with(b"/") {
                 let inside = strip_root(&normalize(&target), &self.root)?.to_vec();
                 done.clear();
+                starts.clear();
                 todo.extend(inside.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
             } else {
                 todo.extend(target.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
             }
         }
-        (hops > 0).then(|| done.join(&b'/')).filter(|p| !p.is_empty())
+        (hops > 0 && !done.is_empty()).then_some(done)
     }
 
     /// The target of the symlink at root-relative `rel`, if one is there.
