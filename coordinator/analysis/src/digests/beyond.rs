@@ -5,10 +5,14 @@
 //! of its target's, so the memo never answers for it):
 //!
 //! - a file: its bytes;
-//! - a directory: every entry under it, sorted — path, kind, a file's bytes, a link's text
-//!   (never followed further) — at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes;
-//!   past either the digest folds the moment too, so it never hits (and never serves a wrong
-//!   entry) rather than key part of the directory;
+//! - a directory (an `npm link`ed package, its own `node_modules` included): every entry
+//!   under it, sorted — path, kind, a link's text (never followed further), and a file's
+//!   stat stamps (size, mtime, ctime, inode, mode: a write moves them, and a key out there is
+//!   this machine's anyway), or its bytes when it changed within the racy window
+//!   ([`super::RACY_WINDOW_NS`]), where a later write in the same tick could leave the stamps
+//!   as they were — at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] bytes read; past either
+//!   the digest folds the moment too, so it never hits (and never serves a wrong entry)
+//!   rather than key part of the directory;
 //! - nothing there (a dangling link): that absence, so the target appearing is a miss.
 //!
 //! A link inside the workspace keeps its text alone: what it leads to is a workspace path,
@@ -21,10 +25,10 @@ use std::path::{Component, Path, PathBuf};
 use prova_protocol::Digest;
 
 /// Most entries of a directory outside the workspace folded into one link's digest.
-pub(super) const MAX_ENTRIES: usize = 10_000;
+pub(super) const MAX_ENTRIES: usize = 200_000;
 
-/// Most file bytes read under such a directory.
-pub(super) const MAX_BYTES: u64 = 256 << 20;
+/// Most file bytes read under such a directory (files changed within the racy window).
+pub(super) const MAX_BYTES: u64 = 64 << 20;
 
 /// Where symlink input `rel` leads, when that is outside the workspace at (canonical)
 /// `root`: the link followed to the end, or, when that fails (dangling, a loop), its text's
@@ -68,6 +72,10 @@ pub(crate) fn state(target: &Path) -> Vec<u8> {
 /// Folds every entry under `dir` into `out` (see the module docs).
 fn walk(dir: &Path, out: &mut Vec<u8>) {
     let (mut entries, mut bytes) = (0usize, 0u64);
+    // Taken before any stat: a file changed after it is read, never trusted by its stamps.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     let mut todo = vec![PathBuf::new()];
     while let Some(sub) = todo.pop() {
         let Ok(rd) = fs::read_dir(dir.join(&sub)) else {
@@ -97,15 +105,31 @@ fn walk(dir: &Path, out: &mut Vec<u8>) {
                 out.extend_from_slice(b"\0d");
                 subdirs.push(rel);
             } else if m.is_file() {
-                bytes += m.len();
-                if bytes > MAX_BYTES {
-                    unbounded(out);
-                    return;
-                }
-                out.extend_from_slice(b"\0f\0");
-                match Digest::of_file(&abs) {
-                    Ok(d) => out.extend_from_slice(d.to_string().as_bytes()),
-                    Err(_) => unbounded(out),
+                use std::os::unix::fs::MetadataExt as _;
+                let changed_ns = (m.mtime() * 1_000_000_000 + m.mtime_nsec())
+                    .max(m.ctime() * 1_000_000_000 + m.ctime_nsec());
+                let _ = write!(
+                    out,
+                    "\0f\0{} {} {} {} {} {} {:o}",
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                    m.ino(),
+                    m.mode()
+                );
+                if changed_ns >= now_ns.saturating_sub(super::RACY_WINDOW_NS) {
+                    bytes += m.len();
+                    if bytes > MAX_BYTES {
+                        unbounded(out);
+                        return;
+                    }
+                    out.push(0);
+                    match Digest::of_file(&abs) {
+                        Ok(d) => out.extend_from_slice(d.to_string().as_bytes()),
+                        Err(_) => unbounded(out),
+                    }
                 }
             }
             out.push(b'\n');
@@ -180,8 +204,10 @@ mod tests {
     #[test]
     fn a_directory_past_the_bounds_never_gives_the_same_state_twice() {
         let t = tempfile::tempdir().unwrap();
-        for i in 0..=MAX_ENTRIES {
-            fs::write(t.path().join(format!("f{i}")), "").unwrap();
+        // Past the bytes read (every file here is fresh, so read), the same.
+        let big = vec![0u8; 1 << 20];
+        for i in 0..=(MAX_BYTES >> 20) {
+            fs::write(t.path().join(format!("f{i}")), &big).unwrap();
         }
         assert_ne!(state(t.path()), state(t.path()));
     }
