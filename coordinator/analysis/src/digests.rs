@@ -145,17 +145,17 @@ fn digest_chunk(
             out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest: row.digest, stamp });
             continue;
         }
-        let digest = match (&outside, link_target(root, rel)) {
-            (Some(target), Ok(text)) => {
+        let hashed = match &outside {
+            Some(target) => link_target(root, rel).map(|text| {
                 let mut bytes = text.as_os_str().as_encoded_bytes().to_vec();
                 bytes.extend_from_slice(b"\0beyond the workspace\0");
                 bytes.extend_from_slice(&beyond::state(target));
                 Digest::of(&bytes)
-            }
-            _ => match hash(root, rel, kind) {
-                Ok(d) => d,
-                Err(_) => continue, // vanished between stat and read: not an input
-            },
+            }),
+            None => hash(root, rel, kind),
+        };
+        let Ok(digest) = hashed else {
+            continue; // vanished between stat and read: not an input
         };
         out.hashed += 1;
         out.facts.insert(rel.to_owned(), FileFacts { kind, exec, digest, stamp });
