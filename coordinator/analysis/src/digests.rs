@@ -176,6 +176,23 @@ fn hash(root: &Path, rel: &str, kind: InputKind) -> io::Result<Digest> {
     }
 }
 
+/// `path` with `.` and `..` taken out lexically (no link followed; `..` at the top stays
+/// there), as `cd` does by default.
+pub(crate) fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The target of the symlink input `rel`, as keyed and as placed in exec roots: an absolute
 /// target inside the workspace `root` is made relative to the link's directory (so the key
 /// does not depend on where the workspace is checked out, and an exec root's copy points at

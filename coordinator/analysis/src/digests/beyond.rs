@@ -20,9 +20,11 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use prova_protocol::Digest;
+
+use super::lexical;
 
 /// Most entries of a directory outside the workspace folded into one link's digest.
 pub(super) const MAX_ENTRIES: usize = 200_000;
@@ -144,21 +146,6 @@ fn unbounded(out: &mut Vec<u8>) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let _ = write!(out, "\0unbounded\0{now}\0{}", std::process::id());
-}
-
-/// `path` with `.` and `..` resolved lexically.
-fn lexical(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

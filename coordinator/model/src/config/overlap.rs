@@ -88,7 +88,7 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
     // Per output: whether each class of inputs met so far can match it.
     let mut overlaps: HashMap<usize, bool> = HashMap::new();
     for o in &outputs {
-        let (project, out) = (&ws.projects[o.project], &o.shape);
+        let out = &o.shape;
         overlaps.clear();
         for i in candidates(&by_prefix, out.prefix()) {
             let input = &inputs[i];
@@ -101,20 +101,17 @@ pub fn check(ws: &Workspace) -> Result<(), ConfigError> {
             if let Owner::Task { project: qi, name: reader } = input.owner {
                 let reach = graph.get_or_insert_with(|| Reach::new(ws));
                 let Some(reach) = reach else { return Ok(()) };
-                let producer = TaskId::new(&project.name, o.task);
                 let consumer = TaskId::new(&ws.projects[qi].name, reader);
-                if reach.depends_on(&consumer, &producer) {
+                if reach.depends_on(&consumer, &o.task_id(ws)) {
                     continue;
                 }
             }
-            let task = &project.tasks[o.task];
-            let at = task.outputs_at.get(o.k).unwrap_or(&task.defined_at);
             return Err(ConfigError::OutputOverlapsInput {
-                at: at.clone().into(),
+                at: o.at(ws),
                 pattern: o.written.to_owned(),
-                task: TaskId::new(&project.name, o.task).to_string(),
+                task: o.task_id(ws).to_string(),
                 input: describe(ws, input),
-                help: Some(help(ws, &project.dir, o.written, out, input)),
+                help: Some(help(ws, &ws.projects[o.project].dir, o.written, out, input)),
             });
         }
     }
@@ -130,6 +127,19 @@ struct Output<'w> {
     written: &'w str,
     shape: PathPattern,
     exclusions: Vec<PathPattern>,
+}
+
+impl Output<'_> {
+    /// The task, `project#task`.
+    fn task_id(&self, ws: &Workspace) -> TaskId {
+        TaskId::new(&ws.projects[self.project].name, self.task)
+    }
+
+    /// Where the pattern was written (the task's table when its outputs came from no file).
+    fn at(&self, ws: &Workspace) -> Box<crate::location::Location> {
+        let t = &ws.projects[self.project].tasks[self.task];
+        Box::new(t.outputs_at.get(self.k).unwrap_or(&t.defined_at).clone())
+    }
 }
 
 /// Every output include of every task, in project and task order, with its exclusions.
@@ -182,18 +192,11 @@ fn check_outputs(ws: &Workspace, all: &[Output<'_>]) -> Result<(), ConfigError> 
             {
                 continue;
             }
-            let project = &ws.projects[o.project];
-            let t = &project.tasks[o.task];
-            let at = t.outputs_at.get(o.k).unwrap_or(&t.defined_at);
             return Err(ConfigError::OutputsOverlap {
-                at: at.clone().into(),
+                at: o.at(ws),
                 pattern: o.written.to_owned(),
-                task: TaskId::new(&project.name, o.task).to_string(),
-                other: format!(
-                    "output `{}` of task `{}`",
-                    other.written,
-                    TaskId::new(&ws.projects[other.project].name, other.task)
-                ),
+                task: o.task_id(ws).to_string(),
+                other: format!("output `{}` of task `{}`", other.written, other.task_id(ws)),
                 help: Some(
                     "give each task its own outputs (`dist/**` and `dist-types/**`), or leave \
                      one's out of the other's with an exclusion (`\"dist/**\", \"!dist/types/**\"` \

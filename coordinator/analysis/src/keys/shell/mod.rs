@@ -17,7 +17,9 @@ mod lex;
 mod runners;
 
 use std::collections::HashSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
+
+use crate::digests::lexical;
 
 pub use lex::LexError;
 use lex::{Tok, Word};
@@ -491,22 +493,7 @@ fn cd(args: &[Word], shell: &Shell) -> Option<PathBuf> {
         Some(w) => &w.text,
     };
     let base = if target.starts_with('/') { PathBuf::from("/") } else { shell.cwd.clone()? };
-    Some(normalise(&base.join(target)))
-}
-
-/// `p` with `.` and `..` taken out lexically (as `cd` does by default).
-fn normalise(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
+    Some(lexical(&base.join(target)))
 }
 
 /// `NAME=value` (the raw word): the name and the raw value.
@@ -532,13 +519,13 @@ fn path_value(raw: &str, shell: &Shell) -> Vec<PathDir> {
                 out.push(PathDir::Dir(PathBuf::from(p)));
             }
             p if !p.contains(['$', '`', '~']) => match &shell.cwd {
-                Some(cwd) => out.push(PathDir::Dir(normalise(&cwd.join(p)))),
+                Some(cwd) => out.push(PathDir::Dir(lexical(&cwd.join(p)))),
                 None => out.push(PathDir::Unknown(p.to_owned())),
             },
             p => match (pwd, &shell.cwd) {
                 (Some(rest), Some(cwd)) if !rest.contains(['$', '`']) => {
                     let rest = rest.trim_start_matches('/');
-                    out.push(PathDir::Dir(normalise(&cwd.join(rest))));
+                    out.push(PathDir::Dir(lexical(&cwd.join(rest))));
                 }
                 _ => out.push(PathDir::Unknown(p.to_owned())),
             },
