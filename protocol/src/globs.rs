@@ -131,6 +131,21 @@ impl PathGlobs {
             && !(rel.is_some_and(|r| c.exclude_proj.is_match(r)) || c.exclude_ws.is_match(path))
     }
 
+    /// Whether the workspace-relative directory `dir` is selected as a directory output: the
+    /// globs select it (`dist/**` selects `dist/empty`), or they select whatever it could
+    /// hold (`out/**` and `out/*` make `out` itself an output directory; `dist/*.js` does
+    /// not). Asked of a directory with nothing selected beneath it: an empty one is kept, and
+    /// cleaned, as the task's own. Never the workspace root nor the project directory.
+    pub fn selects_dir(&self, dir: &str) -> bool {
+        /// A name no glob metacharacter class is written to exclude: `*` matches it, a
+        /// literal or an extension pattern does not.
+        const ANY_CHILD: &str = "\u{0}";
+        if dir.is_empty() || dir == self.base {
+            return false;
+        }
+        self.is_match(dir) || self.is_match(&join_rel(dir, ANY_CHILD))
+    }
+
     /// `path` relative to the project directory, `None` when it lies outside it.
     fn project_relative<'p>(&self, path: &'p str) -> Option<&'p str> {
         if self.base.is_empty() {
@@ -353,6 +368,21 @@ mod tests {
         let set = g("lib", &["dist"]);
         assert!(set.is_match("lib/dist"));
         assert!(set.is_match("lib/dist/deep/x"));
+    }
+
+    #[test]
+    fn a_directory_is_selected_as_an_output_by_what_it_could_hold() {
+        let set = g("p", &["dist/**", "out/*", "gen/*.js", "types/**/*.d.ts", "!dist/skip/**"]);
+        // Matched itself, or holding whatever the globs select.
+        for d in ["p/dist/empty", "p/dist/a/b", "p/dist", "p/out", "p/out/sub", "p/dist/skip"] {
+            assert!(set.selects_dir(d), "{d}");
+        }
+        // Only some files under it are outputs; not an output; the project; the workspace.
+        for d in ["p/gen", "p/types", "p/types/sub", "p/out/sub/deeper", "p/src", "p", ""] {
+            assert!(!set.selects_dir(d), "{d}");
+        }
+        assert!(!g("p", &["*"]).selects_dir("p"), "the project directory is never an output");
+        assert!(g("", &["//build/**"]).selects_dir("build"));
     }
 
     #[test]

@@ -19,7 +19,10 @@ use crate::digest::{Digest, Fold};
 /// dependencies', which fold theirs ([`KeyComponents::upstream`]): in place it can read an
 /// upstream's sources, so only a confined task is cut off. Every program a command starts is folded, not only its
 /// first word.
-pub const KEY_VERSION: u32 = 4;
+/// v5: an upstream's output fingerprint holds the empty directories among its outputs (they
+/// are saved and restored now); an entry made before holds none, so every old entry misses
+/// rather than restore without them.
+pub const KEY_VERSION: u32 = 5;
 
 /// The key salt of a cache: 32 random bytes each cache index holds (`meta.key_salt`); a farm
 /// hands its salt to its clients in `Welcome`, so every client's keys agree.

@@ -161,6 +161,20 @@ fn builds_verifies_and_cancels_through_a_real_buildgrid() {
     let text = report.to_string();
     assert!(text.contains("bot-a") || text.contains("bot-b"), "the ledger names the bots: {text}");
 
+    // An empty directory among the outputs comes back from the bot, and from the cache.
+    let ws = verify::workspace(&verify::task(
+        "dirs",
+        "mkdir -p out/empty && cat src/a.txt > out/a.txt",
+        &["out/**"],
+    ));
+    for round in ["executed", "hit"] {
+        let out = ws.prova(["run", "dirs", "--all", "--json", "--remote-exec", &endpoint]).run();
+        out.assert_code(0);
+        assert!(ws.path("p/out/empty").is_dir(), "{round}: out/empty absent\n{out}");
+        assert_eq!(ws.read("p/out/a.txt"), "hello\n", "{round}");
+        std::fs::remove_dir_all(ws.path("p/out")).expect("remove the outputs");
+    }
+
     // Ctrl-C: the action is cancelled on the farm, and its process on the bot dies.
     let marker = tempfile::tempdir().expect("a marker dir");
     let pid_file = marker.path().join("pid");

@@ -139,7 +139,9 @@ impl Cleaner<'_> {
 
     /// Cleans `name` of `dir` (workspace-relative `rel`): a real directory is walked (an
     /// exclusion such as `!dist/keep` may protect part of it) and removed if it ends up empty
-    /// and is selected; anything else is removed if selected. Whether it is gone.
+    /// and is selected as a directory ([`PathGlobs::selects_dir`]: `out` itself of `out/**`,
+    /// which a run that makes none must not find left over and collect); anything else is
+    /// removed if selected. Whether it is gone.
     fn clean_entry(
         &self,
         dir: &DirFd,
@@ -150,7 +152,7 @@ impl Cleaner<'_> {
         if matches!(kind, Some(Kind::Dir) | None) {
             match dir.open_dir(name) {
                 Ok(sub) => {
-                    if self.clean_dir(&sub, rel)? && self.globs.is_match(rel) {
+                    if self.clean_dir(&sub, rel)? && self.globs.selects_dir(rel) {
                         dir.rmdir(name).map_err(self.io(rel))?;
                         return Ok(true);
                     }
@@ -244,7 +246,7 @@ mod tests {
     fn no_outputs_no_archive_and_outputs_are_packed() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
-        std::fs::create_dir_all(root.join("p/dist")).unwrap();
+        std::fs::create_dir_all(root.join("p/src")).unwrap();
         let globs = PathGlobs::new("p", &["dist/**".to_owned()]).unwrap();
         let pack = dir.path().join("a.tar.zst");
 
@@ -252,6 +254,12 @@ mod tests {
         assert!(outs.manifest.entries.is_empty());
         assert_eq!(outs.artifact, None);
         assert!(!pack.exists(), "an empty output set was packed");
+
+        // An empty `dist` is an output of `dist/**`: the run made it.
+        std::fs::create_dir_all(root.join("p/dist")).unwrap();
+        let (outs, _) = collect(&root, &globs, "p", Some(&pack)).unwrap();
+        assert_eq!(outs.manifest.entries.len(), 1);
+        assert!(outs.artifact.is_some());
 
         std::fs::write(root.join("p/dist/out.txt"), "x").unwrap();
         let (outs, _) = collect(&root, &globs, "p", Some(&pack)).unwrap();
@@ -291,6 +299,28 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    #[test]
+    fn clean_removes_the_empty_directories_it_would_collect() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["p/out/a/b", "p/dist/keep", "p/gen/sub", "p/src"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("p/dist/keep/x.map"), "m").unwrap();
+        std::fs::write(root.join("p/dist/a.js"), "a").unwrap();
+        let pats = ["out/**", "dist/**", "!dist/**/*.map", "gen/*.ts"].map(str::to_owned);
+        let globs = PathGlobs::new("p", &pats).unwrap();
+        clean(root, &globs, &[]).unwrap();
+        // `out` of `out/**` goes with what it held; what a left-out file keeps stays, and so
+        // does what the globs never selected as a directory.
+        assert_eq!(
+            files_under(root),
+            ["p", "p/dist", "p/dist/keep", "p/dist/keep/x.map", "p/gen", "p/gen/sub", "p/src"]
+        );
+        let (outs, _) = collect(root, &globs, "p", None).unwrap();
+        assert!(outs.manifest.entries.is_empty(), "a clean leaves nothing to collect: {outs:?}");
     }
 
     #[test]

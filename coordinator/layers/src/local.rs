@@ -704,7 +704,8 @@ fn compare_with_rows(
         }
     }
     let mut extras = Vec::new();
-    let known: HashSet<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
+    let known: Known =
+        m.entries.iter().map(|e| (e.path.as_str(), e.kind == EntryKind::Dir)).collect();
     for r in outputs.roots() {
         let (parent, name) = r.rsplit_once('/').unwrap_or(("", r.as_str()));
         let Some(dir) = tree.dir(parent).map_err(io_err(r))? else { continue };
@@ -767,51 +768,75 @@ fn stamp_of(st: &nofollow::Stat) -> Stamp {
     }
 }
 
+/// A manifest's paths, each with whether it is a directory.
+type Known<'a> = HashMap<&'a str, bool>;
+
 /// An output root (or a path found under one), `name` of the real directory `dir`: a real
-/// directory is walked; anything else selected and not in the manifest is an extra.
+/// directory is walked; anything else selected and not in the manifest (or there as a
+/// directory) is an extra, and so is a directory the globs select as one
+/// ([`PathGlobs::selects_dir`]) that the manifest does not hold as one and that removing the
+/// extras would leave empty (after what it holds in `extras`: a clean before an execution
+/// removes it too). Whether `rel` goes with the extras.
 fn output_leaf(
     dir: &nofollow::DirFd,
     name: &std::ffi::OsStr,
     rel: &str,
     outputs: &PathGlobs,
-    known: &HashSet<&str>,
+    known: &Known<'_>,
     extras: &mut Vec<String>,
-) -> io::Result<()> {
-    let Some(st) = dir.stat(name)? else { return Ok(()) };
+) -> io::Result<bool> {
+    let Some(st) = dir.stat(name)? else { return Ok(true) };
+    let held_dir = known.get(rel).copied();
     if st.kind == nofollow::Kind::Dir {
         match dir.open_dir(name) {
-            Ok(sub) => return walk_outputs(&sub, rel, outputs, known, extras),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Ok(sub) => {
+                let emptied = walk_outputs(&sub, rel, outputs, known, extras)?;
+                let extra = emptied && held_dir != Some(true) && outputs.selects_dir(rel);
+                if extra {
+                    extras.push(rel.to_owned());
+                }
+                return Ok(extra);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
             Err(e) if nofollow::is_not_a_dir(&e) => {}
             Err(e) => return Err(e),
         }
     }
-    if outputs.is_match(rel) && !known.contains(rel) {
+    let extra = match held_dir {
+        Some(is_dir) => is_dir,
+        None => outputs.is_match(rel),
+    };
+    if extra {
         extras.push(rel.to_owned());
     }
-    Ok(())
+    Ok(extra)
 }
 
+/// Finds the extras under the real directory `dir`; whether every entry of it is one.
 fn walk_outputs(
     dir: &nofollow::DirFd,
     rel: &str,
     outputs: &PathGlobs,
-    known: &HashSet<&str>,
+    known: &Known<'_>,
     extras: &mut Vec<String>,
-) -> io::Result<()> {
+) -> io::Result<bool> {
+    let mut all = true;
     for (name, _) in dir.entries()? {
-        let Some(s) = name.to_str() else { continue };
+        let Some(s) = name.to_str() else {
+            all = false;
+            continue;
+        };
         let child = prova_protocol::globs::join_rel(rel, s);
-        output_leaf(dir, &name, &child, outputs, known, extras)?;
+        all &= output_leaf(dir, &name, &child, outputs, known, extras)?;
     }
-    Ok(())
+    Ok(all)
 }
 
-/// Removes `paths` (extras found by [`compare_on_disk`]) without following a symlink in any
-/// component.
+/// Removes `paths` (extras found by [`compare_on_disk`], a directory after what it held)
+/// without following a symlink in any component.
 fn remove_paths(root: &Path, paths: &[String]) -> Result<(), LayerError> {
     for p in paths {
-        nofollow::remove_file_beneath(root, p)
+        nofollow::remove_beneath(root, p)
             .map_err(|e| LayerError::Io { path: root.join(p), source: e })?;
     }
     Ok(())

@@ -40,6 +40,55 @@ fn same_stamps_other_bytes_is_not_current() {
     assert!(extras.is_empty());
 }
 
+#[test]
+fn empty_directories_are_current_or_extra_as_the_entry_holds_them() {
+    let (ws, m) = setup();
+    let dir = |d: &str| fs::create_dir_all(ws.path().join(d)).unwrap();
+    // Stale empty directories a run would have cleaned: extras, deepest first, and `dist/old`
+    // after its stale file. `dist/sub/empty` but not `dist/sub`, which holds the entry's file.
+    dir("p/dist/stale/deeper");
+    dir("p/dist/old");
+    fs::write(ws.path().join("p/dist/old/x.txt"), "x").unwrap();
+    dir("p/dist/sub/empty");
+    let (current, extras) = compare_on_disk(ws.path(), &m, &globs(), None).unwrap();
+    assert!(current);
+    let want = [
+        "p/dist/old/x.txt",
+        "p/dist/old",
+        "p/dist/stale/deeper",
+        "p/dist/stale",
+        "p/dist/sub/empty",
+    ];
+    let mut got = extras.clone();
+    got.sort();
+    let mut sorted = want.to_vec();
+    sorted.sort_unstable();
+    assert_eq!(got, sorted);
+    // Removed in order: a directory after everything it held.
+    let at = |p: &str| extras.iter().position(|e| e == p).unwrap();
+    for (i, e) in extras.iter().enumerate() {
+        for d in ["p/dist/old", "p/dist/stale", "p/dist/stale/deeper"] {
+            if e.starts_with(&format!("{d}/")) {
+                assert!(i < at(d), "{e} after {d}: {extras:?}");
+            }
+        }
+    }
+    remove_paths(ws.path(), &extras).unwrap();
+    assert!(!ws.path().join("p/dist/stale").exists() && !ws.path().join("p/dist/old").exists());
+
+    // An entry that holds an empty directory: current once it is there, and a file or link
+    // in its place is an extra.
+    dir("p/dist/sub/empty");
+    let m = collect_outputs(ws.path(), &globs()).unwrap();
+    assert!(m.entries.iter().any(|e| e.path == "p/dist/sub/empty" && e.kind == EntryKind::Dir));
+    assert_eq!(compare_on_disk(ws.path(), &m, &globs(), None).unwrap(), (true, vec![]));
+    fs::remove_dir(ws.path().join("p/dist/sub/empty")).unwrap();
+    assert_eq!(compare_on_disk(ws.path(), &m, &globs(), None).unwrap(), (false, vec![]));
+    symlink("../a.txt", ws.path().join("p/dist/sub/empty")).unwrap();
+    let (current, extras) = compare_on_disk(ws.path(), &m, &globs(), None).unwrap();
+    assert_eq!((current, extras), (false, vec!["p/dist/sub/empty".to_owned()]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn the_output_memo_answers_when_it_proves_the_stamps_and_is_recorded_otherwise() {
     let (ws, m) = setup();

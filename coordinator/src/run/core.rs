@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use prova_protocol::artifact::confine::check_manifest_confined;
 use prova_protocol::events::{CacheStatus, TaskReport, TaskStatus, Verdict};
 use prova_protocol::globs::PathGlobs;
-use prova_protocol::manifest::OutputManifest;
+use prova_protocol::manifest::{EntryKind, OutputManifest};
 use prova_protocol::spec::ExitKind;
 use prova_protocol::wire::UpstreamMode;
 use prova_protocol::work::{Finished, Outputs};
@@ -250,9 +250,11 @@ pub(crate) fn withheld_before_save(f: &Finished) -> Option<String> {
     }
 }
 
-/// The declared output patterns of a task that no collected entry matches after it ran: a
-/// typo (`dsit/**`), or a task that writes elsewhere — its cache entry then holds less than
-/// the config says. Exclusions (`!…`) and patterns that do not compile are not judged here.
+/// The declared output patterns of a task that no collected file or link matches after it
+/// ran: a typo (`dsit/**`), or a task that writes elsewhere — its cache entry then holds less
+/// than the config says. An empty directory is no file: `mkdir -p dist` before a tool that
+/// wrote nothing is what [`emptied_outputs`] is about. Exclusions (`!…`) and patterns that
+/// do not compile are not judged here.
 pub(crate) fn outputs_matching_nothing(
     project_dir: &str,
     patterns: &[String],
@@ -262,8 +264,9 @@ pub(crate) fn outputs_matching_nothing(
         .iter()
         .filter(|p| !p.starts_with('!'))
         .filter(|p| {
-            PathGlobs::new(project_dir, std::slice::from_ref(*p))
-                .is_ok_and(|g| !manifest.entries.iter().any(|e| g.is_match(&e.path)))
+            PathGlobs::new(project_dir, std::slice::from_ref(*p)).is_ok_and(|g| {
+                !manifest.entries.iter().any(|e| e.kind != EntryKind::Dir && g.is_match(&e.path))
+            })
         })
         .cloned()
         .collect()
@@ -277,7 +280,7 @@ pub(crate) fn matched_nothing_warning(patterns: &[String]) -> Option<String> {
     let named: Vec<String> = patterns.iter().map(|p| format!("`{p}`")).collect();
     Some(format!(
         "declared output{} {} matched no file after it ran (a typo, or it writes elsewhere): \
-         the cache entry holds none of it",
+         the cache entry holds no file of it",
         if named.len() == 1 { "" } else { "s" },
         named.join(", ")
     ))
@@ -329,7 +332,11 @@ pub(crate) fn emptied_outputs(
         .into_iter()
         .filter_map(|p| {
             let g = PathGlobs::new(project_dir, std::slice::from_ref(&p)).ok()?;
-            let held = newest.entries.iter().filter(|e| g.is_match(&e.path)).count();
+            let held = newest
+                .entries
+                .iter()
+                .filter(|e| e.kind != EntryKind::Dir && g.is_match(&e.path))
+                .count();
             (held > 0).then_some((p, held))
         })
         .collect()

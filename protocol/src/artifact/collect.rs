@@ -1,4 +1,6 @@
-//! Collecting a task's outputs into a manifest. Only the globs' roots are walked (a task's
+//! Collecting a task's outputs into a manifest: files, symlinks, and the directories the
+//! globs select that hold nothing recorded (an empty `dist/cache/`, an empty `out/` of
+//! `out/**`), so a hit leaves what the run left. Only the globs' roots are walked (a task's
 //! outputs are usually one `dist/`; walking the workspace would cost a full tree scan per
 //! task), and symlinks are recorded as links, never followed — following them would make the
 //! manifest depend on what lies outside the outputs, and a link to `/` would never finish.
@@ -22,7 +24,8 @@ use crate::manifest::{EntryKind, ManifestEntry, OutputManifest};
 
 /// Walks `globs.roots()` under `workspace_root` and records every regular file and symlink
 /// whose workspace-relative path the globs select: its BLAKE3 digest (of the bytes, or of a
-/// link's target string), size, mode (`& 0o7777`) and mtime. FIFOs, sockets and devices are
+/// link's target string), size, mode (`& 0o7777`) and mtime; and every directory the globs
+/// select with nothing recorded beneath it (its mode and mtime). FIFOs, sockets and devices are
 /// skipped silently — they are never outputs. A missing root is not an error (a task may
 /// produce nothing under one of its patterns); a non-UTF-8 name is, and so is a symlinked
 /// directory on the way to a root (see the module doc).
@@ -34,6 +37,7 @@ pub fn collect_outputs(
     let mut c = Collector { root: workspace_root, globs, entries: Vec::new() };
     for r in globs.roots() {
         if r.is_empty() {
+            // The workspace itself: never an output directory.
             c.walk(&root, "")?;
             continue;
         }
@@ -45,7 +49,7 @@ pub fn collect_outputs(
         let Some(st) = dir.stat(&name).map_err(c.io(r))? else { continue };
         match st.kind {
             Kind::Dir => match dir.open_dir(&name) {
-                Ok(sub) => c.walk(&sub, r)?,
+                Ok(sub) => c.dir(&sub, r)?,
                 // Swapped for something else since the stat: judged again as that.
                 Err(e) if nofollow::is_not_a_dir(&e) => c.leaf(&dir, &name, r.clone(), None)?,
                 Err(e) => return Err(c.io(r)(e)),
@@ -74,8 +78,25 @@ impl Collector<'_> {
         ArtifactError::io(if rel.is_empty() { self.root.to_owned() } else { self.root.join(rel) })
     }
 
-    /// Walks the real directory `dir` (workspace-relative `rel`).
-    fn walk(&mut self, dir: &DirFd, rel: &str) -> Result<(), ArtifactError> {
+    /// Walks the real directory `dir` (workspace-relative `rel`, not the workspace root), and
+    /// records it when it is empty and the globs select it as a directory
+    /// ([`PathGlobs::selects_dir`]): an empty `dist/cache/` the task made is as much its
+    /// output as a file, and a hit without it would not be what the run left. A directory
+    /// holding only what the globs leave out (`!dist/maps/**`) is not recorded: it exists for
+    /// the sake of what is not an output.
+    fn dir(&mut self, dir: &DirFd, rel: &str) -> Result<(), ArtifactError> {
+        if !self.walk(dir, rel)? && self.globs.selects_dir(rel) {
+            let st = dir.stat_self().map_err(self.io(rel))?;
+            self.entries.push(ManifestEntry {
+                mtime_ns: st.mtime_ns,
+                ..ManifestEntry::dir(rel, st.mode & 0o7777)
+            });
+        }
+        Ok(())
+    }
+
+    /// Walks the real directory `dir` (workspace-relative `rel`); whether it held anything.
+    fn walk(&mut self, dir: &DirFd, rel: &str) -> Result<bool, ArtifactError> {
         let mut children = Vec::new();
         for (name, kind) in dir.entries().map_err(self.io(rel))? {
             let Some(s) = name.to_str() else {
@@ -83,6 +104,7 @@ impl Collector<'_> {
             };
             children.push((join_rel(rel, s), name, kind));
         }
+        let held = !children.is_empty();
         // Sorted so the walk is reproducible (the manifest sorts anyway).
         children.sort_by(|a, b| a.0.cmp(&b.0));
         for (child, name, kind) in children {
@@ -95,7 +117,7 @@ impl Collector<'_> {
             };
             if kind == Kind::Dir {
                 match dir.open_dir(&name) {
-                    Ok(sub) => self.walk(&sub, &child)?,
+                    Ok(sub) => self.dir(&sub, &child)?,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) if nofollow::is_not_a_dir(&e) => self.leaf(dir, &name, child, None)?,
                     Err(e) => return Err(self.io(&child)(e)),
@@ -104,7 +126,7 @@ impl Collector<'_> {
                 self.leaf(dir, &name, child, Some(kind))?;
             }
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Records the non-directory `name` of `dir` if the globs select it.
@@ -293,6 +315,28 @@ mod tests {
         let m = collect_outputs(root, &g).unwrap();
         let paths: Vec<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["p/dist/a.js", "p/out.txt"]);
+    }
+
+    #[test]
+    fn empty_directories_the_globs_select_are_recorded() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path();
+        write(root, "p/dist/a.js", b"a", 0o644);
+        write(root, "p/dist/maps/a.js.map", b"m", 0o644);
+        write(root, "p/gen/x.ts", b"x", 0o644);
+        for d in ["p/dist/empty", "p/dist/deep/er", "p/out", "p/gen/sub", "q/out"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let g = globs("p", &["dist/**", "!dist/**/*.map", "out/**", "gen/*.ts"]);
+        let m = collect_outputs(root, &g).unwrap();
+        let dirs: Vec<&str> =
+            m.entries.iter().filter(|e| e.kind == EntryKind::Dir).map(|e| &*e.path).collect();
+        // `maps` holds only what is left out; `gen/sub` is not selected (`gen/*.ts`); `q` is
+        // another project.
+        assert_eq!(dirs, ["p/dist/deep/er", "p/dist/empty", "p/out"]);
+        // An empty root is itself an output of `out/**`, but not of `out/*.js`.
+        let none = collect_outputs(root, &globs("p", &["out/*.js"])).unwrap();
+        assert!(none.entries.is_empty(), "{none:?}");
     }
 
     #[test]

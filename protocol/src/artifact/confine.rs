@@ -93,7 +93,8 @@ pub fn unpack_confine(outputs: &PathGlobs, project_dir: &str) -> Vec<String> {
 /// declared outputs are `outputs`:
 ///
 /// - the path is clean and relative, has no `.git` component, and the globs select it
-///   (files, links and directory entries alike — nothing outside them);
+///   (files and links; a directory entry as [`PathGlobs::selects_dir`] does — nothing outside
+///   them);
 /// - no entry lies below another entry that is a file or a link, and no path repeats;
 /// - a link's target, resolved through the manifest's other links, stays inside
 ///   [`unpack_confine`] (the project, or a declared output root).
@@ -114,7 +115,11 @@ pub fn check_manifest_confined(
         if path.split('/').any(|c| c == ".git") {
             return Err(ConfineError::GitDir { path: path.to_owned() });
         }
-        if !outputs.is_match(path) {
+        let selected = match e.kind {
+            EntryKind::Dir => outputs.selects_dir(path),
+            EntryKind::File | EntryKind::Symlink => outputs.is_match(path),
+        };
+        if !selected {
             return Err(ConfineError::NotAnOutput {
                 path: path.to_owned(),
                 globs: outputs.patterns().to_vec(),
@@ -216,6 +221,14 @@ mod tests {
         }
         let dir = check(vec![entry("libs/b/dist", EntryKind::Dir, None)], &["dist/**"]);
         assert!(matches!(dir, Err(ConfineError::NotAnOutput { .. })), "{dir:?}");
+        // A directory is an output where the globs select whatever it holds: `dist/**` makes
+        // `dist` one, `dist/*.js` does not, and the project directory never is.
+        let own = |d: &str, pats: &[&str]| check(vec![entry(d, EntryKind::Dir, None)], pats);
+        assert_eq!(own("libs/a/dist", &["dist/**"]), Ok(()));
+        for (d, pats) in [("libs/a/dist", &["dist/*.js"][..]), ("libs/a", &["*"][..])] {
+            let e = own(d, pats);
+            assert!(matches!(e, Err(ConfineError::NotAnOutput { .. })), "{d}: {e:?}");
+        }
         // Excluded outputs are not outputs.
         let excl = check(vec![file("libs/a/dist/x.map")], &["dist/**", "!dist/**/*.map"]);
         assert!(matches!(excl, Err(ConfineError::NotAnOutput { .. })), "{excl:?}");

@@ -321,12 +321,16 @@ pub fn lstat_beneath(root: &Path, rel: &str) -> io::Result<Option<Stat>> {
     }
 }
 
-/// Removes the non-directory at the workspace-relative `rel` beneath `root`, never following
-/// a symlink on the way: if an ancestor is a symlink or missing, nothing is removed.
-pub fn remove_file_beneath(root: &Path, rel: &str) -> io::Result<()> {
+/// Removes the non-directory, or the empty directory, at the workspace-relative `rel`
+/// beneath `root`, never following a symlink on the way: if an ancestor is a symlink or
+/// missing, nothing is removed. A directory that is not empty is an error.
+pub fn remove_beneath(root: &Path, rel: &str) -> io::Result<()> {
     let root = DirFd::open_root(root)?;
     match parent_of(&root, rel)? {
-        Parent::Dir(d, name) => d.unlink(&name),
+        Parent::Dir(d, name) => match d.unlink(&name) {
+            Err(e) if e.raw_os_error() == Some(Errno::EISDIR as i32) => d.rmdir(&name),
+            r => r,
+        },
         Parent::Missing | Parent::Symlink(_) => Ok(()),
     }
 }
@@ -398,10 +402,16 @@ mod tests {
         assert!(matches!(parent_of(&root, "top").unwrap(), Parent::Dir(_, n) if n == "top"));
 
         assert_eq!(lstat_beneath(ws.path(), "a/b/link/f").unwrap(), None);
-        remove_file_beneath(ws.path(), "a/b/link/f").unwrap();
+        remove_beneath(ws.path(), "a/b/link/f").unwrap();
         assert_eq!(std::fs::read(outside.path().join("f")).unwrap(), b"keep");
         let s = lstat_beneath(ws.path(), "a/b/link").unwrap().unwrap();
         assert_eq!(s.kind, Kind::Symlink);
+        // An empty directory goes; one that holds something does not.
+        std::fs::create_dir_all(ws.path().join("a/e/f")).unwrap();
+        assert!(remove_beneath(ws.path(), "a/e").is_err());
+        remove_beneath(ws.path(), "a/e/f").unwrap();
+        remove_beneath(ws.path(), "a/e").unwrap();
+        assert!(!ws.path().join("a/e").exists());
 
         // remove_tree removes a link inside, not what it points at.
         std::fs::create_dir_all(ws.path().join("t/u")).unwrap();

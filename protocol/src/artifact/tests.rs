@@ -2,7 +2,7 @@
 //! describes, and collecting the restored tree gives the same manifest back.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 
 use super::*;
@@ -24,6 +24,12 @@ fn tree(root: &Path) {
     {
         set_mtime(&root.join(rel), 1_700_000_000_000_000_000 + i as i64 * 1_000_000_007);
     }
+    // Empty directories: kept with their mode and mtime, one of them below another.
+    for (rel, mode) in [("p/dist/cache", 0o750), ("p/dist/a/b", 0o755)] {
+        fs::create_dir_all(root.join(rel)).unwrap();
+        fs::set_permissions(root.join(rel), fs::Permissions::from_mode(mode)).unwrap();
+        set_mtime(&root.join(rel), 1_600_000_000_000_000_000 + i64::from(mode));
+    }
 }
 
 #[test]
@@ -32,7 +38,10 @@ fn round_trip_restores_bytes_modes_mtimes_and_links() {
     tree(src.path());
     let g = globs("p", &["dist"]);
     let manifest = collect_outputs(src.path(), &g).unwrap();
-    assert_eq!(manifest.entries.len(), 8);
+    assert_eq!(manifest.entries.len(), 10);
+    let dirs: Vec<&str> =
+        manifest.entries.iter().filter(|e| e.kind == EntryKind::Dir).map(|e| &*e.path).collect();
+    assert_eq!(dirs, ["p/dist/a/b", "p/dist/cache"], "only the empty directories");
     let mut archive = Vec::new();
     pack(src.path(), &manifest, &mut archive, 3).unwrap();
 
@@ -43,7 +52,7 @@ fn round_trip_restores_bytes_modes_mtimes_and_links() {
         unpack(&archive[..], staging.path(), &UnpackLimits::new(vec!["p".into()])).unwrap();
     check_unpacked(&unpacked, &manifest).unwrap();
     let stats = place(staging.path(), ws.path(), &manifest).unwrap();
-    assert_eq!((stats.placed, stats.already_current), (8, 0));
+    assert_eq!((stats.placed, stats.already_current), (8, 0), "the files and links placed");
 
     for e in &manifest.entries {
         let a = src.path().join(&e.path);
@@ -59,7 +68,10 @@ fn round_trip_restores_bytes_modes_mtimes_and_links() {
             EntryKind::Symlink => {
                 assert_eq!(fs::read_link(&a).unwrap(), fs::read_link(&b).unwrap());
             }
-            EntryKind::Dir => unreachable!(),
+            EntryKind::Dir => {
+                assert!(mb.is_dir(), "{}", e.path);
+                assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "{}", e.path);
+            }
         }
     }
     // Collecting the restored tree gives back the very same manifest, mtimes included.
