@@ -131,3 +131,43 @@ fn a_record_with_a_forged_digest_for_the_same_walk_is_not_served() {
     let again = later(&ws, &clock);
     assert!(all_known(&again), "and recorded again\n{again}");
 }
+
+#[test]
+fn a_link_through_a_workspace_symlink_is_followed_again_though_the_tree_is_recorded() {
+    // node_modules/dep -> ../vendor/dep, and `vendor` a symlink of the workspace, outside the
+    // tree: pointing `vendor` elsewhere changes what the task reads, not the tree. The record
+    // kept where the tree's links led when it was built, so the move was served stale.
+    let Some(clock) = clock() else { return };
+    let out = tempfile::tempdir().expect("a directory outside the workspace");
+    for (d, v) in [("one", "dep one\n"), ("two", "dep two\n")] {
+        std::fs::create_dir_all(out.path().join(d).join("dep")).expect("mkdir");
+        std::fs::write(out.path().join(d).join("dep/index.js"), v).expect("write");
+    }
+    let ws = TempWorkspace::new()
+        .file("package.json", r#"{ "name": "root", "private": true }"#)
+        .file(
+            "prova.toml",
+            "[workspace]\nprojects = [\"p\"]\n[tasks.build]\n\
+             command = \"mkdir -p dist && cat ../node_modules/dep/index.js > dist/out.txt\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("p/src/a.txt", "a\n")
+        .file("vendored/dep/index.js", "dep vendored\n");
+    std::fs::create_dir_all(ws.path("node_modules")).expect("a node_modules");
+    symlink("../vendor/dep", ws.path("node_modules/dep")).expect("a link");
+    let point = |to: &std::path::Path| {
+        let _ = std::fs::remove_file(ws.path("vendor"));
+        symlink(to, ws.path("vendor")).expect("the vendor link");
+    };
+    point(std::path::Path::new("vendored"));
+    later(&ws, &clock);
+    assert!(all_known(&later(&ws, &clock)), "the tree is recorded");
+    for (to, want) in [("one", "dep one\n"), ("two", "dep two\n")] {
+        point(&out.path().join(to));
+        let moved = later(&ws, &clock);
+        assert!(all_known(&moved), "the tree itself did not change\n{moved}");
+        assert_eq!(ran(&moved), ["p#build"], "{to}: served stale\n{moved}");
+        assert_eq!(ws.read("p/dist/out.txt"), want);
+        assert!(ran(&later(&ws, &clock)).is_empty(), "{to}: then a hit");
+    }
+}

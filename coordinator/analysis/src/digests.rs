@@ -202,7 +202,8 @@ pub fn link_target(root: &Path, rel: &str) -> io::Result<PathBuf> {
     Ok(relative_if_inside(root, rel, target))
 }
 
-fn relative_if_inside(root: &Path, rel: &str, target: PathBuf) -> PathBuf {
+/// [`link_target`] of the link `rel` whose text `target` was read already.
+pub(crate) fn relative_if_inside(root: &Path, rel: &str, target: PathBuf) -> PathBuf {
     use std::path::Component;
     if !target.is_absolute() {
         return target;

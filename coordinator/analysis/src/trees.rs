@@ -90,8 +90,9 @@ pub struct ScannedTree {
     /// Where its encoded manifest is stored (a blob to upload).
     pub manifest_file: PathBuf,
     /// What the tree's links that lead out of the workspace lead to (`npm link`, pnpm's
-    /// `link:`), read afresh this run ([`beyond_digest`]): the manifest keeps a link's text
-    /// only. `None` when no link leads out.
+    /// `link:`, or a link through a workspace symlink that leads out), followed and read
+    /// afresh this run ([`beyond_digest`]): the manifest keeps a link's text only. `None`
+    /// when no link leads out.
     pub beyond: Option<Digest>,
     /// Its manifest, once built or read back ([`ScannedTree::manifest`]).
     manifest: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<TreeManifest>>>,
@@ -217,22 +218,35 @@ pub fn beyond_pair(t: &ScannedTree) -> Option<(String, String)> {
     t.beyond.map(|d| (format!("tree-beyond:{}", t.path), d.to_hex()))
 }
 
-/// The digest of what each of `links` (workspace path, where it leads out of the workspace)
-/// leads to now ([`digests::beyond`]); `None` without any.
-fn beyond_digest(links: &[(String, String)]) -> Option<Digest> {
-    if links.is_empty() {
-        return None;
-    }
+/// Where each first hop of a pass's leaving links ends outside the workspace, and what is
+/// there: looked up once a run however many links share them (every package's link to one
+/// workspace package).
+#[derive(Default)]
+struct Ends {
+    ends: HashMap<String, Option<PathBuf>>,
+    states: HashMap<PathBuf, Vec<u8>>,
+}
+
+/// The digest of what each of `leaving` (a link of the tree and its first hop,
+/// [`digests::beyond::first_hop`]) that ends out of the workspace at `root` leads to now —
+/// followed again every run, so a workspace symlink on the way (`node_modules/dep ->
+/// ../vendor/dep`, `vendor -> …`) that is pointed elsewhere moves the key though the tree
+/// itself did not change; `None` when none ends out there.
+fn beyond_digest(root: &Path, leaving: &[(String, String)], ends: &mut Ends) -> Option<Digest> {
     let mut bytes = Vec::new();
-    for (link, target) in links {
+    for (link, hop) in leaving {
+        let end =
+            ends.ends.entry(hop.clone()).or_insert_with(|| digests::beyond::hop_beyond(root, hop));
+        let Some(end) = end.as_ref() else { continue };
+        let state = ends.states.entry(end.clone()).or_insert_with(|| digests::beyond::state(end));
         bytes.extend_from_slice(link.as_bytes());
         bytes.push(0);
-        bytes.extend_from_slice(target.as_bytes());
+        bytes.extend_from_slice(end.as_os_str().as_encoded_bytes());
         bytes.push(0);
-        bytes.extend_from_slice(&digests::beyond::state(Path::new(target)));
+        bytes.extend_from_slice(state);
         bytes.push(b'\n');
     }
-    Some(Digest::of(&bytes))
+    (!bytes.is_empty()).then(|| Digest::of(&bytes))
 }
 
 /// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
@@ -403,19 +417,20 @@ pub fn finish(
     let mut pass = TreePass::default();
     let mut changed = false;
     let current: Vec<String> = trees.iter().map(|(d, _, _)| d.clone()).collect();
+    let mut ends = Ends::default();
     for (dir, seen, known) in trees {
         if let Some(digest) = known {
             pass.memo_hits += seen.file_count;
             let mut tree = ScannedTree::stored(dir, digest, store);
-            tree.beyond = beyond_digest(record.beyond(&tree.path));
+            tree.beyond = beyond_digest(root, record.leaving(&tree.path), &mut ends);
             pass.trees.push(tree);
             continue;
         }
         let started = std::time::Instant::now();
-        let (mut tree, outward) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
+        let (mut tree, leaving) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
-        tree.beyond = beyond_digest(&outward);
-        changed |= record.record(&dir, &seen, tree.digest, outward, now_ns);
+        tree.beyond = beyond_digest(root, &leaving, &mut ends);
+        changed |= record.record(&dir, &seen, tree.digest, leaving, now_ns);
         pass.trees.push(tree);
     }
     changed |= record.keep_only(&current);
@@ -430,7 +445,7 @@ pub fn finish(
 
 /// The manifest of the tree at `dir` as `seen` walked it: each file's digest from `memo`
 /// when its row answers for the stamp the walk took, else hashed; each link's target read.
-/// Stored under `store`. With the links that lead out of the workspace: (link, where).
+/// Stored under `store`. With the links whose first hop leaves the tree: (link, hop).
 fn build(
     root: &Path,
     dir: &str,
@@ -441,23 +456,27 @@ fn build(
     pass: &mut TreePass,
 ) -> Result<(ScannedTree, Vec<(String, String)>), TreeScanError> {
     let prefix = format!("{dir}/");
-    let mut outward = Vec::new();
+    let mut leaving = Vec::new();
     let rel = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
     let mut entries: Vec<TreeEntry> =
         seen.dirs.iter().map(|d| TreeEntry { path: rel(d), kind: TreeKind::Dir }).collect();
     for l in &seen.links {
-        let target = digests::link_target(root, l).map_err(|source| TreeScanError::Io {
+        let text = fs::read_link(root.join(l)).map_err(|source| TreeScanError::Io {
             tree: dir.to_owned(),
             path: l.clone(),
             source,
         });
-        match target {
-            Ok(t) => {
-                if let Some(end) = digests::beyond::beyond(root, l)
-                    && let Some(end) = end.to_str()
-                {
-                    outward.push((l.clone(), end.to_owned()));
+        match text {
+            Ok(text) => {
+                match digests::beyond::first_hop(l, &text) {
+                    Some(hop) if digests::beyond::leaves(dir, &hop) => {
+                        leaving.push((l.clone(), hop));
+                    }
+                    Some(_) => {}
+                    // Not UTF-8: where it leads is judged from the link itself, every run.
+                    None => leaving.push((l.clone(), l.clone())),
                 }
+                let t = digests::relative_if_inside(root, l, text);
                 if let Some(t) = t.to_str() {
                     entries.push(TreeEntry {
                         path: rel(l),
@@ -510,8 +529,8 @@ fn build(
     }
     let tree = ScannedTree::stored(dir.to_owned(), digest, store);
     let _ = tree.manifest.set(std::sync::Arc::new(manifest));
-    outward.sort();
-    Ok((tree, outward))
+    leaving.sort();
+    Ok((tree, leaving))
 }
 
 /// Removes the manifests under `store` of trees no longer current (each tree change leaves
@@ -583,6 +602,51 @@ mod tests {
         fs::remove_file(r.join("node_modules/dep")).unwrap();
         let gone = scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
         assert_eq!(beyond(&gone), None);
+    }
+
+    #[test]
+    fn a_link_that_leaves_the_tree_is_followed_again_every_run() {
+        // `node_modules/dep -> ../vendor/dep`, and `vendor` a workspace symlink outside the
+        // tree: where `dep` leads moves with `vendor`, and the tree's own stamp does not.
+        let t = ws();
+        let r = t.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let (a, b) = (outside.path().join("a"), outside.path().join("b"));
+        for (d, v) in [(&a, "v-a"), (&b, "v-b"), (&r.join("vendored"), "v-in")] {
+            fs::create_dir_all(d.join("dep")).unwrap();
+            fs::write(d.join("dep/index.js"), v).unwrap();
+        }
+        symlink("vendored", r.join("vendor")).unwrap();
+        symlink("../vendor/dep", r.join("node_modules/dep")).unwrap();
+        // And the same place from a second tree, through a path of its own.
+        symlink("../../../vendor/dep", r.join("packages/a/node_modules/dep")).unwrap();
+        let past = i64::MAX;
+        let store = r.join(".prova/trees");
+        let dirs = tree_dirs(&r, None, &["", "packages/a"]);
+        let pass = || scan_all(&r, &dirs, &HashMap::new(), past, &store).unwrap();
+        let beyond = |pass: &TreePass| -> Vec<Option<(String, String)>> {
+            pass.trees.iter().map(beyond_pair).collect()
+        };
+        let inside = pass();
+        assert_eq!(beyond(&inside), [None, None], "inside the workspace: its text is keyed");
+        let repoint = |to: &Path| {
+            fs::remove_file(r.join("vendor")).unwrap();
+            symlink(to, r.join("vendor")).unwrap();
+        };
+        repoint(&a);
+        let to_a = pass();
+        assert_eq!(to_a.hashed, 0, "neither tree changed");
+        let at_a = beyond(&to_a);
+        assert!(at_a.iter().all(Option::is_some), "both trees now lead out: {at_a:?}");
+        repoint(&b);
+        let at_b = beyond(&pass());
+        for (x, y) in at_a.iter().zip(&at_b) {
+            assert_ne!(x, y, "re-pointed from a to b, same key");
+        }
+        fs::write(b.join("dep/index.js"), "v-b2").unwrap();
+        assert_ne!(beyond(&pass()), at_b, "an edit out there moves the key");
+        repoint(Path::new("vendored"));
+        assert_eq!(beyond(&pass()), [None, None]);
     }
 
     #[test]

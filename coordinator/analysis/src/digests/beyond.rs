@@ -47,6 +47,60 @@ pub(crate) fn beyond(root: &Path, rel: &str) -> Option<PathBuf> {
     (!end.starts_with(root)).then_some(end)
 }
 
+/// The place link `rel` (workspace-relative, in a real directory: a walk that never follows
+/// a link found it) sends a lookup to on its first hop, given its `text`: the leading `..`
+/// taken against the link's directory — exact, since every directory above a real one is
+/// its real parent — and the rest of the text as written, for the kernel to resolve. An
+/// absolute text is itself. Links in different directories that lead to one place share it
+/// (`packages/*/node_modules/dep -> ../../../dep` all give `packages/dep`). Workspace-relative
+/// (it may begin with `..`); `None` for a text that is not UTF-8.
+pub(crate) fn first_hop(rel: &str, text: &Path) -> Option<String> {
+    use std::path::Component;
+    if text.is_absolute() {
+        return text.to_str().map(str::to_owned);
+    }
+    let mut base: Vec<&str> = rel.split('/').collect();
+    base.pop();
+    let mut up = 0;
+    let mut comps = text.components().peekable();
+    while let Some(c) = comps.peek() {
+        match c {
+            Component::ParentDir => {
+                if base.pop().is_none() {
+                    up += 1;
+                }
+            }
+            Component::CurDir => {}
+            _ => break,
+        }
+        comps.next();
+    }
+    let mut parts: Vec<&str> = vec![".."; up];
+    parts.extend(base);
+    for c in comps {
+        parts.push(c.as_os_str().to_str()?);
+    }
+    Some(parts.join("/"))
+}
+
+/// Whether a link whose [`first_hop`] is `hop` may lead out of the tree at `tree` (both
+/// workspace-relative): an absolute hop, one outside the tree, or one whose rest goes up
+/// again (`sub/../..`: through a link of the tree, which the kernel follows before the `..`).
+pub(crate) fn leaves(tree: &str, hop: &str) -> bool {
+    Path::new(hop).is_absolute()
+        || hop.split('/').skip_while(|c| *c == "..").any(|c| c == "..")
+        || !hop.strip_prefix(tree).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Where a lookup sent to `hop` ([`first_hop`]) ends, when that is outside the workspace at
+/// (canonical) `root`: followed to the end now, or, when that fails (dangling, a loop), the
+/// hop's own place. `None` inside the workspace.
+pub(crate) fn hop_beyond(root: &Path, hop: &str) -> Option<PathBuf> {
+    let at = root.join(hop);
+    let end = fs::canonicalize(&at).unwrap_or_else(|_| lexical(&at));
+    (!end.starts_with(root)).then_some(end)
+}
+
 /// What is at `target` (outside the workspace), as bytes to fold into the link's digest.
 pub(crate) fn state(target: &Path) -> Vec<u8> {
     let mut out = Vec::new();
@@ -152,6 +206,30 @@ fn unbounded(out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_links_first_hop_takes_its_leading_dotdots_and_keeps_the_rest() {
+        let hop = |rel: &str, text: &str| first_hop(rel, Path::new(text)).unwrap();
+        assert_eq!(hop("packages/a/node_modules/@s/dep", "../../../dep"), "packages/dep");
+        assert_eq!(hop("packages/b/node_modules/@s/dep", "../../../dep"), "packages/dep");
+        assert_eq!(hop("node_modules/dep", "../vendor/./dep"), "vendor/dep");
+        assert_eq!(hop("node_modules/dep", "../../../out"), "../../out");
+        assert_eq!(
+            hop("node_modules/.bin/x", "../x/bin/../cli.js"),
+            "node_modules/x/bin/../cli.js"
+        );
+        assert_eq!(hop("node_modules/dep", "/abs/dep"), "/abs/dep");
+        for (hop, out) in [
+            ("packages/dep", true),
+            ("node_modules/x/cli.js", false),
+            ("node_modules/x/bin/../cli.js", true),
+            ("node_modulesx/y", true),
+            ("../../out", true),
+            ("/abs/dep", true),
+        ] {
+            assert_eq!(leaves("node_modules", hop), out, "{hop}");
+        }
+    }
 
     #[test]
     fn only_links_that_leave_the_workspace_are_followed_and_what_is_there_is_folded() {

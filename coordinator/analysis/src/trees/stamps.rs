@@ -26,8 +26,8 @@ pub(super) const FILE: &str = "stamps";
 /// Largest record read (a stamp and a digest per tree).
 const MAX_BYTES: u64 = 1 << 20;
 
-/// The record's format.
-const VERSION: u32 = 2;
+/// The record's format (3: the links that leave a tree, not where they led when recorded).
+const VERSION: u32 = 3;
 
 /// Each tree's stamp and digest, by workspace path.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,10 +40,11 @@ pub(super) struct Stamps {
 struct Recorded {
     seen: String,
     digest: Digest,
-    /// The tree's links that lead out of the workspace, and where (their texts are in the
-    /// stamp; what they lead to is read again every run).
+    /// The tree's links whose first hop leaves the tree, each with that hop
+    /// ([`crate::digests::beyond::first_hop`]; their texts are in the stamp): where they end
+    /// and what is there are found again every run.
     #[serde(default)]
-    beyond: Vec<(String, String)>,
+    leaving: Vec<(String, String)>,
 }
 
 impl Stamps {
@@ -61,9 +62,9 @@ impl Stamps {
         }
     }
 
-    /// The links of `tree` that lead out of the workspace, as recorded with its digest.
-    pub(super) fn beyond(&self, tree: &str) -> &[(String, String)] {
-        self.trees.get(tree).map_or(&[], |r| r.beyond.as_slice())
+    /// The links of `tree` that leave it, with their first hops, as recorded with its digest.
+    pub(super) fn leaving(&self, tree: &str) -> &[(String, String)] {
+        self.trees.get(tree).map_or(&[], |r| r.leaving.as_slice())
     }
 
     /// The digest recorded for `tree` when its walk saw what `seen` holds.
@@ -79,13 +80,13 @@ impl Stamps {
         tree: &str,
         seen: &Seen,
         digest: Digest,
-        beyond: Vec<(String, String)>,
+        leaving: Vec<(String, String)>,
         now_ns: i64,
     ) -> bool {
         if seen.newest_ns >= now_ns.saturating_sub(RACY_WINDOW_NS) {
             return self.trees.remove(tree).is_some();
         }
-        let r = Recorded { seen: seen.stamp(), digest, beyond };
+        let r = Recorded { seen: seen.stamp(), digest, leaving };
         self.trees.insert(tree.to_owned(), r.clone()) != Some(r)
     }
 
