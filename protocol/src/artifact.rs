@@ -238,7 +238,7 @@ pub(crate) fn check_relative(path: &str) -> Result<(), ArtifactError> {
 
 /// The strict ancestors of a workspace-relative path, shallowest first (`a/b/c` gives `a`,
 /// `a/b`).
-pub(crate) fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('/').map(move |(i, _)| &path[..i])
 }
 

@@ -127,30 +127,31 @@ fn fresh_run_refuses(outputs: &str, link: &str, target: &Path, guarded: &Path) {
 }
 
 /// The restore case: a first run fills the real output dir and is saved; then `link` is
-/// replaced by a symlink to `target`. The hit replaces the link with a real directory and
-/// restores into it: nothing behind the link is deleted or written.
-fn hit_restore_replaces(outputs: &str, link: &str, target: &Path, guarded: &Path) {
+/// replaced by a symlink to `target`. The hit neither writes through the link nor removes it
+/// (it may be the user's, committed: the outputs do not select it): the restore is refused,
+/// naming it, and the execution that follows refuses as a fresh run does. Nothing behind
+/// the link is deleted or written.
+fn hit_restore_refuses(outputs: &str, link: &str, target: &Path, guarded: &Path) {
     let ws = ws(outputs);
     let first = run(&ws);
     first.assert_code(0);
     assert_eq!(first.cache_of("web#build"), "saved", "{first}");
-    let dir = outputs.trim_end_matches("/**");
-    let restored = snapshot(&ws, &format!("web/{dir}"));
-    assert!(!restored.is_empty());
-    fs::remove_dir_all(ws.path(link)).expect("hit_restore_replaces");
-    symlink(target, ws.path(link)).expect("hit_restore_replaces");
+    fs::remove_dir_all(ws.path(link)).expect("hit_restore_refuses");
+    symlink(target, ws.path(link)).expect("hit_restore_refuses");
     let before = listing(guarded);
 
     let out = run(&ws);
-    out.assert_code(0);
+    out.assert_code(1);
     assert_eq!(listing(guarded), before, "a restore touched what lies behind `{link}`\n{out}");
-    assert_eq!(out.cache_of("web#build"), "hit", "{out}");
+    assert_ne!(out.cache_of("web#build"), "hit", "{out}");
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(text.contains(&format!("would replace `{link}` (a symlink)")), "{out}");
+    assert!(text.contains(REFUSAL), "{out}");
     assert!(
-        fs::symlink_metadata(ws.path(link)).expect("hit_restore_replaces").is_dir(),
-        "`{link}` is a real dir"
+        fs::symlink_metadata(ws.path(link)).expect("hit_restore_refuses").is_symlink(),
+        "`{link}` was removed"
     );
-    assert_eq!(snapshot(&ws, &format!("web/{dir}")), restored);
-    assert_eq!(runs(&ws), 2, "the hit did not execute");
+    assert_eq!(runs(&ws), 2, "nothing executed through the link (the first run built both)");
 }
 
 #[test]
@@ -184,15 +185,10 @@ fn symlinks_at_two_depths_are_never_followed_on_a_fresh_run() {
 #[test]
 fn a_hit_never_deletes_or_writes_behind_a_symlinked_output_dir() {
     let outside = canary();
-    hit_restore_replaces("dist/gen/**", "web/dist", outside.path(), outside.path());
-    hit_restore_replaces(
-        "dist/gen/**",
-        "web/dist/gen",
-        &outside.path().join("gen"),
-        outside.path(),
-    );
-    hit_restore_replaces("dist/gen/deep/**", "web/dist", outside.path(), outside.path());
-    hit_restore_replaces(
+    hit_restore_refuses("dist/gen/**", "web/dist", outside.path(), outside.path());
+    hit_restore_refuses("dist/gen/**", "web/dist/gen", &outside.path().join("gen"), outside.path());
+    hit_restore_refuses("dist/gen/deep/**", "web/dist", outside.path(), outside.path());
+    hit_restore_refuses(
         "dist/gen/deep/**",
         "web/dist/gen",
         &outside.path().join("gen"),
@@ -219,11 +215,10 @@ fn a_symlinked_output_dir_pointing_at_another_projects_sources_is_left_alone() {
     symlink("../api/src", ws_hit.path("web/dist")).unwrap();
     let before = snapshot(&ws_hit, "api/src");
     let out = run(&ws_hit);
-    out.assert_code(0);
-    assert_eq!(out.cache_of("web#build"), "hit", "{out}");
+    out.assert_code(1);
+    assert_ne!(out.cache_of("web#build"), "hit", "{out}");
     assert_eq!(snapshot(&ws_hit, "api/src"), before, "a restore changed another project\n{out}");
-    assert!(fs::symlink_metadata(ws_hit.path("web/dist")).unwrap().is_dir());
-    assert_eq!(ws_hit.read("web/dist/gen/out.txt"), "built\n");
+    assert!(fs::symlink_metadata(ws_hit.path("web/dist")).unwrap().is_symlink());
 }
 
 #[test]

@@ -269,6 +269,34 @@ fn a_restore_never_overwrites_a_file_git_tracks() {
 }
 
 #[test]
+fn a_restore_never_replaces_a_file_git_tracks_with_a_directory() {
+    // The entry holds `gen/x/` (a directory with a file, or an empty one); `gen/x` is now a
+    // file git tracks. Placing the entry would unlink it to make the directory.
+    for (what, make) in [
+        ("a file in it", "mkdir -p gen/x && cat src/a.txt > gen/x/y.txt"),
+        ("empty", "mkdir -p gen/x"),
+    ] {
+        let toml = format!(
+            "[tasks.gen]\ncommand = \"{make}\"\ninputs = [\"src/**\"]\noutputs = [\"gen/**\"]\n"
+        );
+        let ws = committed(ROOT, &[("p/prova.toml", &toml)]);
+        let first = ws.prova(["run", "gen", "--all", "--json"]).run();
+        first.assert_code(0);
+        assert_eq!(first.cache_of("p#gen"), "saved", "{what}: {first}");
+        std::fs::remove_dir_all(ws.path("p/gen/x")).expect("remove gen/x");
+        ws.write("p/gen/x", "a tracked file\n");
+        git(ws.root(), &["add", "-f", "p/gen/x"]);
+        git(ws.root(), &["commit", "-q", "-m", "commit gen/x"]);
+        ws.write("p/gen/x", "hand edit\n");
+        let out = ws.prova(["run", "gen", "--all", "--json"]).run();
+        assert_ne!(out.cache_of("p#gen"), "hit", "{what}: restored over a tracked file\n{out}");
+        let text = format!("{out}");
+        assert!(text.contains("would replace `p/gen/x`, and git tracks it"), "{what}: {text}");
+        assert_eq!(ws.read("p/gen/x"), "hand edit\n", "{what}");
+    }
+}
+
+#[test]
 fn a_local_proofs_write_back_never_overwrites_a_file_git_tracks() {
     if !prova_tests::verify::sandbox_or_skip() {
         return;

@@ -210,8 +210,17 @@ impl LocalLayer {
         let staging = Staging { cache: self.staging.clone(), beside: root.join(&project_dir) };
         // Confined by the task, never by the manifest it is checking.
         let confine = unpack_confine(&outputs, &project_dir);
+        let task = entry.task.clone();
         let result =
             OwnedTask::spawn_blocking("restore.place", move || -> Result<Unpacked, LayerError> {
+                if let Some((path, kind)) = in_the_way(&root, &manifest, &outputs)? {
+                    tracing::warn!(%task, "refusing to restore over `{path}`");
+                    return Err(LayerError::Refused(format!(
+                        "restoring {task} would replace `{path}` ({kind}) with a directory, and \
+                         its outputs do not select it: prova never writes through or removes \
+                         what a task's outputs do not select (a run would not clean it either)"
+                    )));
+                }
                 remove_paths(&root, &extras)?;
                 let blob = Blob { file, path: blob_path, digest };
                 unpack_and_place(blob, &staging, &root, &manifest, confine)
@@ -229,8 +238,9 @@ impl LocalLayer {
         }
     }
 
-    /// The first protected file of `task` a restore would remove (`extras`) or write (a file
-    /// or link of `manifest`).
+    /// The first protected file of `task` a restore would remove (`extras`), write (an entry
+    /// of `manifest`, a directory too) or replace with a directory (an ancestor of an entry:
+    /// the placing unlinks a file found where it needs one).
     fn overwrites_protected(
         &self,
         task: &str,
@@ -238,9 +248,12 @@ impl LocalLayer {
         extras: &[String],
     ) -> Option<&prova_protocol::work::ProtectedPath> {
         let protected = self.protected.get(task)?;
-        let written = manifest.entries.iter().filter(|e| e.kind != EntryKind::Dir).map(|e| &e.path);
-        let touched: HashSet<&String> = written.chain(extras).collect();
-        protected.iter().find(|p| touched.contains(&p.path))
+        let mut touched: HashSet<&str> = extras.iter().map(String::as_str).collect();
+        for e in &manifest.entries {
+            touched.insert(&e.path);
+            touched.extend(prova_protocol::artifact::ancestors(&e.path));
+        }
+        protected.iter().find(|p| touched.contains(p.path.as_str()))
     }
 
     /// [`CacheLayer::resolve_current`](super::CacheLayer::resolve_current): one job on the
@@ -802,10 +815,10 @@ fn output_leaf(
             Err(e) => return Err(e),
         }
     }
-    let extra = match held_dir {
-        Some(is_dir) => is_dir,
-        None => outputs.is_match(rel),
-    };
+    // Where the entry holds a file or link, placing it replaces what is there; where it holds
+    // a directory, a selected file is removed first (one the outputs do not select is left,
+    // and the restore refused: [`in_the_way`]).
+    let extra = held_dir != Some(false) && outputs.is_match(rel);
     if extra {
         extras.push(rel.to_owned());
     }
@@ -830,6 +843,38 @@ fn walk_outputs(
         all &= output_leaf(dir, &name, &child, outputs, known, extras)?;
     }
     Ok(all)
+}
+
+/// The first path where placing `manifest` needs a directory — an ancestor of an entry, or a
+/// directory entry — that is something else on disk (a symlink, a file) the `outputs` do not
+/// select, with what it is. The placing would unlink it; an execution's clean would leave it
+/// (or refuse: `dist -> elsewhere`), so a hit must not remove it either: a symlinked `dist`
+/// committed to git, a file `gen/x` beside outputs `gen/**/*.txt`.
+fn in_the_way(
+    root: &Path,
+    manifest: &OutputManifest,
+    outputs: &PathGlobs,
+) -> Result<Option<(String, &'static str)>, LayerError> {
+    let mut dirs: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for e in &manifest.entries {
+        if e.kind == EntryKind::Dir {
+            dirs.insert(&e.path);
+        }
+        dirs.extend(prova_protocol::artifact::ancestors(&e.path));
+    }
+    for d in dirs {
+        if outputs.is_match(d) {
+            continue;
+        }
+        let st = nofollow::lstat_beneath(root, d)
+            .map_err(|source| LayerError::Io { path: root.join(d), source })?;
+        match st.map(|s| s.kind) {
+            None | Some(nofollow::Kind::Dir) => {}
+            Some(nofollow::Kind::Symlink) => return Ok(Some((d.to_owned(), "a symlink"))),
+            Some(_) => return Ok(Some((d.to_owned(), "a file"))),
+        }
+    }
+    Ok(None)
 }
 
 /// Removes `paths` (extras found by [`compare_on_disk`], a directory after what it held)

@@ -51,7 +51,8 @@ pub struct PlaceStats {
 /// destination) to their paths under `workspace_root`:
 ///
 /// - every ancestor of a destination is made a real directory: a symlink or a file there is
-///   removed and replaced, never written through;
+///   removed and replaced, never written through (a caller that must not remove what the
+///   outputs do not select checks first: the local layer's restore refuses instead);
 /// - a regular file already there with the manifest's size, mode, mtime and digest is left
 ///   alone;
 /// - anything else is replaced by `renameat` (which swaps a symlink rather than following
