@@ -132,3 +132,24 @@ fn a_farm_download_never_replaces_a_symlinked_output_directory() {
     assert!(link.file_type().is_symlink(), "the user's link was replaced\n{out}");
     assert_eq!(std::fs::read_dir(elsewhere.path()).expect("elsewhere").count(), 0, "{out}");
 }
+
+#[test]
+fn a_hit_never_deletes_a_directory_holding_what_the_outputs_do_not_select() {
+    // The entry holds the file `gen/a.txt`; a directory of that name now holds a file the
+    // outputs do not select. Placing the file removed the directory with what it held.
+    let ws = hitting(
+        "mkdir -p gen && cat src/a.txt > gen/a.txt",
+        "[\"gen/*.txt\"]",
+        &[("p/gen/README.md", "generated here\n")],
+    );
+    std::fs::remove_file(ws.path("p/gen/a.txt")).expect("remove gen/a.txt");
+    ws.write("p/gen/a.txt/notes.md", "mine\n");
+    let out = run(&ws);
+    refused(&out, "p/gen/a.txt");
+    assert_eq!(ws.read("p/gen/a.txt/notes.md"), "mine\n", "deleted\n{out}");
+    // Holding only what the outputs select (a stale output), it is replaced.
+    std::fs::remove_file(ws.path("p/gen/a.txt/notes.md")).expect("remove notes");
+    let out = run(&ws);
+    assert_eq!(out.cache_of("p#build"), "hit", "{out}");
+    assert_eq!(ws.read("p/gen/a.txt"), "a\n", "{out}");
+}

@@ -216,9 +216,9 @@ impl LocalLayer {
                 if let Some((path, kind)) = in_the_way(&root, &manifest, &outputs)? {
                     tracing::warn!(%task, "refusing to restore over `{path}`");
                     return Err(LayerError::Refused(format!(
-                        "restoring {task} would replace `{path}` ({kind}) with a directory, and \
-                         its outputs do not select it: prova never writes through or removes \
-                         what a task's outputs do not select (a run would not clean it either)"
+                        "restoring {task} would replace `{path}` ({kind}), which its outputs do \
+                         not select: prova never writes through or removes what a task's \
+                         outputs do not select (a run would not clean it either)"
                     )));
                 }
                 remove_paths(&root, &extras)?;
@@ -845,16 +845,26 @@ fn walk_outputs(
     Ok(all)
 }
 
-/// The first path where placing `manifest` needs a directory — an ancestor of an entry, or a
-/// directory entry — that is something else on disk (a symlink, a file) the `outputs` do not
-/// select, with what it is. The placing would unlink it; an execution's clean would leave it
-/// (or refuse: `dist -> elsewhere`), so a hit must not remove it either: a symlinked `dist`
-/// committed to git, a file `gen/x` beside outputs `gen/**/*.txt`.
+/// Most entries looked at under a directory that stands where a restore puts a file
+/// ([`in_the_way`]); past it the directory is taken to hold something of the user's.
+const IN_THE_WAY_MAX_ENTRIES: usize = 10_000;
+
+/// The first path where placing `manifest` would remove something an execution's clean
+/// leaves, with what it is (its own words, for the refusal): where a directory is needed (an
+/// ancestor of an entry, or a directory entry), a symlink or file the `outputs` do not
+/// select — a symlinked `dist` committed to git, a file `gen/x` beside outputs
+/// `gen/**/*.txt` (the clean leaves it, or refuses: `dist -> elsewhere`); and where a file
+/// or link goes, a directory holding anything the clean would not remove — `gen/a.txt/`
+/// with the user's notes in it. A hit must remove no more than a run would.
 fn in_the_way(
     root: &Path,
     manifest: &OutputManifest,
     outputs: &PathGlobs,
 ) -> Result<Option<(String, &'static str)>, LayerError> {
+    let io_err = |rel: &str| {
+        let path = root.join(rel);
+        move |source| LayerError::Io { path, source }
+    };
     let mut dirs: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for e in &manifest.entries {
         if e.kind == EntryKind::Dir {
@@ -866,15 +876,77 @@ fn in_the_way(
         if outputs.is_match(d) {
             continue;
         }
-        let st = nofollow::lstat_beneath(root, d)
-            .map_err(|source| LayerError::Io { path: root.join(d), source })?;
-        match st.map(|s| s.kind) {
+        match nofollow::lstat_beneath(root, d).map_err(io_err(d))?.map(|s| s.kind) {
             None | Some(nofollow::Kind::Dir) => {}
             Some(nofollow::Kind::Symlink) => return Ok(Some((d.to_owned(), "a symlink"))),
             Some(_) => return Ok(Some((d.to_owned(), "a file"))),
         }
     }
+    let top = nofollow::DirFd::open_root(root).map_err(io_err(""))?;
+    for e in manifest.entries.iter().filter(|e| e.kind != EntryKind::Dir) {
+        let nofollow::Parent::Dir(parent, name) =
+            nofollow::parent_of(&top, &e.path).map_err(io_err(&e.path))?
+        else {
+            continue;
+        };
+        let sub = match parent.open_dir(&name) {
+            Ok(sub) => sub,
+            // Not a directory (or gone): replaced as a stale output.
+            Err(err) if err.kind() == io::ErrorKind::NotFound || nofollow::is_not_a_dir(&err) => {
+                continue;
+            }
+            Err(err) => return Err(io_err(&e.path)(err)),
+        };
+        let mut budget = IN_THE_WAY_MAX_ENTRIES;
+        if !clean_empties(&sub, &e.path, outputs, &mut budget).map_err(io_err(&e.path))? {
+            return Ok(Some((
+                e.path.clone(),
+                "a directory holding what its outputs do not select",
+            )));
+        }
+    }
     Ok(None)
+}
+
+/// Whether an execution's clean would leave the real directory `dir` (at `rel`) empty:
+/// everything under it selected — a file or link by the outputs, a directory as one
+/// ([`PathGlobs::selects_dir`]). `false` past `budget` entries.
+fn clean_empties(
+    dir: &nofollow::DirFd,
+    rel: &str,
+    outputs: &PathGlobs,
+    budget: &mut usize,
+) -> io::Result<bool> {
+    for (name, kind) in dir.entries()? {
+        let Some(s) = name.to_str() else { return Ok(false) };
+        if *budget == 0 {
+            return Ok(false);
+        }
+        *budget -= 1;
+        let child = prova_protocol::globs::join_rel(rel, s);
+        let kind = match kind {
+            Some(k) => k,
+            None => match dir.stat(&name)? {
+                Some(st) => st.kind,
+                None => continue,
+            },
+        };
+        let gone = if kind == nofollow::Kind::Dir {
+            match dir.open_dir(&name) {
+                Ok(sub) => {
+                    outputs.selects_dir(&child) && clean_empties(&sub, &child, outputs, budget)?
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => true,
+                Err(_) => false,
+            }
+        } else {
+            outputs.is_match(&child)
+        };
+        if !gone {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Removes `paths` (extras found by [`compare_on_disk`], a directory after what it held)
