@@ -642,15 +642,17 @@ async fn scan_trees(
     .join()
     .await
     .map_err(walk_err)??;
+    let mut real_dirs: Vec<String> = ws.projects.iter().map(|p| p.dir.clone()).collect();
+    real_dirs.sort();
     let pass = if walks.all_known() {
         // Nothing to read or hash: every digest is the recorded one.
-        crate::trees::finish(&root, walks, &HashMap::new(), now_ns, &store)?
+        crate::trees::finish(&root, walks, &HashMap::new(), now_ns, &store, &real_dirs)?
     } else {
         let started = Instant::now();
         let memo = cache.call(move |s| s.memo_load(&load_scope)).await??;
         tracing::debug!(elapsed = ?started.elapsed(), rows = memo.len(), "tree memo loaded");
         OwnedTask::spawn_blocking("prepare.trees", move || {
-            crate::trees::finish(&root, walks, &memo, now_ns, &store)
+            crate::trees::finish(&root, walks, &memo, now_ns, &store, &real_dirs)
         })
         .join()
         .await

@@ -232,9 +232,21 @@ struct Ends {
 /// followed again every run, so a workspace symlink on the way (`node_modules/dep ->
 /// ../vendor/dep`, `vendor -> …`) that is pointed elsewhere moves the key though the tree
 /// itself did not change; `None` when none ends out there.
-fn beyond_digest(root: &Path, leaving: &[(String, String)], ends: &mut Ends) -> Option<Digest> {
+/// `real_dirs` (sorted): workspace directories this run found real, its projects' — a
+/// walk that follows no link found them, so a hop to one of them ends there, in the
+/// workspace, without a look (a workspace's packages linked into `node_modules`: every
+/// package's, in a large npm workspace).
+fn beyond_digest(
+    root: &Path,
+    leaving: &[(String, String)],
+    real_dirs: &[String],
+    ends: &mut Ends,
+) -> Option<Digest> {
     let mut bytes = Vec::new();
     for (link, hop) in leaving {
+        if real_dirs.binary_search(hop).is_ok() {
+            continue;
+        }
         let end =
             ends.ends.entry(hop.clone()).or_insert_with(|| digests::beyond::hop_beyond(root, hop));
         let Some(end) = end.as_ref() else { continue };
@@ -320,7 +332,7 @@ pub fn scan_all(
     store: &Path,
 ) -> Result<TreePass, TreeScanError> {
     let walks = walk_all(root, dirs, store, None)?;
-    finish(root, walks, memo, now_ns, store)
+    finish(root, walks, memo, now_ns, store, &[])
 }
 
 /// Every tree of a workspace walked, each with its digest where the walk saw what the record
@@ -405,13 +417,15 @@ pub fn walk_all(
 
 /// The trees of `walks`: a known one as recorded (its manifest read back only when asked
 /// for), the others' files answered from `memo` (scope [`memo_scope`]) or hashed, their
-/// manifests built and stored under `store`, and the record updated.
+/// manifests built and stored under `store`, and the record updated. `real_dirs`: the
+/// workspace's project directories, sorted ([`beyond_digest`]).
 pub fn finish(
     root: &Path,
     walks: Walks,
     memo: &HashMap<String, MemoRow>,
     now_ns: i64,
     store: &Path,
+    real_dirs: &[String],
 ) -> Result<TreePass, TreeScanError> {
     let Walks { trees, mut record } = walks;
     let mut pass = TreePass::default();
@@ -422,14 +436,14 @@ pub fn finish(
         if let Some(digest) = known {
             pass.memo_hits += seen.file_count;
             let mut tree = ScannedTree::stored(dir, digest, store);
-            tree.beyond = beyond_digest(root, record.leaving(&tree.path), &mut ends);
+            tree.beyond = beyond_digest(root, record.leaving(&tree.path), real_dirs, &mut ends);
             pass.trees.push(tree);
             continue;
         }
         let started = std::time::Instant::now();
         let (mut tree, leaving) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
-        tree.beyond = beyond_digest(root, &leaving, &mut ends);
+        tree.beyond = beyond_digest(root, &leaving, real_dirs, &mut ends);
         changed |= record.record(&dir, &seen, tree.digest, leaving, now_ns);
         pass.trees.push(tree);
     }
@@ -726,7 +740,7 @@ mod tests {
         let store = r.join(".prova/trees");
         let walks = walk_all(r, &dirs, &store, None).unwrap();
         // No memo at all: the record answers.
-        let warm = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
+        let warm = finish(r, walks, &HashMap::new(), i64::MAX, &store, &[]).unwrap();
         assert_eq!((warm.hashed, warm.memo_hits), (0, 1));
         for (a, b) in first.trees.iter().zip(&warm.trees) {
             assert_eq!((&a.path, a.digest), (&b.path, b.digest));
@@ -738,7 +752,7 @@ mod tests {
         other.push(0);
         let walks = walk_all(r, &dirs, &store, None).unwrap();
         fs::write(m, &other).unwrap();
-        let tampered = finish(r, walks, &HashMap::new(), i64::MAX, &store).unwrap();
+        let tampered = finish(r, walks, &HashMap::new(), i64::MAX, &store, &[]).unwrap();
         let err = tampered.trees[0].manifest().unwrap_err().to_string();
         assert!(err.contains("changed since the scan"), "{err}");
         // A manifest that is gone makes the tree unknown: scanned again, stored again.
@@ -794,11 +808,11 @@ mod tests {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
                 as i64;
         let walks = walk_all(r, &dirs, &store, None).unwrap();
-        finish(r, walks, &HashMap::new(), now, &store).unwrap();
+        finish(r, walks, &HashMap::new(), now, &store, &[]).unwrap();
         assert!(!known(r));
         // Scanned again once it is old enough, it is recorded.
         let walks = walk_all(r, &dirs, &store, None).unwrap();
-        finish(r, walks, &HashMap::new(), now + RACY_WINDOW + 1_000_000_000, &store).unwrap();
+        finish(r, walks, &HashMap::new(), now + RACY_WINDOW + 1_000_000_000, &store, &[]).unwrap();
         assert!(known(r));
         // A record of another version, or a broken one, records nothing.
         fs::write(store.join("stamps"), b"\x92\x02\x80").unwrap();

@@ -23,8 +23,9 @@ use crate::digests::RACY_WINDOW_NS;
 /// The record's name in the manifests' directory.
 pub(super) const FILE: &str = "stamps";
 
-/// Largest record read (a stamp and a digest per tree).
-const MAX_BYTES: u64 = 1 << 20;
+/// Largest record read (a stamp and a digest per tree, and each tree's links that leave it:
+/// a workspace of thousands of packages links each of its dependencies).
+const MAX_BYTES: u64 = 16 << 20;
 
 /// The record's format (3: the links that leave a tree, not where they led when recorded).
 const VERSION: u32 = 3;
