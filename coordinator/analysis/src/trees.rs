@@ -232,19 +232,21 @@ struct Ends {
 /// followed again every run, so a workspace symlink on the way (`node_modules/dep ->
 /// ../vendor/dep`, `vendor -> …`) that is pointed elsewhere moves the key though the tree
 /// itself did not change; `None` when none ends out there.
-/// `real_dirs` (sorted): workspace directories this run found real, its projects' — a
-/// walk that follows no link found them, so a hop to one of them ends there, in the
-/// workspace, without a look (a workspace's packages linked into `node_modules`: every
-/// package's, in a large npm workspace).
+/// Two kinds of hop need no look: one to a directory of `real_dirs` (sorted: the projects'
+/// directories, which a walk that follows no link found real, so the hop ends there, in the
+/// workspace — a workspace's packages linked into `node_modules`), and one into another of
+/// this run's `trees` that every task folding `tree` folds too (the root `node_modules`
+/// from a package's: pnpm's `.bin` and dependency links) — that tree's own record answers
+/// for what lies in it, its links that leave it included.
 fn beyond_digest(
     root: &Path,
-    leaving: &[(String, String)],
-    real_dirs: &[String],
+    (tree, leaving): (&str, &[(String, String)]),
+    (real_dirs, trees): (&[String], &[String]),
     ends: &mut Ends,
 ) -> Option<Digest> {
     let mut bytes = Vec::new();
     for (link, hop) in leaving {
-        if real_dirs.binary_search(hop).is_ok() {
+        if real_dirs.binary_search(hop).is_ok() || in_a_covering_tree(hop, tree, trees) {
             continue;
         }
         let end =
@@ -259,6 +261,20 @@ fn beyond_digest(
         bytes.push(b'\n');
     }
     (!bytes.is_empty()).then(|| Digest::of(&bytes))
+}
+
+/// Whether `hop` lies inside one of `trees` (walked from the root, following no link) that
+/// every task folding `tree` folds too: its holder holds `tree`'s. A hop with `..` in it is
+/// not judged by its spelling.
+fn in_a_covering_tree(hop: &str, tree: &str, trees: &[String]) -> bool {
+    if hop.split('/').any(|c| c == ".." || c == "." || c.is_empty()) {
+        return false;
+    }
+    let held = holder(tree);
+    trees.iter().any(|t| {
+        hop.strip_prefix(t.as_str()).is_some_and(|r| r.starts_with('/'))
+            && is_within(held, holder(t))
+    })
 }
 
 /// Whether a task in `project_dir` folds (and sees) the tree at `tree` (see the module docs).
@@ -436,14 +452,15 @@ pub fn finish(
         if let Some(digest) = known {
             pass.memo_hits += seen.file_count;
             let mut tree = ScannedTree::stored(dir, digest, store);
-            tree.beyond = beyond_digest(root, record.leaving(&tree.path), real_dirs, &mut ends);
+            let leaving = (tree.path.as_str(), record.leaving(&tree.path));
+            tree.beyond = beyond_digest(root, leaving, (real_dirs, &current), &mut ends);
             pass.trees.push(tree);
             continue;
         }
         let started = std::time::Instant::now();
         let (mut tree, leaving) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
-        tree.beyond = beyond_digest(root, &leaving, real_dirs, &mut ends);
+        tree.beyond = beyond_digest(root, (&dir, &leaving), (real_dirs, &current), &mut ends);
         changed |= record.record(&dir, &seen, tree.digest, leaving, now_ns);
         pass.trees.push(tree);
     }
@@ -661,6 +678,23 @@ mod tests {
         assert_ne!(beyond(&pass()), at_b, "an edit out there moves the key");
         repoint(Path::new("vendored"));
         assert_eq!(beyond(&pass()), [None, None]);
+    }
+
+    #[test]
+    fn a_hop_into_a_tree_every_reader_folds_needs_no_look() {
+        let trees = ["node_modules".to_owned(), "packages/a/node_modules".to_owned()];
+        let pnpm = "node_modules/.pnpm/x@1/node_modules/x";
+        assert!(in_a_covering_tree(pnpm, "packages/a/node_modules", &trees));
+        // Not from the root's tree into a package's (not every reader of the root's folds
+        // it), nor a spelling with `..`, nor a place in no tree.
+        assert!(!in_a_covering_tree("packages/a/node_modules/y", "node_modules", &trees));
+        assert!(!in_a_covering_tree(
+            "node_modules/x/../../vendor",
+            "packages/a/node_modules",
+            &trees
+        ));
+        assert!(!in_a_covering_tree("vendor/x", "packages/a/node_modules", &trees));
+        assert!(!in_a_covering_tree("node_modulesx/y", "packages/a/node_modules", &trees));
     }
 
     #[test]
