@@ -188,3 +188,48 @@ fn on_the_farm_a_hit_restores_the_empty_directories_too() {
     assert_eq!(hit.cache_of("p#build"), "hit", "{hit}");
     full(&ws, &hit);
 }
+
+#[test]
+fn an_output_directory_that_is_a_mount_point_is_emptied_not_removed() {
+    // A container's volume at `dist`: the clean empties it and, now that an empty `dist` of
+    // `dist/**` is the task's own, tried to remove it too, which `EBUSY` failed — every run.
+    let probe = std::process::Command::new("unshare").args(["-m", "true"]).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        prova_tests::skip_for_missing("a mount namespace (`unshare -m`, as root)");
+        return;
+    }
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && cat src/a.txt > dist/a.txt\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("p/src/a.txt", "a\n");
+    std::fs::create_dir_all(ws.path("p/dist")).expect("the mount point");
+    let prova = prova_tests::prova_bin();
+    let dist = ws.path("p/dist");
+    // In a mount namespace of its own: the tmpfs goes with it.
+    let script = format!(
+        "set -e; mount -t tmpfs none '{d}'; \
+         '{p}' -C '{w}' run build --all; \
+         '{p}' -C '{w}' run build --all --force; \
+         rm '{d}/a.txt'; '{p}' -C '{w}' run build --all; \
+         mountpoint -q '{d}'; cat '{d}/a.txt'",
+        d = dist.display(),
+        p = prova.display(),
+        w = ws.root().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // The hit restored the file into the mount, which stayed one.
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("\na\n"), "{text}");
+}

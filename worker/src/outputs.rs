@@ -153,8 +153,12 @@ impl Cleaner<'_> {
             match dir.open_dir(name) {
                 Ok(sub) => {
                     if self.clean_dir(&sub, rel)? && self.globs.selects_dir(rel) {
-                        dir.rmdir(name).map_err(self.io(rel))?;
-                        return Ok(true);
+                        return match dir.rmdir(name) {
+                            Ok(()) => Ok(true),
+                            // A mount point (a container's volume at `dist`): emptied, kept.
+                            Err(e) if nofollow::is_busy(&e) => Ok(false),
+                            Err(e) => Err(self.io(rel)(e)),
+                        };
                     }
                     return Ok(false);
                 }

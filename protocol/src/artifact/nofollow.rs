@@ -323,16 +323,26 @@ pub fn lstat_beneath(root: &Path, rel: &str) -> io::Result<Option<Stat>> {
 
 /// Removes the non-directory, or the empty directory, at the workspace-relative `rel`
 /// beneath `root`, never following a symlink on the way: if an ancestor is a symlink or
-/// missing, nothing is removed. A directory that is not empty is an error.
+/// missing, nothing is removed. A directory that is not empty is an error; one that is a
+/// mount point ([`is_busy`]) stays.
 pub fn remove_beneath(root: &Path, rel: &str) -> io::Result<()> {
     let root = DirFd::open_root(root)?;
     match parent_of(&root, rel)? {
         Parent::Dir(d, name) => match d.unlink(&name) {
-            Err(e) if e.raw_os_error() == Some(Errno::EISDIR as i32) => d.rmdir(&name),
+            Err(e) if e.raw_os_error() == Some(Errno::EISDIR as i32) => match d.rmdir(&name) {
+                Err(e) if is_busy(&e) => Ok(()),
+                r => r,
+            },
             r => r,
         },
         Parent::Missing | Parent::Symlink(_) => Ok(()),
     }
+}
+
+/// Whether `err` is `EBUSY`: a directory that is a mount point (a container's volume
+/// mounted at an output directory) cannot be removed, only emptied.
+pub fn is_busy(err: &io::Error) -> bool {
+    err.raw_os_error() == Some(Errno::EBUSY as i32)
 }
 
 /// Real directories beneath a root: for looking at many sorted paths (an entry's manifest)
