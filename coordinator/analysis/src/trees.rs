@@ -91,7 +91,7 @@ pub struct ScannedTree {
     pub manifest_file: PathBuf,
     /// What the tree's links that lead out of the workspace lead to (`npm link`, pnpm's
     /// `link:`, or a link through a workspace symlink that leads out), followed and read
-    /// afresh this run ([`beyond_digest`]): the manifest keeps a link's text only. `None`
+    /// afresh this run ([`Hops::beyond_digest`]): the manifest keeps a link's text only. `None`
     /// when no link leads out.
     pub beyond: Option<Digest>,
     /// Its manifest, once built or read back ([`ScannedTree::manifest`]).
@@ -218,49 +218,61 @@ pub fn beyond_pair(t: &ScannedTree) -> Option<(String, String)> {
     t.beyond.map(|d| (format!("tree-beyond:{}", t.path), d.to_hex()))
 }
 
-/// Where each first hop of a pass's leaving links ends outside the workspace, and what is
-/// there: looked up once a run however many links share them (every package's link to one
-/// workspace package).
-#[derive(Default)]
-struct Ends {
+/// What a pass's trees' leaving links lead to ([`Hops::beyond_digest`]), with what it needs
+/// to know of the run: each first hop is looked up once a run however many links share it
+/// (every package's link to one workspace package), and so is what lies at each end.
+struct Hops<'a> {
+    /// The workspace root (canonical).
+    root: &'a Path,
+    /// The projects' directories, sorted: a walk that follows no link found them real.
+    real_dirs: &'a [String],
+    /// This run's trees.
+    trees: &'a [String],
     ends: HashMap<String, Option<PathBuf>>,
     states: HashMap<PathBuf, Vec<u8>>,
 }
 
-/// The digest of what each of `leaving` (a link of the tree and its first hop,
-/// [`digests::beyond::first_hop`]) that ends out of the workspace at `root` leads to now —
-/// followed again every run, so a workspace symlink on the way (`node_modules/dep ->
-/// ../vendor/dep`, `vendor -> …`) that is pointed elsewhere moves the key though the tree
-/// itself did not change; `None` when none ends out there.
-/// Two kinds of hop need no look: one to a directory of `real_dirs` (sorted: the projects'
-/// directories, which a walk that follows no link found real, so the hop ends there, in the
-/// workspace — a workspace's packages linked into `node_modules`), and one into another of
-/// this run's `trees` that every task folding `tree` folds too (the root `node_modules`
-/// from a package's: pnpm's `.bin` and dependency links) — that tree's own record answers
-/// for what lies in it, its links that leave it included.
-fn beyond_digest(
-    root: &Path,
-    (tree, leaving): (&str, &[(String, String)]),
-    (real_dirs, trees): (&[String], &[String]),
-    ends: &mut Ends,
-) -> Option<Digest> {
-    let mut bytes = Vec::new();
-    for (link, hop) in leaving {
-        if real_dirs.binary_search(hop).is_ok() || in_a_covering_tree(hop, tree, trees) {
-            continue;
-        }
-        let end =
-            ends.ends.entry(hop.clone()).or_insert_with(|| digests::beyond::hop_beyond(root, hop));
-        let Some(end) = end.as_ref() else { continue };
-        let state = ends.states.entry(end.clone()).or_insert_with(|| digests::beyond::state(end));
-        bytes.extend_from_slice(link.as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(end.as_os_str().as_encoded_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(state);
-        bytes.push(b'\n');
+impl<'a> Hops<'a> {
+    fn new(root: &'a Path, real_dirs: &'a [String], trees: &'a [String]) -> Self {
+        Self { root, real_dirs, trees, ends: HashMap::new(), states: HashMap::new() }
     }
-    (!bytes.is_empty()).then(|| Digest::of(&bytes))
+
+    /// The digest of what each of `leaving` (a link of the tree at `tree` and its first hop,
+    /// [`digests::beyond::first_hop`]) that ends out of the workspace leads to now — followed
+    /// again every run, so a workspace symlink on the way (`node_modules/dep ->
+    /// ../vendor/dep`, `vendor -> …`) that is pointed elsewhere moves the key though the tree
+    /// itself did not change; `None` when none ends out there.
+    ///
+    /// Two kinds of hop need no look: one to a project's directory (it ends there, in the
+    /// workspace — a workspace's packages linked into `node_modules`), and one into another
+    /// of this run's trees that every task folding `tree` folds too (the root `node_modules`
+    /// from a package's: pnpm's `.bin` and dependency links) — that tree's own record
+    /// answers for what lies in it, its links that leave it included.
+    fn beyond_digest(&mut self, tree: &str, leaving: &[(String, String)]) -> Option<Digest> {
+        let mut bytes = Vec::new();
+        for (link, hop) in leaving {
+            if self.real_dirs.binary_search(hop).is_ok()
+                || in_a_covering_tree(hop, tree, self.trees)
+            {
+                continue;
+            }
+            let root = self.root;
+            let end = self
+                .ends
+                .entry(hop.clone())
+                .or_insert_with(|| digests::beyond::hop_beyond(root, hop));
+            let Some(end) = end.as_ref() else { continue };
+            let state =
+                self.states.entry(end.clone()).or_insert_with(|| digests::beyond::state(end));
+            bytes.extend_from_slice(link.as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(end.as_os_str().as_encoded_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(state);
+            bytes.push(b'\n');
+        }
+        (!bytes.is_empty()).then(|| Digest::of(&bytes))
+    }
 }
 
 /// Whether `hop` lies inside one of `trees` (walked from the root, following no link) that
@@ -434,7 +446,7 @@ pub fn walk_all(
 /// The trees of `walks`: a known one as recorded (its manifest read back only when asked
 /// for), the others' files answered from `memo` (scope [`memo_scope`]) or hashed, their
 /// manifests built and stored under `store`, and the record updated. `real_dirs`: the
-/// workspace's project directories, sorted ([`beyond_digest`]).
+/// workspace's project directories, sorted ([`Hops::beyond_digest`]).
 pub fn finish(
     root: &Path,
     walks: Walks,
@@ -447,20 +459,19 @@ pub fn finish(
     let mut pass = TreePass::default();
     let mut changed = false;
     let current: Vec<String> = trees.iter().map(|(d, _, _)| d.clone()).collect();
-    let mut ends = Ends::default();
+    let mut hops = Hops::new(root, real_dirs, &current);
     for (dir, seen, known) in trees {
         if let Some(digest) = known {
             pass.memo_hits += seen.file_count;
             let mut tree = ScannedTree::stored(dir, digest, store);
-            let leaving = (tree.path.as_str(), record.leaving(&tree.path));
-            tree.beyond = beyond_digest(root, leaving, (real_dirs, &current), &mut ends);
+            tree.beyond = hops.beyond_digest(&tree.path, record.leaving(&tree.path));
             pass.trees.push(tree);
             continue;
         }
         let started = std::time::Instant::now();
         let (mut tree, leaving) = build(root, &dir, &seen, memo, now_ns, store, &mut pass)?;
         tracing::debug!(tree = %dir, elapsed = ?started.elapsed(), "tree manifest");
-        tree.beyond = beyond_digest(root, (&dir, &leaving), (real_dirs, &current), &mut ends);
+        tree.beyond = hops.beyond_digest(&dir, &leaving);
         changed |= record.record(&dir, &seen, tree.digest, leaving, now_ns);
         pass.trees.push(tree);
     }

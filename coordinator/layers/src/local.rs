@@ -872,24 +872,25 @@ fn in_the_way(
         }
         dirs.extend(prova_protocol::artifact::ancestors(&e.path));
     }
+    // Both walks go in path order, so each directory on the way is opened once.
+    let mut tree = nofollow::Beneath::open(root).map_err(io_err(""))?;
     for d in dirs {
         if outputs.is_match(d) {
             continue;
         }
-        match nofollow::lstat_beneath(root, d).map_err(io_err(d))?.map(|s| s.kind) {
+        let (parent, name) = d.rsplit_once('/').unwrap_or(("", d));
+        // Behind a link or missing: that link or absence is judged at its own path.
+        let Some(parent) = tree.dir(parent).map_err(io_err(d))? else { continue };
+        match parent.stat(std::ffi::OsStr::new(name)).map_err(io_err(d))?.map(|s| s.kind) {
             None | Some(nofollow::Kind::Dir) => {}
             Some(nofollow::Kind::Symlink) => return Ok(Some((d.to_owned(), "a symlink"))),
             Some(_) => return Ok(Some((d.to_owned(), "a file"))),
         }
     }
-    let top = nofollow::DirFd::open_root(root).map_err(io_err(""))?;
     for e in manifest.entries.iter().filter(|e| e.kind != EntryKind::Dir) {
-        let nofollow::Parent::Dir(parent, name) =
-            nofollow::parent_of(&top, &e.path).map_err(io_err(&e.path))?
-        else {
-            continue;
-        };
-        let sub = match parent.open_dir(&name) {
+        let (parent, name) = e.path.rsplit_once('/').unwrap_or(("", e.path.as_str()));
+        let Some(parent) = tree.dir(parent).map_err(io_err(&e.path))? else { continue };
+        let sub = match parent.open_dir(std::ffi::OsStr::new(name)) {
             Ok(sub) => sub,
             // Not a directory (or gone): replaced as a stale output.
             Err(err) if err.kind() == io::ErrorKind::NotFound || nofollow::is_not_a_dir(&err) => {

@@ -264,12 +264,19 @@ pub(crate) fn outputs_matching_nothing(
         .iter()
         .filter(|p| !p.starts_with('!'))
         .filter(|p| {
-            PathGlobs::new(project_dir, std::slice::from_ref(*p)).is_ok_and(|g| {
-                !manifest.entries.iter().any(|e| e.kind != EntryKind::Dir && g.is_match(&e.path))
-            })
+            PathGlobs::new(project_dir, std::slice::from_ref(*p))
+                .is_ok_and(|g| files_matching(&g, manifest).next().is_none())
         })
         .cloned()
         .collect()
+}
+
+/// The files and links of `manifest` that `globs` match (an empty directory is no file).
+fn files_matching<'m>(
+    globs: &PathGlobs,
+    manifest: &'m OutputManifest,
+) -> impl Iterator<Item = &'m prova_protocol::manifest::ManifestEntry> {
+    manifest.entries.iter().filter(|e| e.kind != EntryKind::Dir && globs.is_match(&e.path))
 }
 
 /// The warning for declared output patterns no file matched in a saved entry (`None`: none).
@@ -332,11 +339,7 @@ pub(crate) fn emptied_outputs(
         .into_iter()
         .filter_map(|p| {
             let g = PathGlobs::new(project_dir, std::slice::from_ref(&p)).ok()?;
-            let held = newest
-                .entries
-                .iter()
-                .filter(|e| e.kind != EntryKind::Dir && g.is_match(&e.path))
-                .count();
+            let held = files_matching(&g, newest).count();
             (held > 0).then_some((p, held))
         })
         .collect()
