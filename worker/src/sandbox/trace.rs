@@ -26,7 +26,14 @@
 //!   `%process` (`wait4`, `kill`, `tgkill`, …): nothing here reads them, and each carries a
 //!   pid strace translates out of the sandbox's namespace by reading `/proc`: a third of the
 //!   translation's cost on a traced `tsc` (537 against 502 ms, 25 runs);
-//! - `-qq -e signal=none`: no attach/exit/signal chatter.
+//! - `-qq -e signal=none`: no attach/exit/signal chatter;
+//! - `-e inject=io_uring_setup:error=ENOSYS` ([`NO_URING`], the call traced so that it can be
+//!   failed): a lookup submitted through io_uring (`IORING_OP_OPENAT`, `IORING_OP_STATX`) is
+//!   made by the kernel's io_uring workers, not by a call of the task, and no trace shows it.
+//!   libuv (`UV_USE_IO_URING=1`), tokio-uring and liburing tools fall back to the plain calls
+//!   when the ring cannot be set up, as on a kernel without io_uring. A process that left
+//!   the trace (`CLONE_UNTRACED`) makes no traced call at all: `--seccomp-bpf`'s filter fails
+//!   each one with `ENOSYS` when no tracer answers.
 //!
 //! What counts as a lookup: `open`/`openat`/`openat2` of files and directories (except
 //! write-only or creating opens: a failed write is the task's own error, not a read), the
@@ -66,8 +73,11 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// The calls traced: see the module docs.
 pub const TRACED: &str = concat!(
     "trace=%file,execve,?execveat,clone,?clone3,?fork,?vfork,exit,exit_group,",
-    "fchdir,?getdents,getdents64"
+    "fchdir,?getdents,getdents64,?io_uring_setup"
 );
+
+/// Every traced process's `io_uring_setup` fails with `ENOSYS`: see the module docs.
+pub const NO_URING: &str = "inject=?io_uring_setup:error=ENOSYS";
 
 /// A trace could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +169,9 @@ pub fn strace_argv(out: &Path, inner: &[String], tracer: Tracer) -> Vec<String> 
             "signal=none",
             "-e",
             TRACED,
+            // No lookup behind the trace's back.
+            "-e",
+            NO_URING,
             "-o",
         ]
         .map(str::to_owned),
@@ -1172,6 +1185,11 @@ mod tests {
             for flag in ["-f", "-y", "-qq", "--pidns-translation"] {
                 assert!(a.contains(&flag.to_owned()), "{flag}");
             }
+            // io_uring is refused, and the call it refuses is traced (strace injects into
+            // traced calls only).
+            let inject = a.iter().position(|x| x == NO_URING).unwrap();
+            assert_eq!(a[inject - 1], "-e");
+            assert!(TRACED.split(',').any(|t| t == "?io_uring_setup"), "{TRACED}");
         }
     }
 }
