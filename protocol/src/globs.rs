@@ -168,6 +168,24 @@ impl PathGlobs {
         &self.roots
     }
 
+    /// Each include's own root (its literal prefix, workspace-relative), sorted, with the
+    /// roots nested in another kept: `src/**` and `src/gen/**` give `src` and `src/gen`,
+    /// where [`Self::roots`] gives `src` alone.
+    pub fn include_roots(&self) -> Vec<String> {
+        let mut roots: Vec<String> = self
+            .compiled
+            .includes
+            .iter()
+            .map(|(ws, rel, _)| {
+                let prefix = literal_prefix(rel);
+                if *ws { prefix } else { join_rel(&self.base, &prefix) }
+            })
+            .collect();
+        roots.sort();
+        roots.dedup();
+        roots
+    }
+
     /// Include patterns without metacharacters (workspace-relative): declared literal paths.
     pub fn literals(&self) -> &[String] {
         &self.literals

@@ -79,6 +79,28 @@ impl WorkspaceView {
                 }
                 continue;
             }
+            if self.tree_of(p).is_none()
+                && let Some(holds_files) = self.unlisted_dir(p)
+            {
+                let words = if holds_files {
+                    let pattern = match p.strip_prefix(&format!("{project_dir}/")) {
+                        Some(rel) if !project_dir.is_empty() => format!("{rel}/**"),
+                        _ if project_dir.is_empty() => format!("{p}/**"),
+                        _ => format!("//{p}/**"),
+                    };
+                    format!(
+                        "`{p}` holds only gitignored files, and a listing shows it: declare \
+                         them (`\"{pattern}\"` keys an ignored directory's files), or remove it"
+                    )
+                } else {
+                    format!(
+                        "`{p}` is an empty directory, and a listing shows it: a key folds \
+                         files, not directories; remove it, or put a file in it"
+                    )
+                };
+                advice.push(words);
+                continue;
+            }
             let Some((tree, holder)) = self.tree_of(p) else {
                 declarable.push(p.clone());
                 continue;
@@ -212,16 +234,19 @@ impl WorkspaceView {
                         format!("{}/", l.dir)
                     });
                 }
-                continue;
+            } else {
+                let prefix = if l.dir.is_empty() { String::new() } else { format!("{}/", l.dir) };
+                let hidden = self.files.under(&l.dir).iter().any(|f| {
+                    let rest = &f[prefix.len()..];
+                    let name = rest.split('/').next().unwrap_or(rest);
+                    l.entries.binary_search_by(|e| e.as_str().cmp(name)).is_err() && !represented(f)
+                });
+                if hidden {
+                    out.push(if l.dir.is_empty() { "./".to_owned() } else { prefix });
+                }
             }
-            let prefix = if l.dir.is_empty() { String::new() } else { format!("{}/", l.dir) };
-            let hidden = self.files.under(&l.dir).iter().any(|f| {
-                let rest = &f[prefix.len()..];
-                let name = rest.split('/').next().unwrap_or(rest);
-                l.entries.binary_search_by(|e| e.as_str().cmp(name)).is_err() && !represented(f)
-            });
-            if hidden {
-                out.push(if l.dir.is_empty() { "./".to_owned() } else { prefix });
+            if l.complete {
+                self.unkeyed_entries(&l.dir, &l.entries, scope, trees, &mut out);
             }
         }
         // A path the task writes is an (undeclared) output, not an input.
@@ -280,6 +305,82 @@ impl WorkspaceView {
             }
         }
         parts.join("/")
+    }
+
+    /// The entries of the workspace's directory `dir` that a listing of it in the root did
+    /// not show (`shown`, sorted) and whose presence no key folds, pushed onto `out`: what
+    /// the file list leaves out — an empty directory, one holding only gitignored files, a
+    /// gitignored file or link — unless it is an output of the task or of a task upstream
+    /// (`holds_outputs`), or lies in an installed tree the task sees. A run in place lists
+    /// them (`ls src`, a generator enumerating directories), so its output may differ from
+    /// the root's while no key moves when one appears. Listed files, and directories holding
+    /// listed files, are judged by the caller. At most [`MAX_DIR_ENTRIES`] entries are read.
+    fn unkeyed_entries(
+        &self,
+        dir: &str,
+        shown: &[String],
+        scope: Option<&crate::inputs::InputScope>,
+        trees: &[String],
+        out: &mut Vec<String>,
+    ) {
+        let Ok(entries) = std::fs::read_dir(self.root.join(dir)) else { return };
+        for entry in entries.take(MAX_DIR_ENTRIES).flatten() {
+            // A name that is not UTF-8 cannot be listed or keyed: the file list refuses it.
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            if shown.binary_search(&name).is_ok() {
+                continue;
+            }
+            let p = prova_protocol::globs::join_rel(dir, &name);
+            if is_internal(&p)
+                || self.files.all().binary_search(&p).is_ok()
+                || !self.files.under(&p).is_empty()
+            {
+                continue;
+            }
+            if let Some((t, _)) = self.tree_of(&p) {
+                if !trees.contains(t) {
+                    out.push(p);
+                }
+                continue;
+            }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let theirs = scope.is_some_and(|s| {
+                if is_dir { s.holds_outputs(&p) } else { s.represents_output(&p) }
+            });
+            if !theirs {
+                out.push(p);
+            }
+        }
+    }
+
+    /// Whether `rel` is a directory of the workspace that holds no file the file list
+    /// holds: empty, or holding only gitignored files. `Some(true)` when some file lies
+    /// beneath, or more than [`MAX_DIR_ENTRIES`] entries do (not called empty unseen);
+    /// `None` when `rel` is not such a directory.
+    fn unlisted_dir(&self, rel: &str) -> Option<bool> {
+        let path = self.root.join(rel);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
+            || !self.files.under(rel).is_empty()
+        {
+            return None;
+        }
+        let mut todo = vec![path];
+        let mut seen = 0;
+        while let Some(d) = todo.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries.flatten() {
+                seen += 1;
+                if seen > MAX_DIR_ENTRIES {
+                    return Some(true);
+                }
+                match e.file_type() {
+                    Ok(t) if t.is_dir() => todo.push(e.path()),
+                    Ok(_) => return Some(true),
+                    Err(_) => {}
+                }
+            }
+        }
+        Some(false)
     }
 
     /// Whether `rel` is a file (or symlink) in the workspace that its file list leaves out
@@ -445,6 +546,9 @@ pub fn suggest_globs(
     out.dedup();
     out
 }
+
+/// Most entries read from one workspace directory when judging a listing of it.
+const MAX_DIR_ENTRIES: usize = 10_000;
 
 fn is_internal(path: &str) -> bool {
     path.split('/').any(|c| c == ".git" || c == ".prova")
@@ -672,6 +776,55 @@ mod tests {
             trees: Arc::new(HashMap::new()),
             installed: Arc::new(Vec::new()),
         }
+    }
+
+    #[test]
+    fn a_listing_names_the_entries_no_key_folds_but_not_outputs() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let v = written(
+            root,
+            &[
+                ("prova.toml", "[workspace]\nprojects = [\"p\"]\n"),
+                (".gitignore", "*.local\np/src/ign/\np/src/gen/\n"),
+                (
+                    "p/prova.toml",
+                    "[tasks.t]\ncommand = \"ls src\"\ninputs = [\"src/**\", \"!src/gen/**\"]\n\
+                     outputs = [\"src/gen/**\"]\n",
+                ),
+                ("p/src/a.txt", "a"),
+                ("p/src/x.local", "x"),
+                ("p/src/ign/blob", "b"),
+                ("p/src/gen/out.js", "o"),
+            ],
+        );
+        std::fs::create_dir_all(root.join("p/src/empty")).unwrap();
+        std::fs::create_dir_all(root.join("p/src/gen/sub")).unwrap();
+        let listing = |entries: &[&str], complete| ReadsReport {
+            traced: true,
+            listed: vec![Listing {
+                dir: "p/src".to_owned(),
+                entries: entries.iter().map(|e| (*e).to_owned()).collect(),
+                complete,
+            }],
+            ..Default::default()
+        };
+        // An empty directory, an ignored file, a directory of ignored files; not the
+        // task's own output directory.
+        assert_eq!(
+            v.undeclared("p#t", &listing(&["a.txt"], true)),
+            ["p/src/empty", "p/src/ign", "p/src/x.local"]
+        );
+        assert!(
+            v.undeclared("p#t", &listing(&["a.txt", "empty", "ign", "x.local"], true)).is_empty()
+        );
+        // A listing cut short shows too little to judge what it lacked.
+        assert!(v.undeclared("p#t", &listing(&["a.txt"], false)).is_empty());
+        // Each with what to do about it.
+        let judged = v.judge("p#t", "p", &listing(&["a.txt"], true));
+        assert_eq!(judged.suggest, ["src/x.local"]);
+        assert!(judged.advice.iter().any(|a| a.starts_with("`p/src/empty` is an empty directory")));
+        assert!(judged.advice.iter().any(|a| a.contains("\"src/ign/**\"")), "{:?}", judged.advice);
     }
 
     #[test]

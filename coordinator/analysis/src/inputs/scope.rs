@@ -214,6 +214,22 @@ impl InputScope {
             || self.held().iter().any(|&d| sh.outputs[d].is_match(path))
     }
 
+    /// Whether directory `dir` lies in the outputs of the task or of a task upstream of it:
+    /// an output directory (`PathGlobs::selects_dir`), one holding an output root (`dist`
+    /// of `dist/esm/**`), or one inside a root. Its presence is theirs: a run cleans its own,
+    /// and an upstream's key answers for its.
+    pub fn holds_outputs(&self, dir: &str) -> bool {
+        let sh = &self.shared;
+        let holds = |g: &PathGlobs| {
+            g.is_match(dir)
+                || g.selects_dir(dir)
+                || g.roots()
+                    .iter()
+                    .any(|r| !r.is_empty() && (is_within(r, dir) || is_within(dir, r)))
+        };
+        holds(&sh.outputs[self.task]) || self.held().iter().any(|&d| holds(&sh.outputs[d]))
+    }
+
     /// Whether `path` is, were it there, an input of an upstream whose key the task's key
     /// folds ([`crate::plan::keyed_upstreams`]): keyed through that key, as a read of it in
     /// place is (`tsc` resolving a project reference reads the referenced project's

@@ -46,7 +46,9 @@ pub fn unlisted_inputs(
                 out.push(lit.clone());
             }
         }
-        for r in globs.roots() {
+        // Each pattern's own root: `src/gen/**` beside `src/**` declares an ignored
+        // `src/gen/` although `src` is listed.
+        for r in &globs.include_roots() {
             if r.is_empty() || skipped(r) || globs.literals().contains(r) {
                 continue;
             }
@@ -132,5 +134,22 @@ mod tests {
         let got = unlisted_inputs(r, &pats, &files, &["node_modules".to_owned()]);
         // `src/` is listed by git: its ignored file is the list's business.
         assert_eq!(got, ["p/config/local.json", "p/generated/a.ts", "p/generated/sub/b.ts"]);
+    }
+
+    #[test]
+    fn an_ignored_directory_declared_beside_a_wider_listed_glob_is_found() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("p/src/gen")).unwrap();
+        fs::write(r.join("p/src/main.ts"), "x").unwrap();
+        fs::write(r.join("p/src/gen/a.log"), "x").unwrap();
+        let files = FileList::from_paths(vec!["p/src/main.ts".into()]);
+        let pats = |extra: &[&str]| {
+            let mut v = vec!["src/**".to_owned()];
+            v.extend(extra.iter().map(|s| (*s).to_owned()));
+            vec![("p".to_owned(), v)]
+        };
+        assert!(unlisted_inputs(r, &pats(&[]), &files, &[]).is_empty());
+        assert_eq!(unlisted_inputs(r, &pats(&["src/gen/**"]), &files, &[]), ["p/src/gen/a.log"]);
     }
 }
