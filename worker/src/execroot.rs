@@ -4,8 +4,9 @@
 //!
 //! How each thing gets there:
 //! - an input from the blob cache is a hardlink to the blob (its executable twin when the
-//!   input is executable) — unless it lies under a writable output directory, where a task
-//!   could write through the link into the cache: those are copied;
+//!   input is executable) — unless it lies under a writable output directory, or no sandbox
+//!   runs the task (everything in the root is writable then), where a task could write
+//!   through the link into the cache: those are copied;
 //! - an input that is a file on this machine (local mode: the workspace file itself) is
 //!   copied, so nothing the task does can reach the workspace;
 //! - a symlink input is recreated as a symlink; its target must stay inside the root;
@@ -88,9 +89,14 @@ pub struct ExecRootSpec {
     pub inputs: Vec<RootInput>,
     /// The installed trees the task's key folds.
     pub trees: Vec<RootTree>,
-    /// Whether the sandbox mounts the trees (`true`: leave empty mount points) or the root
-    /// mirrors them with symlinks (`false`, no sandbox).
-    pub mount_trees: bool,
+    /// Whether a sandbox runs the task in this root (`true`): it mounts the trees (the root
+    /// leaves empty mount points) and binds everything but the output directories
+    /// read-only, so a blob input can be a hardlink into the cache. Without one (`false`)
+    /// the root mirrors the trees with symlinks and every blob input is a copy: the task
+    /// can write anywhere in the root (as root, or after a `chmod` of a file it owns), and
+    /// writing through a hardlink would change the cached blob under its digest — every
+    /// later root on this worker would hold those bytes.
+    pub sandboxed: bool,
     /// Packed upstream artifacts (`tar.zst` files) to unpack into the root.
     pub artifacts: Vec<PathBuf>,
     /// The task's project directory, workspace-relative (`""` for the workspace root).
@@ -284,7 +290,7 @@ impl ExecRoot {
             cwd: rel_path(&spec.project_dir),
             writable: layout.binds().iter().map(|w| rel_path(w)).collect(),
             readonly: Vec::new(),
-            tree_mounts: if spec.mount_trees {
+            tree_mounts: if spec.sandboxed {
                 spec.trees.iter().map(|t| (t.source.clone(), rel_path(&t.path))).collect()
             } else {
                 Vec::new()
@@ -305,7 +311,7 @@ impl ExecRoot {
             b.artifact(parent, i, art)?;
         }
         for input in spec.inputs.iter().filter(|i| i.symlink.is_none()) {
-            b.file(input, layout.writable(&input.path), blobs)?;
+            b.file(input, !spec.sandboxed || layout.writable(&input.path), blobs)?;
         }
         b.symlinks(&spec.inputs)?;
         for t in &spec.trees {
@@ -313,7 +319,7 @@ impl ExecRoot {
                 return Err(conflict(&t.path, "an upstream output inside an installed tree"));
             }
             b.dir(&t.path)?;
-            if !spec.mount_trees {
+            if !spec.sandboxed {
                 b.mirror(&t.path, &t.source, true)?;
             }
         }

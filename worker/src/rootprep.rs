@@ -143,7 +143,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     let trees_ready = started.elapsed();
     let mut spec = ExecRootSpec {
         trees,
-        mount_trees: ctx.sandbox,
+        sandboxed: ctx.sandbox,
         inputs: inputs
             .iter()
             .map(|i| RootInput {
@@ -269,8 +269,14 @@ async fn ready_trees(
                 let name = t.path.rsplit('/').next().unwrap_or(&t.path).to_owned();
                 let (digest, blobs2, work) = (t.digest, blobs.clone(), ctx.work_dir.clone());
                 let _pins = blobs.pin(&m.blobs());
+                let sandboxed = ctx.sandbox;
                 OwnedTask::spawn_blocking("worker.tree", move || {
-                    crate::trees::TreeStore::new(&work).ensure(&digest, &name, &m, &blobs2)
+                    let store = if sandboxed {
+                        crate::trees::TreeStore::new(&work)
+                    } else {
+                        crate::trees::TreeStore::copying(&work)
+                    };
+                    store.ensure(&digest, &name, &m, &blobs2)
                 })
                 .join()
                 .await?

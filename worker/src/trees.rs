@@ -60,12 +60,24 @@ static BUILDING: Mutex<()> = Mutex::new(());
 #[derive(Debug)]
 pub struct TreeStore {
     dir: PathBuf,
+    /// Files copied from their blobs, not hardlinked ([`TreeStore::copying`]).
+    copy: bool,
 }
 
 impl TreeStore {
-    /// The store under `work_dir/trees`.
+    /// The store under `work_dir/trees`: files hardlinked to their blobs, for roots a
+    /// sandbox mounts the trees into read-only.
     pub fn new(work_dir: &Path) -> Self {
-        Self { dir: work_dir.join("trees") }
+        Self { dir: work_dir.join("trees"), copy: false }
+    }
+
+    /// The store under `work_dir/trees-copied`, whose files are copies of their blobs: for
+    /// a worker without a sandbox, whose roots mirror a tree with symlinks into it, so a
+    /// task that writes a tree's file in place (as root, or after a `chmod`) never writes
+    /// a cached blob. The tree itself it can still change: a worker without a sandbox runs
+    /// trusted code.
+    pub fn copying(work_dir: &Path) -> Self {
+        Self { dir: work_dir.join("trees-copied"), copy: true }
     }
 
     /// Where tree `digest` named `name` is (or would be) materialised.
@@ -97,7 +109,7 @@ impl TreeStore {
             // Left by a build that died: never trusted.
             fs::remove_dir_all(&staging).map_err(io_err(&staging))?;
         }
-        let built = build(&staging, m, blobs);
+        let built = build(&staging, m, blobs, self.copy);
         if let Err(e) = built {
             let _ = fs::remove_dir_all(&staging);
             return Err(e);
@@ -107,8 +119,9 @@ impl TreeStore {
     }
 }
 
-/// Builds the manifest's entries under a new directory `at`.
-fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache) -> Result<(), TreeError> {
+/// Builds the manifest's entries under a new directory `at`, each file a hardlink to its
+/// blob or (`copy`) a copy of it.
+fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache, copy: bool) -> Result<(), TreeError> {
     fs::DirBuilder::new().mode(0o755).create(at).map_err(io_err(at))?;
     // Sorted by path with every parent listed first (the manifest was checked), so each
     // entry's directory exists and is one this build made.
@@ -124,13 +137,18 @@ fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache) -> Result<(), TreeError
                     path: e.path.clone(),
                     digest: digest.short(),
                 })?;
-                match fs::hard_link(&src, &dest) {
-                    Ok(()) => {}
-                    // The blob cache is on another file system than the work dir.
-                    Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+                let linked = if copy { None } else { Some(fs::hard_link(&src, &dest)) };
+                match linked {
+                    Some(Ok(())) => {}
+                    // Asked for, or the blob cache is on another file system than the work
+                    // dir: a copy (with the blob's mode).
+                    None => {
                         fs::copy(&src, &dest).map_err(io_err(&dest))?;
                     }
-                    Err(err) => return Err(io_err(dest)(err)),
+                    Some(Err(err)) if err.raw_os_error() == Some(libc::EXDEV) => {
+                        fs::copy(&src, &dest).map_err(io_err(&dest))?;
+                    }
+                    Some(Err(err)) => return Err(io_err(dest)(err)),
                 }
             }
         }
@@ -287,6 +305,21 @@ mod tests {
         fs::write(at.join("marker"), "x").unwrap();
         let again = store.ensure(&d, "node_modules", &m, &cache).unwrap();
         assert!(again.join("marker").exists());
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        let blob_ino = ino(&cache.path(&js, false).unwrap());
+        assert_eq!(ino(&at.join("foo/index.js")), blob_ino, "a hardlink to the blob");
+
+        // Without a sandbox: copies, elsewhere, so an in-place write leaves the blob as it was.
+        let copied =
+            TreeStore::copying(work.path()).ensure(&d, "node_modules", &m, &cache).unwrap();
+        assert_ne!(copied, at);
+        let file = copied.join("foo/index.js");
+        assert_ne!(ino(&file), blob_ino);
+        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o444);
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::write(&file, "module.exports = 2").unwrap();
+        assert_eq!(fs::read(cache.path(&js, false).unwrap()).unwrap(), b"module.exports = 1");
     }
 
     #[test]

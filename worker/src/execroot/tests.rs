@@ -91,6 +91,7 @@ fn spec(inputs: Vec<RootInput>, outputs: &[&str]) -> ExecRootSpec {
         artifacts: Vec::new(),
         project_dir: "app".to_owned(),
         outputs: outputs.iter().map(|s| (*s).to_owned()).collect(),
+        sandboxed: true,
         ..ExecRootSpec::default()
     }
 }
@@ -120,6 +121,33 @@ fn blob_inputs_are_hardlinks_to_the_cache_and_exec_ones_to_the_twin() {
     assert_eq!(t.mode() & 0o777, 0o555);
     assert_eq!(root.cwd(), root.path().join("app"));
     assert!(root.cwd().is_dir());
+}
+
+#[test]
+fn without_a_sandbox_every_blob_input_is_a_copy_the_cache_cannot_be_written_through() {
+    let f = fixture();
+    let src = f.blob(b"export const a = 1;\n");
+    let tool = f.blob(b"#!/bin/sh\necho hi\n");
+    let s = ExecRootSpec {
+        sandboxed: false,
+        ..spec(
+            vec![blob_input("app/src/a.ts", src, false), blob_input("app/bin/tool", tool, true)],
+            &["dist/**"],
+        )
+    };
+    let root = f.create(&s).unwrap();
+    for (rel, d, exec) in [("app/src/a.ts", src, false), ("app/bin/tool", tool, true)] {
+        let placed = root.path().join(rel);
+        let cached = f.blobs.path(&d, exec).unwrap();
+        assert_ne!(meta(&placed).ino(), meta(&cached).ino(), "{rel}: not the blob's inode");
+        assert_eq!(meta(&placed).mode() & 0o111 != 0, exec, "{rel}");
+        // What a formatter run as root (or after a `chmod`) does to its input in place.
+        let mut perms = meta(&placed).permissions();
+        perms.set_mode(0o644);
+        fs::set_permissions(&placed, perms).unwrap();
+        fs::write(&placed, b"rewritten in place").unwrap();
+        assert_eq!(Digest::of_file(&cached).unwrap(), d, "{rel}: the cached blob is as it was");
+    }
 }
 
 #[test]
