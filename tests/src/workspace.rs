@@ -30,6 +30,14 @@ impl Default for TempWorkspace {
 }
 
 impl TempWorkspace {
+    /// An empty workspace directory under `parent` (`/usr/src`, as a container's
+    /// `WORKDIR`); `None` when one cannot be made there (not writable).
+    pub fn new_in(parent: &Path) -> Option<Self> {
+        let dir = tempfile::Builder::new().prefix("prova-e2e-").tempdir_in(parent).ok()?;
+        let root = dir.path().canonicalize().ok()?;
+        Some(Self { _dir: dir, root })
+    }
+
     /// An empty workspace directory.
     pub fn new() -> Self {
         let dir = tempfile::Builder::new()

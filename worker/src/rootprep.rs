@@ -409,6 +409,16 @@ pub fn toolchain_dirs(
     sandbox::bwrap::path_dirs(path_var, &hidden)
 }
 
+/// The places a sandbox covers where a system path would show them
+/// ([`sandbox::bwrap::masked_dirs`]): the workspace and the cache (`sandbox_hidden`) and the
+/// worker's work dir.
+pub fn masked_dirs(ctx: &WorkerContext) -> Vec<PathBuf> {
+    let mut hidden: Vec<&std::path::Path> =
+        ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
+    hidden.push(ctx.work_dir.as_path());
+    sandbox::bwrap::masked_dirs(&hidden)
+}
+
 /// Wraps `argv` in the sandbox (when the worker has one) and the tracer (when asked and
 /// available); adjusts `env` for the sandbox. Returns the argv and a word for the report.
 pub fn wrap(
@@ -423,6 +433,7 @@ pub fn wrap(
         let mut cfg = p.root.sandbox();
         cfg.network = a.spec.network;
         cfg.extra_ro = toolchain_dirs(ctx, env, &cfg.root);
+        cfg.masked = masked_dirs(ctx);
         cfg.hostname = a.perturb.as_ref().and_then(|x| x.hostname.clone());
         cfg.uid = a.perturb.as_ref().and_then(|x| x.uid);
         if let Some(s) = &p.rerun.tmpdir {

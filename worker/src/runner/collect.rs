@@ -33,19 +33,22 @@ fn compare_strays(strays: Option<(StrayCheck, Survey)>) -> Option<WroteOutside> 
 }
 
 /// What a traced run read: its trace (then removed) settled against the root's installed
-/// trees. Nothing without a trace or an exec root; `Err` (the report's `output_error`) when
-/// the trace could not be read.
+/// trees, lookups of the `workspace`'s paths (a local run's) taken as the root's. Nothing
+/// without a trace or an exec root; `Err` (the report's `output_error`) when the trace could
+/// not be read.
 pub(super) async fn trace_reads(
     trace: Option<&Path>,
     exec_root: Option<&PreparedRoot>,
+    workspace: Option<&Path>,
 ) -> Result<ReadsReport, String> {
     let (Some(t), Some(p)) = (trace, exec_root) else {
         return Ok(ReadsReport::default());
     };
     let (t2, r) = (t.to_owned(), p.root.path().to_owned());
     let stand_ins = p.root.stand_in_files().clone();
+    let ws = workspace.map(Path::to_owned);
     let reads = OwnedTask::spawn_blocking("worker.trace-reads", move || {
-        crate::sandbox::trace_reads_with(&t2, &r, &stand_ins)
+        crate::sandbox::trace_reads_with(&t2, &r, &stand_ins, ws.as_deref())
     })
     .join()
     .await

@@ -231,8 +231,12 @@ impl Wrapped {
         failed: bool,
         cancel: &CancellationToken,
     ) -> Result<ReadsReport, String> {
+        let workspace = match &self.a.placement {
+            Placement::ExecRoot { local_source, .. } => local_source.as_deref(),
+            _ => None,
+        };
         let mut reads =
-            collect::trace_reads(self.trace.as_deref(), self.exec_root.as_ref()).await?;
+            collect::trace_reads(self.trace.as_deref(), self.exec_root.as_ref(), workspace).await?;
         if self.a.survey_on_failure && !failed {
             return Ok(reads);
         }

@@ -85,6 +85,9 @@ pub struct SandboxConfig {
     /// Host files mounted read-only over paths inside (host file, path inside), e.g. the
     /// [`identity_overlays`] of a sandbox with its own uid and hostname.
     pub overlays: Vec<(PathBuf, PathBuf)>,
+    /// Directories inside the system paths shown above that an empty tmpfs covers
+    /// ([`masked_dirs`]): a workspace at `/usr/src/app` must not be readable at its path.
+    pub masked: Vec<PathBuf>,
     /// Installed trees mounted read-only inside the root: (the tree's directory on the host,
     /// its mount point inside `root`, an existing directory).
     pub trees: Vec<(PathBuf, PathBuf)>,
@@ -158,10 +161,35 @@ impl SandboxConfig {
             gid: None,
             extra_ro: Vec::new(),
             overlays: Vec::new(),
+            masked: Vec::new(),
             trees: Vec::new(),
             view: None,
         }
     }
+}
+
+/// The places of `hidden` (the workspace, the cache, the worker's own directories) that lie
+/// inside `/usr` or one of the [`SYSTEM_RO_PATHS`], which every sandbox shows read-only: a
+/// workspace at `/usr/src/app` (a container's usual `WORKDIR`) was readable inside at its
+/// absolute path, undeclared files and all, and the trace counts a path outside the exec
+/// root as a system file. Each is covered by an empty tmpfs instead; the exec root and the
+/// trees are mounted after, on top. Nested ones are covered by the outer one.
+pub fn masked_dirs(hidden: &[&Path]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = hidden
+        .iter()
+        .filter(|h| h.is_absolute() && h.parent().is_some())
+        .filter(|h| h.starts_with("/usr") || SYSTEM_RO_PATHS.iter().any(|s| h.starts_with(s)))
+        .map(|h| h.to_path_buf())
+        .collect();
+    out.sort();
+    out.dedup();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for m in out {
+        if !kept.iter().any(|k| m.starts_with(k)) {
+            kept.push(m);
+        }
+    }
+    kept
 }
 
 /// Variables that name something in the host's `/dev/shm`, which a sandbox does not see:
@@ -196,6 +224,11 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
             host.to_string_lossy().into_owned(),
             inside.to_string_lossy().into_owned(),
         ]);
+    }
+    // The workspace, the cache and the worker's directories where a system path above shows
+    // them: covered (the root and the trees are mounted later, on top).
+    for m in &cfg.masked {
+        a.args(&["--tmpfs", &m.to_string_lossy()]);
     }
     // A /proc for the new pid namespace (the host's processes stay invisible), a minimal
     // /dev (null, zero, random, tty…), and a private, empty /tmp that vanishes with the
@@ -363,6 +396,30 @@ impl Argv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hidden_place_inside_a_system_path_is_covered_before_the_root_is_mounted() {
+        let hidden = [
+            Path::new("/usr/src/app"),
+            Path::new("/usr/src/app/.prova/cache"),
+            Path::new("/home/u/ws"),
+            Path::new("/lib/x"),
+            Path::new("relative"),
+            Path::new("/"),
+        ];
+        let masked = masked_dirs(&hidden);
+        assert_eq!(masked, [PathBuf::from("/lib/x"), PathBuf::from("/usr/src/app")]);
+        let mut cfg = SandboxConfig::new(
+            "/usr/src/app/.prova/worker/roots/r",
+            "/usr/src/app/.prova/worker/roots/r/p",
+        );
+        cfg.masked = masked;
+        let a = bwrap_argv(&cfg, &["true".to_owned()]);
+        let covered = pos(&a, &["--tmpfs", "/usr/src/app"]);
+        assert!(pos(&a, &["--ro-bind", "/usr", "/usr"]) < covered);
+        let root = "/usr/src/app/.prova/worker/roots/r";
+        assert!(covered < pos(&a, &["--ro-bind", root, root]), "the root is mounted on top");
+    }
 
     fn pos(argv: &[String], seq: &[&str]) -> usize {
         argv.windows(seq.len())

@@ -150,6 +150,7 @@ pub async fn run(
     // The same toolchains as the sandboxed run it follows (never the workspace: the view
     // shows that, read-only, at the root's path).
     cfg.extra_ro = crate::rootprep::toolchain_dirs(ctx, env, root);
+    cfg.masked = crate::rootprep::masked_dirs(ctx);
     match super::identity_overlays(&ctx.work_dir.join("identity"), &cfg, "prova") {
         Ok(o) => cfg.overlays = o,
         Err(e) => tracing::debug!("no identity files for the survey: {e}"),

@@ -197,7 +197,7 @@ pub const MAX_LISTED_ENTRIES: usize = 100_000;
 /// looked up and did not find, sorted and de-duplicated. Lookups outside the root (system
 /// files) are ignored. See the module docs for what counts and what the caller filters.
 pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceError> {
-    Ok(analyse(trace, root, root, &BTreeSet::new())?.found.into_iter().collect())
+    Ok(analyse(trace, root, root, &BTreeSet::new(), None)?.found.into_iter().collect())
 }
 
 /// Everything the trace of a task in exec root `root` says it touched that the root could
@@ -205,19 +205,23 @@ pub fn undeclared_reads(trace: &Path, root: &Path) -> Result<Vec<String>, TraceE
 /// root now (read after the run, while the root still exists); and every path under the root
 /// it wrote or tried to write.
 pub fn trace_reads(trace: &Path, root: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, root, false, &BTreeSet::new())
+    reads_of(trace, root, root, false, &BTreeSet::new(), None)
 }
 
 /// [`trace_reads`] of a root that shows `stand_ins` (root-relative files, empty, standing
 /// for workspace files its key folds by name only: `TaskSpec::stand_ins`): a lookup that
 /// found one is reported with the failed ones — the root could not show the task that
-/// file, only its name.
+/// file, only its name. `workspace`: where the workspace the root stands for lies on this
+/// machine (a local run), whose paths the task may name absolutely (a config file, a
+/// declared variable holding one): a lookup there counts as one of the same path in the
+/// root, which the sandbox hides the workspace from.
 pub fn trace_reads_with(
     trace: &Path,
     root: &Path,
     stand_ins: &BTreeSet<String>,
+    workspace: Option<&Path>,
 ) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, root, false, stand_ins)
+    reads_of(trace, root, root, false, stand_ins, workspace)
 }
 
 /// [`trace_reads`] of a survey run (the whole workspace visible at the exec root's path,
@@ -226,7 +230,7 @@ pub fn trace_reads_with(
 /// the workspace the survey showed at the root's path: its symlinks are the ones the task
 /// followed ([`links`]).
 pub fn survey_reads(trace: &Path, root: &Path, ws: &Path) -> Result<ReadsReport, TraceError> {
-    reads_of(trace, root, ws, true, &BTreeSet::new())
+    reads_of(trace, root, ws, true, &BTreeSet::new(), Some(ws))
 }
 
 /// The reads of the trace of a run at `root`, which showed what host directory `view` holds.
@@ -236,8 +240,9 @@ fn reads_of(
     view: &Path,
     keep_touched: bool,
     stand_ins: &BTreeSet<String>,
+    workspace: Option<&Path>,
 ) -> Result<ReadsReport, TraceError> {
-    let mut a = analyse(trace, root, view, stand_ins)?;
+    let mut a = analyse(trace, root, view, stand_ins, workspace)?;
     a.found.append(&mut a.stood);
     let mut budget = MAX_LISTED_ENTRIES;
     let listed = a
@@ -288,6 +293,7 @@ fn analyse(
     root: &Path,
     view: &Path,
     stand_ins: &BTreeSet<String>,
+    workspace: Option<&Path>,
 ) -> Result<Analysis, TraceError> {
     let io_err = |source| TraceError::Io { path: trace.to_owned(), source };
     let size = fs::metadata(trace).map_err(io_err)?.len();
@@ -309,6 +315,7 @@ fn analyse(
     let root = normalize(root.as_os_str().as_bytes());
     let mut a = Analysis {
         links: links::Links::new(view, &root),
+        workspace: workspace.map(|w| normalize(w.as_os_str().as_bytes())).filter(|w| *w != root),
         root,
         parents,
         cwd: HashMap::new(),
@@ -554,6 +561,9 @@ fn child_pid(ret: &str) -> Option<u32> {
 struct Analysis {
     /// The exec root, normalised, as bytes.
     root: Vec<u8>,
+    /// The workspace the root stands for, normalised ([`trace_reads_with`]): a path there is
+    /// taken as the same path in the root.
+    workspace: Option<Vec<u8>>,
     /// child → parent (host pids).
     parents: HashMap<u32, u32>,
     /// Known working directory per pid.
@@ -755,12 +765,35 @@ impl Analysis {
             return None;
         }
         if path.starts_with(b"/") {
-            return Some(normalize(&path));
+            return Some(self.onto_root(normalize(&path)));
         }
         let mut joined = base?;
         joined.push(b'/');
         joined.extend_from_slice(&path);
-        Some(normalize(&joined))
+        Some(self.onto_root(normalize(&joined)))
+    }
+
+    /// `path` (absolute, normalised), with the workspace's place ([`Self::workspace`]) taken
+    /// as the root's: the sandbox shows the root, never the workspace, so a lookup of a
+    /// workspace path by its absolute name failed there, and what it looked for is the same
+    /// path in the root. A path inside the root (which may lie inside the workspace) stays.
+    fn onto_root(&self, path: Vec<u8>) -> Vec<u8> {
+        let Some(ws) = &self.workspace else { return path };
+        if path == self.root || strip_root(&path, &self.root).is_some() {
+            return path;
+        }
+        let rest = if path == *ws { Some(&b""[..]) } else { strip_root(&path, ws) };
+        match rest {
+            Some(rest) => {
+                let mut onto = self.root.clone();
+                if !rest.is_empty() {
+                    onto.push(b'/');
+                    onto.extend_from_slice(rest);
+                }
+                onto
+            }
+            None => path,
+        }
     }
 
     fn keep_write(&mut self, resolved: &[u8]) {
@@ -940,7 +973,8 @@ mod tests {
 7  readlinkat(AT_FDCWD</r/p>, "link", 0x7ffc, 4096) = -1 EINVAL (Invalid argument)
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new()).unwrap();
+        let a =
+            analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new(), None).unwrap();
         assert_eq!(a.listed.into_iter().collect::<Vec<_>>(), ["", "p/src"]);
         assert_eq!(a.found.into_iter().collect::<Vec<_>>(), ["p/locked.txt", "p/src/gone.h"]);
         assert!(TRACED.contains("getdents64"), "{TRACED}");
@@ -991,13 +1025,45 @@ mod tests {
         );
         let stand_ins: BTreeSet<String> =
             ["p/README.md", "p/LICENSE", "p/NOTES.md"].map(String::from).into();
-        let reads = trace_reads_with(f.path(), Path::new("/r"), &stand_ins).unwrap();
+        let reads = trace_reads_with(f.path(), Path::new("/r"), &stand_ins, None).unwrap();
         // Found stand-ins (a stat, an open) with the failed lookup; the one untouched and the
         // declared input are not; a directory stand-in is the directory listing's business.
         assert_eq!(reads.missing, ["p/LICENSE", "p/README.md", "p/gone.txt"]);
         assert!(reads.touched.is_empty());
         // Without stand-ins, only the failed lookup.
         assert_eq!(trace_reads(f.path(), Path::new("/r")).unwrap().missing, ["p/gone.txt"]);
+    }
+
+    #[test]
+    fn a_lookup_of_the_workspace_by_its_absolute_path_counts_as_one_in_the_root() {
+        let f = canned_file(
+            r#"7  openat(AT_FDCWD</r/p>, "/home/u/ws/p/secret.txt", O_RDONLY) = -1 ENOENT (No such file or directory)
+7  newfstatat(AT_FDCWD</r/p>, "../../home/u/ws/q/cfg.json", 0x7ffc, 0) = -1 ENOENT (No such file or directory)
+7  access("/home/u/ws", R_OK) = -1 ENOENT (No such file or directory)
+7  access("/home/u/wsx/a", R_OK) = -1 ENOENT (No such file or directory)
+7  openat(AT_FDCWD</r/p>, "gone.txt", O_RDONLY) = -1 ENOENT (No such file or directory)
+"#,
+        );
+        let none = BTreeSet::new();
+        let ws = Path::new("/home/u/ws");
+        let reads = trace_reads_with(f.path(), Path::new("/r"), &none, Some(ws)).unwrap();
+        // Through `..` too; the workspace itself and a sibling that only shares a prefix are
+        // no path in it.
+        assert_eq!(reads.missing, ["p/gone.txt", "p/secret.txt", "q/cfg.json"]);
+        assert_eq!(
+            trace_reads_with(f.path(), Path::new("/r"), &none, None).unwrap().missing,
+            ["p/gone.txt"]
+        );
+        // A root inside the workspace (`.prova/worker/roots/…`) keeps its own paths.
+        let g = canned_file(
+            r#"7  openat(AT_FDCWD</w/.prova/r/p>, "a.txt", O_RDONLY) = -1 ENOENT (No such file or directory)
+7  openat(AT_FDCWD</w/.prova/r/p>, "/w/p/b.txt", O_RDONLY) = -1 ENOENT (No such file or directory)
+"#,
+        );
+        let reads =
+            trace_reads_with(g.path(), Path::new("/w/.prova/r"), &none, Some(Path::new("/w")))
+                .unwrap();
+        assert_eq!(reads.missing, ["p/a.txt", "p/b.txt"]);
     }
 
     #[test]
@@ -1018,7 +1084,8 @@ mod tests {
 7  openat(AT_FDCWD</r/p>, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3</etc/passwd>
 "#,
         );
-        let a = analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new()).unwrap();
+        let a =
+            analyse(f.path(), Path::new("/r"), Path::new("/r"), &BTreeSet::new(), None).unwrap();
         assert_eq!(
             a.wrote.iter().map(String::as_str).collect::<Vec<_>>(),
             [
@@ -1061,7 +1128,7 @@ mod tests {
         let stand_ins: BTreeSet<String> = ["a/cfg.json".to_owned()].into();
         let reads = |lines: &str| {
             let f = canned_file(lines);
-            let report = reads_of(f.path(), &r, &r, true, &stand_ins).unwrap();
+            let report = reads_of(f.path(), &r, &r, true, &stand_ins, None).unwrap();
             (report.missing, report.touched)
         };
         // An open: the kernel's own answer (the returned fd's path).
