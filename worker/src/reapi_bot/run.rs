@@ -1,8 +1,9 @@
 //! One lease's action, run here: the `Command` and the input root fetched (files into the
-//! bot's store, then linked — sandboxed — or copied into a fresh exec root), the command run
-//! by the worker's executor (its own process group, killed on cancel), under bubblewrap when
-//! the bot has it (the root read-only but for the output paths' directories), and the output
-//! paths uploaded as the `ActionResult`'s files, directories (a `Tree` each) and symlinks.
+//! bot's store, then linked — sandboxed, outside the output paths' directories — or copied
+//! into a fresh exec root), the command run by the worker's executor (its own process group,
+//! killed on cancel), under bubblewrap when the bot has it (the root read-only but for the
+//! output paths' directories), and the output paths uploaded as the `ActionResult`'s files,
+//! directories (a `Tree` each) and symlinks.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -51,8 +52,23 @@ fn name_ok(n: &str) -> bool {
     !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('\0')
 }
 
-/// Fetches and builds the input root `d` under `root`.
-async fn materialise(cas: &Cas, d: &re::Digest, root: &Path, link: bool) -> Result<(), BotError> {
+/// Whether the file placed at `to` may be a hardlink to its blob in the store: only under a
+/// sandbox (which binds the root read-only), and never inside a directory it binds writable
+/// (`writable`, the output paths' directories), where the task — the file's owner inside its
+/// user namespace — could `chmod` it and rewrite the store's blob under its digest, for
+/// every later action on this bot to read.
+fn may_link(sandboxed: bool, to: &Path, writable: &[PathBuf]) -> bool {
+    sandboxed && !writable.iter().any(|w| to.starts_with(w))
+}
+
+/// Fetches and builds the input root `d` under `root`, files linked where [`may_link`].
+async fn materialise(
+    cas: &Cas,
+    d: &re::Digest,
+    root: &Path,
+    sandboxed: bool,
+    writable: &[PathBuf],
+) -> Result<(), BotError> {
     // Every directory first (BFS), then every file blob in batches, then the tree on disk.
     let mut dirs: Vec<(PathBuf, re::Directory)> = Vec::new();
     let mut queue = vec![(root.to_path_buf(), d.clone())];
@@ -91,7 +107,7 @@ async fn materialise(cas: &Cas, d: &re::Digest, root: &Path, link: bool) -> Resu
                 f.digest.clone().ok_or_else(|| BotError::Blob("a file without a digest".into()))?;
             let to = at.join(&f.name);
             let from = cas.path(&d);
-            place_file(&from, &to, f.is_executable, link)?;
+            place_file(&from, &to, f.is_executable, may_link(sandboxed, &to, writable))?;
         }
         for s in &dir.symlinks {
             if !name_ok(&s.name) {
@@ -143,12 +159,12 @@ pub async fn run(
     let root = s.work_dir.join("roots").join(hint);
     let _ = std::fs::remove_dir_all(&root);
     let guard = RemoveOnDrop(root.clone());
-    materialise(cas, &rd, &root, s.sandbox).await?;
     if !stays_inside(&command.working_directory) {
         return Err(BotError::Blob(format!("working directory `{}`", command.working_directory)));
     }
     let cwd = root.join(&command.working_directory);
-    std::fs::create_dir_all(&cwd).map_err(|e| BotError::io(&cwd, e))?;
+    // The directories the sandbox binds writable, known before the root is built: an input
+    // inside one is copied, not linked (`may_link`).
     let mut writable = Vec::new();
     let outputs: Vec<String> = command.output_paths.clone();
     for o in &outputs {
@@ -157,8 +173,12 @@ pub async fn run(
             return Err(BotError::Blob(format!("output path `{o}`")));
         }
         let parent = cwd.join(o).parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.clone());
-        std::fs::create_dir_all(&parent).map_err(|e| BotError::io(&parent, e))?;
         writable.push(parent);
+    }
+    materialise(cas, &rd, &root, s.sandbox, &writable).await?;
+    std::fs::create_dir_all(&cwd).map_err(|e| BotError::io(&cwd, e))?;
+    for parent in &writable {
+        std::fs::create_dir_all(parent).map_err(|e| BotError::io(parent, e))?;
     }
     let mut env = baseline_env(|k| std::env::var(k).ok());
     for v in &command.environment_variables {
@@ -325,5 +345,33 @@ mod tests {
         assert!(!stays_inside("app/../../x"));
         assert!(!stays_inside("/etc"));
         assert!(!name_ok("..") && !name_ok("a/b") && !name_ok("") && name_ok("a.b"));
+    }
+
+    #[test]
+    fn an_input_inside_a_writable_directory_is_never_a_link_into_the_store() {
+        let w = [PathBuf::from("/r/app"), PathBuf::from("/r/gen/out")];
+        assert!(may_link(true, Path::new("/r/lib/a.h"), &w), "read-only under the sandbox");
+        assert!(may_link(true, Path::new("/r/gen/in.txt"), &w));
+        assert!(!may_link(true, Path::new("/r/app/a.c"), &w), "the task could chmod and write it");
+        assert!(!may_link(true, Path::new("/r/gen/out/sub/x"), &w));
+        assert!(!may_link(false, Path::new("/r/lib/a.h"), &w), "no sandbox: a copy");
+        // A sibling whose name merely starts like a writable one is not inside it.
+        assert!(may_link(true, Path::new("/r/application/a.c"), &w));
+    }
+
+    #[test]
+    fn a_copy_is_writable_by_its_task_and_a_link_shares_the_blob() {
+        use std::os::unix::fs::MetadataExt as _;
+        let t = tempfile::tempdir().unwrap();
+        let blob = t.path().join("blob");
+        std::fs::write(&blob, b"hello\n").unwrap();
+        let (linked, copied) = (t.path().join("linked"), t.path().join("copied"));
+        place_file(&blob, &linked, false, true).unwrap();
+        place_file(&blob, &copied, false, false).unwrap();
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_ne!(ino(&copied), ino(&blob.with_extension("r")));
+        assert_eq!(ino(&linked), ino(&blob.with_extension("r")));
+        std::fs::write(&copied, b"rewritten").unwrap();
+        assert_eq!(std::fs::read(blob.with_extension("r")).unwrap(), b"hello\n");
     }
 }
