@@ -188,6 +188,9 @@ pub async fn run(
     let argv = if s.sandbox {
         let mut cfg = crate::sandbox::bwrap::SandboxConfig::new(&root, &cwd);
         cfg.writable = writable;
+        // The bot's own directory (its store, other leases' roots) where a system path
+        // would show it.
+        cfg.masked = crate::sandbox::bwrap::masked_dirs(&[s.work_dir.as_path()]);
         crate::sandbox::bwrap::bwrap_argv(&cfg, &command.arguments)
     } else {
         command.arguments.clone()
