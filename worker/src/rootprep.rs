@@ -402,21 +402,25 @@ pub fn toolchain_dirs(
     let Some((_, path_var)) = env.iter().rev().find(|(k, _)| k == "PATH") else {
         return Vec::new();
     };
-    let mut hidden: Vec<&std::path::Path> =
-        ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
-    hidden.extend([ctx.work_dir.as_path(), root]);
+    let mut hidden = hidden_places(ctx);
+    hidden.push(root);
     hidden.retain(|h| !h.as_os_str().is_empty());
     sandbox::bwrap::path_dirs(path_var, &hidden)
 }
 
 /// The places a sandbox covers where a system path would show them
-/// ([`sandbox::bwrap::masked_dirs`]): the workspace and the cache (`sandbox_hidden`) and the
-/// worker's work dir.
+/// ([`sandbox::bwrap::masked_dirs`]).
 pub fn masked_dirs(ctx: &WorkerContext) -> Vec<PathBuf> {
+    sandbox::bwrap::masked_dirs(&hidden_places(ctx))
+}
+
+/// What a sandbox never shows a task: the workspace and the cache (`sandbox_hidden`) and
+/// the worker's work dir.
+fn hidden_places(ctx: &WorkerContext) -> Vec<&std::path::Path> {
     let mut hidden: Vec<&std::path::Path> =
         ctx.sandbox_hidden.iter().map(PathBuf::as_path).collect();
     hidden.push(ctx.work_dir.as_path());
-    sandbox::bwrap::masked_dirs(&hidden)
+    hidden
 }
 
 /// Wraps `argv` in the sandbox (when the worker has one) and the tracer (when asked and

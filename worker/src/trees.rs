@@ -137,18 +137,16 @@ fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache, copy: bool) -> Result<(
                     path: e.path.clone(),
                     digest: digest.short(),
                 })?;
-                let linked = if copy { None } else { Some(fs::hard_link(&src, &dest)) };
-                match linked {
+                match (!copy).then(|| fs::hard_link(&src, &dest)) {
                     Some(Ok(())) => {}
+                    Some(Err(err)) if err.raw_os_error() != Some(libc::EXDEV) => {
+                        return Err(io_err(dest)(err));
+                    }
                     // Asked for, or the blob cache is on another file system than the work
                     // dir: a copy (with the blob's mode).
-                    None => {
+                    _ => {
                         fs::copy(&src, &dest).map_err(io_err(&dest))?;
                     }
-                    Some(Err(err)) if err.raw_os_error() == Some(libc::EXDEV) => {
-                        fs::copy(&src, &dest).map_err(io_err(&dest))?;
-                    }
-                    Some(Err(err)) => return Err(io_err(dest)(err)),
                 }
             }
         }

@@ -79,30 +79,19 @@ impl WorkspaceView {
                 }
                 continue;
             }
-            if self.tree_of(p).is_none()
-                && let Some(holds_files) = self.unlisted_dir(p)
-            {
-                let words = if holds_files {
-                    let pattern = match p.strip_prefix(&format!("{project_dir}/")) {
-                        Some(rel) if !project_dir.is_empty() => format!("{rel}/**"),
-                        _ if project_dir.is_empty() => format!("{p}/**"),
-                        _ => format!("//{p}/**"),
-                    };
-                    format!(
+            let Some((tree, holder)) = self.tree_of(p) else {
+                match self.unlisted_dir(p) {
+                    Some(true) => advice.push(format!(
                         "`{p}` holds only gitignored files, and a listing shows it: declare \
-                         them (`\"{pattern}\"` keys an ignored directory's files), or remove it"
-                    )
-                } else {
-                    format!(
+                         them (`\"{}\"` keys an ignored directory's files), or remove it",
+                        as_pattern(project_dir, &format!("{p}/**"))
+                    )),
+                    Some(false) => advice.push(format!(
                         "`{p}` is an empty directory, and a listing shows it: a key folds \
                          files, not directories; remove it, or put a file in it"
-                    )
-                };
-                advice.push(words);
-                continue;
-            }
-            let Some((tree, holder)) = self.tree_of(p) else {
-                declarable.push(p.clone());
+                    )),
+                    None => declarable.push(p.clone()),
+                }
                 continue;
             };
             let words = if own.contains(tree) {
@@ -531,20 +520,22 @@ pub fn suggest_globs(
     let kept: Vec<String> = dirs.iter().filter(|d| !covered(d, &dirs)).cloned().collect();
     let mut out: Vec<String> = kept.iter().map(|d| format!("{d}/**")).collect();
     out.extend(files.into_iter().filter(|f| !covered(f, &kept)));
-    let mut out: Vec<String> = out
-        .into_iter()
-        .map(|p| {
-            let prefix = format!("{project_dir}/");
-            match p.strip_prefix(&prefix) {
-                Some(rel) if !project_dir.is_empty() => rel.to_owned(),
-                _ if project_dir.is_empty() => p,
-                _ => format!("//{p}"),
-            }
-        })
-        .collect();
+    let mut out: Vec<String> = out.iter().map(|p| as_pattern(project_dir, p)).collect();
     out.sort();
     out.dedup();
     out
+}
+
+/// Workspace-relative `path` as an `inputs` pattern of a task in `project_dir`: relative to
+/// the project, `//…` outside it.
+fn as_pattern(project_dir: &str, path: &str) -> String {
+    if project_dir.is_empty() {
+        return path.to_owned();
+    }
+    match path.strip_prefix(project_dir).and_then(|r| r.strip_prefix('/')) {
+        Some(rel) => rel.to_owned(),
+        None => format!("//{path}"),
+    }
 }
 
 /// Most entries read from one workspace directory when judging a listing of it.
