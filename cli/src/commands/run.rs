@@ -22,6 +22,7 @@ use prova_coordinator::layers::reapi::ReapiLayer;
 use prova_coordinator::prepare::{KeyStats, Listing, Prepared, prepare};
 use prova_coordinator::run::{RunCache, RunOptions, TaskKind};
 use prova_coordinator::scheduler::defaults;
+use prova_coordinator::trees::TreeGuard;
 use prova_coordinator::workspace::Workspace;
 use prova_protocol::Digest;
 use prova_protocol::TaskId;
@@ -237,6 +238,29 @@ fn probe_sandbox(
     Ok((sandboxed, sandbox))
 }
 
+/// Whether a task of the run may execute and save: one the cache does not answer yet.
+fn will_save(prepared: &Prepared, hits: &HashMap<usize, Entry>) -> bool {
+    let tasks = prepared.plan.tasks.iter().enumerate();
+    tasks.into_iter().any(|(i, t)| t.cacheable && !hits.contains_key(&i))
+}
+
+/// Computes the installed trees' digests under `guard`'s watches in the background, while the
+/// first tasks execute: their saves then find them known.
+fn prime_trees(guard: Arc<TreeGuard>, cache: CacheThread, root: &Path) {
+    let scope = prova_coordinator::trees::memo_scope(root);
+    let primed = OwnedTask::spawn_blocking("run.prime-trees", move || {
+        let mut memo = || {
+            let scope = scope.clone();
+            let rows = cache.call_blocking(move |s| s.memo_load(&scope));
+            rows.ok().and_then(Result::ok).unwrap_or_default()
+        };
+        if let Err(e) = guard.prime(&mut memo) {
+            tracing::debug!("the installed trees were not primed: {e}");
+        }
+    });
+    primed.detach();
+}
+
 /// Why the sandbox cannot run (empty when it can).
 fn unavailable(sandbox: &SandboxStatus) -> &str {
     match sandbox {
@@ -265,6 +289,15 @@ impl Act<'_> {
             LocalLayer::new(self.cache.clone(), prova_coordinator::cache::TRUSTED, &self.ws.root)
                 .with_input_scopes(prepared.input_scopes.clone())
                 .with_protected(prepared.protected.clone());
+        let guard = (!prepared.trees.is_empty()).then(|| {
+            let trees = prepared.trees.iter().map(|t| t.path.clone()).collect();
+            let dirs = self.ws.projects.iter().map(|p| p.dir.clone()).collect();
+            Arc::new(TreeGuard::new(&self.ws.root, trees, dirs))
+        });
+        let layer = match &guard {
+            Some(g) => layer.with_tree_guard(g.clone()),
+            None => layer,
+        };
         let reapi = match self.reach.remote || self.s.cache.off {
             true => None,
             false => {
@@ -283,6 +316,9 @@ impl Act<'_> {
         hits.retain(|&i, _| policy.reads(upstreams, &prepared.plan.tasks[i]));
         tracing::debug!(elapsed = ?probed.elapsed(), hits = hits.len(), "cache probed");
         self.refuse_unsandboxed(&prepared, &hits)?;
+        if let Some(guard) = guard.filter(|_| !self.s.dry_run && will_save(&prepared, &hits)) {
+            prime_trees(guard, self.cache.clone(), &self.ws.root);
+        }
         if self.s.dry_run {
             let upstreams = self.s.options.upstreams;
             let json = self.s.style.json;

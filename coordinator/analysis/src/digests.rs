@@ -146,12 +146,7 @@ fn digest_chunk(
             continue;
         }
         let hashed = match &outside {
-            Some(target) => link_target(root, rel).map(|text| {
-                let mut bytes = text.as_os_str().as_encoded_bytes().to_vec();
-                bytes.extend_from_slice(b"\0beyond the workspace\0");
-                bytes.extend_from_slice(&beyond::state(target));
-                Digest::of(&bytes)
-            }),
+            Some(target) => beyond_digest(root, rel, target),
             None => hash(root, rel, kind),
         };
         let Ok(digest) = hashed else {
@@ -164,6 +159,16 @@ fn digest_chunk(
         }
     }
     out
+}
+
+/// The digest of symlink input `rel`, which leads out of the workspace to `target`: its
+/// text and what is there now.
+fn beyond_digest(root: &Path, rel: &str, target: &Path) -> io::Result<Digest> {
+    let text = link_target(root, rel)?;
+    let mut bytes = text.as_os_str().as_encoded_bytes().to_vec();
+    bytes.extend_from_slice(b"\0beyond the workspace\0");
+    bytes.extend_from_slice(&beyond::state(target));
+    Ok(Digest::of(&bytes))
 }
 
 fn hash(root: &Path, rel: &str, kind: InputKind) -> io::Result<Digest> {
@@ -292,6 +297,24 @@ pub fn first_changed<'a>(
     for (rel, stamp) in before {
         match fs::symlink_metadata(root.join(rel)) {
             Ok(meta) if Stamp::of(&meta) == *stamp => {}
+            _ => return Some(rel.to_owned()),
+        }
+    }
+    None
+}
+
+/// Names the first of `links` (symlink inputs with their keyed digests) that leads out of
+/// the workspace and whose digest is no longer the keyed one: what it leads to changed
+/// while the task ran, which no stamp in the workspace shows ([`first_changed`] compares the
+/// link's own).
+pub fn first_changed_beyond<'a>(
+    root: &Path,
+    links: impl IntoIterator<Item = (&'a str, &'a Digest)>,
+) -> Option<String> {
+    for (rel, keyed) in links {
+        let Some(target) = beyond::beyond(root, rel) else { continue };
+        match beyond_digest(root, rel, &target) {
+            Ok(now) if now == *keyed => {}
             _ => return Some(rel.to_owned()),
         }
     }

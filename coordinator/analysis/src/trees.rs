@@ -25,6 +25,9 @@
 //!   proof counts reads inside it as declared. A read inside a tree a task does not see
 //!   cannot be declared in `inputs` (an input never lies inside a tree): the proof says which
 //!   project's dependency would bring it ([`holder_project`]).
+//! - **Held while tasks run** ([`TreeGuard`]): before a save, each tree the task's key folds
+//!   must still have the digest the key folded (watched with inotify from its first check),
+//!   or the entry is withheld.
 
 use std::collections::HashMap;
 use std::fs;
@@ -38,8 +41,11 @@ use prova_protocol::tree::{TreeEntry, TreeKind, TreeManifest};
 use crate::cache::MemoRow;
 use crate::digests;
 
+mod guard;
 mod stamps;
 mod walk;
+
+pub use guard::{Keyed, TreeGuard};
 
 /// Most directory entries one tree's walk visits before the tree is refused.
 pub const MAX_WALK_ENTRIES: usize = prova_protocol::tree::MAX_TREE_ENTRIES;
@@ -215,8 +221,11 @@ pub const KEY_PREFIX: &str = "tree:";
 /// to, when it has any: `tree-beyond:<path>` → hex (not a [`KEY_PREFIX`] pair: a farm
 /// matches those against the trees a task mounts).
 pub fn beyond_pair(t: &ScannedTree) -> Option<(String, String)> {
-    t.beyond.map(|d| (format!("tree-beyond:{}", t.path), d.to_hex()))
+    t.beyond.map(|d| (format!("{BEYOND_PREFIX}{}", t.path), d.to_hex()))
 }
+
+/// The prefix of a tree's [`beyond_pair`] name.
+pub const BEYOND_PREFIX: &str = "tree-beyond:";
 
 /// What a pass's trees' leaving links lead to ([`Hops::beyond_digest`]), with what it needs
 /// to know of the run: each first hop is looked up once a run however many links share it

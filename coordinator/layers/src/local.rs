@@ -22,6 +22,7 @@ use prova_protocol::events::FileDivergence;
 use crate::cache::{CacheThread, Entry, Execution, MemoRow, NewEntry};
 use crate::inputs::InputScope;
 use crate::keys::{KeyComponents, Stamp, digests};
+use prova_analysis::trees::{Keyed, TreeGuard};
 
 /// Entries used within this long are not marked again: back-to-back warm runs then leave
 /// the index unwritten ([`crate::cache::Store::touch_coarse`]).
@@ -32,6 +33,30 @@ const TOUCH_RESOLUTION_MS: i64 = 60_000;
 fn stale_keys(used: Vec<(Digest, i64)>, now_ms: i64) -> Vec<Digest> {
     let older_than = now_ms.saturating_sub(TOUCH_RESOLUTION_MS);
     used.into_iter().filter(|&(_, last)| last <= older_than).map(|(k, _)| k).collect()
+}
+
+/// Why an entry whose key folds `keyed` must be withheld, if one of those trees changed
+/// while the task ran.
+fn trees_changed(
+    guard: &TreeGuard,
+    keyed: &[Keyed],
+    cache: &CacheThread,
+    root: &Path,
+) -> Option<String> {
+    let scope = prova_analysis::trees::memo_scope(root);
+    let mut memo = || {
+        let scope = scope.clone();
+        cache
+            .call_blocking(move |s| s.memo_load(&scope))
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    };
+    match guard.changed(keyed, &mut memo) {
+        Ok(None) => None,
+        Ok(Some(tree)) => Some(format!("installed tree `{tree}` changed while the task ran")),
+        Err(e) => Some(format!("its installed trees could not be checked again: {e}")),
+    }
 }
 
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.
@@ -51,6 +76,8 @@ pub struct LocalLayer {
     scopes: Option<Arc<HashMap<String, InputScope>>>,
     /// The files no restore of a task may remove or overwrite, by task id (issue 27).
     protected: Arc<crate::inputs::protect::Protected>,
+    /// The installed trees, held to the digests each task's key folds until its save.
+    trees: Option<Arc<TreeGuard>>,
 }
 
 /// What a restore did.
@@ -105,6 +132,7 @@ impl LocalLayer {
             staging: root.join(".prova").join("tmp"),
             scopes: None,
             protected: Arc::default(),
+            trees: None,
         }
     }
 
@@ -121,6 +149,13 @@ impl LocalLayer {
     /// ran (`scopes` by task id, from the coordinator's `prepare::Prepared::input_scopes`).
     pub fn with_input_scopes(mut self, scopes: Arc<HashMap<String, InputScope>>) -> Self {
         self.scopes = Some(scopes);
+        self
+    }
+
+    /// The layer, withholding an entry when an installed tree its key folds changed while
+    /// the task ran (`guard` over the workspace at the layer's root).
+    pub fn with_tree_guard(mut self, guard: Arc<TreeGuard>) -> Self {
+        self.trees = Some(guard);
         self
     }
 
@@ -320,15 +355,38 @@ impl LocalLayer {
             .chain(&req.components.workspace)
             .map(|f| f.path.clone())
             .collect();
+        let links: Vec<(String, Digest)> = req
+            .components
+            .inputs
+            .iter()
+            .chain(&req.components.workspace)
+            .filter(|f| f.kind == prova_protocol::key::InputKind::Symlink)
+            .map(|f| (f.path.clone(), f.digest))
+            .collect();
         let entries: Option<Vec<String>> = req
             .components
             .entries()
             .map(|(_, names)| names.into_iter().map(str::to_owned).collect());
+        let trees =
+            self.trees.clone().map(|guard| (guard, Keyed::of_config(&req.components.config)));
+        let cache = self.cache.clone();
         let withheld = OwnedTask::spawn_blocking("save.withhold-check", move || {
             if let Some(path) =
                 digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
             {
                 return Some(format!("input `{path}` changed while the task ran"));
+            }
+            let links = links.iter().map(|(p, d)| (p.as_str(), d));
+            if let Some(path) = digests::first_changed_beyond(&root, links) {
+                return Some(format!(
+                    "what input `{path}` leads to, out of the workspace, changed while the \
+                     task ran"
+                ));
+            }
+            if let Some(reason) =
+                trees.and_then(|(guard, keyed)| trees_changed(&guard, &keyed, &cache, &root))
+            {
+                return Some(reason);
             }
             let known: HashSet<&str> = known.iter().map(String::as_str).collect();
             let now = match scope?.recheck(&root, &known) {

@@ -154,6 +154,17 @@ pub(super) enum Keep {
 /// their directories): every entry but names that are not UTF-8, sockets and devices;
 /// symlinks not followed. Fails past [`MAX_WALK_ENTRIES`] in one tree.
 pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>, TreeScanError> {
+    walk_visiting(root, dirs, keep, &|_| ())
+}
+
+/// [`walk`], calling `visit` with each directory (workspace-relative) before it is read: a
+/// watch placed there sees every change the read does not.
+pub(super) fn walk_visiting(
+    root: &Path,
+    dirs: &[String],
+    keep: Keep,
+    visit: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<Seen>, TreeScanError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
     let todo = dirs.iter().cloned().enumerate().rev().collect();
     let queue = Queue {
@@ -163,6 +174,7 @@ pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>
     let counts: Vec<AtomicUsize> = dirs.iter().map(|_| AtomicUsize::new(0)).collect();
     // Reads one directory of tree `t` into `seen` and queues its subdirectories.
     let step = |seen: &mut Vec<Seen>, t: usize, d: String| {
+        visit(&d);
         let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
         queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
     };
