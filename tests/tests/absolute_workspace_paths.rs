@@ -65,3 +65,46 @@ fn a_workspace_under_usr_is_not_readable_inside_the_sandbox() {
     assert!(note.contains("`p/secret.txt`"), "{note}\n{out}");
     assert!(!ws.exists("p/out/o.txt"), "nothing saved or restored");
 }
+
+/// The same reads through a symlink to the workspace, or to a directory in it (a checkout
+/// reached through `~/src -> /data/src`, a variable set from a logical `$PWD`): the trace
+/// sees a path outside both the root and the workspace, which the sandbox does not show
+/// either. Where it leads on this machine decides.
+#[test]
+fn a_read_of_the_workspace_through_a_symlink_to_it_is_named_by_the_inputs_proof() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let ws = with_task(
+        TempWorkspace::new(),
+        "(cat $CONFIG || echo none) > out/o.txt && (test -e $PROBE || echo absent) >> out/o.txt",
+        "env = [\"CONFIG\", \"PROBE\"]",
+    );
+    let links = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(ws.root(), links.path().join("ws")).unwrap();
+    std::os::unix::fs::symlink(ws.path("p"), links.path().join("p")).unwrap();
+    let config = links.path().join("ws/p/secret.txt").to_string_lossy().into_owned();
+    let probe = links.path().join("p/conf/local.cfg").to_string_lossy().into_owned();
+    let out = prova(&ws, ["run", "abs", "--all", "--verify=inputs", "--json"])
+        .env("CONFIG", &config)
+        .env("PROBE", &probe)
+        .run();
+    out.assert_code(1);
+    let v = only_verdict(&out, "p#abs");
+    assert_eq!(name(&v), "undeclared-inputs", "{out}");
+    assert_eq!(v["paths"], serde_json::json!(["p/conf/local.cfg", "p/secret.txt"]), "{out}");
+
+    // `sandbox = true`: the confined run fails rather than save without the file.
+    let confined = with_task(
+        TempWorkspace::new(),
+        "cat $CONFIG > out/o.txt || true",
+        "sandbox = true\nenv = [\"CONFIG\"]",
+    );
+    std::os::unix::fs::symlink(confined.root(), links.path().join("confined")).unwrap();
+    let config = links.path().join("confined/p/secret.txt").to_string_lossy().into_owned();
+    let out = prova(&confined, ["run", "abs", "--all", "--json"]).env("CONFIG", &config).run();
+    out.assert_code(1);
+    assert_eq!(out.status_of("p#abs"), "failed", "{out}");
+    let note = out.report("p#abs")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("`p/secret.txt`"), "{note}\n{out}");
+}

@@ -326,6 +326,7 @@ fn analyse(
         wrote: BTreeSet::new(),
         stand_ins: stand_ins.clone(),
         stood: BTreeSet::new(),
+        host: HashMap::new(),
     };
     for_each_event(trace, |ev| a.event(ev))?;
     Ok(a)
@@ -585,7 +586,13 @@ struct Analysis {
     stood: BTreeSet<String>,
     /// The symlinks under the root, for where a lookup really led.
     links: links::Links,
+    /// Paths outside the root resolved on this machine (at most [`MAX_HOST_PATHS`]): where
+    /// each leads, `None` where nothing is.
+    host: HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
+
+/// Most paths outside the root [`Analysis::through_host_links`] remembers.
+const MAX_HOST_PATHS: usize = 65_536;
 
 /// How far up the parent chain a working directory is looked for.
 const MAX_ANCESTRY: usize = 64;
@@ -714,11 +721,47 @@ impl Analysis {
             return;
         }
         for p in &paths {
-            if let Some(rel) = strip_root(p, &self.root)
+            let mapped = match strip_root(p, &self.root) {
+                Some(_) => None,
+                None => self.through_host_links(p),
+            };
+            if let Some(rel) = strip_root(mapped.as_ref().unwrap_or(p), &self.root)
                 && self.found.len() < MAX_MISSING
             {
                 self.found.insert(String::from_utf8_lossy(rel).into_owned());
             }
+        }
+    }
+
+    /// `path` (absolute, normalised, outside the root), a lookup the sandbox could not
+    /// answer, taken onto the root when on this machine it leads into the workspace through
+    /// a symlink (`~/src/ws -> /data/ws`, a link to one of its directories): its nearest
+    /// part that exists here, resolved, with the rest after it. Only where the workspace is
+    /// on this machine ([`Self::workspace`]).
+    fn through_host_links(&mut self, path: &[u8]) -> Option<Vec<u8>> {
+        let ws = self.workspace.clone()?;
+        let mut cut = path.len();
+        loop {
+            let prefix = &path[..cut];
+            let real = match self.host.get(prefix) {
+                Some(real) => real.clone(),
+                None => {
+                    let real = fs::canonicalize(std::ffi::OsStr::from_bytes(prefix))
+                        .ok()
+                        .map(|p| p.into_os_string().into_encoded_bytes());
+                    if self.host.len() < MAX_HOST_PATHS {
+                        self.host.insert(prefix.to_vec(), real.clone());
+                    }
+                    real
+                }
+            };
+            if let Some(mut full) = real {
+                full.extend_from_slice(&path[cut..]);
+                let full = normalize(&full);
+                let inside = full == ws || strip_root(&full, &ws).is_some();
+                return inside.then(|| self.onto_root(full));
+            }
+            cut = path[..cut].iter().rposition(|&b| b == b'/').filter(|&c| c > 0)?;
         }
     }
 
@@ -1064,6 +1107,36 @@ mod tests {
             trace_reads_with(g.path(), Path::new("/w/.prova/r"), &none, Some(Path::new("/w")))
                 .unwrap();
         assert_eq!(reads.missing, ["p/a.txt", "p/b.txt"]);
+    }
+
+    #[test]
+    fn a_failed_lookup_through_a_symlink_to_the_workspace_counts_as_one_in_the_root() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        std::fs::create_dir_all(ws.join("p")).unwrap();
+        let elsewhere = t.path().join("home");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&ws, elsewhere.join("ws-link")).unwrap();
+        std::os::unix::fs::symlink(ws.join("p"), elsewhere.join("p-link")).unwrap();
+        std::os::unix::fs::symlink("/usr", elsewhere.join("usr-link")).unwrap();
+        let e = elsewhere.display();
+        let f = canned_file(&format!(
+            r#"7  openat(AT_FDCWD</r/p>, "{e}/ws-link/p/secret.txt", O_RDONLY) = -1 ENOENT (No such file or directory)
+7  newfstatat(AT_FDCWD</r/p>, "{e}/p-link/conf/deep/x.cfg", 0x7ffc, 0) = -1 ENOENT (No such file or directory)
+7  access("{e}/usr-link/nothing-here", R_OK) = -1 ENOENT (No such file or directory)
+7  access("{e}/absent/ws-link", R_OK) = -1 ENOENT (No such file or directory)
+7  openat(AT_FDCWD</r/p>, "{e}/ws-link/p/found.txt", O_RDONLY) = 3</usr/lib/found.txt>
+"#
+        ));
+        let none = BTreeSet::new();
+        let reads = trace_reads_with(f.path(), Path::new("/r"), &none, Some(&ws)).unwrap();
+        // Where each leads on this machine: into the workspace, or anywhere else. A lookup
+        // the sandbox answered is what it showed.
+        assert_eq!(reads.missing, ["p/conf/deep/x.cfg", "p/secret.txt"]);
+        // No workspace on this machine (a farm worker): nothing to follow.
+        assert!(
+            trace_reads_with(f.path(), Path::new("/r"), &none, None).unwrap().missing.is_empty()
+        );
     }
 
     #[test]
