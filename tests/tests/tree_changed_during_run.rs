@@ -5,6 +5,10 @@
 //! lockfile, a `git stash` of a patch) a hit served those bytes. A task's input files were
 //! rechecked before its save; its trees were not.
 //!
+//! The same holds for the rest of what a key folds from outside its input files: a symlink
+//! input's target out of the workspace, a tree's links that leave it, and the programs the
+//! command starts (`binary:` pairs).
+//!
 //! Each test changes the tree from inside a task (deterministic: no second process to time)
 //! only when `FLIP` is set, puts it back, and runs again: the run must execute and make the
 //! bytes the tree it sees gives, never restore the first run's.
@@ -196,6 +200,40 @@ fn an_input_linked_from_outside_changed_while_the_task_ran_is_never_served_back(
     assert!(reason.contains("src/shared") && reason.contains("changed"), "{reason}\n{first}");
     std::fs::write(&file, "one\n").unwrap();
     let back = run(&ws, false);
+    assert_eq!(ran(&back), ["p#build"], "{back}");
+    assert_eq!(ws.read("p/dist/out.txt"), "one\n", "{back}");
+}
+
+/// The same hole through a program the key folds (`binary:<word>`, the default runtime
+/// input): a tool outside the workspace upgraded in place while the task ran (`npm i -g`,
+/// `cargo install`, a task installing a tool a later one starts).
+#[test]
+fn a_program_upgraded_while_the_task_ran_is_never_served_back() {
+    let bin = tempfile::tempdir().unwrap();
+    let tool = bin.path().join("mytool");
+    let install = |body: &str| {
+        std::fs::write(&tool, format!("#!/bin/sh\necho {body}\n")).unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    install("one");
+    let ws = workspace(&format!(
+        "if [ -n \\\"$FLIP\\\" ]; then printf '#!/bin/sh\\\\necho two\\\\n' > {}; fi; mkdir -p \
+         dist && mytool > dist/out.txt",
+        tool.display()
+    ));
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let run = |flip: bool| {
+        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
+        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
+        out.assert_code(0);
+        out
+    };
+    let first = run(true);
+    assert_eq!(ws.read("p/dist/out.txt"), "two\n");
+    let reason = first.not_saved_reason("p#build");
+    assert!(reason.contains("`mytool`") && reason.contains("changed"), "{reason}\n{first}");
+    install("one");
+    let back = run(false);
     assert_eq!(ran(&back), ["p#build"], "{back}");
     assert_eq!(ws.read("p/dist/out.txt"), "one\n", "{back}");
 }

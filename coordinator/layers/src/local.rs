@@ -21,8 +21,9 @@ use prova_protocol::events::FileDivergence;
 
 use crate::cache::{CacheThread, Entry, Execution, MemoRow, NewEntry};
 use crate::inputs::InputScope;
-use crate::keys::{KeyComponents, Stamp, digests};
+use crate::keys::{KeyComponents, Stamp, binaries, digests};
 use prova_analysis::trees::{Keyed, TreeGuard};
+use prova_protocol::spec::ProgramCheck;
 
 /// Entries used within this long are not marked again: back-to-back warm runs then leave
 /// the index unwritten ([`crate::cache::Store::touch_coarse`]).
@@ -33,6 +34,23 @@ const TOUCH_RESOLUTION_MS: i64 = 60_000;
 fn stale_keys(used: Vec<(Digest, i64)>, now_ms: i64) -> Vec<Digest> {
     let older_than = now_ms.saturating_sub(TOUCH_RESOLUTION_MS);
     used.into_iter().filter(|&(_, last)| last <= older_than).map(|(k, _)| k).collect()
+}
+
+/// The first of `checks` (a key's programs) that is no longer as keyed.
+fn programs_changed<'a>(
+    rechecked: &binaries::Rechecked,
+    checks: &'a [ProgramCheck],
+    cache: &CacheThread,
+) -> Option<&'a ProgramCheck> {
+    if checks.is_empty() {
+        return None;
+    }
+    let mut memo = |path: &str| {
+        let names = vec![path.to_owned()];
+        let rows = cache.call_blocking(move |s| s.memo_get(binaries::SCOPE, &names));
+        rows.ok().and_then(Result::ok).and_then(|mut r| r.remove(path))
+    };
+    rechecked.changed(checks, &mut memo)
 }
 
 /// Why an entry whose key folds `keyed` must be withheld, if one of those trees changed
@@ -78,6 +96,8 @@ pub struct LocalLayer {
     protected: Arc<crate::inputs::protect::Protected>,
     /// The installed trees, held to the digests each task's key folds until its save.
     trees: Option<Arc<TreeGuard>>,
+    /// The programs saves found as keyed (`binary:` pairs).
+    programs: Arc<binaries::Rechecked>,
 }
 
 /// What a restore did.
@@ -133,6 +153,7 @@ impl LocalLayer {
             scopes: None,
             protected: Arc::default(),
             trees: None,
+            programs: Arc::default(),
         }
     }
 
@@ -369,12 +390,19 @@ impl LocalLayer {
             .map(|(_, names)| names.into_iter().map(str::to_owned).collect());
         let trees =
             self.trees.clone().map(|guard| (guard, Keyed::of_config(&req.components.config)));
+        let programs = (self.programs.clone(), binaries::checks(&req.components.config));
         let cache = self.cache.clone();
         let withheld = OwnedTask::spawn_blocking("save.withhold-check", move || {
             if let Some(path) =
                 digests::first_changed(&root, stamps.iter().map(|(p, s)| (p.as_str(), s)))
             {
                 return Some(format!("input `{path}` changed while the task ran"));
+            }
+            if let Some(c) = programs_changed(&programs.0, &programs.1, &cache) {
+                return Some(format!(
+                    "program `{}` (`{}`) changed while the task ran",
+                    c.word, c.path
+                ));
             }
             let links = links.iter().map(|(p, d)| (p.as_str(), d));
             if let Some(path) = digests::first_changed_beyond(&root, links) {

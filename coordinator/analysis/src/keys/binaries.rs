@@ -357,6 +357,48 @@ pub fn checks(config: &[(String, String)]) -> Vec<ProgramCheck> {
         .collect()
 }
 
+/// The programs a run's saves found, by path: the stamp each had and its digest then. A
+/// program whose stamp is the one seen, older than the racy window, is not read again.
+#[derive(Debug, Default)]
+pub struct Rechecked {
+    seen: std::sync::Mutex<HashMap<PathBuf, (Stamp, Digest)>>,
+}
+
+impl Rechecked {
+    /// The first of `checks` (a key's programs, [`checks`]) whose bytes are no longer the
+    /// keyed ones: upgraded in place while the task ran (`npm i -g`, `cargo install`, a
+    /// task installing a tool a later one starts), or gone. `memo` answers a path's memo
+    /// row (scope [`SCOPE`]) the first time it is looked at.
+    pub fn changed<'a>(
+        &self,
+        checks: &'a [ProgramCheck],
+        memo: &mut dyn FnMut(&str) -> Option<MemoRow>,
+    ) -> Option<&'a ProgramCheck> {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        checks.iter().find(|c| {
+            let path = Path::new(&c.path);
+            let Ok(meta) = std::fs::metadata(path) else { return true };
+            let stamp = Stamp::of(&meta);
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((s, d)) = seen.get(path)
+                && *s == stamp
+            {
+                return *d != c.digest;
+            }
+            let rows: HashMap<String, MemoRow> =
+                memo(&c.path).map(|r| (c.path.clone(), r)).into_iter().collect();
+            let (found, _) = digest_all(&[path.to_path_buf()], &rows, now_ns);
+            let Some(digest) = found.get(path).copied() else { return true };
+            if row_proves_output(&stamp, &memo_row(&stamp, digest, now_ns)) {
+                seen.insert(path.to_path_buf(), (stamp, digest));
+            }
+            digest != c.digest
+        })
+    }
+}
+
 /// The config pair for `word` resolved to `path` with `digest`.
 pub fn pair(word: &str, path: &Path, digest: &Digest) -> (String, String) {
     (format!("{PREFIX}{word}"), format!("{} {}", path.display(), digest.to_hex()))
@@ -540,5 +582,27 @@ mod tests {
             .collect();
         let (d4, _) = digest_all(std::slice::from_ref(&tool), &racy, far_future);
         assert_eq!(d4, d3, "a racy row is re-read");
+    }
+
+    #[test]
+    fn a_program_rewritten_in_place_is_no_longer_as_keyed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tool = canon(&install(dir.path(), "tool"));
+        let keyed = Digest::of_file(&tool).expect("digest");
+        let check = ProgramCheck {
+            word: "tool".into(),
+            path: tool.to_string_lossy().into_owned(),
+            digest: keyed,
+        };
+        let checks = [check];
+        let rechecked = Rechecked::default();
+        assert!(rechecked.changed(&checks, &mut |_| None).is_none());
+        std::fs::write(&tool, "exit 1\n").expect("rewrite");
+        assert_eq!(
+            rechecked.changed(&checks, &mut |_| None).map(|c| c.word.as_str()),
+            Some("tool")
+        );
+        std::fs::remove_file(&tool).expect("remove");
+        assert!(rechecked.changed(&checks, &mut |_| None).is_some(), "gone");
     }
 }
