@@ -16,8 +16,10 @@
 //!   yet done and does it then. Each check drains the events first: a tree with none since
 //!   keeps that digest, one with any is walked and computed again. An overflowed queue is an
 //!   event in every tree.
-//! - **No watch, no shortcut**: where a watch cannot be placed (the user's watch limit, a
-//!   directory gone mid-walk), the digest is computed afresh at every check.
+//! - **No watch, no shortcut**: where a watch cannot be placed (a directory gone mid-walk),
+//!   the digest is computed afresh at the next check. At the user's watch limit
+//!   (`fs.inotify.max_user_watches`, shared with editors) every watch is let go at once and
+//!   each check computes from then on.
 //! - **Compared by content**: a task writing the same bytes into its tree every run (a
 //!   tool's cache under `node_modules/.cache`) moves stamps, not the digest, so its next run
 //!   saves.
@@ -209,8 +211,14 @@ impl TreeGuard {
             }
         }
         if limit.into_inner() {
-            tracing::debug!("the installed trees' watches met the user's limit");
+            // Every watch let go (the user's editor shares the limit); no digest stands
+            // without them.
+            tracing::debug!("the installed trees' watches met the user's limit: none kept");
+            state.inotify = None;
+            state.by_watch.clear();
+            state.known.clear();
             state.limited = true;
+            return Ok(now);
         }
         // An event since the first watch went up may have come after the walk read its
         // directory: then the digest stands for this check only.
