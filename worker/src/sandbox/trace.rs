@@ -739,6 +739,11 @@ impl Analysis {
     /// part that exists here, resolved, with the rest after it. Only where the workspace is
     /// on this machine ([`Self::workspace`]).
     fn through_host_links(&mut self, path: &[u8]) -> Option<Vec<u8>> {
+        // Never where this machine's answer is not the task's: `/proc/self/cwd` here is
+        // prova's own directory, `/dev/fd/3` its own descriptor.
+        if [&b"/proc/"[..], b"/dev/"].iter().any(|p| path.starts_with(p)) {
+            return None;
+        }
         let ws = self.workspace.clone()?;
         let mut cut = path.len();
         loop {
@@ -1126,6 +1131,7 @@ mod tests {
 7  access("{e}/usr-link/nothing-here", R_OK) = -1 ENOENT (No such file or directory)
 7  access("{e}/absent/ws-link", R_OK) = -1 ENOENT (No such file or directory)
 7  openat(AT_FDCWD</r/p>, "{e}/ws-link/p/found.txt", O_RDONLY) = 3</usr/lib/found.txt>
+7  newfstatat(AT_FDCWD</r/p>, "/proc/self/cwd/nowhere", 0x7ffc, 0) = -1 ENOENT (No such file or directory)
 "#
         ));
         let none = BTreeSet::new();
@@ -1133,6 +1139,10 @@ mod tests {
         // Where each leads on this machine: into the workspace, or anywhere else. A lookup
         // the sandbox answered is what it showed.
         assert_eq!(reads.missing, ["p/conf/deep/x.cfg", "p/secret.txt"]);
+        // `/proc/self/cwd` here is this process's own directory, not the task's.
+        let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+        let reads = trace_reads_with(f.path(), Path::new("/r"), &none, Some(&here)).unwrap();
+        assert!(!reads.missing.iter().any(|m| m.contains("nowhere")), "{:?}", reads.missing);
         // No workspace on this machine (a farm worker): nothing to follow.
         assert!(
             trace_reads_with(f.path(), Path::new("/r"), &none, None).unwrap().missing.is_empty()
