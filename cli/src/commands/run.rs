@@ -316,7 +316,8 @@ impl Act<'_> {
         hits.retain(|&i, _| policy.reads(upstreams, &prepared.plan.tasks[i]));
         tracing::debug!(elapsed = ?probed.elapsed(), hits = hits.len(), "cache probed");
         self.refuse_unsandboxed(&prepared, &hits)?;
-        if let Some(guard) = guard.filter(|_| !self.s.dry_run && will_save(&prepared, &hits)) {
+        let saves = !self.s.dry_run && policy.write && will_save(&prepared, &hits);
+        if let Some(guard) = guard.filter(|_| saves) {
             prime_trees(guard, self.cache.clone(), &self.ws.root);
         }
         if self.s.dry_run {

@@ -146,9 +146,7 @@ impl TreeGuard {
         }
         Ok(None)
     }
-}
 
-impl TreeGuard {
     /// Computes every tree's digest now, each watched from then on: what the first save
     /// would do, done while the run's first tasks execute.
     pub fn prime(
