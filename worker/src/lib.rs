@@ -27,6 +27,9 @@
 //!   upstream outputs, its output directories made, removed on drop.
 //! - [`trees`]: installed trees (`node_modules`) materialised once per digest from the blob
 //!   cache, which exec roots mount.
+//! - [`treecopies`]: without a sandbox, the copies of installed trees that exec roots mirror
+//!   with symlinks, watched while tasks use them: a task that writes one fails, its
+//!   neighbours run again, and the copy is built afresh.
 //! - [`sandbox`]: bubblewrap around a task (read-only root, writable outputs, no network),
 //!   host detection, and `strace` to name undeclared reads.
 //! - [`perturb`]: a determinism re-run's perturbations on this machine (clock, CPUs, locale,
@@ -54,4 +57,5 @@ pub mod sandbox;
 pub mod session;
 pub mod shmroots;
 pub mod start;
+pub mod treecopies;
 pub mod trees;

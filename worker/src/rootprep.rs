@@ -30,6 +30,9 @@ pub struct PreparedRoot {
     /// What the task may write beside its outputs, and the root as built, surveyed on the
     /// thread that built it (`execroot::strays`; `None` when there is nothing to watch).
     pub strays: Option<(StrayCheck, Survey)>,
+    /// A worker without a sandbox: the task's use of its copies of installed trees, asked at
+    /// the task's end whether they changed (`crate::treecopies`).
+    pub tree_leases: Vec<crate::treecopies::TreeLease>,
 }
 
 /// The command line to run, and where its trace goes when traced.
@@ -51,6 +54,9 @@ pub enum PrepareError {
     /// This worker was started without a blob cache.
     #[error("this worker has no blob cache for exec roots")]
     NoBlobCache,
+    /// A worker without a sandbox has no watched copies of installed trees to mirror.
+    #[error("this worker has no sandbox and no watched copies of installed trees")]
+    NoTreeCopies,
     /// Blobs are missing and there is no coordinator to ask.
     #[error("{missing} blobs are missing and this worker has no coordinator to fetch them from")]
     NoCoordinator {
@@ -139,7 +145,8 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
     }
     let fetched_blobs = fetch_missing(ctx, &blobs, wanted, &inputs).await?;
     let fetched = started.elapsed();
-    let trees = ready_trees(ctx, &blobs, &tree_refs, local_source.as_deref()).await?;
+    let (trees, tree_leases) =
+        ready_trees(ctx, &blobs, &tree_refs, local_source.as_deref()).await?;
     let trees_ready = started.elapsed();
     let mut spec = ExecRootSpec {
         trees,
@@ -228,7 +235,7 @@ pub async fn prepare(a: &Assignment, ctx: &WorkerContext) -> Result<PreparedRoot
         elapsed = ?started.elapsed(),
         "exec root prepared"
     );
-    Ok(PreparedRoot { root, rerun, perturbed, strays })
+    Ok(PreparedRoot { root, rerun, perturbed, strays, tree_leases })
 }
 
 /// Fetches what of `wanted` the blob cache lacks from the coordinator; how many that was.
@@ -252,14 +259,16 @@ async fn fetch_missing(
 
 /// The installed trees of the root: the workspace's own directory (a local proof run,
 /// `local_source`), or the worker's one materialised copy of each digest, its missing file
-/// blobs fetched first.
+/// blobs fetched first — without a sandbox, a watched copy the task leases
+/// (`crate::treecopies`).
 async fn ready_trees(
     ctx: &WorkerContext,
     blobs: &crate::blobcache::BlobCache,
     tree_refs: &[&InputRef],
     local_source: Option<&std::path::Path>,
-) -> Result<Vec<RootTree>, PrepareError> {
+) -> Result<(Vec<RootTree>, Vec<crate::treecopies::TreeLease>), PrepareError> {
     let mut trees = Vec::new();
+    let mut leases = Vec::new();
     for t in tree_refs {
         let source = match local_source {
             Some(ws) => ws.join(&t.path),
@@ -269,23 +278,33 @@ async fn ready_trees(
                 let name = t.path.rsplit('/').next().unwrap_or(&t.path).to_owned();
                 let (digest, blobs2, work) = (t.digest, blobs.clone(), ctx.work_dir.clone());
                 let _pins = blobs.pin(&m.blobs());
-                let sandboxed = ctx.sandbox;
-                OwnedTask::spawn_blocking("worker.tree", move || {
-                    let store = if sandboxed {
-                        crate::trees::TreeStore::new(&work)
-                    } else {
-                        crate::trees::TreeStore::copying(&work)
-                    };
-                    store.ensure(&digest, &name, &m, &blobs2)
-                })
-                .join()
-                .await?
-                .map_err(|e| PrepareError::Tree { path: t.path.clone(), source: Box::new(e) })?
+                let tree_err = |e| PrepareError::Tree { path: t.path.clone(), source: Box::new(e) };
+                if ctx.sandbox {
+                    OwnedTask::spawn_blocking("worker.tree", move || {
+                        crate::trees::TreeStore::new(&work).ensure(&digest, &name, &m, &blobs2)
+                    })
+                    .join()
+                    .await?
+                    .map_err(tree_err)?
+                } else {
+                    // Mirrored with symlinks a task can write through: a watched copy.
+                    let copies = ctx.tree_copies.clone().ok_or(PrepareError::NoTreeCopies)?;
+                    let path = t.path.clone();
+                    let lease = OwnedTask::spawn_blocking("worker.tree", move || {
+                        copies.acquire(&digest, &name, &m, &blobs2, &path)
+                    })
+                    .join()
+                    .await?
+                    .map_err(tree_err)?;
+                    let dir = lease.dir.clone();
+                    leases.push(lease);
+                    dir
+                }
             }
         };
         trees.push(RootTree { path: t.path.clone(), source });
     }
-    Ok(trees)
+    Ok((trees, leases))
 }
 
 /// Where the root is made: under the work dir's `roots`, or — a determinism re-run — under

@@ -21,6 +21,7 @@ use crate::runner::{RunnerConfig, WorkerContext};
 use crate::sandbox;
 use crate::session::{self, SessionError};
 use crate::shmroots::TmpfsRoots;
+use crate::treecopies::TreeCopies;
 
 /// Reports queued from the worker actor to its session.
 const REPORT_QUEUE: usize = 256;
@@ -204,6 +205,8 @@ pub async fn run_worker(
     }
     let (remote, conn_tx) = session::blobs();
     let (link, reports) = mpsc::channel(REPORT_QUEUE);
+    // Copies a predecessor left may have changed unwatched: removed here.
+    let tree_copies = (!s.sandbox).then(|| Arc::new(TreeCopies::new(&work_dir)));
     let context = WorkerContext {
         executor: Arc::new(LocalExecutor),
         config: RunnerConfig::from_host(),
@@ -215,6 +218,7 @@ pub async fn run_worker(
         disk: Some(disk),
         sandbox_hidden: Vec::new(),
         tmpfs_roots,
+        tree_copies,
     };
     let worker = WorkerActor::spawn(WorkerActorArgs { context, slots: s.slots as usize, link });
     let info = WorkerInfo {

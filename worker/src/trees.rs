@@ -8,7 +8,9 @@
 //! staging directory left by a crash is removed by the next build.
 //!
 //! Exec roots then mount the tree at its workspace path ([`crate::execroot`]): a read-only
-//! bind mount inside the sandbox, or, without one, a shallow mirror of its top level.
+//! bind mount inside the sandbox, or, without one, a shallow mirror of its top level — then
+//! of a copy (files copied, not linked) the worker watches while tasks use it
+//! ([`crate::treecopies`]).
 
 use std::fs;
 use std::io;
@@ -60,24 +62,13 @@ static BUILDING: Mutex<()> = Mutex::new(());
 #[derive(Debug)]
 pub struct TreeStore {
     dir: PathBuf,
-    /// Files copied from their blobs, not hardlinked ([`TreeStore::copying`]).
-    copy: bool,
 }
 
 impl TreeStore {
     /// The store under `work_dir/trees`: files hardlinked to their blobs, for roots a
     /// sandbox mounts the trees into read-only.
     pub fn new(work_dir: &Path) -> Self {
-        Self { dir: work_dir.join("trees"), copy: false }
-    }
-
-    /// The store under `work_dir/trees-copied`, whose files are copies of their blobs: for
-    /// a worker without a sandbox, whose roots mirror a tree with symlinks into it, so a
-    /// task that writes a tree's file in place (as root, or after a `chmod`) never writes
-    /// a cached blob. The tree itself it can still change: a worker without a sandbox runs
-    /// trusted code.
-    pub fn copying(work_dir: &Path) -> Self {
-        Self { dir: work_dir.join("trees-copied"), copy: true }
+        Self { dir: work_dir.join("trees") }
     }
 
     /// Where tree `digest` named `name` is (or would be) materialised.
@@ -109,7 +100,7 @@ impl TreeStore {
             // Left by a build that died: never trusted.
             fs::remove_dir_all(&staging).map_err(io_err(&staging))?;
         }
-        let built = build(&staging, m, blobs, self.copy);
+        let built = build(&staging, m, blobs, false);
         if let Err(e) = built {
             let _ = fs::remove_dir_all(&staging);
             return Err(e);
@@ -121,7 +112,12 @@ impl TreeStore {
 
 /// Builds the manifest's entries under a new directory `at`, each file a hardlink to its
 /// blob or (`copy`) a copy of it.
-fn build(at: &Path, m: &TreeManifest, blobs: &BlobCache, copy: bool) -> Result<(), TreeError> {
+pub(crate) fn build(
+    at: &Path,
+    m: &TreeManifest,
+    blobs: &BlobCache,
+    copy: bool,
+) -> Result<(), TreeError> {
     fs::DirBuilder::new().mode(0o755).create(at).map_err(io_err(at))?;
     // Sorted by path with every parent listed first (the manifest was checked), so each
     // entry's directory exists and is one this build made.
@@ -307,17 +303,6 @@ mod tests {
         let ino = |p: &Path| fs::metadata(p).unwrap().ino();
         let blob_ino = ino(&cache.path(&js, false).unwrap());
         assert_eq!(ino(&at.join("foo/index.js")), blob_ino, "a hardlink to the blob");
-
-        // Without a sandbox: copies, elsewhere, so an in-place write leaves the blob as it was.
-        let copied =
-            TreeStore::copying(work.path()).ensure(&d, "node_modules", &m, &cache).unwrap();
-        assert_ne!(copied, at);
-        let file = copied.join("foo/index.js");
-        assert_ne!(ino(&file), blob_ino);
-        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o444);
-        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
-        fs::write(&file, "module.exports = 2").unwrap();
-        assert_eq!(fs::read(cache.path(&js, false).unwrap()).unwrap(), b"module.exports = 1");
     }
 
     #[test]

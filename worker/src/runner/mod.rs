@@ -78,6 +78,9 @@ pub struct WorkerContext {
     /// `--exec-roots work-dir`. A farm task that ran it short is handed back, and the worker's
     /// roots stay in its work dir from then on (`runner::tries`).
     pub tmpfs_roots: Option<Arc<crate::shmroots::TmpfsRoots>>,
+    /// A farm worker without a sandbox: its watched copies of installed trees, which its
+    /// roots mirror (`crate::treecopies`).
+    pub tree_copies: Option<Arc<crate::treecopies::TreeCopies>>,
 }
 
 impl WorkerContext {
@@ -94,6 +97,7 @@ impl WorkerContext {
             strace: None,
             sandbox_hidden: Vec::new(),
             tmpfs_roots: None,
+            tree_copies: None,
         }
     }
 }

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 
 use prova_protocol::globs::PathGlobs;
 use prova_protocol::spec::ExitKind;
-use prova_protocol::work::{Assignment, Finished, FromWorker, Isolation, Placement, ReadsReport};
+use prova_protocol::task::OwnedTask;
+use prova_protocol::work::{
+    Assignment, Finished, FromWorker, Isolation, MAX_WROTE_OUTSIDE, Placement, ReadsReport,
+    WroteOutside,
+};
 use regex::Regex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +26,7 @@ use crate::execroot::strays::{StrayCheck, Survey};
 use crate::mask::SecretMask;
 use crate::rootprep::{self, PreparedRoot};
 use crate::sandbox::survey;
+use crate::treecopies::{TreeCopies, Verdict};
 
 /// The report of an assignment that ends before its last stage (boxed: a `Finished` is large).
 pub type Stop = Box<Finished>;
@@ -203,6 +208,11 @@ impl Wrapped {
             mask: &self.mask,
         };
         let mut report = run.run(ctx, link, cancel, self.report.clone()).await?;
+        // The task's processes are gone: what became of the tree copies it read.
+        let tree_writes = match self.tree_verdict().await {
+            Verdict::Unchanged => None,
+            Verdict::Wrote(paths, more) => Some(WroteOutside { paths, more }),
+        };
         report.exit_detail = exit_detail(&report.exit, &self.env);
         let failed = !report.exit.success();
         let reads =
@@ -214,8 +224,33 @@ impl Wrapped {
             exec_root: self.exec_root,
             reads,
             strays,
+            tree_writes,
             report,
         })
+    }
+
+    /// Whether the worker's copies of installed trees the task read (without a sandbox,
+    /// mirrored with symlinks it could write through) are as built (`crate::treecopies`).
+    async fn tree_verdict(&mut self) -> Verdict {
+        let Some(p) = self.exec_root.as_mut().filter(|p| !p.tree_leases.is_empty()) else {
+            return Verdict::Unchanged;
+        };
+        let mut leases = std::mem::take(&mut p.tree_leases);
+        let judged = OwnedTask::spawn_blocking("worker.tree-verdict", move || {
+            let v = TreeCopies::verdict(&mut leases);
+            (v, leases)
+        })
+        .join()
+        .await;
+        match judged {
+            Ok((v, leases)) => {
+                p.tree_leases = leases;
+                v
+            }
+            // Not judged (the leases went with the thread, their copies discarded): nothing
+            // the task made may be trusted.
+            Err(_) => Verdict::Wrote(p.root.trees().iter().map(|t| t.path.clone()).collect(), 0),
+        }
     }
 
     /// What the traced run read: its trace (then removed), settled against the root's
@@ -275,6 +310,8 @@ pub struct Executed {
     pub(super) reads: Option<Result<ReadsReport, String>>,
     /// What the exec root held beside the outputs before the task ran.
     pub(super) strays: Option<(StrayCheck, Survey)>,
+    /// What the task alone wrote into the worker's copies of installed trees.
+    pub(super) tree_writes: Option<WroteOutside>,
     pub(super) report: Finished,
 }
 
@@ -282,7 +319,7 @@ impl Executed {
     /// Stage 5: what the run read, what a success wrote outside its outputs, and its
     /// outputs collected, fingerprinted and packed (uploaded by a farm worker).
     pub async fn collect(self, ctx: &WorkerContext) -> Collected {
-        let Executed { a, globs, root, exec_root, reads, strays, mut report } = self;
+        let Executed { a, globs, root, exec_root, reads, strays, tree_writes, mut report } = self;
         if let Some(reads) = reads {
             report.reads = Some(reads.unwrap_or_else(|e| {
                 report.output_error = Some(e);
@@ -295,6 +332,17 @@ impl Executed {
             collect::outputs(&a, ctx, &root, globs, strays, &mut report).await;
         } else if report.exit.success() {
             report.wrote_outside = collect::stray_writes(strays).await;
+        }
+        // Through its mirror into a tree copy: outside its outputs, whatever its exit.
+        if let Some(w) = tree_writes {
+            let into = report.wrote_outside.get_or_insert_with(WroteOutside::default);
+            into.paths.extend(w.paths);
+            into.paths.sort();
+            into.paths.dedup();
+            into.more += w.more;
+            let over = into.paths.len().saturating_sub(MAX_WROTE_OUTSIDE);
+            into.paths.truncate(MAX_WROTE_OUTSIDE);
+            into.more += over as u64;
         }
         Collected { exec_root, report }
     }
