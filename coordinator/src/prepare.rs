@@ -376,7 +376,7 @@ pub async fn prepare(
     tracing::info!(elapsed = ?started.elapsed(), "inputs resolved");
     let pass = digest_inputs(ws, &files, &sets, memo, now_ns).await?;
     tracing::info!(elapsed = ?started.elapsed(), hashed = pass.hashed, memo_hits = pass.memo_hits, "digests");
-    let plan_keys = keys::compute(
+    let mut plan_keys = keys::compute(
         ws,
         &plan,
         &files,
@@ -388,6 +388,11 @@ pub async fn prepare(
         &programs.pairs,
     );
     tracing::info!(elapsed = ?started.elapsed(), "keys computed");
+    let mut shadows = programs.shadows;
+    if !shadows.is_empty() {
+        plan_keys.shadows =
+            (0..plan.tasks.len()).map(|ti| shadows.remove(&ti).unwrap_or_default()).collect();
+    }
     if !pass.updates.is_empty() {
         let updates = pass.updates.clone();
         cache.call(move |s| s.memo_store(&scope, &updates)).await??;
@@ -471,6 +476,9 @@ struct ProgramPass {
     pairs: HashMap<usize, Vec<(String, String)>>,
     /// By task: what is not keyed, in words.
     unkeyed: HashMap<usize, Vec<String>>,
+    /// By task: where its lookups passed over nothing executable
+    /// ([`keys::binaries::Programs::shadows`]).
+    shadows: HashMap<usize, Vec<PathBuf>>,
 }
 
 /// The default runtime input of every task whose command starts programs outside the
@@ -526,6 +534,9 @@ async fn program_pairs(
     for (ti, p) in &found {
         if !p.unkeyed.is_empty() {
             pass.unkeyed.insert(*ti, p.unkeyed.clone());
+        }
+        if !p.shadows.is_empty() {
+            pass.shadows.insert(*ti, p.shadows.clone());
         }
     }
     if paths.is_empty() {

@@ -237,3 +237,43 @@ fn a_program_upgraded_while_the_task_ran_is_never_served_back() {
     assert_eq!(ran(&back), ["p#build"], "{back}");
     assert_eq!(ws.read("p/dist/out.txt"), "one\n", "{back}");
 }
+
+/// The same hole through a program's lookup: one that appears while the task runs where its
+/// command looks first (a `PATH` entry ahead of the keyed one: `pip install --user` into
+/// `~/.local/bin`, a task installing a newer tool a later one starts) is the one it starts.
+/// The keyed program is as it was, so its stamps said nothing.
+#[test]
+fn a_program_shadowed_on_path_while_the_task_ran_is_never_served_back() {
+    let bin = tempfile::tempdir().unwrap();
+    let keyed = bin.path().join("late/mytool");
+    std::fs::create_dir_all(keyed.parent().unwrap()).unwrap();
+    std::fs::write(&keyed, "#!/bin/sh\necho one\n").unwrap();
+    std::fs::set_permissions(&keyed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Ahead of it on PATH, a directory that does not exist yet.
+    let early = bin.path().join("early");
+    let ws = workspace(&format!(
+        "if [ -n \\\"$FLIP\\\" ]; then mkdir -p {e} && printf '#!/bin/sh\\\\necho two\\\\n' > \
+         {e}/mytool && chmod +x {e}/mytool; fi; mkdir -p dist && mytool > dist/out.txt",
+        e = early.display()
+    ));
+    let path = format!(
+        "{}:{}:{}",
+        early.display(),
+        keyed.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |flip: bool| {
+        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
+        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
+        out.assert_code(0);
+        out
+    };
+    let first = run(true);
+    assert_eq!(ws.read("p/dist/out.txt"), "two\n");
+    let reason = first.not_saved_reason("p#build");
+    assert!(reason.contains("early/mytool") && reason.contains("appeared"), "{reason}\n{first}");
+    std::fs::remove_dir_all(&early).unwrap();
+    let back = run(false);
+    assert_eq!(ran(&back), ["p#build"], "{back}");
+    assert_eq!(ws.read("p/dist/out.txt"), "one\n", "the shadow's bytes were served\n{back}");
+}

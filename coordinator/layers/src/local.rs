@@ -131,6 +131,9 @@ pub struct SaveRequest {
     pub duration_ms: u64,
     /// Input stamps at key time: any change since means the key no longer holds.
     pub stamps: Vec<(String, Stamp)>,
+    /// Where the command's program lookups found nothing executable at key time
+    /// (`binaries::Programs::shadows`): one there now is what the command started.
+    pub shadows: Vec<PathBuf>,
 }
 
 /// Why an entry was not saved.
@@ -365,7 +368,11 @@ impl LocalLayer {
     }
 
     /// [`save`](Self::save) into namespace `ns`.
-    pub async fn save_to(&self, ns: String, req: SaveRequest) -> Result<SaveOutcome, LayerError> {
+    pub async fn save_to(
+        &self,
+        ns: String,
+        mut req: SaveRequest,
+    ) -> Result<SaveOutcome, LayerError> {
         let root = self.root.clone();
         let stamps = req.stamps;
         let scope = self.scopes.as_ref().and_then(|m| m.get(&req.task)).cloned();
@@ -391,6 +398,7 @@ impl LocalLayer {
         let trees =
             self.trees.clone().map(|guard| (guard, Keyed::of_config(&req.components.config)));
         let programs = (self.programs.clone(), binaries::checks(&req.components.config));
+        let shadows = std::mem::take(&mut req.shadows);
         let cache = self.cache.clone();
         let withheld = OwnedTask::spawn_blocking("save.withhold-check", move || {
             if let Some(path) =
@@ -402,6 +410,13 @@ impl LocalLayer {
                 return Some(format!(
                     "program `{}` (`{}`) changed while the task ran",
                     c.word, c.path
+                ));
+            }
+            if let Some(p) = binaries::first_shadow(&shadows) {
+                return Some(format!(
+                    "program `{}` appeared while the task ran, where its command looks before \
+                     what the key folds",
+                    p.display()
                 ));
             }
             let links = links.iter().map(|(p, d)| (p.as_str(), d));

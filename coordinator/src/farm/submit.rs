@@ -142,6 +142,7 @@ fn farm_keys(plan: &RunPlan, tasks: &[RemoteTask]) -> PlanKeys {
         keys: vec![None; tasks.len()],
         components: tasks.iter().map(|t| t.components.clone()).collect(),
         stamps: vec![Vec::new(); tasks.len()],
+        shadows: Vec::new(),
         // Exec roots on the farm hold what each task's `inputs` list (the client's refs).
         unfolded: Vec::new(),
         closures: Default::default(),

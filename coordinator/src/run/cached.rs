@@ -299,6 +299,8 @@ impl Run {
             duration_ms: f.stats.wall_ms,
             // An exec-root execution read copies taken at materialisation, not the workspace.
             stamps: if restore_into_workspace { Vec::new() } else { c.keys.stamps[node].clone() },
+            // Its programs are this machine's wherever it ran.
+            shadows: c.keys.shadows.get(node).cloned().unwrap_or_default(),
         };
         let job = SaveJob {
             node,

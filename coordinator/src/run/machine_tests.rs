@@ -58,6 +58,7 @@ pub(in crate::run) fn keys_for(plan: &RunPlan) -> PlanKeys {
         keys: vec![None; plan.tasks.len()],
         components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); plan.tasks.len()],
+        shadows: Vec::new(),
         unfolded: vec![],
         closures: Default::default(),
     };

@@ -45,7 +45,15 @@ pub struct Programs {
     /// What is not keyed, in words (`` `$TOOL`: the program is chosen when the command
     /// runs``).
     pub unkeyed: Vec<String>,
+    /// Where the command's lookups found nothing executable before they settled (`PATH`
+    /// entries ahead of a program, every entry for one not found): a program that appears
+    /// there while the task runs is the one it starts, not what the key folds. At most
+    /// [`MAX_SHADOWS`].
+    pub shadows: Vec<PathBuf>,
 }
+
+/// Most [`Programs::shadows`] one command keeps (a lookup past them is not watched).
+pub const MAX_SHADOWS: usize = 256;
 
 /// Where one invocation resolves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,14 +79,18 @@ pub fn programs(
     Resolver::new(root).programs(cwd, command, path_var)
 }
 
+/// One lookup: the word, the directory it resolves from if that matters, the PATH, and
+/// whether a package runner looks in `node_modules/.bin` first.
+type LookupId = (String, Option<PathBuf>, Vec<PathDir>, bool);
+
 /// Resolves the programs of many commands of one workspace, each lookup and each `#!` line
 /// once (a thousand packages' `tsc` are one file).
 #[derive(Debug)]
 pub struct Resolver {
     /// The workspace root, canonical.
     root: PathBuf,
-    /// Lookups done: by (word, the directory it resolves from if it matters, PATH, runner).
-    found: HashMap<(String, Option<PathBuf>, Vec<PathDir>, bool), Found>,
+    /// Lookups done, with the paths each passed over.
+    found: HashMap<LookupId, (Found, Vec<PathBuf>)>,
     /// `#!` interpreters read, by program.
     interpreters: HashMap<PathBuf, Option<String>>,
     /// Whether a path is an executable file, by path: the same system directories are
@@ -98,7 +110,7 @@ impl Resolver {
         }
     }
 
-    fn resolve(&mut self, inv: &Invocation) -> Found {
+    fn resolve(&mut self, inv: &Invocation) -> (Found, Vec<PathBuf>) {
         let dir = (inv.word.contains('/') || inv.node_bin).then(|| inv.cwd.clone()).flatten();
         let id = (inv.word.clone(), dir, inv.path.clone(), inv.node_bin);
         if let Some(f) = self.found.get(&id) {
@@ -107,9 +119,10 @@ impl Resolver {
         let executables = &mut self.executables;
         let mut probe =
             |p: &Path| *executables.entry(p.to_path_buf()).or_insert_with(|| executable(p));
-        let f = resolve_with(&self.root, inv, &mut probe);
-        self.found.insert(id, f.clone());
-        f
+        let mut passed = Vec::new();
+        let f = resolve_with(&self.root, inv, &mut probe, &mut passed);
+        self.found.insert(id, (f.clone(), passed.clone()));
+        (f, passed)
     }
 
     fn interpreter(&mut self, program: &Path) -> Option<String> {
@@ -145,12 +158,18 @@ impl Resolver {
                 unkeyed: Vec::new(),
             },
         };
-        let mut out = Programs { found: Vec::new(), unkeyed: analysis.unkeyed };
+        let mut out =
+            Programs { found: Vec::new(), unkeyed: analysis.unkeyed, shadows: Vec::new() };
         let mut invocations = analysis.invocations;
         let mut i = 0;
         while let Some(inv) = invocations.get(i).cloned() {
             i += 1;
-            let found = self.resolve(&inv);
+            let (found, passed) = self.resolve(&inv);
+            for p in passed {
+                if out.shadows.len() < MAX_SHADOWS && !out.shadows.contains(&p) {
+                    out.shadows.push(p);
+                }
+            }
             // A script's `#!` interpreter runs too (`tsc` is `#!/usr/bin/env node`): one level.
             if let (Found::Outside(p) | Found::Inside(p), false) = (&found, inv.interpreted)
                 && let Some(word) = self.interpreter(p)
@@ -216,14 +235,16 @@ impl Resolver {
 /// Where `inv` resolves for the workspace at `root` (canonical): a word with a `/` from its
 /// directory, a package runner's tool from `node_modules/.bin` first, any other on its PATH.
 pub fn resolve(root: &Path, inv: &Invocation) -> Found {
-    resolve_with(root, inv, &mut executable)
+    resolve_with(root, inv, &mut executable, &mut Vec::new())
 }
 
-/// [`resolve`], asking `executable` whether a path is an executable file.
+/// [`resolve`], asking `executable` whether a path is an executable file; each absolute
+/// path looked at and passed over goes into `passed`.
 fn resolve_with(
     root: &Path,
     inv: &Invocation,
     executable: &mut impl FnMut(&Path) -> bool,
+    passed: &mut Vec<PathBuf>,
 ) -> Found {
     let word = inv.word.as_str();
     let candidate = if word.starts_with('/') {
@@ -257,6 +278,7 @@ fn resolve_with(
                         hit = Some(p);
                         break;
                     }
+                    passed.push(p);
                 }
                 PathDir::Dir(_) => {}
                 PathDir::Unknown(what) => {
@@ -269,7 +291,15 @@ fn resolve_with(
         }
         hit
     };
-    let Some(found) = candidate.filter(|p| executable(p)) else { return Found::Missing };
+    let found = match candidate {
+        Some(p) if executable(&p) => p,
+        Some(p) => {
+            // A path that names nothing executable yet.
+            passed.push(p);
+            return Found::Missing;
+        }
+        None => return Found::Missing,
+    };
     match std::fs::canonicalize(&found) {
         Ok(real) if real.starts_with(root) => Found::Inside(real),
         Ok(real) => Found::Outside(real),
@@ -399,6 +429,12 @@ impl Rechecked {
     }
 }
 
+/// The first of `shadows` (a command's [`Programs::shadows`]) that now holds an executable
+/// file: the command would start it, not what its key folds.
+pub fn first_shadow(shadows: &[PathBuf]) -> Option<&PathBuf> {
+    shadows.iter().find(|p| executable(p))
+}
+
 /// The config pair for `word` resolved to `path` with `digest`.
 pub fn pair(word: &str, path: &Path, digest: &Digest) -> (String, String) {
     (format!("{PREFIX}{word}"), format!("{} {}", path.display(), digest.to_hex()))
@@ -443,6 +479,31 @@ mod tests {
             let p = sh(hidden);
             assert!(p.found.iter().any(|(w, f)| w == "tool" && *f == tool), "{hidden}: {p:?}");
         }
+    }
+
+    #[test]
+    fn where_a_lookup_found_nothing_is_watched_for_a_program_appearing_there() {
+        let ws = tempfile::tempdir().expect("ws");
+        let bin = tempfile::tempdir().expect("bin");
+        let (early, late) = (bin.path().join("early"), bin.path().join("late"));
+        install(&late, "tool");
+        let path = format!("{}:{}", early.display(), late.display());
+        let cmd = CommandLine::Shell("tool && ./gen.sh; absent-tool".into());
+        let p = programs(ws.path(), ws.path(), &cmd, Some(path.as_str()));
+        for passed in [early.join("tool"), ws.path().join("./gen.sh"), late.join("absent-tool")] {
+            assert!(p.shadows.contains(&passed), "{passed:?}: {:?}", p.shadows);
+        }
+        assert!(!p.shadows.contains(&late.join("tool")), "the keyed one is not a shadow");
+        assert_eq!(first_shadow(&p.shadows), None);
+        // A program installed ahead of the keyed one, or one not found before.
+        for (dir, name) in [(&early, "tool"), (&late, "absent-tool")] {
+            let appeared = install(dir, name);
+            assert_eq!(first_shadow(&p.shadows), Some(&appeared));
+            std::fs::remove_file(&appeared).expect("rm");
+        }
+        // Not executable: not what a lookup starts.
+        std::fs::write(early.join("tool"), "data").expect("write");
+        assert_eq!(first_shadow(&p.shadows), None);
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct PlanKeys {
     pub components: Vec<KeyComponents>,
     /// Per task: its input files' stamps at key time (rechecked before a save).
     pub stamps: Vec<Vec<(String, Stamp)>>,
+    /// Per task (empty: none for any): where its command's program lookups found nothing
+    /// executable ([`binaries::Programs::shadows`]), rechecked before a save.
+    pub shadows: Vec<Vec<std::path::PathBuf>>,
     /// Workspace-wide files the keys fold in another form (a lockfile keyed per project by
     /// its resolved externals): not in any key's `workspace` list, but every exec root
     /// holds them, as it holds the workspace inputs.
@@ -138,6 +141,7 @@ pub fn compute(
         // task; the fallback is never used.
         components: components.into_iter().map(|c| c.unwrap_or_else(empty_components)).collect(),
         stamps,
+        shadows: Vec::new(),
         unfolded: keyed_locks,
         closures: Default::default(),
     };

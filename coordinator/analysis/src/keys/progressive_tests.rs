@@ -57,6 +57,7 @@ fn chain() -> (RunPlan, PlanKeys) {
         keys: vec![None; tasks.len()],
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); tasks.len()],
+        shadows: Vec::new(),
         unfolded: vec![],
         closures: Default::default(),
     };
@@ -199,6 +200,7 @@ fn a_confined_dependency_does_not_hide_its_upstreams_keys_from_a_dependent_that_
             keys: vec![None; 3],
             components: plan.tasks.iter().map(|t| components(t.id.as_str())).collect(),
             stamps: vec![Vec::new(); 3],
+            shadows: Vec::new(),
             unfolded: vec![],
             closures: Default::default(),
         };
@@ -229,6 +231,7 @@ fn a_transitive_upstreams_bytes_move_the_key_even_when_the_direct_ones_hold() {
         keys: vec![None; 3],
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); 3],
+        shadows: Vec::new(),
         unfolded: vec![],
         closures: Default::default(),
     };
@@ -260,6 +263,7 @@ fn plain_keys(tasks: &[PlannedTask]) -> PlanKeys {
         keys: vec![None; tasks.len()],
         components: tasks.iter().map(|t| components(t.id.as_str())).collect(),
         stamps: vec![Vec::new(); tasks.len()],
+        shadows: Vec::new(),
         unfolded: vec![],
         closures: Default::default(),
     }
