@@ -6,8 +6,9 @@
 //! rechecked before its save; its trees were not.
 //!
 //! The same holds for the rest of what a key folds from outside its input files: a symlink
-//! input's target out of the workspace, a tree's links that leave it, and the programs the
-//! command starts (`binary:` pairs).
+//! input's target out of the workspace, a tree's links that leave it, the programs the
+//! command starts (`binary:` pairs), and the places their lookups passed over (a program
+//! appearing on `PATH` ahead of the keyed one, or where none was found).
 //!
 //! Each test changes the tree from inside a task (deterministic: no second process to time)
 //! only when `FLIP` is set, puts it back, and runs again: the run must execute and make the
@@ -276,4 +277,33 @@ fn a_program_shadowed_on_path_while_the_task_ran_is_never_served_back() {
     let back = run(false);
     assert_eq!(ran(&back), ["p#build"], "{back}");
     assert_eq!(ws.read("p/dist/out.txt"), "one\n", "the shadow's bytes were served\n{back}");
+}
+
+/// And through a lookup that found nothing: a program the command tries (`tool || fallback`)
+/// that appears while the task runs is started, though the key folds its absence.
+#[test]
+fn a_program_installed_while_the_task_ran_where_none_was_is_never_served_back() {
+    let bin = tempfile::tempdir().unwrap();
+    let early = bin.path().join("early");
+    let ws = workspace(&format!(
+        "if [ -n \\\"$FLIP\\\" ]; then mkdir -p {e} && printf '#!/bin/sh\\\\necho two\\\\n' > \
+         {e}/maybetool && chmod +x {e}/maybetool; fi; mkdir -p dist && (maybetool || echo none) \
+         > dist/out.txt",
+        e = early.display()
+    ));
+    let path = format!("{}:{}", early.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |flip: bool| {
+        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
+        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
+        out.assert_code(0);
+        out
+    };
+    let first = run(true);
+    assert_eq!(ws.read("p/dist/out.txt"), "two\n");
+    let reason = first.not_saved_reason("p#build");
+    assert!(reason.contains("early/maybetool") && reason.contains("appeared"), "{reason}\n{first}");
+    std::fs::remove_dir_all(&early).unwrap();
+    let back = run(false);
+    assert_eq!(ran(&back), ["p#build"], "{back}");
+    assert!(ws.read("p/dist/out.txt").ends_with("none\n"), "the tool's bytes were served\n{back}");
 }
