@@ -307,3 +307,30 @@ fn a_program_installed_while_the_task_ran_where_none_was_is_never_served_back() 
     assert_eq!(ran(&back), ["p#build"], "{back}");
     assert!(ws.read("p/dist/out.txt").ends_with("none\n"), "the tool's bytes were served\n{back}");
 }
+
+/// Not a hole: a program in the workspace that an upstream builds during the run (`b` runs
+/// `../a/dist/cli.sh`, which `a`'s build makes) is keyed by `a`'s outputs, not watched as a
+/// place its lookup passed over: the entry is saved on the first run. (The next run keys
+/// `cli.sh`'s `#!` interpreter too, which a run before `a` built it could not read.)
+#[test]
+fn a_program_an_upstream_builds_in_the_workspace_does_not_withhold_its_readers_entry() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"a\", \"b\"]\n")
+        .file("a/src/a.txt", "a\n")
+        .file(
+            "a/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && printf '#!/bin/sh\\\\necho built\\\\n' > \
+             dist/cli.sh && chmod +x dist/cli.sh\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        )
+        .file("b/src/b.txt", "b\n")
+        .file(
+            "b/prova.toml",
+            "[project]\ndeps = [\"a\"]\n[tasks.build]\ncommand = \"mkdir -p dist && \
+             ../a/dist/cli.sh > dist/out.txt\"\ndeps = [\"^build\"]\ninputs = [\"src/**\"]\n\
+             outputs = [\"dist/**\"]\n",
+        );
+    let out = ws.prova(["run", "build", "--all", "--json"]).run();
+    out.assert_code(0);
+    assert_eq!(ws.read("b/dist/out.txt"), "built\n");
+    assert_eq!(out.cache_of("b#build"), "saved", "{out}");
+}

@@ -46,9 +46,9 @@ pub struct Programs {
     /// runs``).
     pub unkeyed: Vec<String>,
     /// Where the command's lookups found nothing executable before they settled (`PATH`
-    /// entries ahead of a program, every entry for one not found): a program that appears
-    /// there while the task runs is the one it starts, not what the key folds. At most
-    /// [`MAX_SHADOWS`].
+    /// entries ahead of a program, every entry for one not found), outside the workspace: a
+    /// program that appears there while the task runs is the one it starts, not what the
+    /// key folds. At most [`MAX_SHADOWS`].
     pub shadows: Vec<PathBuf>,
 }
 
@@ -239,7 +239,8 @@ pub fn resolve(root: &Path, inv: &Invocation) -> Found {
 }
 
 /// [`resolve`], asking `executable` whether a path is an executable file; each absolute
-/// path looked at and passed over goes into `passed`.
+/// path outside the workspace looked at and passed over goes into `passed` (a workspace
+/// file is keyed by its inputs or its tree, and an upstream may build it during the run).
 fn resolve_with(
     root: &Path,
     inv: &Invocation,
@@ -278,7 +279,9 @@ fn resolve_with(
                         hit = Some(p);
                         break;
                     }
-                    passed.push(p);
+                    if !p.starts_with(root) {
+                        passed.push(p);
+                    }
                 }
                 PathDir::Dir(_) => {}
                 PathDir::Unknown(what) => {
@@ -295,7 +298,9 @@ fn resolve_with(
         Some(p) if executable(&p) => p,
         Some(p) => {
             // A path that names nothing executable yet.
-            passed.push(p);
+            if !p.starts_with(root) {
+                passed.push(p);
+            }
             return Found::Missing;
         }
         None => return Found::Missing,
@@ -488,11 +493,13 @@ mod tests {
         let (early, late) = (bin.path().join("early"), bin.path().join("late"));
         install(&late, "tool");
         let path = format!("{}:{}", early.display(), late.display());
-        let cmd = CommandLine::Shell("tool && ./gen.sh; absent-tool".into());
+        let cmd = CommandLine::Shell("tool && ./gen.sh && ./dist/cli.js; absent-tool".into());
         let p = programs(ws.path(), ws.path(), &cmd, Some(path.as_str()));
-        for passed in [early.join("tool"), ws.path().join("./gen.sh"), late.join("absent-tool")] {
+        for passed in [early.join("tool"), late.join("absent-tool")] {
             assert!(p.shadows.contains(&passed), "{passed:?}: {:?}", p.shadows);
         }
+        // A workspace file is keyed by its inputs (an upstream may build `dist/cli.js`).
+        assert!(!p.shadows.iter().any(|s| s.starts_with(ws.path())), "{:?}", p.shadows);
         assert!(!p.shadows.contains(&late.join("tool")), "the keyed one is not a shadow");
         assert_eq!(first_shadow(&p.shadows), None);
         // A program installed ahead of the keyed one, or one not found before.
