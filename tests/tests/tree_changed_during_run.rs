@@ -15,6 +15,7 @@
 //! bytes the tree it sees gives, never restore the first run's.
 
 use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
 
 use prova_tests::tsmono::ran;
 use prova_tests::{Output, TempWorkspace};
@@ -223,12 +224,7 @@ fn a_program_upgraded_while_the_task_ran_is_never_served_back() {
         tool.display()
     ));
     let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
-    let run = |flip: bool| {
-        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
-        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
-        out.assert_code(0);
-        out
-    };
+    let run = |flip: bool| run_on_path(&ws, &path, flip);
     let first = run(true);
     assert_eq!(ws.read("p/dist/out.txt"), "two\n");
     let reason = first.not_saved_reason("p#build");
@@ -252,31 +248,8 @@ fn a_program_shadowed_on_path_while_the_task_ran_is_never_served_back() {
     std::fs::set_permissions(&keyed, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Ahead of it on PATH, a directory that does not exist yet.
     let early = bin.path().join("early");
-    let ws = workspace(&format!(
-        "if [ -n \\\"$FLIP\\\" ]; then mkdir -p {e} && printf '#!/bin/sh\\\\necho two\\\\n' > \
-         {e}/mytool && chmod +x {e}/mytool; fi; mkdir -p dist && mytool > dist/out.txt",
-        e = early.display()
-    ));
-    let path = format!(
-        "{}:{}:{}",
-        early.display(),
-        keyed.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let run = |flip: bool| {
-        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
-        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
-        out.assert_code(0);
-        out
-    };
-    let first = run(true);
-    assert_eq!(ws.read("p/dist/out.txt"), "two\n");
-    let reason = first.not_saved_reason("p#build");
-    assert!(reason.contains("early/mytool") && reason.contains("appeared"), "{reason}\n{first}");
-    std::fs::remove_dir_all(&early).unwrap();
-    let back = run(false);
-    assert_eq!(ran(&back), ["p#build"], "{back}");
-    assert_eq!(ws.read("p/dist/out.txt"), "one\n", "the shadow's bytes were served\n{back}");
+    let path = format!("{}:{}", early.display(), keyed.parent().unwrap().display());
+    assert_appearing_program_withheld(&early, "mytool", "mytool", &path, "one\n");
 }
 
 /// And through a lookup that found nothing: a program the command tries (`tool || fallback`)
@@ -285,27 +258,44 @@ fn a_program_shadowed_on_path_while_the_task_ran_is_never_served_back() {
 fn a_program_installed_while_the_task_ran_where_none_was_is_never_served_back() {
     let bin = tempfile::tempdir().unwrap();
     let early = bin.path().join("early");
+    let path = early.display().to_string();
+    assert_appearing_program_withheld(
+        &early,
+        "maybetool",
+        "(maybetool || echo none)",
+        &path,
+        "none\n",
+    );
+}
+
+/// `p`'s build on `PATH` = `path` (then this process's): with `FLIP` set, its command
+/// installs `name` (printing `two`) in `early` before it runs `then`. That run is withheld,
+/// naming the program; once the program is gone again, the next run executes and writes
+/// `back`, never the first run's bytes.
+fn assert_appearing_program_withheld(early: &Path, name: &str, then: &str, path: &str, back: &str) {
     let ws = workspace(&format!(
         "if [ -n \\\"$FLIP\\\" ]; then mkdir -p {e} && printf '#!/bin/sh\\\\necho two\\\\n' > \
-         {e}/maybetool && chmod +x {e}/maybetool; fi; mkdir -p dist && (maybetool || echo none) \
-         > dist/out.txt",
+         {e}/{name} && chmod +x {e}/{name}; fi; mkdir -p dist && {then} > dist/out.txt",
         e = early.display()
     ));
-    let path = format!("{}:{}", early.display(), std::env::var("PATH").unwrap_or_default());
-    let run = |flip: bool| {
-        let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path);
-        let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
-        out.assert_code(0);
-        out
-    };
-    let first = run(true);
+    let path = format!("{path}:{}", std::env::var("PATH").unwrap_or_default());
+    let first = run_on_path(&ws, &path, true);
     assert_eq!(ws.read("p/dist/out.txt"), "two\n");
     let reason = first.not_saved_reason("p#build");
-    assert!(reason.contains("early/maybetool") && reason.contains("appeared"), "{reason}\n{first}");
-    std::fs::remove_dir_all(&early).unwrap();
-    let back = run(false);
-    assert_eq!(ran(&back), ["p#build"], "{back}");
-    assert!(ws.read("p/dist/out.txt").ends_with("none\n"), "the tool's bytes were served\n{back}");
+    let named = format!("early/{name}");
+    assert!(reason.contains(&named) && reason.contains("appeared"), "{reason}\n{first}");
+    std::fs::remove_dir_all(early).unwrap();
+    let again = run_on_path(&ws, &path, false);
+    assert_eq!(ran(&again), ["p#build"], "{again}");
+    assert_eq!(ws.read("p/dist/out.txt"), back, "the first run's bytes were served\n{again}");
+}
+
+/// `prova run build --all --json` with `PATH` = `path`, `FLIP` set or not; it must pass.
+fn run_on_path(ws: &TempWorkspace, path: &str, flip: bool) -> Output {
+    let cmd = ws.prova(["run", "build", "--all", "--json"]).env("PATH", path);
+    let out = if flip { cmd.env("FLIP", "1") } else { cmd.env_remove("FLIP") }.run();
+    out.assert_code(0);
+    out
 }
 
 /// Not a hole: a program in the workspace that an upstream builds during the run (`b` runs
