@@ -284,7 +284,7 @@ fn assert_appearing_program_withheld(early: &Path, name: &str, then: &str, path:
     let reason = first.not_saved_reason("p#build");
     let named = format!("early/{name}");
     assert!(reason.contains(&named) && reason.contains("appeared"), "{reason}\n{first}");
-    std::fs::remove_dir_all(early).unwrap();
+    std::fs::remove_dir_all(early).expect("remove the program");
     let again = run_on_path(&ws, &path, false);
     assert_eq!(ran(&again), ["p#build"], "{again}");
     assert_eq!(ws.read("p/dist/out.txt"), back, "the first run's bytes were served\n{again}");
