@@ -95,6 +95,8 @@ struct State {
     next_id: u64,
     /// Copies to remove (off the runtime's threads: at the next acquire).
     graveyard: Vec<PathBuf>,
+    /// What events are read into: made at the first drain (three a task), kept.
+    buffer: Vec<u8>,
 }
 
 /// The copies of one work dir.
@@ -322,7 +324,8 @@ impl State {
     /// Reads every queued event into the copies it names.
     fn drain(&mut self) {
         let Some(mut inotify) = self.inotify.take() else { return };
-        let mut buffer = vec![0u8; EVENT_BUFFER];
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.resize(EVENT_BUFFER, 0);
         let mut complete = false;
         let mut seen: Vec<(u64, String)> = Vec::new();
         let mut lost = false;
@@ -356,6 +359,7 @@ impl State {
             }
         }
         self.inotify = Some(inotify);
+        self.buffer = buffer;
         for (id, path) in seen {
             let Some(copy) = self.copies.get_mut(&id) else { continue };
             if copy.changed.len() < MAX_PATHS || copy.changed.contains(&path) {

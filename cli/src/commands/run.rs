@@ -249,11 +249,7 @@ fn will_save(prepared: &Prepared, hits: &HashMap<usize, Entry>) -> bool {
 fn prime_trees(guard: Arc<TreeGuard>, cache: CacheThread, root: &Path) {
     let scope = prova_coordinator::trees::memo_scope(root);
     let primed = OwnedTask::spawn_blocking("run.prime-trees", move || {
-        let mut memo = || {
-            let scope = scope.clone();
-            let rows = cache.call_blocking(move |s| s.memo_load(&scope));
-            rows.ok().and_then(Result::ok).unwrap_or_default()
-        };
+        let mut memo = || prova_coordinator::layers::local::tree_memo_rows(&cache, &scope);
         if let Err(e) = guard.prime(&mut memo) {
             tracing::debug!("the installed trees were not primed: {e}");
         }

@@ -62,19 +62,19 @@ fn trees_changed(
     root: &Path,
 ) -> Option<String> {
     let scope = prova_analysis::trees::memo_scope(root);
-    let mut memo = || {
-        let scope = scope.clone();
-        cache
-            .call_blocking(move |s| s.memo_load(&scope))
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default()
-    };
-    match guard.changed(keyed, &mut memo) {
+    match guard.changed(keyed, &mut || tree_memo_rows(cache, &scope)) {
         Ok(None) => None,
         Ok(Some(tree)) => Some(format!("installed tree `{tree}` changed while the task ran")),
         Err(e) => Some(format!("its installed trees could not be checked again: {e}")),
     }
+}
+
+/// The installed trees' memo rows in `scope` (`trees::memo_scope` of the workspace), loaded
+/// from `cache` on the calling thread: what a [`TreeGuard`] asks for when it must hash a
+/// tree. Empty when they cannot be read (every file is then hashed).
+pub fn tree_memo_rows(cache: &CacheThread, scope: &str) -> HashMap<String, MemoRow> {
+    let scope = scope.to_owned();
+    cache.call_blocking(move |s| s.memo_load(&scope)).ok().and_then(Result::ok).unwrap_or_default()
 }
 
 /// Largest log kept in an entry (compressed on disk); matches the executor's capture bound.

@@ -95,6 +95,8 @@ struct State {
     /// The trees' record, read at the first computation (no other run writes it while this
     /// one holds the workspace lock).
     record: Option<stamps::Stamps>,
+    /// What events are read into: made at the first drain, kept for every later one.
+    buffer: Vec<u8>,
 }
 
 impl TreeGuard {
@@ -273,7 +275,8 @@ impl State {
     /// Reads every queued event: the trees they touch lose their known digests.
     fn drain(&mut self) {
         let Some(mut inotify) = self.inotify.take() else { return };
-        let mut buffer = vec![0u8; EVENT_BUFFER];
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.resize(EVENT_BUFFER, 0);
         let mut complete = false;
         for _ in 0..MAX_READS {
             let events = match inotify.read_events(&mut buffer) {
@@ -292,6 +295,7 @@ impl State {
             }
         }
         self.inotify = Some(inotify);
+        self.buffer = buffer;
         if !complete {
             // Unread or unreadable: nothing can be trusted to be as computed.
             self.overflowed();
