@@ -83,6 +83,9 @@ pub struct Prepared {
     /// By task: what its command may start that no key folds, in words
     /// ([`keys::binaries::Programs::unkeyed`]; shown by `prova why` and `prova show`).
     pub unkeyed_programs: HashMap<usize, Vec<String>>,
+    /// By task: the words its command looks up on its `PATH` that are found nowhere there
+    /// ([`keys::binaries::Programs::absent`]): a farm worker must not find them either.
+    pub absent_programs: HashMap<usize, Vec<String>>,
     /// The files among each task's outputs that no clean or restore may delete, by task id
     /// ([`inputs::protect`]).
     pub protected: std::sync::Arc<inputs::protect::Protected>,
@@ -409,6 +412,7 @@ pub async fn prepare(
         protected: std::sync::Arc::new(protected),
         trees: tree_pass.trees,
         unkeyed_programs: programs.unkeyed,
+        absent_programs: programs.absent,
         salted: salt.is_some(),
         input_scopes,
         plan,
@@ -479,6 +483,8 @@ struct ProgramPass {
     /// By task: where its lookups passed over nothing executable
     /// ([`keys::binaries::Programs::shadows`]).
     shadows: HashMap<usize, Vec<PathBuf>>,
+    /// By task: the words found nowhere on its `PATH` ([`keys::binaries::Programs::absent`]).
+    absent: HashMap<usize, Vec<String>>,
 }
 
 /// The default runtime input of every task whose command starts programs outside the
@@ -537,6 +543,9 @@ async fn program_pairs(
         }
         if !p.shadows.is_empty() {
             pass.shadows.insert(*ti, p.shadows.clone());
+        }
+        if !p.absent.is_empty() {
+            pass.absent.insert(*ti, p.absent.clone());
         }
     }
     if paths.is_empty() {

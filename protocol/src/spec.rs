@@ -85,6 +85,13 @@ pub struct TaskSpec {
     /// empty, so older frames are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ProgramCheck>,
+    /// Words the command looks up on its `PATH` that the client found nowhere there (the
+    /// key holds no program for them: `tool || fallback` ran the fallback): a farm worker
+    /// that finds one refuses the task, and one that finds one after the run (the task or a
+    /// neighbour installed it) withholds its outputs. Omitted when empty, so older frames
+    /// are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent_programs: Vec<String>,
     /// Entries its key folds by name only (`entries:` in the key's config, of its project
     /// directory and, through their keys, of its upstreams'): an exec root shows each as an empty directory or a file no read of which
     /// goes unseen (empty where the run is traced, a socket node where it is not), so a
@@ -183,6 +190,7 @@ impl TaskSpec {
             proof: ProofPolicy::default(),
             runtime: Vec::new(),
             programs: Vec::new(),
+            absent_programs: Vec::new(),
             stand_ins: Vec::new(),
         }
     }

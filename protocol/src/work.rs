@@ -200,6 +200,11 @@ pub struct Finished {
     /// it. Omitted when `None` (nothing, or not an exec root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wrote_outside: Option<WroteOutside>,
+    /// Why the outputs of a run that succeeded must not be cached, found by the worker after
+    /// it (a program the command looks up appeared on, or changed on, the worker's `PATH`
+    /// while the task ran: the key no longer says what ran). Omitted when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 /// How a task was isolated ([`Finished::isolation`]). On the wire (and in every log that
@@ -312,6 +317,7 @@ impl Finished {
             handback: None,
             exit_detail: None,
             wrote_outside: None,
+            withheld: None,
         }
     }
 

@@ -57,6 +57,8 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
                 );
                 spec.programs =
                     prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config);
+                spec.absent_programs =
+                    prepared.absent_programs.get(&i).cloned().unwrap_or_default();
                 spec.stand_ins = root_inputs.stand_ins;
                 spec
             },

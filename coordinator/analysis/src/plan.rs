@@ -147,6 +147,7 @@ fn spec_for(
         proof: def.map(|d| d.policy.proof()).unwrap_or_default(),
         runtime: Vec::new(),
         programs: Vec::new(),
+        absent_programs: Vec::new(),
         // Filled with the inputs, once the keys are known.
         stand_ins: Vec::new(),
     }

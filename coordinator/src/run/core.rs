@@ -235,11 +235,14 @@ pub(crate) fn after_execution(
     }
 }
 
-/// Why a successful execution's outputs are withheld before any save is tried (collecting
-/// them failed, a declared literal output is missing, nothing was collected). `None`: try
+/// Why a successful execution's outputs are withheld before any save is tried (the worker
+/// found what the key says no longer true, collecting them failed, a declared literal output
+/// is missing, nothing was collected). `None`: try
 /// the save (the layer may still withhold it: stale stamps, an undeclared input).
 pub(crate) fn withheld_before_save(f: &Finished) -> Option<String> {
-    if let Some(e) = &f.output_error {
+    if let Some(why) = &f.withheld {
+        Some(why.clone())
+    } else if let Some(e) = &f.output_error {
         Some(format!("collecting outputs failed: {e}"))
     } else if let Some(missing) = f.missing_literals.first() {
         Some(format!("declared output `{missing}` does not exist"))

@@ -182,6 +182,13 @@ fn a_save_is_withheld_before_it_is_tried_when_the_outputs_are_not_all_there() {
         withheld_before_save(&f).as_deref(),
         Some("collecting outputs failed: p/dist: permission denied")
     );
+    // What the worker found after the run comes before anything about the outputs: the key
+    // does not say what ran, whatever was collected.
+    f.withheld = Some("program `tool` changed on this worker while the task ran".to_owned());
+    assert_eq!(
+        withheld_before_save(&f).as_deref(),
+        Some("program `tool` changed on this worker while the task ran")
+    );
 }
 
 #[test]

@@ -313,6 +313,7 @@ fn spec_shell() -> TaskSpec {
             path: "/usr/local/lib/node_modules/typescript/bin/tsc".into(),
             digest: d("tsc 5.6.3"),
         }],
+        absent_programs: vec!["prettier".into()],
         stand_ins: vec![
             prova_protocol::spec::StandIn { path: "apps/web/README.md".into(), dir: false },
             prova_protocol::spec::StandIn { path: "apps/web/docs".into(), dir: true },
@@ -338,6 +339,7 @@ fn spec_argv() -> TaskSpec {
         proof: Default::default(),
         runtime: Vec::new(),
         programs: Vec::new(),
+        absent_programs: Vec::new(),
         stand_ins: Vec::new(),
     }
 }
@@ -365,6 +367,7 @@ fn spec_persistent() -> TaskSpec {
         },
         runtime: Vec::new(),
         programs: Vec::new(),
+        absent_programs: Vec::new(),
         stand_ins: Vec::new(),
     }
 }
@@ -711,6 +714,7 @@ fn finished() -> Finished {
             paths: vec!["apps/web/.eslintcache".into(), "apps/web/old.txt (removed)".into()],
             more: 3,
         }),
+        withheld: Some("program `tool` appeared on this worker while the task ran".into()),
     }
 }
 

@@ -61,9 +61,47 @@ fn digest(path: &Path) -> std::io::Result<Digest> {
     Ok(d)
 }
 
-/// Why the task cannot run here, if a program differs (the first that does). `env` is the
-/// task's environment (its `PATH` is searched).
-pub fn mismatch_blocking(checks: &[ProgramCheck], env: &[(String, String)]) -> Option<String> {
+/// A program the worker's lookup gives otherwise than the client's key says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The word the command looks up.
+    pub word: String,
+    /// What it is here.
+    pub here: String,
+    /// What it was on the client.
+    pub client: String,
+}
+
+impl Mismatch {
+    /// Why the task does not run here (found before it ran).
+    pub fn refusal(&self) -> String {
+        format!(
+            "program `{}` differs on this worker: here {}, on the client {}; the task's key is \
+             the client's program, so it does not run here (install the same build on the \
+             farm, set `portable = true` on the task, or `[workspace] runtime_binary = false`)",
+            self.word, self.here, self.client
+        )
+    }
+
+    /// Why the outputs of a run are not cached (found after it ran: the task or a neighbour
+    /// installed, removed or rebuilt the program while it ran).
+    pub fn changed_while_running(&self) -> String {
+        format!(
+            "program `{}` changed on this worker while the task ran: now {}, on the client {}; \
+             the run may have started it, and its key says otherwise",
+            self.word, self.here, self.client
+        )
+    }
+}
+
+/// The first program of the task that this worker's lookups give otherwise than the client:
+/// one of `checks` resolved to other bytes or to nothing, or one of `absent` (found nowhere
+/// on the client) found here. `env` is the task's environment (its `PATH` is searched).
+pub fn mismatch_blocking(
+    checks: &[ProgramCheck],
+    absent: &[String],
+    env: &[(String, String)],
+) -> Option<Mismatch> {
     let path_var = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
     for check in checks {
         let Some(found) = resolve(&check.word, path_var) else { continue };
@@ -73,26 +111,67 @@ pub fn mismatch_blocking(checks: &[ProgramCheck], env: &[(String, String)]) -> O
             Some((p, Err(e))) => format!("`{}` cannot be read ({e})", p.display()),
             None => "not found on its PATH".to_owned(),
         };
-        return Some(format!(
-            "program `{}` differs on this worker: here {here}, on the client `{}` (digest {}); \
-             the task's key is the client's program, so it does not run here (install the \
-             same build on the farm, set `portable = true` on the task, or `[workspace] \
-             runtime_binary = false`)",
-            check.word,
-            check.path,
-            &check.digest.to_hex()[..12]
-        ));
+        let client = format!("`{}` (digest {})", check.path, &check.digest.to_hex()[..12]);
+        return Some(Mismatch { word: check.word.clone(), here, client });
+    }
+    for word in absent {
+        // Only bare words are sent; anything else is not this lookup's to judge.
+        if word.contains('/') {
+            continue;
+        }
+        if let Some(Some(p)) = resolve(word, path_var) {
+            return Some(Mismatch {
+                word: word.clone(),
+                here: format!("`{}`", p.display()),
+                client: "found nowhere on its PATH (the key holds no program for it)".to_owned(),
+            });
+        }
     }
     None
 }
 
+/// What [`mismatch`] found: a program that differs, or a check that could not be made
+/// (which counts against the task as a difference does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// A program differs.
+    Differs(Mismatch),
+    /// The check failed (why).
+    Failed(String),
+}
+
+impl Finding {
+    /// [`Mismatch::refusal`], or why the check failed.
+    pub fn refusal(self) -> String {
+        match self {
+            Self::Differs(m) => m.refusal(),
+            Self::Failed(why) => why,
+        }
+    }
+
+    /// [`Mismatch::changed_while_running`], or why the check failed.
+    pub fn changed_while_running(self) -> String {
+        match self {
+            Self::Differs(m) => m.changed_while_running(),
+            Self::Failed(why) => why,
+        }
+    }
+}
+
 /// [`mismatch_blocking`] on the blocking pool (it stats and may read programs).
-pub async fn mismatch(checks: &[ProgramCheck], env: &[(String, String)]) -> Option<String> {
-    let (checks, env) = (checks.to_vec(), env.to_vec());
-    OwnedTask::spawn_blocking("worker.programs", move || mismatch_blocking(&checks, &env))
+pub async fn mismatch(
+    checks: &[ProgramCheck],
+    absent: &[String],
+    env: &[(String, String)],
+) -> Option<Finding> {
+    let (checks, absent, env) = (checks.to_vec(), absent.to_vec(), env.to_vec());
+    OwnedTask::spawn_blocking("worker.programs", move || mismatch_blocking(&checks, &absent, &env))
         .join()
         .await
-        .unwrap_or_else(|e| Some(format!("checking the task's program failed: {e}")))
+        .map_or_else(
+            |e| Some(Finding::Failed(format!("checking the task's programs failed: {e}"))),
+            |m| m.map(Finding::Differs),
+        )
 }
 
 #[cfg(test)]
@@ -118,14 +197,34 @@ mod tests {
         let check =
             |d: Digest| ProgramCheck { word: "tool".into(), path: "/opt/tool".into(), digest: d };
         let same = Digest::of_file(&tool).expect("digest");
-        assert_eq!(mismatch_blocking(&[check(same)], &env), None);
+        assert_eq!(mismatch_blocking(&[check(same)], &[], &env), None);
         install(dir.path(), "#!/bin/sh\n# 2, another build\n");
-        let why = mismatch_blocking(&[check(same)], &env).expect("another build is refused");
+        let why = mismatch_blocking(&[check(same)], &[], &env).expect("another build differs");
+        let why = why.refusal();
         assert!(why.contains("program `tool` differs") && why.contains("/opt/tool"), "{why}");
-        let none = mismatch_blocking(&[check(same)], &[("PATH".into(), "/nonexistent".into())]);
-        assert!(none.is_some_and(|w| w.contains("not found")));
+        let nowhere = [("PATH".to_owned(), "/nonexistent".to_owned())];
+        let none = mismatch_blocking(&[check(same)], &[], &nowhere);
+        assert!(none.is_some_and(|m| m.here.contains("not found")));
         // A relative word is not checked.
         let rel = ProgramCheck { word: "../x/tool".into(), path: "/w/x/tool".into(), digest: same };
-        assert_eq!(mismatch_blocking(&[rel], &env), None);
+        assert_eq!(mismatch_blocking(&[rel], &[], &env), None);
+    }
+
+    #[test]
+    fn a_program_the_client_found_nowhere_must_be_nowhere_here() {
+        let dir = tempfile::tempdir().expect("dir");
+        let env = vec![("PATH".to_owned(), dir.path().display().to_string())];
+        let absent = ["tool".to_owned()];
+        assert_eq!(mismatch_blocking(&[], &absent, &env), None, "nowhere here either");
+        // Not executable: not what a lookup starts.
+        std::fs::write(dir.path().join("tool"), "data").expect("write");
+        assert_eq!(mismatch_blocking(&[], &absent, &env), None);
+        let tool = install(dir.path(), "#!/bin/sh\n");
+        let m = mismatch_blocking(&[], &absent, &env).expect("found here");
+        assert_eq!(m.word, "tool");
+        assert!(m.here.contains(&tool.display().to_string()), "{m:?}");
+        assert!(m.changed_while_running().contains("changed on this worker"), "{m:?}");
+        // A word with a slash is not a PATH lookup.
+        assert_eq!(mismatch_blocking(&[], &[format!("{}", tool.display())], &env), None);
     }
 }

@@ -36,6 +36,18 @@ fn never_ran(a: &Assignment, why: String) -> Stop {
     Box::new(Finished::never_ran(a.attempt, ExitKind::SpawnFailed(why)))
 }
 
+/// The first of `a`'s programs this worker's lookups (on `env`'s `PATH`) give otherwise than
+/// the client's key says ([`exec::programs`]).
+async fn programs_differ(
+    a: &Assignment,
+    env: &[(String, String)],
+) -> Option<exec::programs::Finding> {
+    if a.spec.programs.is_empty() && a.spec.absent_programs.is_empty() {
+        return None;
+    }
+    exec::programs::mismatch(&a.spec.programs, &a.spec.absent_programs, env).await
+}
+
 /// Stage 1: the assignment checked against this worker — its output globs and `ready_when`
 /// parse, its command line and environment composed, and its runtime inputs and programs
 /// give here what they gave on the client. Nothing is written yet.
@@ -78,11 +90,10 @@ impl Checked {
                 return Err(never_ran(&a, why));
             }
         }
-        // And the program its command starts must be the client's build.
-        if !a.spec.programs.is_empty()
-            && let Some(why) = exec::programs::mismatch(&a.spec.programs, &env).await
-        {
-            return Err(never_ran(&a, why));
+        // And the programs its command starts must be the client's builds, and those the
+        // client found nowhere must be nowhere here.
+        if let Some(m) = programs_differ(&a, &env).await {
+            return Err(never_ran(&a, m.refusal()));
         }
         // Secret values of the task's declared variables never reach its log (crate::mask).
         let mask = SecretMask::from_env(&a.spec.env);
@@ -214,6 +225,13 @@ impl Wrapped {
             Verdict::Wrote(paths, more) => Some(WroteOutside { paths, more }),
         };
         report.exit_detail = exit_detail(&report.exit, &self.env);
+        // What the command looked up may have changed while it ran (the task, or another on
+        // this worker, installed a program on its PATH): then the key does not say what ran.
+        if report.exit.success()
+            && let Some(m) = programs_differ(&self.a, &self.env).await
+        {
+            report.withheld = Some(m.changed_while_running());
+        }
         let failed = !report.exit.success();
         let reads =
             if self.a.trace_reads { Some(self.reads(ctx, failed, cancel).await) } else { None };

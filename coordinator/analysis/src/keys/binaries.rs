@@ -50,7 +50,15 @@ pub struct Programs {
     /// program that appears there while the task runs is the one it starts, not what the
     /// key folds. At most [`MAX_SHADOWS`].
     pub shadows: Vec<PathBuf>,
+    /// Words looked up on the task's `PATH` (as it reached the command) and found nowhere on
+    /// it: the key holds no program for them, so a farm worker that finds one on its own
+    /// `PATH` would run what the client's machine does not (`tool || fallback`). At most
+    /// [`MAX_ABSENT`].
+    pub absent: Vec<String>,
 }
+
+/// Most [`Programs::absent`] one command keeps.
+pub const MAX_ABSENT: usize = 64;
 
 /// Most [`Programs::shadows`] one command keeps (a lookup past them is not watched).
 pub const MAX_SHADOWS: usize = 256;
@@ -158,8 +166,12 @@ impl Resolver {
                 unkeyed: Vec::new(),
             },
         };
-        let mut out =
-            Programs { found: Vec::new(), unkeyed: analysis.unkeyed, shadows: Vec::new() };
+        let mut out = Programs {
+            found: Vec::new(),
+            unkeyed: analysis.unkeyed,
+            shadows: Vec::new(),
+            absent: Vec::new(),
+        };
         let mut invocations = analysis.invocations;
         let mut i = 0;
         while let Some(inv) = invocations.get(i).cloned() {
@@ -220,6 +232,15 @@ impl Resolver {
                     inv.word
                 )),
                 Found::Missing => {
+                    // A bare word on the PATH the task was given: a worker can look it up
+                    // the same way (one the command's own PATH or directory decides, not).
+                    if !inv.word.contains('/')
+                        && !inv.path_changed
+                        && out.absent.len() < MAX_ABSENT
+                        && !out.absent.contains(&inv.word)
+                    {
+                        out.absent.push(inv.word.clone());
+                    }
                     out.unkeyed.push(format!("`{}`: not found where the command looks", inv.word))
                 }
                 Found::Unknown(why) => out.unkeyed.push(why),
@@ -479,6 +500,13 @@ mod tests {
         let other = canon(&bin.path().join("other"));
         assert_eq!(p.found, [("tool".to_owned(), tool.clone()), ("other".to_owned(), other)]);
         assert_eq!(p.unkeyed, ["`absent-tool`: not found where the command looks"]);
+        assert_eq!(p.absent, ["absent-tool"], "what a farm worker must not find either");
+        // Looked up on a PATH the command set, or by a path: not the task's PATH's to say.
+        // A package runner's tool (`npx` itself is a PATH lookup, and absent here).
+        for elsewhere in ["PATH=/nowhere absent-tool", "./absent-tool", "npx absent-tool"] {
+            let p = sh(elsewhere);
+            assert!(!p.absent.contains(&"absent-tool".to_owned()), "{elsewhere}: {p:?}");
+        }
         // Behind `sh -c`, `cd`, `env`: found all the same.
         for hidden in ["sh -c 'tool x'", "cd sub && tool", "env X=1 tool", "nohup tool"] {
             let p = sh(hidden);
