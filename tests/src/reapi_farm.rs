@@ -209,8 +209,15 @@ impl ReapiFarm {
 
     /// Starts a bot named `name` with `slots` sessions, and waits for its announcement.
     pub fn add_bot(&mut self, name: &str, slots: u32) {
+        self.add_bot_with_env(name, slots, &[]);
+    }
+
+    /// [`add_bot`](Self::add_bot), with `env` set in the bot's own environment (its `PATH`:
+    /// what the commands it runs find).
+    pub fn add_bot_with_env(&mut self, name: &str, slots: u32, env: &[(&str, &str)]) {
         let work = self.dir.path().join(format!("bot-{name}"));
         let mut child = Command::new(crate::prova_bin())
+            .envs(env.iter().copied())
             .args(["worker", "--reapi-bot", &self.endpoint(), "--bot-name", name])
             .args(["--slots", &slots.to_string(), "--sandbox", "none"])
             .arg("--work-dir")

@@ -3,7 +3,8 @@
 //! The demo workspace and the TypeScript fixture build through BuildGrid with outputs
 //! identical (sha256) to a local build; a `--verify` run there names a nondeterministic task
 //! and records the executing bot; Ctrl-C cancels a running action (its process on the bot is
-//! killed); an unreachable server and a cache-only server are one clear error each.
+//! killed); an unreachable server and a cache-only server are one clear error each; a bot
+//! whose `PATH` gives other programs than the client's key folds runs nothing of it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -312,4 +313,61 @@ fn a_sandboxed_task_that_must_execute_is_refused_on_a_reapi_farm() {
     ws.prova(["run", "sb", "--all"]).run().assert_code(0);
     let out = ws.prova(["run", "sb", "--all", "--remote-exec", "grpc://127.0.0.1:1"]).run();
     assert!(!out.stderr.contains("sandbox = true"), "a hit is not refused: {}", out.stderr);
+}
+
+/// A bot runs what its own `PATH` gives, and its outputs are saved under the client's key:
+/// the action's guard checks the programs that key folds on the bot. A bot holding a `tool`
+/// the client found nowhere, or another build of it, runs nothing of the task; one with the
+/// client's bytes runs it.
+#[test]
+fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(mut farm) = ReapiFarm::start() else { return };
+    let bin = tempfile::tempdir().expect("bin");
+    let install = |dir: &Path, says: &str| {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let p = dir.join("tool");
+        std::fs::write(&p, format!("#!/bin/sh\necho {says}\n")).expect("write tool");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    let (bot_bin, client_bin) = (bin.path().join("bot"), bin.path().join("client"));
+    install(&bot_bin, "bot-build");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let bot_path = format!("{}:{path}", bot_bin.display());
+    farm.add_bot_with_env("bot-t", 1, &[("PATH", &bot_path)]);
+    let endpoint = farm.endpoint();
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "a\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && (tool > dist/out.txt || echo fallback > \
+             dist/out.txt)\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
+        );
+    let run = |client_path: &str| {
+        ws.prova(["run", "build", "--all", "--json", "--remote-exec", &endpoint])
+            .env("PATH", client_path)
+            .timeout(Duration::from_secs(120))
+            .run()
+    };
+    // The client has no `tool`: its key says the fallback ran.
+    let out = run(&path);
+    out.assert_code(1);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("program `tool` differs on this bot"), "{said}");
+    assert!(said.contains("on the client found nowhere on its PATH"), "{said}");
+    assert!(!ws.exists("p/dist/out.txt"), "nothing of it came home: {said}");
+    // Another build on the client.
+    install(&client_bin, "client-build");
+    let client_path = format!("{}:{path}", client_bin.display());
+    let out = run(&client_path);
+    out.assert_code(1);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("program `tool` differs on this bot: here `"), "{said}");
+    // The same bytes: the bot runs it, and the result is saved.
+    install(&client_bin, "bot-build");
+    let out = run(&client_path);
+    out.assert_code(0);
+    assert_eq!(ws.read("p/dist/out.txt"), "bot-build\n");
+    assert_eq!(out.cache_of("p#build"), "saved", "{out}");
 }

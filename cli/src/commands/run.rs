@@ -536,6 +536,16 @@ impl Act<'_> {
     ) -> anyhow::Result<RunSummary> {
         let staging = layer.tmp_dir().await?;
         let weights = prepared.weights();
+        let mut prepared = prepared;
+        if self.s.remote_exec.is_some() {
+            // A REAPI bot runs what its own PATH gives: the action checks it (its guard).
+            let checks: Vec<_> = (0..prepared.plan.tasks.len())
+                .map(|i| crate::remote::run::program_checks(&prepared, i))
+                .collect();
+            for (t, (programs, absent)) in prepared.plan.tasks.iter_mut().zip(checks) {
+                (t.spec.programs, t.spec.absent_programs) = (programs, absent);
+            }
+        }
         let layer: Arc<dyn prova_coordinator::layers::CacheLayer> = match reapi {
             Some(r) => Arc::new(r),
             None => Arc::new(layer),

@@ -13,6 +13,7 @@ use prova_coordinator::run::TaskKind;
 use prova_coordinator::run::sandbox_violation;
 use prova_coordinator::run::undeclared::{self, WorkspaceView};
 use prova_protocol::events::{RunEvent, RunSummary, TaskReport, TaskStatus, Verdict};
+use prova_protocol::spec::ProgramCheck;
 use prova_protocol::transport::{self, frame};
 use prova_protocol::wire::{
     BlobAck, BlobRequest, ClientMsg, CoordinatorReply, RemoteKind, RemoteTask, RunOptionsWire,
@@ -55,10 +56,7 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
                     root,
                     &prepared.keys.components[i].config,
                 );
-                spec.programs =
-                    prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config);
-                spec.absent_programs =
-                    prepared.absent_programs.get(&i).cloned().unwrap_or_default();
+                (spec.programs, spec.absent_programs) = program_checks(prepared, i);
                 spec.stand_ins = root_inputs.stand_ins;
                 spec
             },
@@ -76,6 +74,16 @@ pub fn remote_tasks(root: &Path, prepared: &Prepared) -> Vec<RemoteTask> {
             weight: prepared.durations.get(t.id.as_str()).copied().unwrap_or(1),
         })
         .collect()
+}
+
+/// The programs a farm's worker or bot must find for task `i` of `prepared` as the client
+/// did: those its key folds, and the words found nowhere (`TaskSpec::programs`,
+/// `TaskSpec::absent_programs`).
+pub fn program_checks(prepared: &Prepared, i: usize) -> (Vec<ProgramCheck>, Vec<String>) {
+    (
+        prova_coordinator::keys::binaries::checks(&prepared.keys.components[i].config),
+        prepared.absent_programs.get(&i).cloned().unwrap_or_default(),
+    )
 }
 
 /// What [`upload_missing`] moved.

@@ -274,13 +274,15 @@ pub struct ActionInputs<'a> {
     pub perturb: Option<&'a Perturb>,
     /// The action's salt (a re-run's: it must not be the first execution's action).
     pub salt: Vec<u8>,
+    /// The programs the bot must check around the command ([`super::guard`]).
+    pub guard: &'a super::guard::ProgramGuard,
 }
 
 /// The `Command` and `Action` of `spec`.
 pub fn build(spec: &TaskSpec, i: &ActionInputs<'_>) -> Result<Built, ActionError> {
     let platform = platform(i.platform, &spec.labels);
     let command = re::Command {
-        arguments: argv(spec, i.perturb.and_then(|p| p.umask)),
+        arguments: i.guard.wrap(argv(spec, i.perturb.and_then(|p| p.umask))),
         environment_variables: environment(spec, i.perturb)
             .into_iter()
             .map(|(name, value)| re::command::EnvironmentVariable { name, value })

@@ -113,12 +113,14 @@ fn platform_properties_come_from_the_key_platform_and_labels() {
 fn a_salt_makes_another_action_of_the_same_task() {
     let s = spec("make");
     let roots = vec!["app/dist".to_owned()];
+    let none = crate::remote_exec::guard::ProgramGuard::default();
     let i = |salt: &[u8]| ActionInputs {
         roots: &roots,
         input_root: sha256(b"root"),
         platform: None,
         perturb: None,
         salt: salt.to_vec(),
+        guard: &none,
     };
     let a = build(&s, &i(b"")).unwrap();
     assert_eq!(a.digest, build(&s, &i(b"")).unwrap().digest);
@@ -126,4 +128,43 @@ fn a_salt_makes_another_action_of_the_same_task() {
     let cmd = re::Command::decode(a.command.as_slice()).unwrap();
     assert_eq!(cmd.working_directory, "app");
     assert_eq!(cmd.output_paths, ["dist"]);
+    assert_eq!(cmd.arguments, ["sh", "-c", "make"]);
+}
+
+#[test]
+fn the_programs_a_key_folds_are_checked_by_the_bot_and_move_the_action() {
+    use crate::remote_exec::guard::{GuardedProgram, ProgramGuard};
+    let s = spec("tool");
+    let roots = vec!["app/dist".to_owned()];
+    let guard = |sha: &str| ProgramGuard {
+        programs: vec![GuardedProgram {
+            word: "tool".into(),
+            client_path: "/usr/bin/tool".into(),
+            sha256: sha.into(),
+        }],
+        absent: vec!["fallback".into()],
+    };
+    let built = |g: &ProgramGuard| {
+        build(
+            &s,
+            &ActionInputs {
+                roots: &roots,
+                input_root: sha256(b"root"),
+                platform: None,
+                perturb: None,
+                salt: Vec::new(),
+                guard: g,
+            },
+        )
+        .unwrap()
+    };
+    let a = built(&guard("aa"));
+    let cmd = re::Command::decode(a.command.as_slice()).unwrap();
+    // The guard's `sh -c` around the task's own argv.
+    assert_eq!(cmd.arguments[..2], ["sh", "-c"]);
+    assert!(cmd.arguments[2].contains("'aa'") && cmd.arguments[2].contains("'fallback'"));
+    assert_eq!(cmd.arguments[3..], ["sh", "sh", "-c", "tool"]);
+    // Another client's program is another action: a bot's action cache never answers one
+    // client's with another's result.
+    assert_ne!(a.digest, built(&guard("bb")).digest);
 }

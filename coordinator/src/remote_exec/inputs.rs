@@ -142,6 +142,13 @@ impl Sources {
         Ok(root)
     }
 
+    /// The SHA-256 (hex) of the program at `path` whose BLAKE3 the key folds (`blake`):
+    /// what a bot's guard compares ([`super::guard`]). A program changed since it was keyed
+    /// is an error.
+    pub fn program_sha256(&self, path: &str, blake: Digest) -> Result<String, InputError> {
+        Ok(self.hash(Path::new(path), Some(blake), path)?.digest.hash)
+    }
+
     /// Hashes `file`, checking it against `blake` when given.
     fn hash(&self, file: &Path, blake: Option<Digest>, rel: &str) -> Result<Hashed, InputError> {
         if let Some(b) = blake

@@ -6,7 +6,8 @@
 //!
 //! Per assignment (an exec-root placement with local sources): the input root is read from
 //! the workspace, the cache's upstream artifacts and installed trees ([`inputs`]); the
-//! `Command`/`Action` and the Merkle tree are built ([`action`], pure); only the blobs
+//! `Command`/`Action` and the Merkle tree are built ([`action`], pure; the command inside a
+//! [`guard`] that checks the programs the key folds on the bot); only the blobs
 //! `FindMissingBlobs` names are uploaded; `Execute`'s operation stream is followed
 //! ([`operation`], pure: `WaitExecution` after a dropped stream, a re-upload after
 //! `FAILED_PRECONDITION`, each bounded; `CancelOperation` on cancel); the result's outputs
@@ -20,6 +21,7 @@
 //! and umask; the perturbations a bot cannot be asked for are reported not applied.
 
 pub mod action;
+pub mod guard;
 pub mod inputs;
 pub mod operation;
 pub mod outputs;
@@ -148,6 +150,27 @@ enum Outcome {
     Failed(String),
 }
 
+/// What a bot must check around a task's command: each program the key folds with its
+/// SHA-256 here, and the words found nowhere here ([`guard`]). A relative word is not
+/// checked (a worker does not check it either: it names a path beside the client's tree).
+fn program_guard(
+    sources: &inputs::Sources,
+    checks: Vec<prova_protocol::spec::ProgramCheck>,
+    absent: Vec<String>,
+) -> Result<guard::ProgramGuard, String> {
+    let mut programs = Vec::new();
+    for c in checks {
+        if !c.word.starts_with('/') && c.word.contains('/') {
+            continue;
+        }
+        let sha256 = sources
+            .program_sha256(&c.path, c.digest)
+            .map_err(|e| format!("program `{}`: {e}", c.word))?;
+        programs.push(guard::GuardedProgram { word: c.word, client_path: c.path, sha256 });
+    }
+    Ok(guard::ProgramGuard { programs, absent })
+}
+
 impl Inner {
     async fn report(&self, attempt: AttemptId, msg: FromWorker) {
         let _ = attempt;
@@ -180,14 +203,16 @@ impl Inner {
         };
         let started = Instant::now();
         let (sources, inputs, upstream) = (self.sources.clone(), inputs.clone(), upstream.clone());
+        let (checks, absent) = (a.spec.programs.clone(), a.spec.absent_programs.clone());
         let root = OwnedTask::spawn_blocking("reapi.input-root", move || {
             let root = sources.root(&inputs, &upstream).map_err(|e| e.to_string())?;
             let merkle = action::merkle(&root.entries).map_err(|e| e.to_string())?;
-            Ok::<_, String>((root, merkle))
+            let guard = program_guard(&sources, checks, absent)?;
+            Ok::<_, String>((root, merkle, guard))
         })
         .join()
         .await;
-        let (root, merkle) = match root {
+        let (root, merkle, guard) = match root {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return failed(format!("building the input root: {e}")),
             Err(e) => return failed(format!("building the input root: {e}")),
@@ -205,6 +230,7 @@ impl Inner {
                 } else {
                     Vec::new()
                 },
+                guard: &guard,
             },
         );
         let built = match built {

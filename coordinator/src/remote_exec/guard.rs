@@ -1,0 +1,132 @@
+//! The programs a task's key folds, checked by the bot that runs it. The key holds the
+//! client's programs (`binary:<word>`: path and digest) and, by holding none, the words the
+//! client found nowhere on its `PATH`. A REAPI bot runs whatever its own `PATH` gives, and
+//! its outputs are saved under the client's key: a bot with another `tsc`, or with a `tool`
+//! the client lacks (`tool || fallback`), would file bytes the client's machine does not
+//! make. prova's own farm workers check this themselves (`worker::exec::programs`); a REAPI
+//! action can only carry the check in its command.
+//!
+//! So the command runs inside a POSIX `sh` guard (`sh -c GUARD sh ARGV…`) that looks each
+//! word up on the bot's `PATH` as a worker does (absolute entries only; an absolute word as
+//! is), compares each found program's SHA-256 with the client's (`sha256sum`, else `shasum
+//! -a 256`, else `openssl`), and requires each absent word to be absent. A difference before
+//! the run fails the action without running it; one after a successful run (the task or a
+//! neighbour installed, replaced or removed a program meanwhile) fails it too, so nothing is
+//! saved. Both exit [`GUARD_EXIT`] with a line naming the program. The expected digests are
+//! in the command text, so a bot's action cache never answers one client's action with
+//! another's.
+
+/// The exit status of an action whose guard found a program other than the key's.
+pub const GUARD_EXIT: i32 = 125;
+
+/// A program the key folds: the word the command looks up, where the client found it, and
+/// the SHA-256 (hex) of its bytes there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardedProgram {
+    /// The word (`tsc`, or an absolute path).
+    pub word: String,
+    /// The client's resolved path (for the message).
+    pub client_path: String,
+    /// Lower-case hex SHA-256 of the client's program.
+    pub sha256: String,
+}
+
+/// What an action's guard checks; empty: no guard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramGuard {
+    /// Programs that must be the client's bytes.
+    pub programs: Vec<GuardedProgram>,
+    /// Bare words the client found nowhere on its `PATH`: nowhere on the bot's either.
+    pub absent: Vec<String>,
+}
+
+/// `word` quoted for `sh`.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// Looks `$1` up as a worker does (an absolute word as is; else each absolute `PATH` entry
+/// in order) and prints the executable file found.
+const WHICH: &str = r#"prova_which() {
+  case $1 in /*) [ -f "$1" ] && [ -x "$1" ] && printf '%s\n' "$1"; return;; esac
+  prova_ifs=$IFS; IFS=:; set -f
+  for prova_d in $PATH; do
+    case $prova_d in /*) ;; *) continue;; esac
+    if [ -f "$prova_d/$1" ] && [ -x "$prova_d/$1" ]; then
+      IFS=$prova_ifs; set +f; printf '%s\n' "$prova_d/$1"; return 0
+    fi
+  done
+  IFS=$prova_ifs; set +f; return 1
+}
+prova_sha() {
+  if command -v sha256sum >/dev/null 2>&1; then prova_s=$(sha256sum < "$1")
+  elif command -v shasum >/dev/null 2>&1; then prova_s=$(shasum -a 256 < "$1")
+  else prova_s=$(openssl dgst -sha256 -r < "$1")
+  fi || return 1
+  printf '%s\n' "${prova_s%% *}"
+}
+"#;
+
+impl ProgramGuard {
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.programs.is_empty() && self.absent.is_empty()
+    }
+
+    /// The guard's `sh` text: a function `prova_check WHEN` that prints why and fails at the
+    /// first difference, run before `"$@"` and after a success of it.
+    pub fn script(&self) -> String {
+        let mut s = String::from(WHICH);
+        s.push_str("prova_check() {\n");
+        for p in &self.programs {
+            let (w, client) = (quote(&p.word), quote(&format!("`{}`", p.client_path)));
+            let short = &p.sha256[..p.sha256.len().min(12)];
+            s.push_str(&format!(
+                "  if prova_p=$(prova_which {w}); then\n    \
+                 prova_h=$(prova_sha \"$prova_p\") || {{ printf 'prova: program `%s` cannot be \
+                 hashed on this bot (%s): sha256sum, shasum or openssl is needed\\n' {w} \"$1\" \
+                 >&2; return 1; }}\n    \
+                 [ \"$prova_h\" = {sha} ] || {{ printf 'prova: program `%s` %s: here `%s` \
+                 (sha256 %.12s), on the client %s (sha256 {short})\\n' {w} \"$1\" \"$prova_p\" \
+                 \"$prova_h\" {client} >&2; return 1; }}\n  \
+                 else\n    \
+                 printf 'prova: program `%s` %s: here not found on its PATH, on the client %s \
+                 (sha256 {short})\\n' {w} \"$1\" {client} >&2; return 1\n  fi\n",
+                sha = quote(&p.sha256),
+            ));
+        }
+        for a in &self.absent {
+            let w = quote(a);
+            s.push_str(&format!(
+                "  if prova_p=$(prova_which {w}); then\n    \
+                 printf 'prova: program `%s` %s: here `%s`, on the client found nowhere on its \
+                 PATH (the key holds no program for it)\\n' {w} \"$1\" \"$prova_p\" >&2; \
+                 return 1\n  fi\n"
+            ));
+        }
+        s.push_str("  return 0\n}\n");
+        s.push_str(&format!(
+            "prova_check 'differs on this bot' || exit {GUARD_EXIT}\n\
+             \"$@\"; prova_rc=$?\n\
+             if [ \"$prova_rc\" -eq 0 ]; then\n  \
+             prova_check 'changed on this bot while the task ran (nothing of the run is \
+             saved)' || exit {GUARD_EXIT}\nfi\n\
+             exit \"$prova_rc\"\n"
+        ));
+        s
+    }
+
+    /// `argv` run inside the guard (unchanged when there is nothing to check).
+    pub fn wrap(&self, argv: Vec<String>) -> Vec<String> {
+        if self.is_empty() {
+            return argv;
+        }
+        let mut wrapped = vec!["sh".to_owned(), "-c".to_owned(), self.script(), "sh".to_owned()];
+        wrapped.extend(argv);
+        wrapped
+    }
+}
+
+#[cfg(test)]
+#[path = "guard_tests.rs"]
+mod tests;

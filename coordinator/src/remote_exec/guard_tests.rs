@@ -1,0 +1,139 @@
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::Command;
+
+use sha2::{Digest as _, Sha256};
+
+use super::*;
+
+/// Writes an executable `name` into `dir` that prints `says`; its SHA-256.
+fn install(dir: &Path, name: &str, says: &str) -> String {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let body = format!("#!/bin/sh\necho {says}\n");
+    let p = dir.join(name);
+    std::fs::write(&p, &body).expect("write");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    Sha256::digest(body.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs `command` (by `sh -c`) inside `guard` with `path` as `PATH`: exit code, stdout,
+/// stderr.
+fn run(guard: &ProgramGuard, path: &str, command: &str) -> (i32, String, String) {
+    let argv = guard.wrap(vec!["sh".into(), "-c".into(), command.into()]);
+    // The system's tools (sha256sum, sh) from where they are, after the test's PATH.
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("PATH", format!("{path}:/usr/bin:/bin"))
+        .output()
+        .expect("sh runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn nothing_to_check_leaves_the_command_alone() {
+    let argv = vec!["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
+    assert_eq!(ProgramGuard::default().wrap(argv.clone()), argv);
+}
+
+#[test]
+fn the_clients_program_runs_another_build_or_none_is_refused_before_the_run() {
+    let t = tempfile::tempdir().expect("dir");
+    let (client, bot) = (t.path().join("client"), t.path().join("bot"));
+    let sha = install(&client, "tool", "client-build");
+    let guard = ProgramGuard {
+        programs: vec![GuardedProgram {
+            word: "tool".into(),
+            client_path: client.join("tool").display().to_string(),
+            sha256: sha,
+        }],
+        absent: Vec::new(),
+    };
+    let (code, out, err) = run(&guard, &client.display().to_string(), "tool; echo \"$0\" ran");
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "client-build\nsh ran\n", ""));
+    // The command's own exit status comes back.
+    assert_eq!(run(&guard, &client.display().to_string(), "exit 3").0, 3);
+    // Another build on the bot's PATH, ahead of the client's bytes.
+    install(&bot, "tool", "bot-build");
+    let both = format!("{}:{}", bot.display(), client.display());
+    let (code, out, err) = run(&guard, &both, "tool > ran.txt");
+    assert_eq!(code, GUARD_EXIT, "{err}");
+    assert_eq!(out, "");
+    assert!(err.contains("program `tool` differs on this bot: here `"), "{err}");
+    assert!(err.contains("/bot/tool` (sha256 ") && err.contains("/client/tool`"), "{err}");
+    // None at all.
+    let (code, _, err) = run(&guard, "/nonexistent", "tool");
+    assert_eq!(code, GUARD_EXIT);
+    assert!(err.contains("here not found on its PATH"), "{err}");
+    // A relative PATH entry is not searched (nor is it by a worker).
+    let rel = run(&guard, ".", "true");
+    assert_eq!(rel.0, GUARD_EXIT, "{}", rel.2);
+}
+
+#[test]
+fn a_word_the_client_found_nowhere_must_be_nowhere_on_the_bot() {
+    let t = tempfile::tempdir().expect("dir");
+    let bot = t.path().join("bot");
+    let guard = ProgramGuard { programs: Vec::new(), absent: vec!["tool".into(), "it's".into()] };
+    let (code, out, _) = run(&guard, &bot.display().to_string(), "echo fallback");
+    assert_eq!((code, out.as_str()), (0, "fallback\n"));
+    install(&bot, "tool", "bot-only");
+    let (code, out, err) =
+        run(&guard, &bot.display().to_string(), "tool || echo fallback; echo ran");
+    assert_eq!((code, out.as_str()), (GUARD_EXIT, ""), "the command never ran: {err}");
+    assert!(err.contains("program `tool` differs on this bot: here `"), "{err}");
+    assert!(err.contains("on the client found nowhere on its PATH"), "{err}");
+    // A quote in a word is a word like any other.
+    std::fs::remove_file(bot.join("tool")).expect("rm");
+    install(&bot, "it's", "quoted");
+    let (code, _, err) = run(&guard, &bot.display().to_string(), "true");
+    assert_eq!(code, GUARD_EXIT);
+    assert!(err.contains("program `it's`"), "{err}");
+}
+
+#[test]
+fn a_program_changed_while_the_task_ran_fails_a_successful_run() {
+    let t = tempfile::tempdir().expect("dir");
+    let (early, late) = (t.path().join("early"), t.path().join("late"));
+    std::fs::create_dir_all(&early).expect("early");
+    let sha = install(&late, "tool", "keyed");
+    let path = format!("{}:{}", early.display(), late.display());
+    let guard = ProgramGuard {
+        programs: vec![GuardedProgram {
+            word: "tool".into(),
+            client_path: late.join("tool").display().to_string(),
+            sha256: sha,
+        }],
+        absent: vec!["other".into()],
+    };
+    let plant = |dir: &Path, name: &str| {
+        format!(
+            "printf '#!/bin/sh\\necho planted\\n' > {d}/{name} && chmod +x {d}/{name}",
+            d = dir.display()
+        )
+    };
+    // Installed ahead of the keyed one, over it, where an absent word is looked up; removed.
+    for change in [
+        plant(&early, "tool"),
+        plant(&late, "tool"),
+        plant(&early, "other"),
+        format!("rm {}/tool", late.display()),
+    ] {
+        let reset = || {
+            let _ = std::fs::remove_file(early.join("tool"));
+            let _ = std::fs::remove_file(early.join("other"));
+            install(&late, "tool", "keyed");
+        };
+        reset();
+        let (code, out, err) = run(&guard, &path, &format!("{change} && echo done"));
+        assert_eq!(code, GUARD_EXIT, "{change}: {out}{err}");
+        assert!(err.contains("changed on this bot while the task ran"), "{change}: {err}");
+        // A failed run keeps its own status: nothing of it is saved anyway.
+        reset();
+        let (code, _, err) = run(&guard, &path, &format!("{change}; exit 4"));
+        assert_eq!(code, 4, "{change}: {err}");
+    }
+}
