@@ -316,9 +316,9 @@ fn a_sandboxed_task_that_must_execute_is_refused_on_a_reapi_farm() {
 }
 
 /// A bot runs what its own `PATH` gives, and its outputs are saved under the client's key:
-/// the action's guard checks the programs that key folds on the bot. A bot holding a `tool`
-/// the client found nowhere, or another build of it, runs nothing of the task; one with the
-/// client's bytes runs it.
+/// the action's guard checks the programs and runtime inputs that key folds on the bot. A
+/// bot holding a `tool` the client found nowhere, or another build of it, or whose runtime
+/// input gives another result, runs nothing of the task; one that matches runs it.
 #[test]
 fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -344,14 +344,14 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
             "[tasks.build]\ncommand = \"mkdir -p dist && (tool > dist/out.txt || echo fallback > \
              dist/out.txt)\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
         );
-    let run = |client_path: &str| {
+    let run_in = |ws: &TempWorkspace, client_path: &str| {
         ws.prova(["run", "build", "--all", "--json", "--remote-exec", &endpoint])
             .env("PATH", client_path)
             .timeout(Duration::from_secs(120))
             .run()
     };
     // The client has no `tool`: its key says the fallback ran.
-    let out = run(&path);
+    let out = run_in(&ws, &path);
     out.assert_code(1);
     let said = format!("{}{}", out.stdout, out.stderr);
     assert!(said.contains("program `tool` differs on this bot"), "{said}");
@@ -360,14 +360,35 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
     // Another build on the client.
     install(&client_bin, "client-build");
     let client_path = format!("{}:{path}", client_bin.display());
-    let out = run(&client_path);
+    let out = run_in(&ws, &client_path);
     out.assert_code(1);
     let said = format!("{}{}", out.stdout, out.stderr);
     assert!(said.contains("program `tool` differs on this bot: here `"), "{said}");
     // The same bytes: the bot runs it, and the result is saved.
     install(&client_bin, "bot-build");
-    let out = run(&client_path);
+    let out = run_in(&ws, &client_path);
     out.assert_code(0);
     assert_eq!(ws.read("p/dist/out.txt"), "bot-build\n");
     assert_eq!(out.cache_of("p#build"), "saved", "{out}");
+
+    // A runtime input (`runtime = ["tool"]`, no program folded): it must give on the bot what
+    // it gave on the client.
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\nruntime_binary = false\n")
+        .file("p/src/a.txt", "a\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && tool > dist/out.txt\"\n\
+             inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\nruntime = [\"tool\"]\n",
+        );
+    install(&client_bin, "client-build");
+    let out = run_in(&ws, &client_path);
+    out.assert_code(1);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("runtime input `tool` differs on this bot"), "{said}");
+    assert!(!ws.exists("p/dist/out.txt"), "{said}");
+    install(&client_bin, "bot-build");
+    let out = run_in(&ws, &client_path);
+    out.assert_code(0);
+    assert_eq!(ws.read("p/dist/out.txt"), "bot-build\n");
 }

@@ -538,12 +538,19 @@ impl Act<'_> {
         let weights = prepared.weights();
         let mut prepared = prepared;
         if self.s.remote_exec.is_some() {
-            // A REAPI bot runs what its own PATH gives: the action checks it (its guard).
+            // A REAPI bot runs what its own PATH and toolchain give: the action checks them (its
+            // guard), as a prova worker checks its own.
+            let root = &self.ws.root;
             let checks: Vec<_> = (0..prepared.plan.tasks.len())
-                .map(|i| crate::remote::run::program_checks(&prepared, i))
+                .map(|i| {
+                    let config = &prepared.keys.components[i].config;
+                    let runtime = prova_coordinator::keys::runtime::checks(root, config);
+                    (crate::remote::run::program_checks(&prepared, i), runtime)
+                })
                 .collect();
-            for (t, (programs, absent)) in prepared.plan.tasks.iter_mut().zip(checks) {
-                (t.spec.programs, t.spec.absent_programs) = (programs, absent);
+            for (t, ((programs, absent), runtime)) in prepared.plan.tasks.iter_mut().zip(checks) {
+                (t.spec.programs, t.spec.absent_programs, t.spec.runtime) =
+                    (programs, absent, runtime);
             }
         }
         let layer: Arc<dyn prova_coordinator::layers::CacheLayer> = match reapi {

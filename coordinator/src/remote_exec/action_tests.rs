@@ -143,6 +143,7 @@ fn the_programs_a_key_folds_are_checked_by_the_bot_and_move_the_action() {
             sha256: sha.into(),
         }],
         absent: vec!["fallback".into()],
+        ..ProgramGuard::default()
     };
     let built = |g: &ProgramGuard| {
         build(

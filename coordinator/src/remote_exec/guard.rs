@@ -31,6 +31,24 @@ pub struct GuardedProgram {
     pub sha256: String,
 }
 
+/// A runtime input the key folds (`runtime = ["node --version"]`): the command, and the
+/// SHA-256 (hex) of what it gave on the client ([`runtime_stream`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardedRuntime {
+    /// The command as written.
+    pub command: String,
+    /// [`runtime_stream`]'s SHA-256 on the client.
+    pub sha256: String,
+}
+
+/// What the guard hashes of a runtime command's run: its stdout, then `prova-exit=` and its
+/// exit status.
+pub fn runtime_stream(stdout: &[u8], code: i32) -> Vec<u8> {
+    let mut b = stdout.to_vec();
+    b.extend_from_slice(format!("prova-exit={code}").as_bytes());
+    b
+}
+
 /// What an action's guard checks; empty: no guard.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProgramGuard {
@@ -38,6 +56,13 @@ pub struct ProgramGuard {
     pub programs: Vec<GuardedProgram>,
     /// Bare words the client found nowhere on its `PATH`: nowhere on the bot's either.
     pub absent: Vec<String>,
+    /// Runtime inputs that must give what they gave on the client, checked before the run
+    /// (as a prova worker checks them), in the input root's top directory as the client ran
+    /// them in the workspace's.
+    pub runtime: Vec<GuardedRuntime>,
+    /// The input root's top relative to the action's working directory (`..` per level of
+    /// the project directory; `.` at the top).
+    pub root: String,
 }
 
 /// `word` quoted for `sh`.
@@ -59,9 +84,9 @@ const WHICH: &str = r#"prova_which() {
   IFS=$prova_ifs; set +f; return 1
 }
 prova_sha() {
-  if command -v sha256sum >/dev/null 2>&1; then prova_s=$(sha256sum < "$1")
-  elif command -v shasum >/dev/null 2>&1; then prova_s=$(shasum -a 256 < "$1")
-  else prova_s=$(openssl dgst -sha256 -r < "$1")
+  if command -v sha256sum >/dev/null 2>&1; then prova_s=$(sha256sum)
+  elif command -v shasum >/dev/null 2>&1; then prova_s=$(shasum -a 256)
+  else prova_s=$(openssl dgst -sha256 -r)
   fi || return 1
   printf '%s\n' "${prova_s%% *}"
 }
@@ -70,7 +95,7 @@ prova_sha() {
 impl ProgramGuard {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
-        self.programs.is_empty() && self.absent.is_empty()
+        self.programs.is_empty() && self.absent.is_empty() && self.runtime.is_empty()
     }
 
     /// The guard's `sh` text: a function `prova_check WHEN` that prints why and fails at the
@@ -83,7 +108,7 @@ impl ProgramGuard {
             let short = &p.sha256[..p.sha256.len().min(12)];
             s.push_str(&format!(
                 "  if prova_p=$(prova_which {w}); then\n    \
-                 prova_h=$(prova_sha \"$prova_p\") || {{ printf 'prova: program `%s` cannot be \
+                 prova_h=$(prova_sha < \"$prova_p\") || {{ printf 'prova: program `%s` cannot be \
                  hashed on this bot (%s): sha256sum, shasum or openssl is needed\\n' {w} \"$1\" \
                  >&2; return 1; }}\n    \
                  [ \"$prova_h\" = {sha} ] || {{ printf 'prova: program `%s` %s: here `%s` \
@@ -105,6 +130,18 @@ impl ProgramGuard {
             ));
         }
         s.push_str("  return 0\n}\n");
+        for r in &self.runtime {
+            let script = quote(&prova_protocol::key::runtime_script(&r.command));
+            let (c, root) = (quote(&r.command), quote(&self.root));
+            let short = &r.sha256[..r.sha256.len().min(12)];
+            s.push_str(&format!(
+                "prova_h=$( {{ (cd {root} && sh -c {script}) </dev/null 2>/dev/null; \
+                 printf 'prova-exit=%s' \"$?\"; }} | prova_sha ) && [ \"$prova_h\" = {sha} ] || \
+                 {{ printf 'prova: runtime input `%s` differs on this bot: here sha256 %.12s, on \
+                 the client sha256 {short}\\n' {c} \"$prova_h\" >&2; exit {GUARD_EXIT}; }}\n",
+                sha = quote(&r.sha256),
+            ));
+        }
         s.push_str(&format!(
             "prova_check 'differs on this bot' || exit {GUARD_EXIT}\n\
              \"$@\"; prova_rc=$?\n\

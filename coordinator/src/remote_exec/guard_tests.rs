@@ -19,10 +19,16 @@ fn install(dir: &Path, name: &str, says: &str) -> String {
 /// Runs `command` (by `sh -c`) inside `guard` with `path` as `PATH`: exit code, stdout,
 /// stderr.
 fn run(guard: &ProgramGuard, path: &str, command: &str) -> (i32, String, String) {
+    run_in(guard, path, command, Path::new("."))
+}
+
+/// [`run`] in the working directory `cwd`.
+fn run_in(guard: &ProgramGuard, path: &str, command: &str, cwd: &Path) -> (i32, String, String) {
     let argv = guard.wrap(vec!["sh".into(), "-c".into(), command.into()]);
     // The system's tools (sha256sum, sh) from where they are, after the test's PATH.
     let out = Command::new(&argv[0])
         .args(&argv[1..])
+        .current_dir(cwd)
         .env("PATH", format!("{path}:/usr/bin:/bin"))
         .output()
         .expect("sh runs");
@@ -50,7 +56,7 @@ fn the_clients_program_runs_another_build_or_none_is_refused_before_the_run() {
             client_path: client.join("tool").display().to_string(),
             sha256: sha,
         }],
-        absent: Vec::new(),
+        ..ProgramGuard::default()
     };
     let (code, out, err) = run(&guard, &client.display().to_string(), "tool; echo \"$0\" ran");
     assert_eq!((code, out.as_str(), err.as_str()), (0, "client-build\nsh ran\n", ""));
@@ -77,7 +83,8 @@ fn the_clients_program_runs_another_build_or_none_is_refused_before_the_run() {
 fn a_word_the_client_found_nowhere_must_be_nowhere_on_the_bot() {
     let t = tempfile::tempdir().expect("dir");
     let bot = t.path().join("bot");
-    let guard = ProgramGuard { programs: Vec::new(), absent: vec!["tool".into(), "it's".into()] };
+    let guard =
+        ProgramGuard { absent: vec!["tool".into(), "it's".into()], ..ProgramGuard::default() };
     let (code, out, _) = run(&guard, &bot.display().to_string(), "echo fallback");
     assert_eq!((code, out.as_str()), (0, "fallback\n"));
     install(&bot, "tool", "bot-only");
@@ -108,6 +115,7 @@ fn a_program_changed_while_the_task_ran_fails_a_successful_run() {
             sha256: sha,
         }],
         absent: vec!["other".into()],
+        ..ProgramGuard::default()
     };
     let plant = |dir: &Path, name: &str| {
         format!(
@@ -136,4 +144,39 @@ fn a_program_changed_while_the_task_ran_fails_a_successful_run() {
         let (code, _, err) = run(&guard, &path, &format!("{change}; exit 4"));
         assert_eq!(code, 4, "{change}: {err}");
     }
+}
+
+#[test]
+fn a_runtime_input_must_give_on_the_bot_what_it_gave_on_the_client() {
+    let t = tempfile::tempdir().expect("dir");
+    let project = t.path().join("apps/web");
+    std::fs::create_dir_all(&project).expect("project");
+    std::fs::write(t.path().join(".tool-version"), "v1\n").expect("marker");
+    let sha = |stdout: &[u8], code: i32| -> String {
+        Sha256::digest(runtime_stream(stdout, code)).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    // Run in the input root's top, as the client ran it in the workspace's.
+    let guard = |sha256: String| ProgramGuard {
+        runtime: vec![GuardedRuntime { command: "cat .tool-version".into(), sha256 }],
+        root: "../..".into(),
+        ..ProgramGuard::default()
+    };
+    let (code, out, err) = run_in(&guard(sha(b"v1\n", 0)), "", "echo ran", &project);
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "ran\n", ""));
+    // Another result, or another exit status, fails the action before the command.
+    for other in [sha(b"v2\n", 0), sha(b"v1\n", 1)] {
+        let (code, out, err) = run_in(&guard(other), "", "echo ran", &project);
+        assert_eq!((code, out.as_str()), (GUARD_EXIT, ""), "{err}");
+        assert!(err.contains("runtime input `cat .tool-version` differs on this bot"), "{err}");
+    }
+    // Its stderr is not part of what is compared.
+    let noisy = ProgramGuard {
+        runtime: vec![GuardedRuntime {
+            command: "echo v1; echo warning >&2".into(),
+            sha256: sha(b"v1\n", 0),
+        }],
+        root: ".".into(),
+        ..ProgramGuard::default()
+    };
+    assert_eq!(run(&noisy, "", "true").0, 0);
 }

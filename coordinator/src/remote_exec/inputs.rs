@@ -142,6 +142,11 @@ impl Sources {
         Ok(root)
     }
 
+    /// The workspace the inputs are read from.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
     /// The SHA-256 (hex) of the program at `path` whose BLAKE3 the key folds (`blake`):
     /// what a bot's guard compares ([`super::guard`]). A program changed since it was keyed
     /// is an error.

@@ -150,25 +150,56 @@ enum Outcome {
     Failed(String),
 }
 
-/// What a bot must check around a task's command: each program the key folds with its
-/// SHA-256 here, and the words found nowhere here ([`guard`]). A relative word is not
-/// checked (a worker does not check it either: it names a path beside the client's tree).
+/// What a bot must check around `spec`'s command ([`guard`]): each program its key folds
+/// with its SHA-256 here, the words found nowhere here, and each runtime input with what it
+/// gave here. A relative word is not checked (a worker does not check it either: it names a
+/// path beside the client's tree).
 fn program_guard(
     sources: &inputs::Sources,
-    checks: Vec<prova_protocol::spec::ProgramCheck>,
-    absent: Vec<String>,
+    spec: &prova_protocol::spec::TaskSpec,
 ) -> Result<guard::ProgramGuard, String> {
     let mut programs = Vec::new();
-    for c in checks {
+    for c in &spec.programs {
         if !c.word.starts_with('/') && c.word.contains('/') {
             continue;
         }
         let sha256 = sources
             .program_sha256(&c.path, c.digest)
             .map_err(|e| format!("program `{}`: {e}", c.word))?;
-        programs.push(guard::GuardedProgram { word: c.word, client_path: c.path, sha256 });
+        programs.push(guard::GuardedProgram {
+            word: c.word.clone(),
+            client_path: c.path.clone(),
+            sha256,
+        });
     }
-    Ok(guard::ProgramGuard { programs, absent })
+    let mut runtime = Vec::new();
+    for r in &spec.runtime {
+        let v = crate::keys::runtime::evaluate(sources.workspace(), &r.command);
+        let why = if v.digest != r.digest {
+            Some("it gives another result here than when the key was computed")
+        } else if v.truncated() {
+            Some("its output is too long to compare on a bot")
+        } else {
+            None
+        };
+        let code = v.code.ok_or("it gave no exit status here (killed or not started)");
+        let sha = match (why, code) {
+            (None, Ok(code)) => sha256_hex(&guard::runtime_stream(&v.stdout, code)),
+            (Some(why), _) | (None, Err(why)) => {
+                return Err(format!("runtime input `{}`: {why}", r.command));
+            }
+        };
+        runtime.push(guard::GuardedRuntime { command: r.command.clone(), sha256: sha });
+    }
+    let depth = spec.project_dir.split('/').filter(|c| !c.is_empty()).count();
+    let root = if depth == 0 { ".".to_owned() } else { vec![".."; depth].join("/") };
+    Ok(guard::ProgramGuard { programs, absent: spec.absent_programs.clone(), runtime, root })
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Inner {
@@ -203,11 +234,11 @@ impl Inner {
         };
         let started = Instant::now();
         let (sources, inputs, upstream) = (self.sources.clone(), inputs.clone(), upstream.clone());
-        let (checks, absent) = (a.spec.programs.clone(), a.spec.absent_programs.clone());
+        let spec = a.spec.clone();
         let root = OwnedTask::spawn_blocking("reapi.input-root", move || {
             let root = sources.root(&inputs, &upstream).map_err(|e| e.to_string())?;
             let merkle = action::merkle(&root.entries).map_err(|e| e.to_string())?;
-            let guard = program_guard(&sources, checks, absent)?;
+            let guard = program_guard(&sources, &spec)?;
             Ok::<_, String>((root, merkle, guard))
         })
         .join()

@@ -34,6 +34,22 @@ pub struct RuntimeValue {
     pub digest: Digest,
     /// Its stdout, trimmed, when short and not secret-looking.
     pub shown: Option<String>,
+    /// Its stdout as read (at most [`MAX_OUTPUT`] bytes): what a REAPI bot's guard hashes.
+    pub stdout: Vec<u8>,
+    /// How it exited (`None`: killed or not started).
+    pub code: Option<i32>,
+}
+
+impl RuntimeValue {
+    /// The value of a command that gave nothing (not started, or killed).
+    fn none() -> Self {
+        Self { digest: runtime_digest(b"", None), shown: None, stdout: Vec::new(), code: None }
+    }
+
+    /// Whether its stdout may have been cut at [`MAX_OUTPUT`].
+    pub fn truncated(&self) -> bool {
+        self.stdout.len() as u64 >= MAX_OUTPUT
+    }
 }
 
 /// The file a command's first word resolves to, and its stat: a change of either runs the
@@ -132,7 +148,7 @@ fn run(root: &Path, command: &str) -> RuntimeValue {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("runtime input `{command}` could not start: {e}");
-            return RuntimeValue { digest: runtime_digest(b"", None), shown: None };
+            return RuntimeValue::none();
         }
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -153,14 +169,19 @@ fn run(root: &Path, command: &str) -> RuntimeValue {
             tracing::warn!("runtime input `{command}` did not finish within {TIMEOUT:?}");
             let _ = child.kill();
             let _ = child.wait();
-            return RuntimeValue { digest: runtime_digest(b"", None), shown: None };
+            return RuntimeValue::none();
         }
     };
     let code = match child.wait() {
         Ok(s) => s.code(),
         Err(_) => None,
     };
-    RuntimeValue { digest: runtime_digest(&stdout, code), shown: shown(&stdout, code) }
+    RuntimeValue {
+        digest: runtime_digest(&stdout, code),
+        shown: shown(&stdout, code),
+        stdout,
+        code,
+    }
 }
 
 /// The stdout worth keeping beside the digest: one short line of version-like characters
