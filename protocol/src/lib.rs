@@ -6,7 +6,8 @@
 //! - [`digest`]: BLAKE3-256 content digests and the canonical `Fold` used for keys.
 //! - [`key`]: key components (what a cache key folds), the fold, and their diff for `why`.
 //! - [`globs`]: input/output patterns (project-relative, `//` workspace, `!` exclusions).
-//! - [`spec`]: `TaskSpec`, what a worker executes; `ExitKind`, `ExecStats`.
+//! - [`spec`]: `TaskSpec`, what a worker executes; `ExitKind`, `ExecStats`; the names of the
+//!   environment every task starts from (`HOST_VARS`, `FIXED_VARS`).
 //! - [`manifest`]: output manifests, fingerprints and tree diffs.
 //! - [`artifact`]: deterministic tar+zstd packing and safe, bounded restore.
 //! - [`events`]: the run event stream a client renders.

@@ -196,6 +196,39 @@ impl TaskSpec {
     }
 }
 
+// The environment a task starts from (a prova worker's `exec::env`, and a REAPI action's,
+// which a bot lays over its own defaults).
+
+/// The names taken from the host into every task's environment.
+///
+/// - `PATH`: where programs are found; without it even `sh -c 'node …'` fails. (A farm
+///   task's program is checked against the client's build: `TaskSpec.programs`.)
+/// - `HOME`: tools keep their caches and config there (npm, cargo, git); many refuse to
+///   start without it.
+/// - `USER`, `LOGNAME`: who is running; some tools (ssh, git, some test runners) look them up
+///   and fail when they are missing.
+/// - `TMPDIR`: where temporary files go; a sandbox or CI machine often moves it.
+///
+/// Deliberately absent: `CI` (tools change behaviour under it, e.g. test watchers, so a task
+/// that cares must declare it) and anything project- or tool-specific.
+pub const HOST_VARS: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "TMPDIR"];
+
+/// The names every task gets with the same value everywhere, whatever the host has: they
+/// change what a tool prints (dates, sort order, messages, colours), so a worker's own `TZ`
+/// or locale must never reach a task that did not declare it — two workers in different
+/// zones would produce different bytes under one key.
+///
+/// - `TZ=UTC`: an unset `TZ` is not neutral, it reads the machine's `/etc/localtime`.
+/// - `LANG=C.UTF-8`: UTF-8 file names and messages, the C collation and formats. `LC_ALL`,
+///   `LC_CTYPE` and the other `LC_*` are never set (they would override it per machine).
+/// - `TERM=dumb`: a task's output is a pipe into a log, not a terminal.
+/// - `SHELL=/bin/sh`: the shell a tool spawns when it asks for "the user's shell".
+///
+/// `COLORTERM` and `NO_COLOR` are never passed: colour is presentation, and the log is not a
+/// terminal. A determinism re-run still perturbs `TZ` and the locale when undeclared.
+pub const FIXED_VARS: &[(&str, &str)] =
+    &[("TZ", "UTC"), ("LANG", "C.UTF-8"), ("TERM", "dumb"), ("SHELL", "/bin/sh")];
+
 /// How one execution of a process ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExitKind {

@@ -392,3 +392,34 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
     out.assert_code(0);
     assert_eq!(ws.read("p/dist/out.txt"), "bot-build\n");
 }
+
+/// A task starts on a bot from the environment it starts from on a prova worker: the fixed
+/// baseline, the host's `PATH`/`HOME`/…, its declared variables; a variable it declares and
+/// the client left unset is unset there too (the bot's own baseline had `TZ=UTC`, and its
+/// output was saved under the client's key).
+#[test]
+fn a_task_starts_on_a_bot_from_a_workers_environment() {
+    let Some(mut farm) = ReapiFarm::start() else { return };
+    farm.add_bot("bot-e", 1);
+    let endpoint = farm.endpoint();
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
+        .file("p/src/a.txt", "a\n")
+        .file(
+            "p/prova.toml",
+            "[tasks.build]\ncommand = \"mkdir -p dist && echo tz=${TZ-unset} lang=${LANG-unset} > \
+             dist/out.txt\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\nenv = [\"TZ\"]\n",
+        );
+    let local = ws.prova(["run", "build", "--all", "--no-cache"]).env_remove("TZ").run();
+    local.assert_code(0);
+    let here = ws.read("p/dist/out.txt");
+    assert_eq!(here, "tz=unset lang=C.UTF-8\n");
+    std::fs::remove_dir_all(ws.path("p/dist")).expect("rm dist");
+    let out = ws
+        .prova(["run", "build", "--all", "--json", "--remote-exec", &endpoint])
+        .env_remove("TZ")
+        .timeout(Duration::from_secs(120))
+        .run();
+    out.assert_code(0);
+    assert_eq!(ws.read("p/dist/out.txt"), here, "{out}");
+}

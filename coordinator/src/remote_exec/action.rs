@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use prost::Message;
-use prova_protocol::spec::{CommandLine, TaskSpec};
+use prova_protocol::spec::{CommandLine, FIXED_VARS, HOST_VARS, TaskSpec};
 use prova_protocol::work::Perturb;
 
 use crate::layers::reapi::map::sha256;
@@ -167,8 +167,12 @@ pub fn argv(spec: &TaskSpec, umask: Option<u32>) -> Vec<String> {
 }
 
 /// The command's environment: the task's declared variables (a name given twice takes its
-/// last value) and, for a re-run, the perturbed values of names it does not declare; sorted
-/// by name, as the API requires. The bot lays these over its own baseline.
+/// last value), for a re-run the perturbed values of names it does not declare, and the
+/// fixed part of every task's baseline ([`FIXED_VARS`]: `TZ=UTC`, `LANG=C.UTF-8`, …) for
+/// names neither gives nor the task declares unset; sorted by name, as the API requires. The
+/// bot lays these over its own defaults, and the guard unsets the rest but the host's
+/// [`HOST_VARS`] ([`super::guard::ProgramGuard::env_keep`]): a task starts on a bot from
+/// what it starts from on a prova worker.
 pub fn environment(spec: &TaskSpec, perturb: Option<&Perturb>) -> Vec<(String, String)> {
     let mut env: BTreeMap<String, String> = spec.env.iter().cloned().collect();
     if let Some(p) = perturb {
@@ -176,7 +180,23 @@ pub fn environment(spec: &TaskSpec, perturb: Option<&Perturb>) -> Vec<(String, S
             env.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
+    for (k, v) in FIXED_VARS {
+        if !spec.unset_env.iter().any(|u| u == k) {
+            env.entry((*k).to_owned()).or_insert_with(|| (*v).to_owned());
+        }
+    }
     env.into_iter().collect()
+}
+
+/// The names a bot's own environment may keep under `env` (the action's): the host's
+/// [`HOST_VARS`] the task does not declare unset, and `env`'s own names.
+pub fn env_keep(spec: &TaskSpec, env: &[(String, String)]) -> Vec<String> {
+    let host = HOST_VARS.iter().filter(|h| !spec.unset_env.iter().any(|u| u == *h));
+    let mut keep: Vec<String> =
+        host.map(|h| (*h).to_owned()).chain(env.iter().map(|(k, _)| k.clone())).collect();
+    keep.sort();
+    keep.dedup();
+    keep
 }
 
 /// The platform properties of a task: `OSFamily`/`ISA` when its key folds the platform
@@ -281,9 +301,12 @@ pub struct ActionInputs<'a> {
 /// The `Command` and `Action` of `spec`.
 pub fn build(spec: &TaskSpec, i: &ActionInputs<'_>) -> Result<Built, ActionError> {
     let platform = platform(i.platform, &spec.labels);
+    let env = environment(spec, i.perturb);
+    let guard =
+        super::guard::ProgramGuard { env_keep: Some(env_keep(spec, &env)), ..i.guard.clone() };
     let command = re::Command {
-        arguments: i.guard.wrap(argv(spec, i.perturb.and_then(|p| p.umask))),
-        environment_variables: environment(spec, i.perturb)
+        arguments: guard.wrap(argv(spec, i.perturb.and_then(|p| p.umask))),
+        environment_variables: env
             .into_iter()
             .map(|(name, value)| re::command::EnvironmentVariable { name, value })
             .collect(),

@@ -82,10 +82,33 @@ fn reported_outputs_are_kept_inside_the_declared_roots() {
 fn the_command_carries_declared_env_sorted_and_a_reruns_perturbations() {
     let mut s = spec("tsc -b");
     s.env = vec![("NODE_ENV".into(), "production".into()), ("A".into(), "1".into())];
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    // With the fixed baseline a prova worker gives every task.
     assert_eq!(
         environment(&s, None),
-        [("A".into(), "1".into()), ("NODE_ENV".into(), "production".into())]
+        pairs(&[
+            ("A", "1"),
+            ("LANG", "C.UTF-8"),
+            ("NODE_ENV", "production"),
+            ("SHELL", "/bin/sh"),
+            ("TERM", "dumb"),
+            ("TZ", "UTC"),
+        ])
     );
+    // A declared value wins; a name declared and left unset by the client is not there, and
+    // the guard unsets the bot's own (a host name too).
+    s.env.push(("TZ".into(), "Asia/Tokyo".into()));
+    s.unset_env = vec!["LANG".into(), "HOME".into()];
+    let env = environment(&s, None);
+    assert!(env.contains(&("TZ".into(), "Asia/Tokyo".into())), "{env:?}");
+    assert!(!env.iter().any(|(k, _)| k == "LANG"), "{env:?}");
+    let keep = env_keep(&s, &env);
+    assert!(keep.contains(&"PATH".to_owned()) && keep.contains(&"TZ".to_owned()), "{keep:?}");
+    assert!(!keep.contains(&"LANG".to_owned()) && !keep.contains(&"HOME".to_owned()), "{keep:?}");
+    s.env.pop();
+    s.unset_env.clear();
     let p = Perturb {
         env: vec![("TZ".into(), "X".into()), ("NODE_ENV".into(), "dev".into())],
         umask: Some(0o77),
@@ -128,7 +151,9 @@ fn a_salt_makes_another_action_of_the_same_task() {
     let cmd = re::Command::decode(a.command.as_slice()).unwrap();
     assert_eq!(cmd.working_directory, "app");
     assert_eq!(cmd.output_paths, ["dist"]);
-    assert_eq!(cmd.arguments, ["sh", "-c", "make"]);
+    // Inside the guard that leaves the bot's own environment out.
+    assert_eq!(cmd.arguments[3..], ["sh", "sh", "-c", "make"]);
+    assert!(cmd.arguments[2].contains("'PATH'|"), "{}", cmd.arguments[2]);
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //! make. prova's own farm workers check this themselves (`worker::exec::programs`); a REAPI
 //! action can only carry the check in its command.
 //!
-//! So the command runs inside a POSIX `sh` guard (`sh -c GUARD sh ARGV…`) that looks each
+//! So the command runs inside a POSIX `sh` guard (`sh -c GUARD sh ARGV…`) that first leaves
+//! only the environment a prova worker would give the task (the action's variables, which
+//! hold the fixed baseline, and the host's `PATH`, `HOME`, …: a bot's own defaults are
+//! unset), then looks each
 //! word up on the bot's `PATH` as a worker does (absolute entries only; an absolute word as
 //! is), compares each found program's SHA-256 with the client's (`sha256sum`, else `shasum
 //! -a 256`, else `openssl`), and requires each absent word to be absent. A difference before
@@ -63,6 +66,11 @@ pub struct ProgramGuard {
     /// The input root's top relative to the action's working directory (`..` per level of
     /// the project directory; `.` at the top).
     pub root: String,
+    /// The names the command may see of the environment the bot started it with (the action's
+    /// own and the host's [`HOST_VARS`](prova_protocol::spec::HOST_VARS)); every other
+    /// exported name (a bot's own `LC_ALL`, `CI`, `NODE_OPTIONS`, a declared name the client
+    /// left unset) is unset before anything runs. `None`: the environment is left as is.
+    pub env_keep: Option<Vec<String>>,
 }
 
 /// `word` quoted for `sh`.
@@ -95,13 +103,30 @@ prova_sha() {
 impl ProgramGuard {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
-        self.programs.is_empty() && self.absent.is_empty() && self.runtime.is_empty()
+        self.programs.is_empty()
+            && self.absent.is_empty()
+            && self.runtime.is_empty()
+            && self.env_keep.is_none()
     }
 
     /// The guard's `sh` text: a function `prova_check WHEN` that prints why and fails at the
     /// first difference, run before `"$@"` and after a success of it.
     pub fn script(&self) -> String {
-        let mut s = String::from(WHICH);
+        let mut s = String::new();
+        if let Some(keep) = &self.env_keep {
+            // Each exported name, as `env` lists them (a value's own newlines may add a
+            // line that looks like a name: unsetting that too errs towards less).
+            let names: Vec<String> = keep.iter().map(|k| quote(k)).collect();
+            s.push_str(&format!(
+                "for prova_v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do\n  \
+                 case $prova_v in {}) ;; *) unset \"$prova_v\" 2>/dev/null || {{ printf \
+                 'prova: `%s` cannot be unset on this bot\\n' \"$prova_v\" >&2; exit {GUARD_EXIT}; \
+                 }};; esac\n\
+                 done\n",
+                if names.is_empty() { "''".to_owned() } else { names.join("|") }
+            ));
+        }
+        s.push_str(WHICH);
         s.push_str("prova_check() {\n");
         for p in &self.programs {
             let (w, client) = (quote(&p.word), quote(&format!("`{}`", p.client_path)));

@@ -180,3 +180,46 @@ fn a_runtime_input_must_give_on_the_bot_what_it_gave_on_the_client() {
     };
     assert_eq!(run(&noisy, "", "true").0, 0);
 }
+
+#[test]
+fn the_bots_own_environment_is_left_out_but_the_hosts_and_the_actions() {
+    let guard = ProgramGuard {
+        env_keep: Some(vec!["PATH".into(), "TZ".into(), "HOME".into()]),
+        ..ProgramGuard::default()
+    };
+    let argv = guard.wrap(vec![
+        "sh".into(),
+        "-c".into(),
+        "echo \"${BOT_ONLY-unset} ${LC_ALL-unset} ${TZ-unset} ${HOME-unset} ${DECLARED_UNSET-unset}\"".into(),
+    ]);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/home/bot")
+        .env("TZ", "UTC")
+        .env("BOT_ONLY", "1")
+        .env("LC_ALL", "fr_FR.UTF-8")
+        .env("DECLARED_UNSET", "bot-default")
+        .env("MULTI", "a\nTZ=not-a-name")
+        .output()
+        .expect("sh runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said,
+        "unset unset UTC /home/bot unset\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing kept: every exported name goes.
+    let none = ProgramGuard { env_keep: Some(Vec::new()), ..ProgramGuard::default() };
+    let argv = none.wrap(vec!["/usr/bin/env".into()]);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("PATH", "/usr/bin:/bin")
+        .env("BOT_ONLY", "1")
+        .output()
+        .expect("sh runs");
+    let left = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!left.contains("BOT_ONLY") && !left.contains("PATH="), "{left}");
+}

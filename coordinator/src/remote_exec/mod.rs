@@ -193,7 +193,8 @@ fn program_guard(
     }
     let depth = spec.project_dir.split('/').filter(|c| !c.is_empty()).count();
     let root = if depth == 0 { ".".to_owned() } else { vec![".."; depth].join("/") };
-    Ok(guard::ProgramGuard { programs, absent: spec.absent_programs.clone(), runtime, root })
+    let absent = spec.absent_programs.clone();
+    Ok(guard::ProgramGuard { programs, absent, runtime, root, env_keep: None })
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
