@@ -98,6 +98,23 @@ prova_sha() {
   fi || return 1
   printf '%s\n' "${prova_s%% *}"
 }
+prova_memo=${TMPDIR:-/tmp}/prova-guard-sha256
+prova_sha_file() {
+  prova_st=$(stat -L -c '%d-%i-%s-%Y-%Z' "$1" 2>/dev/null) || prova_st=
+  if [ -n "$prova_st" ] && [ -f "$prova_memo/$prova_st" ] && [ ! -L "$prova_memo/$prova_st" ]; then
+    IFS= read -r prova_s < "$prova_memo/$prova_st" && [ -n "$prova_s" ] && {
+      printf '%s\n' "$prova_s"; return 0; }
+  fi
+  prova_s=$(prova_sha < "$1") && [ -n "$prova_s" ] || return 1
+  prova_now=$(date +%s 2>/dev/null) || prova_now=0
+  prova_ct=${prova_st##*-}
+  if [ -n "$prova_st" ] && [ "$prova_now" -gt $((prova_ct + 2)) ] 2>/dev/null; then
+    mkdir -p "$prova_memo" 2>/dev/null &&
+      printf '%s\n' "$prova_s" > "$prova_memo/.$prova_st.$$" 2>/dev/null &&
+      mv -f "$prova_memo/.$prova_st.$$" "$prova_memo/$prova_st" 2>/dev/null
+  fi
+  printf '%s\n' "$prova_s"
+}
 "#;
 
 impl ProgramGuard {
@@ -133,7 +150,7 @@ impl ProgramGuard {
             let short = &p.sha256[..p.sha256.len().min(12)];
             s.push_str(&format!(
                 "  if prova_p=$(prova_which {w}); then\n    \
-                 prova_h=$(prova_sha < \"$prova_p\") || {{ printf 'prova: program `%s` cannot be \
+                 prova_h=$(prova_sha_file \"$prova_p\") || {{ printf 'prova: program `%s` cannot be \
                  hashed on this bot (%s): sha256sum, shasum or openssl is needed\\n' {w} \"$1\" \
                  >&2; return 1; }}\n    \
                  [ \"$prova_h\" = {sha} ] || {{ printf 'prova: program `%s` %s: here `%s` \

@@ -223,3 +223,56 @@ fn the_bots_own_environment_is_left_out_but_the_hosts_and_the_actions() {
     let left = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!left.contains("BOT_ONLY") && !left.contains("PATH="), "{left}");
 }
+
+#[test]
+fn a_programs_digest_is_remembered_on_the_bot_by_its_stat_once_it_is_old_enough() {
+    let t = tempfile::tempdir().expect("dir");
+    let (bin, tmp, clock) = (t.path().join("bin"), t.path().join("tmp"), t.path().join("clock"));
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let sha = install(&bin, "tool", "build");
+    let guard = ProgramGuard {
+        programs: vec![GuardedProgram {
+            word: "tool".into(),
+            client_path: "/client/tool".into(),
+            sha256: sha.clone(),
+        }],
+        ..ProgramGuard::default()
+    };
+    let memo = tmp.join("prova-guard-sha256");
+    let run_with = |path: &str| {
+        let argv = guard.wrap(vec!["sh".into(), "-c".into(), "true".into()]);
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", format!("{path}:/usr/bin:/bin"))
+            .env("TMPDIR", &tmp)
+            .output()
+            .expect("sh runs");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let memoised = || -> Vec<String> {
+        std::fs::read_dir(&memo)
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    };
+    // Just written (its ctime within the racy window): hashed, not remembered.
+    assert_eq!(run_with(&bin.display().to_string()).0, 0);
+    assert!(memoised().is_empty(), "{:?}", memoised());
+    // Older than the window (a clock far ahead): remembered under its stat.
+    install(&clock, "date", "99999999999");
+    let path = format!("{}:{}", bin.display(), clock.display());
+    assert_eq!(run_with(&path).0, 0);
+    let names = memoised();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert_eq!(std::fs::read_to_string(memo.join(&names[0])).expect("memo"), format!("{sha}\n"));
+    // And read back: a memo that says otherwise is what the guard compares.
+    std::fs::write(memo.join(&names[0]), "0123456789abcdef\n").expect("forge");
+    let (code, err) = run_with(&path);
+    assert_eq!(code, GUARD_EXIT);
+    assert!(err.contains("(sha256 0123456789ab)"), "{err}");
+    // Another build is another stat (here another size): hashed again, not the memo's.
+    std::fs::remove_file(bin.join("tool")).expect("rm");
+    let other = install(&bin, "tool", "build-2");
+    let (code, err) = run_with(&path);
+    assert_eq!(code, GUARD_EXIT);
+    assert!(err.contains(&format!("(sha256 {})", &other[..12])), "{err}");
+}
