@@ -135,6 +135,11 @@ impl ProgramGuard {
             // line that looks like a name: unsetting that too errs towards less).
             let names: Vec<String> = keep.iter().map(|k| quote(k)).collect();
             s.push_str(&format!(
+                "command -v env >/dev/null 2>&1 && command -v sed >/dev/null 2>&1 || {{ printf \
+                 'prova: the action needs env and sed on this bot to leave its own environment \
+                 out\\n' >&2; exit {GUARD_EXIT}; }}\n"
+            ));
+            s.push_str(&format!(
                 "for prova_v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do\n  \
                  case $prova_v in {}) ;; *) unset \"$prova_v\" 2>/dev/null || {{ printf \
                  'prova: `%s` cannot be unset on this bot\\n' \"$prova_v\" >&2; exit {GUARD_EXIT}; \

@@ -222,6 +222,17 @@ fn the_bots_own_environment_is_left_out_but_the_hosts_and_the_actions() {
         .expect("sh runs");
     let left = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!left.contains("BOT_ONLY") && !left.contains("PATH="), "{left}");
+    // Without `env` or `sed` the bot's environment cannot be listed: nothing runs.
+    let argv = guard.wrap(vec!["/bin/echo".into(), "ran".into()]);
+    let out = Command::new("/bin/sh")
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("sh runs");
+    assert_eq!(out.status.code(), Some(GUARD_EXIT));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs env and sed"));
 }
 
 #[test]
