@@ -355,6 +355,8 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
     out.assert_code(1);
     let said = format!("{}{}", out.stdout, out.stderr);
     assert!(said.contains("program `tool` differs on this bot"), "{said}");
+    let note = out.report("p#build")["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("exit code 125 (program `tool` differs on this bot"), "{note}");
     assert!(said.contains("on the client found nowhere on its PATH"), "{said}");
     assert!(!ws.exists("p/dist/out.txt"), "nothing of it came home: {said}");
     // Another build on the client.

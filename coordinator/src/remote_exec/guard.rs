@@ -211,6 +211,15 @@ impl ProgramGuard {
     }
 }
 
+/// What a guard that failed an action said (its last `prova: ` line of the log, without the
+/// prefix), if it did.
+pub fn reason(log: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(log)
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("prova: ").map(str::to_owned))
+}
+
 #[cfg(test)]
 #[path = "guard_tests.rs"]
 mod tests;

@@ -70,6 +70,10 @@ fn the_clients_program_runs_another_build_or_none_is_refused_before_the_run() {
     assert_eq!(out, "");
     assert!(err.contains("program `tool` differs on this bot: here `"), "{err}");
     assert!(err.contains("/bot/tool` (sha256 ") && err.contains("/client/tool`"), "{err}");
+    // What the run's note shows beside the exit code.
+    let said = reason(format!("some output\n{err}").as_bytes()).expect("a reason");
+    assert!(said.starts_with("program `tool` differs on this bot"), "{said}");
+    assert_eq!(reason(b"just output\n"), None);
     // None at all.
     let (code, _, err) = run(&guard, "/nonexistent", "tool");
     assert_eq!(code, GUARD_EXIT);

@@ -405,6 +405,10 @@ impl Inner {
         let mut f = Finished::never_ran(attempt, exit.clone());
         f.tries = try_no;
         f.stats = ExecStats { wall_ms: started.elapsed().as_millis() as u64, ..Default::default() };
+        if result.exit_code == guard::GUARD_EXIT {
+            // What the guard found, in the task's note beside the exit code.
+            f.exit_detail = guard::reason(&log);
+        }
         f.log = log;
         f.isolation = Isolation::Reapi;
         if exit.success() && a.collect_outputs {
