@@ -6,10 +6,10 @@
 //! make. prova's own farm workers check this themselves (`worker::exec::programs`); a REAPI
 //! action can only carry the check in its command.
 //!
-//! So the command runs inside a POSIX `sh` guard (`sh -c GUARD sh ARGV…`) that first leaves
-//! only the environment a prova worker would give the task (the action's variables, which
-//! hold the fixed baseline, and the host's `PATH`, `HOME`, …: a bot's own defaults are
-//! unset), then looks each
+//! So the command runs inside a POSIX `sh` guard (`sh -c GUARD sh ARGV…`) that starts it
+//! (and each runtime input) under `env -i` with only the environment a prova worker would
+//! give the task (the action's variables, which hold the fixed baseline, and the host's
+//! `PATH`, `HOME`, …: nothing of a bot's own defaults), and that looks each
 //! word up on the bot's `PATH` as a worker does (absolute entries only; an absolute word as
 //! is), compares each found program's SHA-256 with the client's (`sha256sum`, else `shasum
 //! -a 256`, else `openssl`), and requires each absent word to be absent. A difference before
@@ -67,9 +67,11 @@ pub struct ProgramGuard {
     /// the project directory; `.` at the top).
     pub root: String,
     /// The names the command may see of the environment the bot started it with (the action's
-    /// own and the host's [`HOST_VARS`](prova_protocol::spec::HOST_VARS)); every other
-    /// exported name (a bot's own `LC_ALL`, `CI`, `NODE_OPTIONS`, a declared name the client
-    /// left unset) is unset before anything runs. `None`: the environment is left as is.
+    /// own and the host's [`HOST_VARS`](prova_protocol::spec::HOST_VARS)): the command and
+    /// the runtime inputs run under `env -i` with those alone, so nothing else the bot's
+    /// environment holds (its `LC_ALL`, `CI`, `NODE_OPTIONS`, a declared name the client left
+    /// unset, a bash's exported functions) reaches them. `None`: the environment is left as
+    /// is.
     pub env_keep: Option<Vec<String>>,
 }
 
@@ -130,23 +132,35 @@ impl ProgramGuard {
     /// first difference, run before `"$@"` and after a success of it.
     pub fn script(&self) -> String {
         let mut s = String::new();
-        if let Some(keep) = &self.env_keep {
-            // Each exported name, as `env` lists them (a value's own newlines may add a
-            // line that looks like a name: unsetting that too errs towards less).
-            let names: Vec<String> = keep.iter().map(|k| quote(k)).collect();
-            s.push_str(&format!(
-                "command -v env >/dev/null 2>&1 && command -v sed >/dev/null 2>&1 || {{ printf \
-                 'prova: the action needs env and sed on this bot to leave its own environment \
-                 out\\n' >&2; exit {GUARD_EXIT}; }}\n"
-            ));
-            s.push_str(&format!(
-                "for prova_v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do\n  \
-                 case $prova_v in {}) ;; *) unset \"$prova_v\" 2>/dev/null || {{ printf \
-                 'prova: `%s` cannot be unset on this bot\\n' \"$prova_v\" >&2; exit {GUARD_EXIT}; \
-                 }};; esac\n\
-                 done\n",
-                if names.is_empty() { "''".to_owned() } else { names.join("|") }
-            ));
+        // `prova_run`: its arguments run with exactly the kept names of this environment
+        // (`env -i`: a bot's own variables, and a bash's exported functions, stay out).
+        match &self.env_keep {
+            Some(keep) => {
+                let ident = |k: &str| {
+                    k.bytes().enumerate().all(|(i, b)| {
+                        b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit())
+                    }) && !k.is_empty()
+                };
+                if let Some(bad) = keep.iter().find(|k| !ident(k)) {
+                    s.push_str(&format!(
+                        "printf 'prova: variable %s cannot be passed on a bot\\n' {} >&2; exit \
+                         {GUARD_EXIT}\n",
+                        quote(bad)
+                    ));
+                }
+                let kept: Vec<String> = keep
+                    .iter()
+                    .filter(|k| ident(k))
+                    .map(|k| format!("${{{k}+\"{k}=${k}\"}}"))
+                    .collect();
+                s.push_str(&format!(
+                    "command -v env >/dev/null 2>&1 || {{ printf 'prova: the action needs env on \
+                     this bot to leave its own environment out\\n' >&2; exit {GUARD_EXIT}; }}\n\
+                     prova_run() {{ env -i {} \"$@\"; }}\n",
+                    kept.join(" ")
+                ));
+            }
+            None => s.push_str("prova_run() { \"$@\"; }\n"),
         }
         s.push_str(WHICH);
         s.push_str("prova_check() {\n");
@@ -182,7 +196,7 @@ impl ProgramGuard {
             let (c, root) = (quote(&r.command), quote(&self.root));
             let short = &r.sha256[..r.sha256.len().min(12)];
             s.push_str(&format!(
-                "prova_h=$( {{ (cd {root} && sh -c {script}) </dev/null 2>/dev/null; \
+                "prova_h=$( {{ (cd {root} && prova_run sh -c {script}) </dev/null 2>/dev/null; \
                  printf 'prova-exit=%s' \"$?\"; }} | prova_sha ) && [ \"$prova_h\" = {sha} ] || \
                  {{ printf 'prova: runtime input `%s` differs on this bot: here sha256 %.12s, on \
                  the client sha256 {short}\\n' {c} \"$prova_h\" >&2; exit {GUARD_EXIT}; }}\n",
@@ -191,7 +205,7 @@ impl ProgramGuard {
         }
         s.push_str(&format!(
             "prova_check 'differs on this bot' || exit {GUARD_EXIT}\n\
-             \"$@\"; prova_rc=$?\n\
+             prova_run \"$@\"; prova_rc=$?\n\
              if [ \"$prova_rc\" -eq 0 ]; then\n  \
              prova_check 'changed on this bot while the task ran (nothing of the run is \
              saved)' || exit {GUARD_EXIT}\nfi\n\

@@ -226,7 +226,23 @@ fn the_bots_own_environment_is_left_out_but_the_hosts_and_the_actions() {
         .expect("sh runs");
     let left = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!left.contains("BOT_ONLY") && !left.contains("PATH="), "{left}");
-    // Without `env` or `sed` the bot's environment cannot be listed: nothing runs.
+    // A bash guard imports the bot's exported functions: they do not reach the command.
+    if Path::new("/bin/bash").exists() {
+        let argv = guard.wrap(vec!["/bin/bash".into(), "-c".into(), "hello || echo none".into()]);
+        let out = Command::new("/bin/bash")
+            .args(&argv[1..])
+            .env("BASH_FUNC_hello%%", "() {  echo from-the-bot; }")
+            .output()
+            .expect("bash runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "none\n");
+    }
+    // A name that is no shell variable's is refused, not passed in pieces.
+    let odd = ProgramGuard { env_keep: Some(vec!["A-B".into()]), ..ProgramGuard::default() };
+    let argv = odd.wrap(vec!["/bin/echo".into(), "ran".into()]);
+    let out = Command::new("/bin/sh").args(&argv[1..]).output().expect("sh runs");
+    assert_eq!(out.status.code(), Some(GUARD_EXIT));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("variable A-B cannot be passed"));
+    // Without `env` the command cannot be started with the kept names alone: nothing runs.
     let argv = guard.wrap(vec!["/bin/echo".into(), "ran".into()]);
     let out = Command::new("/bin/sh")
         .args(&argv[1..])
@@ -236,7 +252,7 @@ fn the_bots_own_environment_is_left_out_but_the_hosts_and_the_actions() {
         .expect("sh runs");
     assert_eq!(out.status.code(), Some(GUARD_EXIT));
     assert!(out.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("needs env and sed"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs env on this bot"));
 }
 
 #[test]
