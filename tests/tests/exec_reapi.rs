@@ -64,6 +64,15 @@ fn demo_dists(ws: &TempWorkspace) -> Vec<String> {
     out
 }
 
+/// A workspace of one project `p` (`src/a.txt`), `[workspace]` lines `workspace` and the
+/// task table `task` in `p/prova.toml`.
+fn one_project(workspace: &str, task: &str) -> TempWorkspace {
+    TempWorkspace::new()
+        .file("prova.toml", &format!("[workspace]\nprojects = [\"p\"]\n{workspace}"))
+        .file("p/src/a.txt", "a\n")
+        .file("p/prova.toml", task)
+}
+
 /// Every executed task's report names a bot of the farm as its worker.
 #[track_caller]
 fn ran_on_bots(out: &prova_tests::Output, bots: &[&str]) {
@@ -336,14 +345,11 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
     let bot_path = format!("{}:{path}", bot_bin.display());
     farm.add_bot_with_env("bot-t", 1, &[("PATH", &bot_path)]);
     let endpoint = farm.endpoint();
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-        .file("p/src/a.txt", "a\n")
-        .file(
-            "p/prova.toml",
-            "[tasks.build]\ncommand = \"mkdir -p dist && (tool > dist/out.txt || echo fallback > \
+    let ws = one_project(
+        "",
+        "[tasks.build]\ncommand = \"mkdir -p dist && (tool > dist/out.txt || echo fallback > \
              dist/out.txt)\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\n",
-        );
+    );
     let run_in = |ws: &TempWorkspace, client_path: &str| {
         ws.prova(["run", "build", "--all", "--json", "--remote-exec", &endpoint])
             .env("PATH", client_path)
@@ -375,14 +381,11 @@ fn a_bot_with_other_programs_than_the_key_folds_runs_nothing_of_the_task() {
 
     // A runtime input (`runtime = ["tool"]`, no program folded): it must give on the bot what
     // it gave on the client.
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\nruntime_binary = false\n")
-        .file("p/src/a.txt", "a\n")
-        .file(
-            "p/prova.toml",
-            "[tasks.build]\ncommand = \"mkdir -p dist && tool > dist/out.txt\"\n\
+    let ws = one_project(
+        "runtime_binary = false\n",
+        "[tasks.build]\ncommand = \"mkdir -p dist && tool > dist/out.txt\"\n\
              inputs = [\"src/**\"]\noutputs = [\"dist/**\"]\nruntime = [\"tool\"]\n",
-        );
+    );
     install(&client_bin, "client-build");
     let out = run_in(&ws, &client_path);
     out.assert_code(1);
@@ -404,14 +407,11 @@ fn a_task_starts_on_a_bot_from_a_workers_environment() {
     let Some(mut farm) = ReapiFarm::start() else { return };
     farm.add_bot("bot-e", 1);
     let endpoint = farm.endpoint();
-    let ws = TempWorkspace::new()
-        .file("prova.toml", "[workspace]\nprojects = [\"p\"]\n")
-        .file("p/src/a.txt", "a\n")
-        .file(
-            "p/prova.toml",
-            "[tasks.build]\ncommand = \"mkdir -p dist && echo tz=${TZ-unset} lang=${LANG-unset} > \
+    let ws = one_project(
+        "",
+        "[tasks.build]\ncommand = \"mkdir -p dist && echo tz=${TZ-unset} lang=${LANG-unset} > \
              dist/out.txt\"\ninputs = [\"src/**\"]\noutputs = [\"dist/**\"]\nenv = [\"TZ\"]\n",
-        );
+    );
     let local = ws.prova(["run", "build", "--all", "--no-cache"]).env_remove("TZ").run();
     local.assert_code(0);
     let here = ws.read("p/dist/out.txt");
