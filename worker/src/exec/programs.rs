@@ -4,7 +4,10 @@
 //! bytes' digest compared with the client's. Another build of the tool here would file, under
 //! the client's key, what the client's machine does not produce — so a mismatch is the task's
 //! error. A relative word (`../tools/x`, outside the client's workspace) cannot be found the
-//! same way in an exec root and is not checked. Digests are memoised per process by stat.
+//! same way in an exec root and is not checked. The words the client found nowhere on its
+//! `PATH` (`TaskSpec::absent_programs`) must be nowhere here either. The runner checks before
+//! the run (a [`Mismatch`] refuses the task) and after a successful one (a change while it
+//! ran withholds its outputs). Digests are memoised per process by stat.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
