@@ -184,7 +184,9 @@ fn program_guard(
         };
         let code = v.code.ok_or("it gave no exit status here (killed or not started)");
         let sha = match (why, code) {
-            (None, Ok(code)) => sha256_hex(&guard::runtime_stream(&v.stdout, code)),
+            (None, Ok(code)) => {
+                crate::layers::reapi::map::sha256(&guard::runtime_stream(&v.stdout, code)).hash
+            }
             (Some(why), _) | (None, Err(why)) => {
                 return Err(format!("runtime input `{}`: {why}", r.command));
             }
@@ -195,12 +197,6 @@ fn program_guard(
     let root = if depth == 0 { ".".to_owned() } else { vec![".."; depth].join("/") };
     let absent = spec.absent_programs.clone();
     Ok(guard::ProgramGuard { programs, absent, runtime, root, env_keep: None })
-}
-
-/// Lower-case hex SHA-256 of `bytes`.
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest as _, Sha256};
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Inner {
