@@ -80,6 +80,10 @@ pub fn find_root(start: &Path) -> Result<Root, ConfigError> {
 struct ProjectGlobs {
     include: GlobSet,
     exclude: GlobSet,
+    /// The exclude patterns that end in `/**`: a directory one of them matches has every
+    /// descendant matched too, so the walk does not enter it (a repository's fixtures,
+    /// `!**/__fixtures__/**`, are most of its directories).
+    exclude_below: GlobSet,
     /// Where each include pattern was written (index as in `include`).
     include_at: Vec<Location>,
     /// Each include pattern as written, and whether it was inferred (package.json
@@ -90,6 +94,16 @@ struct ProjectGlobs {
     root_included: bool,
     root_excluded: bool,
     root_at: Option<Location>,
+}
+
+impl ProjectGlobs {
+    /// Whether the walk enters directory `rel`: it is, or leads to, a possible match of an
+    /// include pattern, and no exclude pattern ending in `/**` matches it (then none of its
+    /// descendants could be a project).
+    fn enters(&self, rel: &str) -> bool {
+        let comps: Vec<&str> = rel.split('/').collect();
+        self.shapes.iter().any(|s| s.admits(&comps)) && !self.exclude_below.is_match(rel)
+    }
 }
 
 /// What directories an include pattern can match: `prefix` (its literal leading components),
@@ -161,8 +175,7 @@ pub fn project_dirs(
                 return false;
             }
             let rel = rel_dir(&filter_root, entry.path()).unwrap_or_default();
-            let comps: Vec<&str> = rel.split('/').collect();
-            filter_globs.shapes.iter().any(|s| s.admits(&comps))
+            filter_globs.enters(&rel)
         })
         .build_parallel();
     let (entries, mut errors) = collect(walk);
@@ -234,9 +247,11 @@ fn compile(
 ) -> Result<ProjectGlobs, ConfigError> {
     let mut include = GlobSetBuilder::new();
     let mut exclude = GlobSetBuilder::new();
+    let mut exclude_below = GlobSetBuilder::new();
     let mut out = ProjectGlobs {
         include: GlobSet::empty(),
         exclude: GlobSet::empty(),
+        exclude_below: GlobSet::empty(),
         include_at: Vec::new(),
         include_raw: Vec::new(),
         shapes: Vec::new(),
@@ -277,6 +292,9 @@ fn compile(
             })
         })?;
         if negated {
+            if body.ends_with("/**") {
+                exclude_below.add(glob.clone());
+            }
             exclude.add(glob);
             continue;
         }
@@ -297,6 +315,7 @@ fn compile(
     };
     out.include = build(include)?;
     out.exclude = build(exclude)?;
+    out.exclude_below = build(exclude_below)?;
     Ok(out)
 }
 
@@ -405,6 +424,29 @@ mod tests {
         assert_eq!(normalise("//packages/*").as_deref(), Some("packages/*"));
         assert_eq!(normalise("../x"), None);
         assert_eq!(normalise("/abs"), None);
+    }
+
+    #[test]
+    fn an_excluded_subtree_is_not_entered() {
+        let file = Path::new("/ws/prova.toml");
+        let src = ConfigSource::new(Path::new("/ws"), file, "");
+        let patterns: Vec<Spanned<String>> =
+            ["packages/**", "!**/__fixtures__/**", "!packages/legacy", "!packages/old/**"]
+                .iter()
+                .map(|p| Spanned::new(0..0, (*p).to_owned()))
+                .collect();
+        let globs = compile(&src, &patterns).unwrap();
+        assert!(globs.enters("packages/core/src"));
+        // A `__fixtures__` directory may be a package; nothing below it can.
+        assert!(globs.enters("packages/core/__fixtures__"));
+        assert!(!globs.enters("packages/core/__fixtures__/app"));
+        assert!(!globs.enters("packages/core/src/__fixtures__/a/b"));
+        // An exclude naming one directory keeps its descendants searchable.
+        assert!(globs.enters("packages/legacy"));
+        assert!(globs.enters("packages/legacy/sub"));
+        assert!(globs.enters("packages/old"));
+        assert!(!globs.enters("packages/old/x"));
+        assert!(!globs.enters("docs"));
     }
 
     #[test]

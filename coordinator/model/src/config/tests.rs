@@ -243,6 +243,35 @@ fn a_js_workspaces_globs_select_package_directories_only() {
 }
 
 #[test]
+fn an_excluded_subtree_is_not_searched_and_only_a_whole_subtree_is_pruned() {
+    // `!**/__fixtures__/**` excludes every directory below a `__fixtures__`, and the walk
+    // does not enter them (`discover::tests::an_excluded_subtree_is_not_entered`): the
+    // projects found are the same as when it did.
+    let ws = Ws::new("[workspace]\n");
+    ws.file("pnpm-workspace.yaml", "packages:\n  - packages/**\n  - \"!**/__fixtures__/**\"\n")
+        .file("packages/core/package.json", r#"{"name": "@x/core"}"#)
+        .file("packages/core/__fixtures__/package.json", r#"{"name": "fixtures-root"}"#)
+        .file("packages/core/__fixtures__/bad/pkg/package.json", r#"{"name": "fixture"}"#);
+    // The `__fixtures__` directory itself is not below one: pnpm takes it as a package too.
+    assert_eq!(
+        names(&ws.load()),
+        [("packages/core", "@x/core"), ("packages/core/__fixtures__", "fixtures-root")]
+    );
+    // An exclude that names one directory leaves what is below it to the include globs.
+    let ws = Ws::new("[workspace]\nprojects = [\"libs/**\", \"!libs/legacy\"]\n");
+    ws.dir("libs/legacy/kept").dir("libs/new");
+    assert_eq!(names(&ws.load()), [("libs/legacy/kept", "kept"), ("libs/new", "new")]);
+    // `dir/**` in prova.toml prunes the same way, and a pattern matching deeper directories
+    // only (`**/gen/*/**`) prunes from where it matches.
+    let ws = Ws::new("[workspace]\nprojects = [\"libs/**\", \"!libs/old/**\", \"!**/gen/*/**\"]\n");
+    ws.dir("libs/old/a/b").dir("libs/gen/x/y").dir("libs/ok");
+    assert_eq!(
+        names(&ws.load()),
+        [("libs/gen", "gen"), ("libs/gen/x", "x"), ("libs/ok", "ok"), ("libs/old", "old")]
+    );
+}
+
+#[test]
 fn directory_names_shared_by_projects_become_their_paths() {
     let ws = Ws::new("[workspace]\nprojects = [\"apps/*/src\", \"tools/*\"]\n");
     ws.dir("apps/web/src").dir("apps/api/src").dir("tools/gen").dir("tools/src");
