@@ -289,7 +289,7 @@ impl Listing {
         if !dirs.is_empty() {
             let root = self.root.clone();
             self.trees = Some(OwnedTask::spawn_blocking_on(rt, "prepare.prewalk", move || {
-                crate::trees::prewalk(&root, dirs)
+                crate::trees::prewalk(&root, &root.join(".prova").join("trees"), dirs)
             }));
         }
         self

@@ -53,6 +53,14 @@ fn all_known(out: &Output) -> bool {
     out.stderr.lines().any(|l| l.contains("trees walked") && l.contains("trees=1 known=1"))
 }
 
+/// Whether the run's walk took every directory's entries from the recorded listings
+/// (`.prova/trees/listings`) and read none.
+fn all_listed(out: &Output) -> bool {
+    out.stderr
+        .lines()
+        .any(|l| l.contains("trees stamped") && l.contains(" read=0") && !l.contains(" held=0 "))
+}
+
 fn clock() -> Option<FakeClock> {
     let clock = FakeClock::new("+1h");
     if clock.is_none() {
@@ -72,6 +80,10 @@ fn a_recorded_tree_is_taken_from_the_record_and_every_change_to_it_reruns_its_re
     let warm = later(&ws, &clock);
     assert!(ran(&warm).is_empty(), "{warm}");
     assert!(all_known(&warm), "the warm run takes the recorded digest\n{warm}");
+    // The directories' listings are recorded once `.prova/trees` is there (the first run
+    // makes it after its walk): the run after that stats them instead of reading them.
+    let warm = later(&ws, &clock);
+    assert!(all_listed(&warm), "{warm}");
 
     // Each change, then its undoing where that is the point: the reader re-runs, and the
     // bytes it wrote are the new ones — never a hit keyed by the recorded digest.
@@ -105,10 +117,40 @@ fn a_recorded_tree_is_taken_from_the_record_and_every_change_to_it_reruns_its_re
     std::fs::remove_dir_all(ws.path("node_modules/other/lib")).expect("rm -r");
     let out = later(&ws, &clock);
     assert_eq!(ran(&out), ["p#build"], "a directory removed\n{out}");
+    // Changes that only a directory's listing shows, each after the listings were taken
+    // from the record again.
+    let changes: [(&str, &dyn Fn()); 4] = [
+        ("a file renamed in its directory", &|| {
+            std::fs::rename(
+                ws.path("node_modules/dep/package.json"),
+                ws.path("node_modules/dep/p.json"),
+            )
+            .expect("rename");
+        }),
+        ("an empty directory made", &|| {
+            std::fs::create_dir(ws.path("node_modules/other/empty")).expect("mkdir");
+        }),
+        ("a directory replaced by a file", &|| {
+            std::fs::remove_dir(ws.path("node_modules/other/empty")).expect("rmdir");
+            ws.write("node_modules/other/empty", "");
+        }),
+        ("a directory moved in from outside the tree", &|| {
+            ws.write("moved/z.js", "z\n");
+            std::fs::rename(ws.path("moved"), ws.path("node_modules/dep/moved")).expect("mv");
+        }),
+    ];
+    for (what, change) in changes {
+        later(&ws, &clock);
+        let warm = later(&ws, &clock);
+        assert!(ran(&warm).is_empty() && all_listed(&warm), "before: {what}\n{warm}");
+        change();
+        let out = later(&ws, &clock);
+        assert_eq!(ran(&out), ["p#build"], "{what}\n{out}");
+    }
     // And once nothing changes, the record answers again.
     later(&ws, &clock);
     let warm = later(&ws, &clock);
-    assert!(ran(&warm).is_empty() && all_known(&warm), "{warm}");
+    assert!(ran(&warm).is_empty() && all_known(&warm) && all_listed(&warm), "{warm}");
 }
 
 #[test]

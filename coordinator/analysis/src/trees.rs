@@ -13,7 +13,9 @@
 //!   walk sees every entry as it was when its digest was computed (`stamps`: the record in
 //!   `.prova/trees/stamps`, kept outside the racy window) takes that digest: no memo rows
 //!   read, no manifest built, the stored one read back only by a remote run
-//!   ([`ScannedTree::manifest`]).
+//!   ([`ScannedTree::manifest`]). That walk takes a directory's entries from its listing
+//!   recorded in `.prova/trees/listings` when the directory's stat is the recorded one
+//!   (`listings`): a `statx` instead of reading it.
 //! - **Who folds it** ([`visible_to`], [`reach`]): the tasks of projects at or under the
 //!   directory that holds the tree — Node's resolution walks up from a file's directory to
 //!   every enclosing `node_modules`, and a root `.venv` serves every project — and the tasks
@@ -42,6 +44,7 @@ use crate::cache::MemoRow;
 use crate::digests;
 
 mod guard;
+mod listings;
 mod stamps;
 mod walk;
 
@@ -396,10 +399,27 @@ pub struct Prewalked {
 }
 
 /// Walks the trees at `dirs` under `root` for their stamps: the first step of [`walk_all`],
-/// taken early.
-pub fn prewalk(root: &Path, dirs: Vec<String>) -> Result<Prewalked, TreeScanError> {
-    let seen = walk::walk(root, &dirs, walk::Keep::Stamp)?;
+/// taken early. `store`: where the manifests and the records are ([`walk_all`]'s).
+pub fn prewalk(root: &Path, store: &Path, dirs: Vec<String>) -> Result<Prewalked, TreeScanError> {
+    let seen = stamp_walk(root, store, &dirs)?;
     Ok(Prewalked { dirs, seen })
+}
+
+/// The walk of the trees at `dirs` for their stamps, through the directories' listings
+/// recorded in `store` (`listings`), which it brings up to date.
+fn stamp_walk(
+    root: &Path,
+    store: &Path,
+    dirs: &[String],
+) -> Result<Vec<walk::Seen>, TreeScanError> {
+    let started = std::time::Instant::now();
+    let records = listings::Records::read(store, dirs);
+    let listings = records.listings(listings::now_ns());
+    let seen = walk::walk_listed(root, dirs, &listings)?;
+    let (held, read) = listings.counts();
+    listings.write_back(&records);
+    tracing::debug!(elapsed = ?started.elapsed(), held, read, "trees stamped");
+    Ok(seen)
 }
 
 /// Walks every tree in `dirs` under `root` (those `pre` walked already taken from it) and
@@ -418,7 +438,7 @@ pub fn walk_all(
         pre.map(|p| p.dirs.into_iter().zip(p.seen).collect()).unwrap_or_default();
     let rest: Vec<String> = dirs.iter().filter(|d| !early.contains_key(*d)).cloned().collect();
     if !rest.is_empty() {
-        early.extend(rest.iter().cloned().zip(walk::walk(root, &rest, walk::Keep::Stamp)?));
+        early.extend(rest.iter().cloned().zip(stamp_walk(root, store, &rest)?));
     }
     let mut trees = Vec::with_capacity(dirs.len());
     for dir in dirs {
@@ -487,6 +507,7 @@ pub fn finish(
     changed |= record.keep_only(&current);
     if changed {
         forget_old_manifests(store, &pass.trees);
+        listings::forget_others(store, &current);
         if let Err(e) = record.write(store) {
             tracing::debug!("the installed trees' record was not written: {e}");
         }

@@ -12,6 +12,11 @@
 //!
 //! The stamp is a sum of one 128-bit hash per entry, so the walk's order (which the threads
 //! interleave) does not matter; the entry count is folded in at the end.
+//!
+//! A walk for the stamp alone may take a directory's entries from the listings recorded
+//! when it was last read ([`Listings`]), after one `statx` of the directory shows it as it
+//! was then; the entries are stat'ed as ever. It sees what a read would, so the stamp is the
+//! same either way.
 
 use std::fs;
 use std::path::Path;
@@ -20,6 +25,7 @@ use std::sync::{Condvar, Mutex};
 
 use xxhash_rust::xxh3::Xxh3;
 
+use super::listings::{self, Listing, Listings};
 use super::{MAX_WALK_ENTRIES, TreeScanError};
 use crate::digests::Stamp;
 
@@ -157,6 +163,16 @@ pub(super) fn walk(root: &Path, dirs: &[String], keep: Keep) -> Result<Vec<Seen>
     walk_visiting(root, dirs, keep, &|_| ())
 }
 
+/// [`walk`] for the stamps alone, taking a directory's entries from `listings` where its
+/// recorded listing still holds, and noting there what it read.
+pub(super) fn walk_listed(
+    root: &Path,
+    dirs: &[String],
+    listings: &Listings<'_>,
+) -> Result<Vec<Seen>, TreeScanError> {
+    walk_with(root, dirs, Keep::Stamp, &|_| (), Some(listings))
+}
+
 /// [`walk`], calling `visit` with each directory (workspace-relative) before it is read: a
 /// watch placed there sees every change the read does not.
 pub(super) fn walk_visiting(
@@ -164,6 +180,16 @@ pub(super) fn walk_visiting(
     dirs: &[String],
     keep: Keep,
     visit: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<Seen>, TreeScanError> {
+    walk_with(root, dirs, keep, visit, None)
+}
+
+fn walk_with(
+    root: &Path,
+    dirs: &[String],
+    keep: Keep,
+    visit: &(dyn Fn(&str) + Sync),
+    listings: Option<&Listings<'_>>,
 ) -> Result<Vec<Seen>, TreeScanError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
     let todo = dirs.iter().cloned().enumerate().rev().collect();
@@ -175,7 +201,10 @@ pub(super) fn walk_visiting(
     // Reads one directory of tree `t` into `seen` and queues its subdirectories.
     let step = |seen: &mut Vec<Seen>, t: usize, d: String| {
         visit(&d);
-        let found = read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep);
+        let found = match listings {
+            Some(l) => read_listed(root, &dirs[t], &d, &mut seen[t], &counts[t], l),
+            None => read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep, None),
+        };
         queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
     };
     let fresh = || -> Vec<Seen> { dirs.iter().map(|_| Seen::default()).collect() };
@@ -223,8 +252,93 @@ pub(super) fn walk_visiting(
     Ok(all)
 }
 
-/// Reads directory `d` (workspace-relative) of tree `tree` into `seen`; returns its
-/// subdirectories.
+/// Directory `d` of tree `tree` into `seen` for its stamp alone, its entries taken from
+/// `listings` when the listing recorded there holds for the directory's stat and for every
+/// entry's kind; else read (after the stat), and what it held noted in `listings`. Returns
+/// its subdirectories.
+fn read_listed(
+    root: &Path,
+    tree: &str,
+    d: &str,
+    seen: &mut Seen,
+    count: &AtomicUsize,
+    listings: &Listings<'_>,
+) -> Result<Vec<String>, TreeScanError> {
+    let mut path = root.join(d);
+    // A tree's own directory may be a link to one (read through, as ever); no listing then.
+    let stat = match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_dir() => Stamp::of(&m),
+        _ => return read_one(root, tree, d, seen, count, Keep::Stamp, None),
+    };
+    if let Some(listed) = listings.holding(d, &stat)
+        && let Some(subdirs) = replay(&mut path, tree, d, seen, count, listed)?
+    {
+        listings.held(d);
+        return Ok(subdirs);
+    }
+    let mut listing = Listing::of(&stat);
+    let subdirs = read_one(root, tree, d, seen, count, Keep::Stamp, Some(&mut listing))?;
+    listings.was_read(d, listing);
+    Ok(subdirs)
+}
+
+/// Directory `d`'s recorded entries (`listed`, the directory at `path`) into `seen`, each
+/// file and link stat'ed; `None` (and nothing added) when an entry is gone or of another
+/// kind: the directory changed since its stat was taken, and is read instead.
+fn replay(
+    path: &mut std::path::PathBuf,
+    tree: &str,
+    d: &str,
+    seen: &mut Seen,
+    count: &AtomicUsize,
+    listed: &str,
+) -> Result<Option<Vec<String>>, TreeScanError> {
+    let mut subdirs = Vec::new();
+    let mut stamped = Vec::new();
+    for (kind, name) in listings::entries(listed) {
+        if kind == listings::DIR {
+            subdirs.push(name);
+            continue;
+        }
+        path.push(name);
+        let m = fs::symlink_metadata(&*path);
+        path.pop();
+        let m = match m {
+            Ok(m) => m,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                let path = format!("{d}/{name}");
+                return Err(TreeScanError::Io { tree: tree.to_owned(), path, source });
+            }
+        };
+        let now = if m.file_type().is_symlink() {
+            listings::LINK
+        } else if m.file_type().is_file() {
+            listings::FILE
+        } else {
+            0
+        };
+        if now != kind {
+            return Ok(None);
+        }
+        stamped.push((kind, name, Stamp::of(&m)));
+    }
+    // Counted once it holds: a listing read instead is counted by the read.
+    let n = subdirs.len() + stamped.len();
+    if count.fetch_add(n, Ordering::Relaxed) + n > MAX_WALK_ENTRIES {
+        return Err(TreeScanError::TooLarge(tree.to_owned()));
+    }
+    for name in &subdirs {
+        seen.add(listings::DIR, d, name, None);
+    }
+    for (kind, name, stamp) in &stamped {
+        seen.add(*kind, d, name, Some(stamp));
+    }
+    Ok(Some(subdirs.into_iter().map(|name| format!("{d}/{name}")).collect()))
+}
+
+/// Reads directory `d` (workspace-relative) of tree `tree` into `seen`, and into `listing`
+/// when given; returns its subdirectories.
 fn read_one(
     root: &Path,
     tree: &str,
@@ -232,6 +346,7 @@ fn read_one(
     seen: &mut Seen,
     count: &AtomicUsize,
     keep: Keep,
+    mut listing: Option<&mut Listing>,
 ) -> Result<Vec<String>, TreeScanError> {
     let io_err = |path: &str| {
         let (tree, path) = (tree.to_owned(), path.to_owned());
@@ -250,6 +365,9 @@ fn read_one(
         let ft = e.file_type().map_err(|err| io_err(&rel())(err))?;
         if ft.is_dir() {
             seen.add(b'd', d, name, None);
+            if let Some(l) = listing.as_deref_mut() {
+                l.push(listings::DIR, name);
+            }
             if keep == Keep::Entries {
                 seen.dirs.push(rel());
             }
@@ -266,11 +384,17 @@ fn read_one(
             let kept = keep == Keep::Entries;
             if m.file_type().is_symlink() {
                 seen.add(b'l', d, name, Some(&stamp));
+                if let Some(l) = listing.as_deref_mut() {
+                    l.push(listings::LINK, name);
+                }
                 if kept {
                     seen.links.push(rel());
                 }
             } else if m.file_type().is_file() {
                 seen.add(b'f', d, name, Some(&stamp));
+                if let Some(l) = listing.as_deref_mut() {
+                    l.push(listings::FILE, name);
+                }
                 if kept {
                     seen.files.push((rel(), stamp));
                 }
@@ -332,6 +456,147 @@ mod tests {
         assert_ne!(walk(r, &dirs, Keep::Entries).unwrap()[0].stamp(), first[0].stamp());
     }
 
+    /// A walk through the listings in `store` as if it began at `started_ns`; how many
+    /// directories it took from the record and how many it read.
+    fn listed(
+        r: &Path,
+        store: &Path,
+        dirs: &[String],
+        started_ns: i64,
+    ) -> (Vec<String>, (usize, usize)) {
+        let records = listings::Records::read(store, dirs);
+        let l = records.listings(started_ns);
+        let seen = walk_listed(r, dirs, &l).unwrap();
+        let counts = l.counts();
+        l.write_back(&records);
+        (seen.iter().map(Seen::stamp).collect(), counts)
+    }
+
+    fn plain(r: &Path, dirs: &[String]) -> Vec<String> {
+        walk(r, dirs, Keep::Stamp).unwrap().iter().map(Seen::stamp).collect()
+    }
+
+    fn ctime_ns(p: &Path) -> i64 {
+        let m = fs::symlink_metadata(p).unwrap();
+        Stamp::of(&m).ctime_ns
+    }
+
+    /// Returns once the file system's clock has moved past `ns`: a change made after that
+    /// moves a directory's ctime off one recorded at `ns` (the racy window's reason; these
+    /// tests record listings as if their walk began later, so the window does not apply).
+    fn past(scratch: &Path, ns: i64) {
+        let probe = scratch.join("clock-probe");
+        for _ in 0..1_000_000 {
+            fs::write(&probe, "").unwrap();
+            if ctime_ns(&probe) > ns {
+                return;
+            }
+        }
+        panic!("the file system's clock did not move");
+    }
+
+    #[test]
+    fn a_walk_through_recorded_listings_sees_every_change_a_read_would() {
+        let t = tempfile::tempdir().unwrap();
+        let r = &t.path().join("ws");
+        let store = &t.path().join("store");
+        fs::create_dir_all(store).unwrap();
+        packages(r, "node_modules", 2 * SPREAD_AT);
+        packages(r, "packages/a/node_modules", 3);
+        let dirs = ["node_modules".to_owned(), "packages/a/node_modules".to_owned()];
+        let later =
+            Stamp::of(&fs::metadata(r).unwrap()).ctime_ns + 10 * crate::digests::RACY_WINDOW_NS;
+        let dir_count = 1 + 2 * (2 * SPREAD_AT) + 1 + 2 * 3;
+        // The first walk reads every directory; the next takes every one from the record,
+        // and sees the same stamps as a plain walk.
+        let (first, counts) = listed(r, store, &dirs, later);
+        assert_eq!(counts, (0, dir_count));
+        assert_eq!(first, plain(r, &dirs));
+        let (again, counts) = listed(r, store, &dirs, later);
+        assert_eq!(counts, (dir_count, 0));
+        assert_eq!(again, first);
+        // Each change below, made after the record: the walk through it sees what a plain
+        // walk sees, and the stamp moves.
+        let newest = |p: &Path| {
+            let mut n = 0;
+            for e in fs::read_dir(p).unwrap().flatten() {
+                n = n.max(ctime_ns(&e.path()));
+            }
+            n.max(ctime_ns(p))
+        };
+        let nm = r.join("node_modules");
+        type Change<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let changes: Vec<Change> = vec![
+            (
+                "a file added deep down",
+                Box::new(|| fs::write(nm.join("pkg-3/lib/new.js"), "n").unwrap()),
+            ),
+            (
+                "a file removed",
+                Box::new(|| fs::remove_file(nm.join("pkg-4/lib/index.js")).unwrap()),
+            ),
+            (
+                "a file rewritten in place",
+                Box::new(|| fs::write(nm.join("pkg-5/lib/index.js"), "5").unwrap()),
+            ),
+            (
+                "a directory renamed",
+                Box::new(|| fs::rename(nm.join("pkg-6"), nm.join("pkg-6b")).unwrap()),
+            ),
+            (
+                "a file replaced by a link",
+                Box::new(|| {
+                    fs::remove_file(nm.join("pkg-7/lib/index.js")).unwrap();
+                    std::os::unix::fs::symlink("../main", nm.join("pkg-7/lib/index.js")).unwrap();
+                }),
+            ),
+            (
+                "an empty directory made",
+                Box::new(|| fs::create_dir(nm.join("pkg-8/lib/empty")).unwrap()),
+            ),
+            (
+                "a link replaced by a file",
+                Box::new(|| {
+                    fs::write(nm.join("pkg-9/tmp"), "f").unwrap();
+                    fs::rename(nm.join("pkg-9/tmp"), nm.join("pkg-9/main")).unwrap();
+                }),
+            ),
+            (
+                "a tree's own directory replaced",
+                Box::new(|| {
+                    let a = r.join("packages/a");
+                    fs::rename(a.join("node_modules"), a.join("old")).unwrap();
+                    packages(r, "packages/a/node_modules", 3);
+                }),
+            ),
+        ];
+        let mut last = again;
+        for (what, change) in changes {
+            past(t.path(), newest(&nm).max(newest(&r.join("packages/a/node_modules"))));
+            change();
+            let (seen, _) = listed(r, store, &dirs, later);
+            assert_eq!(seen, plain(r, &dirs), "{what}");
+            assert_ne!(seen, last, "{what}");
+            last = seen;
+        }
+    }
+
+    #[test]
+    fn a_directory_changed_within_the_racy_window_is_not_recorded() {
+        let t = tempfile::tempdir().unwrap();
+        let r = &t.path().join("ws");
+        let store = &t.path().join("store");
+        fs::create_dir_all(store).unwrap();
+        packages(r, "node_modules", 3);
+        let dirs = ["node_modules".to_owned()];
+        // A walk that begins now: every directory was made within the window.
+        let (_, counts) = listed(r, store, &dirs, listings::now_ns());
+        assert_eq!(counts.0, 0);
+        let (_, counts) = listed(r, store, &dirs, listings::now_ns());
+        assert_eq!(counts.0, 0, "nothing was recorded");
+        assert!(!store.join(listings::DIR_NAME).exists());
+    }
+
     #[test]
     fn the_walks_stamps_are_the_ones_the_digest_memo_takes() {
         // A memo row recorded from a file's metadata answers for the walk's stamp.
@@ -355,8 +620,9 @@ mod tests {
         assert!(matches!(gone, TreeScanError::Io { .. }), "{gone}");
         let counts = AtomicUsize::new(MAX_WALK_ENTRIES);
         let mut seen = Seen::default();
-        let err = read_one(r, "node_modules", "node_modules", &mut seen, &counts, Keep::Stamp)
-            .unwrap_err();
+        let err =
+            read_one(r, "node_modules", "node_modules", &mut seen, &counts, Keep::Stamp, None)
+                .unwrap_err();
         assert!(matches!(err, TreeScanError::TooLarge(_)), "{err}");
     }
 }
