@@ -48,6 +48,27 @@ if [ ! -d "$TW" ]; then
 EOF
     fi
     grep -qx '.turbo' "$TW/.gitignore" 2>/dev/null || echo '.turbo' >> "$TW/.gitignore"
+    if [ -f "$TW/pnpm-lock.yaml" ]; then
+        # turbo runs each build through `pnpm run`: it wants the `packageManager` field,
+        # and pnpm 10+ checks the installed dependencies before every `pnpm run` (on
+        # lerna-lite, a registry round trip per lockfile entry: six minutes a task on a
+        # machine that cannot reach the registry). Both for the turbo copy only; prova runs
+        # the scripts without pnpm.
+        python3 - "$TW/package.json" "$(pnpm --version)" <<'PY'
+import json, sys
+path, version = sys.argv[1], sys.argv[2]
+with open(path) as f:
+    pkg = json.load(f)
+if "packageManager" not in pkg:
+    pkg["packageManager"] = "pnpm@" + version
+    with open(path, "w") as f:
+        json.dump(pkg, f, indent=2)
+        f.write("\n")
+PY
+        grep -q '^verifyDepsBeforeRun:' "$TW/pnpm-workspace.yaml" 2>/dev/null ||
+            printf '\nverifyDepsBeforeRun: false\n' >> "$TW/pnpm-workspace.yaml"
+        (cd "$TW" && git add package.json pnpm-workspace.yaml)
+    fi
     (cd "$TW" && git add turbo.json .gitignore &&
         git -c user.email=bench@prova -c user.name=bench commit -qm "bench: turbo.json" || true)
     (cd "$TW" && git ls-files -z --others --ignored --exclude-standard --directory |
