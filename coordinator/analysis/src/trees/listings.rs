@@ -42,6 +42,10 @@ const MAX_BYTES: u64 = 64 << 20;
 /// The records' format.
 const VERSION: u32 = 1;
 
+/// Fewest directories a tree's record holds: below that, reading the record costs about what
+/// it saves (a pnpm package's own `node_modules` is one directory of links).
+const MIN_DIRS: usize = 4;
+
 /// An entry of a listing: a directory.
 pub(super) const DIR: u8 = b'd';
 /// A regular file.
@@ -212,6 +216,11 @@ impl<'a> Listings<'a> {
             }
             let mut dirs = kept;
             dirs.extend(fresh);
+            if dirs.len() < MIN_DIRS {
+                // Best effort: a record left behind is still checked directory by directory.
+                let _ = fs::remove_file(file_of(&records.store, tree));
+                continue;
+            }
             // Best effort (module docs): a record not written is read again next time.
             let _ = write(&records.store, &Record { v: VERSION, tree, dirs });
         }
@@ -292,10 +301,13 @@ mod tests {
         let walk = records.listings(now);
         walk.was_read("node_modules", a);
         walk.was_read("node_modules/x", b);
+        for d in ["node_modules/d1", "node_modules/d2", "node_modules/d3"] {
+            walk.was_read(d, Listing::of(&old));
+        }
         walk.write_back(&records);
         let records = Records::read(store, &nm);
         let again = records.listings(now);
-        assert_eq!(again.known.len(), 1, "the racy listing is not recorded");
+        assert_eq!(again.known.len(), 4, "the racy listing is not recorded");
         let held = again.holding("node_modules", &old).expect("recorded");
         assert_eq!(entries(held).collect::<Vec<_>>(), [(DIR, "sub"), (FILE, "index.js")]);
         // Any field of the stat moved: the listing does not hold.
@@ -322,7 +334,14 @@ mod tests {
         let both = trees(&["node_modules", "packages/a/node_modules"]);
         let records = Records::read(store, &both);
         let walk = records.listings(now);
-        for d in ["node_modules", "node_modules/gone", "packages/a/node_modules"] {
+        let root_dirs = ["node_modules", "node_modules/k1", "node_modules/k2", "node_modules/k3"];
+        let a_dirs = [
+            "packages/a/node_modules",
+            "packages/a/node_modules/x",
+            "packages/a/node_modules/y",
+            "packages/a/node_modules/z",
+        ];
+        for d in root_dirs.iter().chain(&a_dirs).chain(&["node_modules/gone"]) {
             walk.was_read(d, Listing::of(&old));
         }
         walk.write_back(&records);
@@ -332,15 +351,26 @@ mod tests {
         // `node_modules/gone` went; `packages/a/node_modules` held.
         let records = Records::read(store, &both);
         let walk = records.listings(now);
-        walk.held("node_modules");
-        walk.held("packages/a/node_modules");
+        for d in root_dirs.iter().chain(&a_dirs) {
+            walk.held(d);
+        }
         walk.write_back(&records);
         assert_ne!(ino(&root), root_ino, "rewritten");
         assert_eq!(ino(&a), a_ino, "left alone");
         let records = Records::read(store, &both);
         let mut dirs: Vec<&str> = records.listings(now).known.into_keys().collect();
         dirs.sort();
-        assert_eq!(dirs, ["node_modules", "packages/a/node_modules"]);
+        let mut want: Vec<&str> = root_dirs.iter().chain(&a_dirs).copied().collect();
+        want.sort();
+        assert_eq!(dirs, want);
+        // A tree down to fewer directories than are worth a record loses its record.
+        let walk = records.listings(now);
+        for d in root_dirs.iter().chain(&a_dirs[..2]) {
+            walk.held(d);
+        }
+        walk.write_back(&records);
+        assert!(root.exists() && !a.exists());
+        fs::copy(&root, &a).unwrap();
         // A malformed record, or one of another tree, holds nothing.
         fs::write(&root, b"\x92not a record").unwrap();
         fs::copy(&a, file_of(store, "vendor")).unwrap();
