@@ -51,6 +51,19 @@ impl Stamp {
         }
     }
 
+    /// The stamps of `st` (an `fstat`), as [`Stamp::of`] gives them for the same file.
+    pub fn of_stat(st: &nix::sys::stat::FileStat) -> Self {
+        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+            mode: st.st_mode,
+        }
+    }
+
     fn matches(&self, row: &MemoRow) -> bool {
         self.dev == row.dev
             && self.ino == row.ino

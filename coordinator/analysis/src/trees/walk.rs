@@ -264,35 +264,45 @@ fn read_listed(
     count: &AtomicUsize,
     listings: &Listings<'_>,
 ) -> Result<Vec<String>, TreeScanError> {
-    let mut path = root.join(d);
-    // A tree's own directory may be a link to one (read through, as ever); no listing then.
-    let stat = match fs::symlink_metadata(&path) {
-        Ok(m) if m.is_dir() => Stamp::of(&m),
-        _ => return read_one(root, tree, d, seen, count, Keep::Stamp, None),
+    use nix::fcntl::OFlag;
+    // The directory itself, not a link to one (a tree's own directory may be a link: read
+    // through, as ever, with no listing); its entries are stat'ed relative to it.
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let opened = nix::fcntl::open(&root.join(d), flags, nix::sys::stat::Mode::empty())
+        .ok()
+        .and_then(|dir| {
+            let st = nix::sys::stat::fstat(&dir).ok()?;
+            Some((dir, Stamp::of_stat(&st)))
+        });
+    let Some((dir, stat)) = opened else {
+        return read_one(root, tree, d, seen, count, Keep::Stamp, None);
     };
     if let Some(listed) = listings.holding(d, &stat)
-        && let Some(subdirs) = replay(&mut path, tree, d, seen, count, listed)?
+        && let Some(subdirs) = replay(&dir, tree, d, seen, count, listed)?
     {
         listings.held(d);
         return Ok(subdirs);
     }
+    drop(dir);
     let mut listing = Listing::of(&stat);
     let subdirs = read_one(root, tree, d, seen, count, Keep::Stamp, Some(&mut listing))?;
     listings.was_read(d, listing);
     Ok(subdirs)
 }
 
-/// Directory `d`'s recorded entries (`listed`, the directory at `path`) into `seen`, each
-/// file and link stat'ed; `None` (and nothing added) when an entry is gone or of another
-/// kind: the directory changed since its stat was taken, and is read instead.
+/// Directory `d`'s recorded entries (`listed`; `dir` open on it) into `seen`, each file and
+/// link stat'ed; `None` (and nothing added) when an entry is gone or of another kind: the
+/// directory changed since its stat was taken, and is read instead.
 fn replay(
-    path: &mut std::path::PathBuf,
+    dir: &std::os::fd::OwnedFd,
     tree: &str,
     d: &str,
     seen: &mut Seen,
     count: &AtomicUsize,
     listed: &str,
 ) -> Result<Option<Vec<String>>, TreeScanError> {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::SFlag;
     let mut subdirs = Vec::new();
     let mut stamped = Vec::new();
     for (kind, name) in listings::entries(listed) {
@@ -300,28 +310,24 @@ fn replay(
             subdirs.push(name);
             continue;
         }
-        path.push(name);
-        let m = fs::symlink_metadata(&*path);
-        path.pop();
-        let m = match m {
-            Ok(m) => m,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+        let st = match nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(nix::errno::Errno::ENOENT) => return Ok(None),
+            Err(errno) => {
                 let path = format!("{d}/{name}");
+                let source = std::io::Error::from(errno);
                 return Err(TreeScanError::Io { tree: tree.to_owned(), path, source });
             }
         };
-        let now = if m.file_type().is_symlink() {
-            listings::LINK
-        } else if m.file_type().is_file() {
-            listings::FILE
-        } else {
-            0
+        let now = match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+            SFlag::S_IFLNK => listings::LINK,
+            SFlag::S_IFREG => listings::FILE,
+            _ => 0,
         };
         if now != kind {
             return Ok(None);
         }
-        stamped.push((kind, name, Stamp::of(&m)));
+        stamped.push((kind, name, Stamp::of_stat(&st)));
     }
     // Counted once it holds: a listing read instead is counted by the read.
     let n = subdirs.len() + stamped.len();
