@@ -246,12 +246,12 @@ fn file_of(store: &Path, tree: &str) -> PathBuf {
 }
 
 fn write(store: &Path, record: &Record<'_>) -> std::io::Result<()> {
-    let bytes = rmp_serde::to_vec(record).map_err(std::io::Error::other)?;
     // Only into a manifests' directory a scan made: a run refused before its scan (its
     // config, the lock) leaves the workspace as it found it.
     if !store.is_dir() {
         return Ok(());
     }
+    let bytes = rmp_serde::to_vec(record).map_err(std::io::Error::other)?;
     let dir = store.join(DIR_NAME);
     fs::create_dir_all(&dir)?;
     let file = file_of(store, record.tree);
