@@ -76,28 +76,25 @@ impl SandboxStatus {
 }
 
 /// bwrap's arguments for a trial sandbox with the namespaces and mounts a task gets, around
-/// `/bin/true`.
-const TRIAL_SANDBOX: [&str; 14] = [
-    "--unshare-all",
-    "--die-with-parent",
-    "--new-session",
-    "--ro-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--tmpfs",
-    "/tmp",
-    "--",
-    "/bin/true",
-];
+/// `/bin/true`: the system paths read-only ([`bwrap::SYSTEM_RO_PATHS`]), a private `/proc`,
+/// `/dev` and `/tmp`, the new root made read-only. Never the host's whole `/`: a recursive
+/// bind of `/` remounts every mount on the host, and one that goes away meanwhile (another
+/// program's `ip netns del`, a container stopping) fails the trial, so a worker started at
+/// that moment would refuse to sandbox anything.
+fn trial_sandbox() -> Vec<&'static str> {
+    let mut a = vec!["--unshare-all", "--die-with-parent", "--new-session"];
+    a.extend(["--ro-bind", "/usr", "/usr"]);
+    for p in bwrap::SYSTEM_RO_PATHS {
+        a.extend(["--ro-bind-try", p, p]);
+    }
+    a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/"]);
+    a.extend(["--", "/bin/true"]);
+    a
+}
 
 /// Finds out whether bubblewrap (`bwrap` on `PATH`) can sandbox tasks here, by running it:
 /// `bwrap --version`, then a trial sandbox with the namespaces and mounts a task gets
-/// (`--unshare-all --die-with-parent --new-session --ro-bind / / --proc /proc --dev /dev
-/// --tmpfs /tmp -- /bin/true`). A missing binary, a refused user namespace ("setting up uid
+/// ([`trial_sandbox`]). A missing binary, a refused user namespace ("setting up uid
 /// map: Permission denied", "No permissions to creating new namespace"), a refused mount
 /// or a hang all come back as [`SandboxStatus::Unavailable`].
 pub fn detect() -> SandboxStatus {
@@ -120,7 +117,7 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
         }
         Err(e) => return unavailable(format!("`{name} --version`: {e}")),
     };
-    let trial: Vec<&str> = bwrap.iter().copied().chain(TRIAL_SANDBOX).collect();
+    let trial: Vec<&str> = bwrap.iter().copied().chain(trial_sandbox()).collect();
     match run_bounded(&trial, timeout) {
         Ok(out) if out.status.success() => SandboxStatus::Bwrap { version },
         Ok(out) => unavailable(format!("{name} cannot create a sandbox here: {}", out.describe())),
@@ -130,7 +127,7 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
 
 /// Whether `strace` (on `PATH`) can trace here with the options [`strace_argv`] uses, and
 /// where it runs: found by running it, bounded. With `sandbox` (bubblewrap works here), the
-/// trial sandbox ([`TRIAL_SANDBOX`]) is traced from a pid namespace of strace's own
+/// trial sandbox ([`trial_sandbox`]) is traced from a pid namespace of strace's own
 /// ([`Tracer::OwnPidNs`]): made with the worker's rights, or else in a user namespace of its
 /// own. Where both are refused (no `unshare`, or one older than util-linux 2.38 for a user
 /// without the right), or without a sandbox, strace traces `/bin/true` from the host's
@@ -138,7 +135,7 @@ pub fn detect_with(bwrap: &[&str], timeout: Duration) -> SandboxStatus {
 /// (some containers).
 pub fn strace_available(sandbox: bool) -> Option<Tracer> {
     let trial_sandbox: Vec<String> =
-        std::iter::once("bwrap").chain(TRIAL_SANDBOX).map(str::to_owned).collect();
+        std::iter::once("bwrap").chain(trial_sandbox()).map(str::to_owned).collect();
     let trials = [
         (Tracer::OwnPidNs { user_ns: false }, trial_sandbox.clone()),
         (Tracer::OwnPidNs { user_ns: true }, trial_sandbox),

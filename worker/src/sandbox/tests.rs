@@ -1,6 +1,7 @@
 //! The sandbox against real bubblewrap and strace, through the real executor, on real exec
 //! roots. Where the host cannot sandbox, each test says why and skips — unless
-//! `PROVA_REQUIRE_SANDBOX` is set (CI), where a missing sandbox fails the test instead.
+//! `PROVA_REQUIRE_SANDBOX` or `PROVA_REQUIRE_TOOLS` is set (CI), where a missing sandbox
+//! fails the test instead.
 //! Nothing here sleeps to synchronise; every run is bounded by [`WAIT`].
 
 use std::net::TcpListener;
@@ -22,7 +23,7 @@ use crate::execroot::{ExecRoot, ExecRootSpec, RootInput, RootSource};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn required() -> bool {
-    std::env::var_os("PROVA_REQUIRE_SANDBOX").is_some()
+    ["PROVA_REQUIRE_SANDBOX", "PROVA_REQUIRE_TOOLS"].iter().any(|v| std::env::var_os(v).is_some())
 }
 
 /// Whether bwrap works here (probed once per test binary).
@@ -478,6 +479,62 @@ fn detect_finds_bwrap_here() {
         let SandboxStatus::Bwrap { version } = detect() else { panic!("detect changed its mind") };
         assert!(version.chars().next().is_some_and(|c| c.is_ascii_digit()), "{version}");
     }
+}
+
+/// A worker that starts while other programs add and remove mounts elsewhere on the host
+/// (here `ip netns add`/`del`, as the farm's own tests and container runtimes do) still finds
+/// its sandbox: the trial mounts what a task gets, not the host's whole `/`, whose recursive
+/// remount failed whenever a mount went away under it. Needs root and `ip`; bounded by
+/// count.
+#[test]
+fn the_probe_is_not_upset_by_mounts_coming_and_going_elsewhere() {
+    if !sandbox_here() {
+        return;
+    }
+    let ip_here = std::process::Command::new("ip")
+        .arg("-V")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !nix::unistd::geteuid().is_root() || !ip_here {
+        eprintln!("skipping: needs root and `ip` to churn network namespaces");
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let ip = |args: &[&str]| {
+                std::process::Command::new("ip")
+                    .args(args)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let mut made = 0;
+            for i in 0..2_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("pvprobe{}x{i}", std::process::id());
+                if ip(&["netns", "add", &name]) {
+                    made += 1;
+                    ip(&["netns", "del", &name]);
+                }
+            }
+            made
+        })
+    };
+    let failures: Vec<String> = (0..120)
+        .filter_map(|_| match detect() {
+            SandboxStatus::Bwrap { .. } => None,
+            SandboxStatus::Unavailable { reason } => Some(reason),
+        })
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let made = churn.join().expect("the churn thread panicked");
+    assert!(made > 0, "no network namespace could be made: the test proves nothing");
+    assert!(failures.is_empty(), "{} of 120 probes failed: {:?}", failures.len(), failures.first());
 }
 
 #[test]
