@@ -615,17 +615,7 @@ fn with_unlisted_inputs(
         return files;
     }
     tracing::info!(files = extra.len(), "declared inputs the file list leaves out, added");
-    let (source, nested) = (files.source, files.nested_repos.clone());
-    let mut all = files.all().to_vec();
-    let mut added = extra.clone();
-    all.extend(extra);
-    let mut list = FileList::from_paths(all);
-    list.source = source;
-    list.nested_repos = nested;
-    added.sort();
-    added.dedup();
-    list.added = added;
-    list
+    files.adding(extra)
 }
 
 /// Scans the workspace's installed trees (`tree_dirs`) through their own memo scope, and

@@ -539,3 +539,99 @@ fn outputs_with_fewer_files_than_the_previous_entry_are_warned_about() {
     let again = run(&ws, &[]);
     assert!(!again.notices_of("app#build").iter().any(|n| n.contains("came out with")), "{again}");
 }
+
+/// `git` on prova's `PATH` as a wrapper that logs each call's arguments to `log` before it
+/// runs the real one.
+fn logging_git(dir: &std::path::Path, log: &std::path::Path) -> String {
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .expect("looking git up");
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_owned();
+    assert!(real.starts_with('/'), "no git on PATH: {real:?}");
+    let wrapper = dir.join("git");
+    fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec '{real}' \"$@\"\n", log.display()),
+    )
+    .expect("writing the wrapper");
+    fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("making the wrapper executable");
+    format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// How many `git ls-files` listings with untracked files `log` holds (the workspace's, or
+/// a save's recheck of one task's inputs).
+fn listings(log: &std::path::Path) -> usize {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("ls-files") && l.contains("--others"))
+        .count()
+}
+
+/// A run that executes many tasks lists the workspace with git once: each save's recheck
+/// of the task's inputs walks them instead, where the walk finds what the listing held
+/// (issue 31: a git process per executed task was a third of a rebuild's CPU). Where
+/// something moved, the recheck still asks git, and withholds.
+#[test]
+fn a_run_that_executes_tasks_starts_git_once_unless_an_input_directory_moved() {
+    let mut ws = TempWorkspace::new()
+        .file(
+            "prova.toml",
+            r#"[workspace]
+projects = ["p/*"]
+
+[tasks.build]
+command = "mkdir -p dist && cat src/* > dist/out.txt && echo scratch > build.log"
+inputs = ["src/**"]
+outputs = ["dist/**"]
+"#,
+        )
+        .file(".gitignore", "dist/\n*.log\n");
+    for p in ["a", "b", "c", "d", "e"] {
+        ws = ws.file(&format!("p/{p}/src/main.txt"), p);
+    }
+    let status = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm one",
+        ])
+        .current_dir(ws.root())
+        .status()
+        .expect("running git");
+    assert!(status.success());
+    let bin = tempfile::tempdir().expect("a directory for the wrapper");
+    let log = bin.path().join("calls.log");
+    let path = logging_git(bin.path(), &log);
+    let run =
+        |ws: &TempWorkspace| ws.prova(["run", "build", "--all", "--json"]).env("PATH", &path).run();
+
+    let cold = run(&ws);
+    cold.assert_code(0);
+    for p in ["a", "b", "c", "d", "e"] {
+        assert_eq!(cold.cache_of(&format!("{p}#build")), "saved", "{cold}");
+    }
+    assert_eq!(listings(&log), 1, "five tasks executed and saved, one listing\n{cold}");
+
+    fs::remove_file(&log).ok();
+    ws.write("p/c/src/main.txt", "c, edited");
+    let edit = run(&ws);
+    assert_eq!(edit.cache_of("c#build"), "saved", "{edit}");
+    assert_eq!(listings(&log), 1, "{edit}");
+
+    // A task that leaves a file git would list in its project directory: the walk finds it,
+    // git is asked, and the entry is withheld as before.
+    fs::remove_file(&log).ok();
+    ws.write(
+        "prova.toml",
+        &fs::read_to_string(ws.path("prova.toml"))
+            .unwrap()
+            .replace("echo scratch > build.log", "echo scratch > notes.txt"),
+    );
+    let moved = run(&ws);
+    moved.assert_code(0);
+    let reason = moved.not_saved_reason("a#build");
+    assert!(reason.contains("entries of its project directory changed"), "{reason}\n{moved}");
+    assert_eq!(listings(&log), 1 + 5, "one listing, then git for each task's recheck\n{moved}");
+}

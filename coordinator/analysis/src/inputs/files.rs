@@ -8,6 +8,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 
 /// Enumerating the workspace failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +54,7 @@ pub enum ListSource {
 /// files deleted since git last saw them; the digest pass drops what it cannot stat.
 #[derive(Clone, Debug, Default)]
 pub struct FileList {
-    files: Vec<String>,
+    files: Arc<[String]>,
     /// How it was made.
     pub source: Option<ListSource>,
     /// Workspace-relative directories listed as git repositories of their own.
@@ -62,15 +63,38 @@ pub struct FileList {
     /// [`super::unlisted`]), sorted: not among a project directory's entry names, which a
     /// listing made again ([`super::scope::InputScope::recheck`]) would not give.
     pub added: Vec<String>,
+    /// The list as it was made, before [`Self::added`] (shared, not copied); `None` when
+    /// nothing was added.
+    made: Option<Arc<[String]>>,
 }
 
 impl FileList {
     /// A list from paths (sorted and de-duplicated here).
-    pub fn from_paths(mut files: Vec<String>) -> Self {
-        files.sort_unstable();
-        files.dedup();
-        files.retain(|f| !is_internal(f));
-        Self { files, source: None, nested_repos: Vec::new(), added: Vec::new() }
+    pub fn from_paths(files: Vec<String>) -> Self {
+        Self {
+            files: sorted(files).into(),
+            source: None,
+            nested_repos: Vec::new(),
+            added: Vec::new(),
+            made: None,
+        }
+    }
+
+    /// This list with `extra` added ([`Self::added`]); the list as it was made stays
+    /// readable through [`Self::as_made`].
+    pub fn adding(self, extra: Vec<String>) -> Self {
+        let mut all = self.files.to_vec();
+        all.extend(extra.iter().cloned());
+        let mut added = extra;
+        added.sort();
+        added.dedup();
+        Self {
+            files: sorted(all).into(),
+            source: self.source,
+            nested_repos: self.nested_repos,
+            added,
+            made: Some(self.made.unwrap_or(self.files)),
+        }
     }
 
     /// All paths.
@@ -78,15 +102,15 @@ impl FileList {
         &self.files
     }
 
+    /// The paths as the listing gave them, without [`Self::added`]: what listing the same
+    /// paths again gives when nothing changed.
+    pub fn as_made(&self) -> Arc<[String]> {
+        Arc::clone(self.made.as_ref().unwrap_or(&self.files))
+    }
+
     /// The paths under `dir` (workspace-relative; `""` = all), by binary search.
     pub fn under(&self, dir: &str) -> &[String] {
-        if dir.is_empty() {
-            return &self.files;
-        }
-        let prefix = format!("{dir}/");
-        let start = self.files.partition_point(|f| f.as_str() < prefix.as_str());
-        let end = start + self.files[start..].partition_point(|f| f.starts_with(&prefix));
-        &self.files[start..end]
+        under(&self.files, dir)
     }
 
     /// Number of files.
@@ -98,6 +122,26 @@ impl FileList {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
+}
+
+/// The paths of sorted `files` under `dir` (workspace-relative; `""` = all), by binary
+/// search.
+pub fn under<'a>(files: &'a [String], dir: &str) -> &'a [String] {
+    if dir.is_empty() {
+        return files;
+    }
+    let prefix = format!("{dir}/");
+    let start = files.partition_point(|f| f.as_str() < prefix.as_str());
+    let end = start + files[start..].partition_point(|f| f.starts_with(&prefix));
+    &files[start..end]
+}
+
+/// `files` sorted, de-duplicated, without prova's and git's own ([`is_internal`]).
+fn sorted(mut files: Vec<String>) -> Vec<String> {
+    files.sort_unstable();
+    files.dedup();
+    files.retain(|f| !is_internal(f));
+    files
 }
 
 fn is_internal(path: &str) -> bool {
@@ -237,7 +281,7 @@ pub fn enumerate_under(
         }
     }
     remove_restore_temps(root, &mut files, false);
-    Ok(FileList::from_paths(files).files)
+    Ok(sorted(files))
 }
 
 /// The files under `dirs` (workspace-relative) that git tracks — in the workspace's
@@ -271,7 +315,7 @@ pub fn tracked_under(
             files.extend(git_ls(&root.join(repo), repo, &inner, false)?);
         }
     }
-    Ok(FileList::from_paths(files).files)
+    Ok(sorted(files))
 }
 
 /// Whether git could take `root` for (part of) a work tree: a `.git` at or above it, or git's

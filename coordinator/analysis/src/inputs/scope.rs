@@ -90,6 +90,9 @@ pub(super) struct ScopeShared {
     /// How the workspace was listed, and its nested repositories.
     pub source: Option<ListSource>,
     pub nested_repos: Vec<String>,
+    /// The listing as it was made ([`super::FileList::as_made`]): what a recheck's walk
+    /// compares with before it asks git ([`super::relist`]).
+    pub listed: Arc<[String]>,
     /// `[workspace] fingerprint` and `inputs`: inputs of every task.
     pub everyone: [PathGlobs; 2],
     /// Every plan task's outputs (never inputs of it or of what depends on it).
@@ -146,7 +149,20 @@ impl InputScope {
         if own.names.is_some() {
             roots.push(&own.dir);
         }
-        let files = enumerate_under(root, &sh.nested_repos, sh.source, &outermost(roots))?;
+        let dirs = outermost(roots);
+        // Without starting git where a walk finds exactly what the run's listing held there
+        // (no nested repository can be involved then: their listings come from their own
+        // git).
+        let quick = (sh.source == Some(ListSource::Git) && sh.nested_repos.is_empty())
+            .then(|| super::relist::unchanged_under(root, &sh.listed, &dirs))
+            .flatten();
+        let files = match quick {
+            Some(files) => files,
+            None => {
+                tracing::debug!(task = %sh.ids[self.task], "its inputs are listed again by git");
+                enumerate_under(root, &sh.nested_repos, sh.source, &dirs)?
+            }
+        };
         let entries = own.names.as_ref().map(|_| {
             let names = entry_candidates(&files, &own.dir, |f| own.outputs.comes_and_goes(f));
             present(root, &own.dir, names)

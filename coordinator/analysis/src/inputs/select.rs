@@ -106,6 +106,7 @@ pub fn resolve(ws: &Workspace, plan: &RunPlan, files: &FileList) -> Result<Input
     let shared = Arc::new(ScopeShared {
         source: files.source,
         nested_repos: files.nested_repos.clone(),
+        listed: files.as_made(),
         everyone,
         outputs,
         deps: plan.tasks.iter().map(|t| t.deps.clone()).collect(),
