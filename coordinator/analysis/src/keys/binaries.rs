@@ -104,6 +104,10 @@ pub struct Resolver {
     /// Whether a path is an executable file, by path: the same system directories are
     /// searched for every project's commands (and their shims' `sed`, `dirname`, `node`).
     executables: HashMap<PathBuf, bool>,
+    /// What a command resolves to from any directory, by its text and `PATH`: one whose
+    /// every lookup is a bare word on an absolute `PATH` (a thousand packages' `mkdir -p
+    /// dist && cat src/*.js > dist/index.js` are read and resolved once).
+    anywhere: HashMap<(String, Option<String>), Programs>,
 }
 
 impl Resolver {
@@ -115,6 +119,7 @@ impl Resolver {
             found: HashMap::new(),
             interpreters: HashMap::new(),
             executables: HashMap::new(),
+            anywhere: HashMap::new(),
         }
     }
 
@@ -147,7 +152,28 @@ impl Resolver {
         command: &CommandLine,
         path_var: Option<&str>,
     ) -> Programs {
+        let id = (format!("{command:?}"), path_var.map(str::to_owned));
+        if let Some(p) = self.anywhere.get(&id) {
+            return p.clone();
+        }
+        let (p, anywhere) = self.programs_in(cwd, command, path_var);
+        if anywhere {
+            self.anywhere.insert(id, p.clone());
+        }
+        p
+    }
+
+    /// [`Self::programs`], and whether the answer is the same from any directory: no
+    /// lookup used the directory (a word with a `/` but not absolute, a package runner's
+    /// `node_modules/.bin`, a `PATH` or a directory the command changed).
+    fn programs_in(
+        &mut self,
+        cwd: &Path,
+        command: &CommandLine,
+        path_var: Option<&str>,
+    ) -> (Programs, bool) {
         let start = Start::new(cwd.to_path_buf(), path_var);
+        let mut anywhere = true;
         let analysis = match command {
             CommandLine::Shell(s) => shell::analyse(s, &start),
             CommandLine::Argv(v) => shell::Analysis {
@@ -176,6 +202,13 @@ impl Resolver {
         let mut i = 0;
         while let Some(inv) = invocations.get(i).cloned() {
             i += 1;
+            if inv.node_bin
+                || inv.path_changed
+                || inv.cwd.as_deref() != Some(cwd)
+                || (inv.word.contains('/') && !inv.word.starts_with('/'))
+            {
+                anywhere = false;
+            }
             let (found, passed) = self.resolve(&inv);
             for p in passed {
                 if out.shadows.len() < MAX_SHADOWS && !out.shadows.contains(&p) {
@@ -249,7 +282,7 @@ impl Resolver {
         // Each note once (two shims of one package manager say the same).
         let mut seen = std::collections::HashSet::new();
         out.unkeyed.retain(|n| seen.insert(n.clone()));
-        out
+        (out, anywhere)
     }
 }
 
@@ -700,5 +733,58 @@ mod tests {
         );
         std::fs::remove_file(&tool).expect("remove");
         assert!(rechecked.changed(&checks, &mut |_| None).is_some(), "gone");
+    }
+}
+
+#[cfg(test)]
+mod anywhere_tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn install(dir: &Path, name: &str, body: &str) {
+        let tool = dir.join(name);
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::write(&tool, body).expect("write");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+
+    /// One resolver across many projects answers each as a fresh one would: a command read
+    /// once for all directories only when nothing it starts depends on the directory.
+    #[test]
+    fn a_command_resolved_once_for_every_directory_is_what_each_would_find() {
+        let ws = tempfile::tempdir().expect("ws");
+        let bin = tempfile::tempdir().expect("bin");
+        let root = ws.path();
+        install(bin.path(), "tool", "exit 0\n");
+        install(bin.path(), "npx", "exit 0\n");
+        // Project a has its own `tool` and `.bin/tsc`; b has neither.
+        install(&root.join("a"), "tool", "exit 0\n");
+        install(&root.join("a/node_modules/.bin"), "tsc", "exit 0\n");
+        install(&root.join("a/bin"), "gen", "exit 0\n");
+        std::fs::create_dir_all(root.join("b/bin")).expect("mkdir");
+        install(&root.join("b/bin"), "gen", "#!/usr/bin/env tool\n");
+        let path = bin.path().display().to_string();
+        let commands = [
+            "tool && tool --version",
+            "./tool",
+            "npx tsc",
+            "cd .. && ./a/tool",
+            "PATH=./bin:$PATH gen",
+            "bin/gen",
+            "sh -c 'tool; ./tool'",
+        ];
+        let mut shared = Resolver::new(root);
+        for dir in ["a", "b", "a", "b"] {
+            let cwd = root.join(dir);
+            for c in commands {
+                let command = CommandLine::Shell(c.into());
+                let fresh = programs(root, &cwd, &command, Some(path.as_str()));
+                let got = shared.programs(&cwd, &command, Some(path.as_str()));
+                assert_eq!(got, fresh, "`{c}` in {dir}");
+            }
+        }
+        // Only the first command is the same from anywhere.
+        assert_eq!(shared.anywhere.len(), 1, "{:?}", shared.anywhere.keys());
     }
 }
