@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// and never `/home`, `/root`, `/tmp`, `/var` or the workspace.
 pub const SYSTEM_RO_PATHS: &[&str] = &[
     // Programs and libraries outside /usr on hosts without a merged /usr (symlinks into
-    // /usr elsewhere: binding them binds their targets' contents).
+    // /usr elsewhere, made again as links: [`system_mount`]).
     "/bin",
     "/sbin",
     "/lib",
@@ -196,6 +196,71 @@ pub fn masked_dirs(hidden: &[&Path]) -> Vec<PathBuf> {
 /// unset inside (the task's processes then make their own there, gone with the sandbox).
 pub const HOST_ONLY_ENV: &[&str] = &["FAKETIME_SHARED"];
 
+/// What one of the [`SYSTEM_RO_PATHS`] is on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostEntry {
+    /// Nothing there.
+    Missing,
+    /// A symlink with this target text.
+    Symlink(String),
+    /// A file or directory (or what could not be read: mounted as ever).
+    Other,
+}
+
+/// What a system path is on this host: `lstat`, then the link's target.
+fn host_entry(p: &str) -> HostEntry {
+    match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HostEntry::Missing,
+        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(p) {
+            Ok(t) => HostEntry::Symlink(t.to_string_lossy().into_owned()),
+            Err(_) => HostEntry::Other,
+        },
+        _ => HostEntry::Other,
+    }
+}
+
+/// How a sandbox shows one of the [`SYSTEM_RO_PATHS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SystemMount {
+    /// Not at all: the host has nothing there.
+    Absent,
+    /// The host's own symlink, made again inside: its target lies in `/usr`, which every
+    /// sandbox shows.
+    Symlink(String),
+    /// Bound read-only (`--ro-bind-try`; a symlink's target is bound at the link's path).
+    Bind,
+}
+
+/// How `p` (a system path that is `entry` on the host) is shown. Each bind costs bwrap a
+/// dozen calls (a dozen more stops of the traced sandboxes, [`super::trace`]) and a read of
+/// its mount table; a merged-`/usr` host's `/bin -> usr/bin`, `/lib64 -> usr/lib64` and
+/// `/etc/localtime -> /usr/share/zoneinfo/…` are shown as the same links into the `/usr`
+/// bound above, which a task reads exactly as on the host (`readlink /bin` included). Bound
+/// as before: a link that leaves `/usr` (or could, by `..`), and one with something mounted
+/// at or below it (a covered workspace, a stand-in file), which bwrap places through the
+/// link while it sets up, before the new root is its `/`.
+fn system_mount(p: &str, entry: HostEntry, cfg: &SandboxConfig) -> SystemMount {
+    let target = match entry {
+        HostEntry::Missing => return SystemMount::Absent,
+        HostEntry::Other => return SystemMount::Bind,
+        HostEntry::Symlink(t) => t,
+    };
+    let path = Path::new(p);
+    let Some(parent) = path.parent() else { return SystemMount::Bind };
+    let resolved = parent.join(&target);
+    let plain = resolved
+        .components()
+        .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    let mounted_below = cfg.masked.iter().any(|m| m.starts_with(path))
+        || cfg.overlays.iter().any(|(_, inside)| inside.starts_with(path))
+        || cfg.extra_ro.iter().any(|e| e.starts_with(path));
+    if plain && resolved.starts_with("/usr") && resolved != Path::new("/usr") && !mounted_below {
+        SystemMount::Symlink(target)
+    } else {
+        SystemMount::Bind
+    }
+}
+
 /// The bwrap argv that runs `inner` (a complete argv, e.g. `sh -c …`) sandboxed per `cfg`.
 pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     let mut a = Argv(vec!["bwrap".to_owned()]);
@@ -215,7 +280,11 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     // Programs and libraries, read-only; the rest of the system paths only where they exist.
     a.args(&["--ro-bind", "/usr", "/usr"]);
     for p in SYSTEM_RO_PATHS {
-        a.args(&["--ro-bind-try", p, p]);
+        match system_mount(p, host_entry(p), cfg) {
+            SystemMount::Absent => {}
+            SystemMount::Symlink(target) => a.args(&["--symlink", &target, p]),
+            SystemMount::Bind => a.args(&["--ro-bind-try", p, p]),
+        }
     }
     // Files standing in for system ones (after them, so they win).
     for (host, inside) in &cfg.overlays {
@@ -396,6 +465,50 @@ impl Argv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_system_path_linking_into_usr_is_a_link_inside_and_anything_else_is_bound() {
+        let cfg = SandboxConfig::new("/w/root", "/w/root/p");
+        let link = |t: &str| HostEntry::Symlink(t.to_owned());
+        let m = |p: &str, e: HostEntry| system_mount(p, e, &cfg);
+        assert_eq!(m("/bin", link("usr/bin")), SystemMount::Symlink("usr/bin".to_owned()));
+        assert_eq!(m("/lib64", link("/usr/lib64")), SystemMount::Symlink("/usr/lib64".into()));
+        let tz = "/usr/share/zoneinfo/Etc/UTC";
+        assert_eq!(m("/etc/localtime", link(tz)), SystemMount::Symlink(tz.to_owned()));
+        // Relative to the link's directory: `/etc/x -> usr/y` is `/etc/usr/y`.
+        assert_eq!(m("/etc/alternatives", link("usr/share/x")), SystemMount::Bind);
+        // Leaving /usr, perhaps by `..`, or naming /usr itself.
+        assert_eq!(m("/etc/resolv.conf", link("/run/resolv.conf")), SystemMount::Bind);
+        assert_eq!(m("/lib", link("usr/../etc")), SystemMount::Bind);
+        assert_eq!(m("/etc/ssl", link("../usr/../root")), SystemMount::Bind);
+        assert_eq!(m("/bin", link("usr")), SystemMount::Bind);
+        assert_eq!(m("/bin", link("usrx/bin")), SystemMount::Bind);
+        assert_eq!(m("/lib32", HostEntry::Missing), SystemMount::Absent);
+        assert_eq!(m("/etc/passwd", HostEntry::Other), SystemMount::Bind);
+        // Something mounted at or below it is placed through a bind, not a link.
+        let mut covered = cfg.clone();
+        covered.masked = vec![PathBuf::from("/lib/x")];
+        covered.overlays = vec![(PathBuf::from("/w/lt"), PathBuf::from("/etc/localtime"))];
+        assert_eq!(system_mount("/lib", link("usr/lib"), &covered), SystemMount::Bind);
+        assert_eq!(system_mount("/etc/localtime", link(tz), &covered), SystemMount::Bind);
+        assert_eq!(
+            system_mount("/bin", link("usr/bin"), &covered),
+            SystemMount::Symlink("usr/bin".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_argv_shows_each_system_path_as_the_host_has_it() {
+        let a = bwrap_argv(&SandboxConfig::new("/w/root", "/w/root/p"), &["true".to_owned()]);
+        for p in SYSTEM_RO_PATHS {
+            let at = |flag: &str, src: &str| a.windows(3).any(|w| w == [flag, src, p]);
+            match host_entry(p) {
+                HostEntry::Missing => assert!(!a.iter().any(|x| x == p), "{p}: {a:?}"),
+                HostEntry::Symlink(t) if at("--symlink", &t) => {}
+                _ => assert!(at("--ro-bind-try", p), "{p}: {a:?}"),
+            }
+        }
+    }
 
     #[test]
     fn a_hidden_place_inside_a_system_path_is_covered_before_the_root_is_mounted() {
