@@ -23,7 +23,7 @@
 //!   every call the analysis reads a path from (the lookups and the writes below), process
 //!   creation and ends, working-directory changes and directory reads — nothing else is
 //!   needed, and `--seccomp-bpf` keeps the untraced calls from stopping at all. Not all of
-//!   `%file`: its `mount`, `umount2` and `pivot_root` are bwrap's own setup, a sixth of the
+//!   `%file`: its `mount`, `umount2` and `pivot_root` are bwrap's own setup, a seventh of the
 //!   calls a sandbox makes before the task starts (every traced call is two stops of the
 //!   tracee and a line strace writes), and nothing here reads them. Not the rest of
 //!   `%process` (`wait4`, `kill`, `tgkill`, …): nothing here reads them, and each carries a
