@@ -198,7 +198,7 @@ pub const HOST_ONLY_ENV: &[&str] = &["FAKETIME_SHARED"];
 
 /// What one of the [`SYSTEM_RO_PATHS`] is on the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HostEntry {
+enum HostEntry {
     /// Nothing there.
     Missing,
     /// A symlink with this target text.

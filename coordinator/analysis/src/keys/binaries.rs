@@ -107,7 +107,7 @@ pub struct Resolver {
     /// What a command resolves to from any directory, by its text and `PATH`: one whose
     /// every lookup is a bare word on an absolute `PATH` (a thousand packages' `mkdir -p
     /// dist && cat src/*.js > dist/index.js` are read and resolved once).
-    anywhere: HashMap<(String, Option<String>), Programs>,
+    anywhere: HashMap<(CommandLine, Option<String>), Programs>,
 }
 
 impl Resolver {
@@ -152,7 +152,7 @@ impl Resolver {
         command: &CommandLine,
         path_var: Option<&str>,
     ) -> Programs {
-        let id = (format!("{command:?}"), path_var.map(str::to_owned));
+        let id = (command.clone(), path_var.map(str::to_owned));
         if let Some(p) = self.anywhere.get(&id) {
             return p.clone();
         }
