@@ -474,6 +474,11 @@ pub fn wrap(
             Ok(o) => cfg.overlays = o,
             Err(e) => tracing::warn!("writing the sandbox's passwd and hosts failed: {e}"),
         }
+        // Its /etc files in one bind (sandbox/etc.rs); where that cannot be, one each.
+        match sandbox::etc::etc_view(&ctx.work_dir.join("etc"), &cfg) {
+            Ok(v) => cfg.etc = v,
+            Err(e) => tracing::debug!("the sandbox's /etc is bound path by path: {e}"),
+        }
         argv = sandbox::bwrap_argv(&cfg, &argv);
         // The host's HOME and TMPDIR do not exist inside the sandbox; its /tmp is private.
         for (k, v) in [("HOME", "/tmp"), ("TMPDIR", "/tmp")] {

@@ -91,6 +91,9 @@ pub struct SandboxConfig {
     /// Installed trees mounted read-only inside the root: (the tree's directory on the host,
     /// its mount point inside `root`, an existing directory).
     pub trees: Vec<(PathBuf, PathBuf)>,
+    /// A prepared `/etc` ([`super::etc::etc_view`]) shown instead of binding each of the
+    /// [`SYSTEM_RO_PATHS`] under it (and each of the `overlays` there, folded into it).
+    pub etc: Option<super::etc::EtcView>,
     /// Instead of the exec root, a view assembled at its path (a survey run,
     /// [`super::survey`]): a writable tmpfs at `root` and these operations on it, in order.
     pub view: Option<Vec<ViewOp>>,
@@ -163,6 +166,7 @@ impl SandboxConfig {
             overlays: Vec::new(),
             masked: Vec::new(),
             trees: Vec::new(),
+            etc: None,
             view: None,
         }
     }
@@ -198,7 +202,7 @@ pub const HOST_ONLY_ENV: &[&str] = &["FAKETIME_SHARED"];
 
 /// What one of the [`SYSTEM_RO_PATHS`] is on the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum HostEntry {
+pub(super) enum HostEntry {
     /// Nothing there.
     Missing,
     /// A symlink with this target text.
@@ -208,7 +212,7 @@ enum HostEntry {
 }
 
 /// What a system path is on this host: `lstat`, then the link's target.
-fn host_entry(p: &str) -> HostEntry {
+pub(super) fn host_entry(p: &str) -> HostEntry {
     match std::fs::symlink_metadata(p) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => HostEntry::Missing,
         Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(p) {
@@ -221,7 +225,7 @@ fn host_entry(p: &str) -> HostEntry {
 
 /// How a sandbox shows one of the [`SYSTEM_RO_PATHS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum SystemMount {
+pub(super) enum SystemMount {
     /// Not at all: the host has nothing there.
     Absent,
     /// The host's own symlink, made again inside: its target lies in `/usr`, which every
@@ -239,7 +243,7 @@ enum SystemMount {
 /// as before: a link that leaves `/usr` (or could, by `..`), and one with something mounted
 /// at or below it (a covered workspace, a stand-in file), which bwrap places through the
 /// link while it sets up, before the new root is its `/`.
-fn system_mount(p: &str, entry: HostEntry, cfg: &SandboxConfig) -> SystemMount {
+pub(super) fn system_mount(p: &str, entry: HostEntry, cfg: &SandboxConfig) -> SystemMount {
     let target = match entry {
         HostEntry::Missing => return SystemMount::Absent,
         HostEntry::Other => return SystemMount::Bind,
@@ -279,7 +283,22 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
     a.args(&["--new-session"]);
     // Programs and libraries, read-only; the rest of the system paths only where they exist.
     a.args(&["--ro-bind", "/usr", "/usr"]);
+    // A prepared /etc: one bind for its files, then the host's directories there on top.
+    let in_view = |p: &Path| cfg.etc.is_some() && p.starts_with("/etc");
+    if let Some(v) = &cfg.etc {
+        a.0.extend([
+            "--ro-bind".to_owned(),
+            v.dir.to_string_lossy().into_owned(),
+            "/etc".to_owned(),
+        ]);
+        for d in &v.binds {
+            a.mount("--ro-bind-try", d);
+        }
+    }
     for p in SYSTEM_RO_PATHS {
+        if in_view(Path::new(p)) {
+            continue;
+        }
         match system_mount(p, host_entry(p), cfg) {
             SystemMount::Absent => {}
             SystemMount::Symlink(target) => a.args(&["--symlink", &target, p]),
@@ -287,7 +306,7 @@ pub fn bwrap_argv(cfg: &SandboxConfig, inner: &[String]) -> Vec<String> {
         }
     }
     // Files standing in for system ones (after them, so they win).
-    for (host, inside) in &cfg.overlays {
+    for (host, inside) in cfg.overlays.iter().filter(|(_, inside)| !in_view(inside)) {
         a.0.extend([
             "--ro-bind".to_owned(),
             host.to_string_lossy().into_owned(),

@@ -6,6 +6,8 @@
 //!   at all (and where strace runs: [`Tracer`]), found by actually running the tools, with
 //!   bounded waits.
 //! - [`bwrap`]: [`SandboxConfig`] and the bubblewrap command line around a task's argv.
+//! - [`etc`]: the sandbox's `/etc` as one prepared copy of the system files there (one bind
+//!   instead of one per file).
 //! - [`trace`]: the `strace` command line around that, and [`undeclared_reads`], which reads
 //!   the trace back into workspace-relative paths (and the paths written).
 //! - [`survey`]: the traced run with the whole workspace visible read-only that a local
@@ -26,6 +28,7 @@
 //! | bwrap missing or refused (AppArmor blocking user namespaces, a container without them) | [`SandboxStatus::Unavailable`] with bwrap's own words: a proof that needs the sandbox must fail, never pass silently |
 
 pub mod bwrap;
+pub mod etc;
 pub mod survey;
 pub mod trace;
 

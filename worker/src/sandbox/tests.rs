@@ -308,6 +308,66 @@ async fn hostname_and_ids_are_the_sandboxs_own() {
     assert!(log.contains("host=prova-sbx uid=1234 gid=4321"), "{log}");
 }
 
+/// What a task can learn of `/etc`: each listed path's kind, link target and bytes (a
+/// digest), the names there, whoami, the uid's name and the hostname's resolution.
+const ETC_SURVEY: &str = r#"
+for p in ld.so.cache ld.so.conf ld.so.conf.d alternatives ssl ca-certificates pki passwd \
+         group nsswitch.conf localtime hostname machine-id hosts resolv.conf; do
+  f=/etc/$p
+  if [ -L "$f" ]; then echo "$p link $(readlink "$f")"
+  elif [ -d "$f" ]; then echo "$p dir $(ls -A "$f" | wc -l) $(ls -ld "$f" | cut -c1-10)"
+  elif [ -f "$f" ]; then echo "$p file $(cksum < "$f") $(ls -l "$f" | cut -c1-10)"
+  else echo "$p none"; fi
+done
+echo "names: $(ls -A /etc | tr '\n' ' ')"
+echo "who: $(id -un) $(id -gn)"
+echo "alt: $(ls /etc/alternatives | head -3 | tr '\n' ' ')"
+echo "certs: $(ls /etc/ssl/certs 2>/dev/null | wc -l)"
+touch /etc/x 2>/dev/null && echo "etc writable" || echo "etc read-only"
+touch /etc/ssl/x 2>/dev/null && echo "ssl writable" || echo "ssl read-only"
+"#;
+
+#[tokio::test]
+async fn a_prepared_etc_shows_a_task_what_the_binds_showed() {
+    if !sandbox_here() {
+        return;
+    }
+    let t = task();
+    let views = t.tmp.path().join("etc-views");
+    let mut perturbed = t.cfg();
+    perturbed.hostname = Some("prova-sbx".to_owned());
+    perturbed.uid = Some(1234);
+    perturbed.gid = Some(4321);
+    for base in [t.cfg(), perturbed] {
+        let mut bound = base.clone();
+        bound.overlays = identity_overlays(&t.tmp.path().join("identity"), &base, "runner")
+            .expect("identity files");
+        let mut viewed = bound.clone();
+        viewed.etc = etc::etc_view(&views, &bound).expect("view");
+        let v = viewed.etc.clone().expect("a view applies here");
+        let argv = bwrap_argv(&viewed, &["true".to_owned()]);
+        let etc_binds =
+            argv.windows(3).filter(|w| w[0].contains("bind") && w[2].starts_with("/etc")).count();
+        assert_eq!(etc_binds, 1 + v.binds.len(), "one bind for the files: {argv:?}");
+        let (e1, by_bind) = sandboxed(&bound, ETC_SURVEY).await;
+        let (e2, by_view) = sandboxed(&viewed, ETC_SURVEY).await;
+        assert_eq!((e1, e2), (ExitKind::Code(0), ExitKind::Code(0)), "{by_bind}\n{by_view}");
+        assert_eq!(by_view, by_bind);
+        assert!(
+            by_view.contains("etc read-only") && by_view.contains("ssl read-only"),
+            "{by_view}"
+        );
+        assert!(!by_view.contains("passwd none"), "{by_view}");
+        if base.uid.is_some() {
+            assert!(by_view.contains("who: runner runner"), "{by_view}");
+        }
+        // The copy itself is nowhere to be seen inside.
+        let (_, log) =
+            sandboxed(&viewed, &format!("ls '{}' 2>&1; echo rc=$?", v.dir.display())).await;
+        assert!(log.contains("rc=2") || log.contains("rc=1"), "{log}");
+    }
+}
+
 #[tokio::test]
 async fn a_task_embedding_its_cwd_sees_the_exec_roots_real_path() {
     if !sandbox_here() {
