@@ -325,9 +325,12 @@ pub fn clean_staging(work_dir: &Path) -> usize {
 }
 
 /// The directories of a work dir whose entries live only as long as one assignment: exec
-/// roots of first executions and of re-runs, re-runs' `TMPDIR`s, read traces. A worker that
-/// was SIGKILLed mid-task leaves its entries behind; nothing else of prova points into them.
-pub const PER_TASK_DIRS: &[&str] = &["roots", "rerun-roots", "rerun-tmp", "traces"];
+/// roots of first executions and of re-runs, re-runs' `TMPDIR`s, read traces — and those a
+/// sandbox makes again whenever they are missing: the identity stand-ins (a re-run's name
+/// each) and the prepared `/etc` copies (`crate::sandbox::etc`). A worker that was SIGKILLed
+/// mid-task leaves its entries behind; nothing else of prova points into them.
+pub const PER_TASK_DIRS: &[&str] =
+    &["roots", "rerun-roots", "rerun-tmp", "traces", "identity", "etc"];
 
 /// Removes what a killed worker left in [`PER_TASK_DIRS`] of `work_dir`, in its roots on
 /// `/dev/shm` and on the tmpfs `--exec-roots` names (`tmpfs`; `crate::shmroots::roots_dir`),
@@ -518,11 +521,14 @@ mod tests {
         std::fs::create_dir_all(w.join("rerun-tmp/4242-7")).expect("a re-run TMPDIR");
         std::fs::create_dir_all(w.join("traces")).expect("traces");
         std::fs::write(w.join("traces/4242-7.trace"), b"trace").expect("a trace");
+        std::fs::create_dir_all(w.join("identity")).expect("identity");
+        std::fs::write(w.join("identity/hosts-0123"), b"127.0.0.1 x\n").expect("a stand-in");
+        std::fs::create_dir_all(w.join("etc/etc-0123/ssl")).expect("an /etc copy");
         // What is not per task stays.
         std::fs::create_dir_all(w.join("blobs")).expect("the blob cache");
         std::fs::write(w.join("blobs/b"), b"blob").expect("a blob");
         std::fs::create_dir_all(w.join("trees/t")).expect("the tree store");
-        assert_eq!(clean_exec_roots(w, None), 4);
+        assert_eq!(clean_exec_roots(w, None), 6);
         for d in PER_TASK_DIRS {
             let left: Vec<_> = std::fs::read_dir(w.join(d)).expect("kept").collect();
             assert!(left.is_empty(), "{d}: {left:?}");

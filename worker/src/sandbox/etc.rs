@@ -14,8 +14,9 @@
 //! under a temporary name and renamed into place, so a concurrent sandbox sees the whole
 //! copy or none.
 //!
-//! Not used ([`etc_view`] returns `None`, and bwrap binds each path as before) where
-//! something else is mounted under `/etc` — a hidden place covered there, a toolchain
+//! Not used ([`etc_view`] returns `None`, and bwrap binds each path as before) for a
+//! determinism re-run (its hostname, and so its identity files, are its attempt's own: a copy
+//! per re-run would pile up), where something else is mounted under `/etc` — a hidden place covered there, a toolchain
 //! there, a stand-in file for a path the list does not name — or where a listed path is
 //! neither a file, a directory nor a link (a FIFO, a socket).
 
@@ -53,6 +54,11 @@ const MAX_FILE_BYTES: u64 = 16 << 20;
 /// in), made under `dir` when it does not exist yet; `None` where it cannot stand in for
 /// the binds (module doc).
 pub fn etc_view(dir: &Path, cfg: &SandboxConfig) -> io::Result<Option<EtcView>> {
+    // A determinism re-run's hostname (and so its identity files) is its attempt's own: a
+    // copy each would pile up. Its few binds stay.
+    if cfg.hostname.is_some() || cfg.uid.is_some() {
+        return Ok(None);
+    }
     let under_etc = |p: &Path| p.starts_with("/etc");
     if cfg.masked.iter().any(|m| under_etc(m)) || cfg.extra_ro.iter().any(|e| under_etc(e)) {
         return Ok(None);
@@ -269,8 +275,16 @@ mod tests {
         other.overlays = vec![(t.path().join("x"), PathBuf::from("/etc/shadow"))];
         assert_eq!(etc_view(t.path(), &other).expect("view"), None);
         // A stand-in that is not a regular file.
-        let mut fifo = base;
+        let mut fifo = base.clone();
         fifo.overlays = vec![(t.path().to_path_buf(), PathBuf::from("/etc/hosts"))];
         assert_eq!(etc_view(t.path(), &fifo).expect("view"), None);
+        // A re-run's own hostname or uid.
+        let mut rerun = base.clone();
+        rerun.hostname = Some("prova-rerun-7".to_owned());
+        assert_eq!(etc_view(t.path(), &rerun).expect("view"), None);
+        let mut user = base;
+        user.uid = Some(4242);
+        assert_eq!(etc_view(t.path(), &user).expect("view"), None);
+        assert_eq!(std::fs::read_dir(t.path()).expect("dir").count(), 0, "nothing made");
     }
 }

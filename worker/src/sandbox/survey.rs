@@ -155,6 +155,10 @@ pub async fn run(
         Ok(o) => cfg.overlays = o,
         Err(e) => tracing::debug!("no identity files for the survey: {e}"),
     }
+    match super::etc::etc_view(&ctx.work_dir.join("etc"), &cfg) {
+        Ok(v) => cfg.etc = v,
+        Err(e) => tracing::debug!("the survey's /etc is bound path by path: {e}"),
+    }
     let traces = ctx.work_dir.join("traces");
     let _ = fs::create_dir_all(&traces);
     let trace = traces.join(format!("{}-{}.survey.trace", std::process::id(), a.attempt));
