@@ -10,7 +10,10 @@
 //! symlinked source, so a link that leaves `/usr` showed its target's bytes; the copy holds
 //! them too), its permission bits, and the same links. The copy is named by a digest of
 //! everything in it and read afresh for every sandbox, so a host file that changes (a new
-//! `resolv.conf`, a user added) makes a new copy: a sandbox never sees a stale one. Made
+//! `resolv.conf`, a user added) makes a new copy: a sandbox never sees a stale one. One
+//! difference a task could see: a worker that is not root owns its copies, so inside the
+//! user namespace they belong to the task's uid, where the host's root-owned files showed
+//! the overflow uid (`nobody`); both are read-only mounts (a write is `EROFS` either way). Made
 //! under a temporary name and renamed into place, so a concurrent sandbox sees the whole
 //! copy or none.
 //!
