@@ -170,6 +170,29 @@ CREATE TABLE IF NOT EXISTS run_tasks (
 CREATE INDEX IF NOT EXISTS run_tasks_by_run ON run_tasks(run_seq);
 ";
 
+/// Moves the damaged database at `path` to [`SET_ASIDE`] and removes its WAL and shared
+/// memory (they belong to it: a new database must not read its frames) — only while `path`
+/// is still the file found damaged (inode `found`): another prova that set it aside first
+/// and started a new one keeps that.
+fn set_aside(path: &Path, found: Option<u64>, why: &HistoryError) {
+    if found.is_none() || inode(path) != found {
+        return;
+    }
+    let aside = path.with_file_name(SET_ASIDE);
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            for ext in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(path.with_file_name(format!("{FILE}{ext}")));
+            }
+            tracing::warn!(
+                "the run history was damaged ({why}): kept as {}; a new one starts",
+                aside.display()
+            );
+        }
+        Err(e) => tracing::debug!(error = %e, "run history: a damaged database not set aside"),
+    }
+}
+
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -178,13 +201,64 @@ fn from_ms(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
+impl HistoryError {
+    /// Whether SQLite found the database file damaged or not a database at all (a power
+    /// loss on a disk that lies about flushes, a restored or truncated copy).
+    fn is_corrupt(&self) -> bool {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        matches!(self, HistoryError::Sql { source: rusqlite::Error::SqliteFailure(e, _), .. }
+            if matches!(e.code, DatabaseCorrupt | NotADatabase))
+    }
+}
+
+/// Beside [`FILE`]: a history SQLite found damaged, set aside (the newest one only).
+pub const SET_ASIDE: &str = "runs.db.corrupt";
+
+/// The inode of the file at `path`, if any.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
+}
+
 impl History {
-    /// The history of the workspace at `root` (created if need be).
+    /// The history of the workspace at `root` (created if need be). A database SQLite finds
+    /// damaged — on opening, or when the pending records are folded in — is set aside as
+    /// [`SET_ASIDE`] and a new one started: the history is a convenience, and a damaged one
+    /// kept would fail every fold, so each run would read the growing pending file again
+    /// (up to [`MAX_PENDING_BYTES`]) for nothing, and `prova runs` would never list again.
     pub fn open(root: &Path) -> Result<Self, HistoryError> {
         let dir = root.join(".prova");
         std::fs::create_dir_all(&dir)
             .map_err(|source| HistoryError::Io { path: dir.clone(), source })?;
         let path = dir.join(FILE);
+        let (mut history, ino) = match Self::connect(&path) {
+            Err(e) if e.is_corrupt() => {
+                set_aside(&path, inode(&path), &e);
+                Self::connect(&path)?
+            }
+            other => other?,
+        };
+        match history.fold_pending() {
+            Ok(()) => {}
+            Err(e) if e.is_corrupt() => {
+                drop(history);
+                set_aside(&path, ino, &e);
+                history = Self::connect(&path)?.0;
+                if let Err(e) = history.fold_pending() {
+                    tracing::debug!(error = %e, "run history: pending records left for the next open");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "run history: pending records left for the next open")
+            }
+        }
+        Ok(history)
+    }
+
+    /// A connection to the database at `path`, its settings and schema in place, and the
+    /// inode it opened.
+    fn connect(path: &Path) -> Result<(Self, Option<u64>), HistoryError> {
+        let path = path.to_path_buf();
         let sql = |what| {
             let path = path.clone();
             move |source| HistoryError::Sql { path, what, source }
@@ -204,11 +278,8 @@ impl History {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .map_err(sql("no checkpoint on close"))?;
         conn.execute_batch(SCHEMA).map_err(sql("schema"))?;
-        let mut history = Self { conn, path };
-        if let Err(e) = history.fold_pending() {
-            tracing::debug!(error = %e, "run history: pending records left for the next open");
-        }
-        Ok(history)
+        let ino = inode(&path);
+        Ok((Self { conn, path }, ino))
     }
 
     /// Only reads: `None` when nothing was ever recorded here.
@@ -795,6 +866,48 @@ mod tests {
         let tasks: i64 =
             h.conn.query_row("SELECT count(*) FROM run_tasks", [], |r| r.get(0)).expect("rows");
         assert_eq!(tasks, 2, "and its tasks once");
+    }
+
+    /// A database SQLite finds damaged — its pages, or the whole file not a database — is
+    /// set aside and a new one started, the pending records folded into it; kept, every
+    /// fold failed and the pending file grew run after run.
+    #[test]
+    fn a_damaged_history_is_set_aside_and_a_new_one_folds_the_pending_runs() {
+        let db = |root: &Path| root.join(".prova").join(FILE);
+        let aside = |root: &Path| root.join(".prova").join(SET_ASIDE);
+        // Its pages past the first overwritten (the schema page intact: the damage is met
+        // only when a fold writes into the runs' tables).
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        for i in 0..40 {
+            record_run(&mut h, i);
+        }
+        h.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).expect("checkpointed");
+        drop(h);
+        let mut bytes = std::fs::read(db(dir.path())).expect("the database");
+        assert!(bytes.len() > 8192, "several pages");
+        for b in &mut bytes[4096..] {
+            *b = 0xA5;
+        }
+        std::fs::write(db(dir.path()), &bytes).expect("damaged");
+        append_run(dir.path(), 100);
+        append_run(dir.path(), 101);
+        assert_eq!(ids(dir.path()), ["r101", "r100"], "a new history, the pending runs in it");
+        assert_eq!(pending_len(dir.path()), 0, "folded");
+        assert_eq!(std::fs::read(aside(dir.path())).expect("set aside"), bytes);
+        // Not a database at all.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir_all(dir.path().join(".prova")).expect("dir");
+        std::fs::write(db(dir.path()), vec![b'x'; 10_000]).expect("garbage");
+        append_run(dir.path(), 7);
+        assert_eq!(ids(dir.path()), ["r7"]);
+        assert!(aside(dir.path()).is_file());
+        // A healthy history is never set aside.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        record_run(&mut History::open(dir.path()).expect("opened"), 1);
+        append_run(dir.path(), 2);
+        assert_eq!(ids(dir.path()), ["r2", "r1"]);
+        assert!(!aside(dir.path()).exists());
     }
 
     /// The run whose append takes the file past its bound folds the records itself, so the
