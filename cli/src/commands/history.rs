@@ -238,19 +238,17 @@ impl History {
             }
             other => other?,
         };
-        match history.fold_pending() {
-            Ok(()) => {}
-            Err(e) if e.is_corrupt() => {
-                drop(history);
-                set_aside(&path, ino, &e);
-                history = Self::connect(&path)?.0;
-                if let Err(e) = history.fold_pending() {
-                    tracing::debug!(error = %e, "run history: pending records left for the next open");
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "run history: pending records left for the next open")
-            }
+        let mut folded = history.fold_pending();
+        if let Err(e) = &folded
+            && e.is_corrupt()
+        {
+            drop(history);
+            set_aside(&path, ino, e);
+            history = Self::connect(&path)?.0;
+            folded = history.fold_pending();
+        }
+        if let Err(e) = folded {
+            tracing::debug!(error = %e, "run history: pending records left for the next open");
         }
         Ok(history)
     }

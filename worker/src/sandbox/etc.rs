@@ -19,9 +19,9 @@
 //!
 //! Not used ([`etc_view`] returns `None`, and bwrap binds each path as before) for a
 //! determinism re-run (its hostname, and so its identity files, are its attempt's own: a copy
-//! per re-run would pile up), where something else is mounted under `/etc` — a hidden place covered there, a toolchain
-//! there, a stand-in file for a path the list does not name — or where a listed path is
-//! neither a file, a directory nor a link (a FIFO, a socket).
+//! per re-run would pile up), where something else is mounted under `/etc` — a hidden place
+//! covered there, a toolchain there, a stand-in file for a path the list does not name — or
+//! where a listed path is neither a file, a directory nor a link (a FIFO, a socket).
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
