@@ -513,9 +513,10 @@ async fn program_pairs(
     // distinct (directory, command) once.
     let found: Vec<(usize, binaries::Programs)> =
         OwnedTask::spawn_blocking("prepare.programs", move || {
+            let started = Instant::now();
             let mut resolver = binaries::Resolver::new(&root);
             let mut seen: HashMap<(PathBuf, String), binaries::Programs> = HashMap::new();
-            commands
+            let found: Vec<_> = commands
                 .into_iter()
                 .map(|(ti, cwd, command)| {
                     let id = (cwd.clone(), format!("{command:?}"));
@@ -524,7 +525,9 @@ async fn program_pairs(
                         .or_insert_with(|| resolver.programs(&cwd, &command, path_var.as_deref()));
                     (ti, p.clone())
                 })
-                .collect()
+                .collect();
+            tracing::debug!(elapsed = ?started.elapsed(), commands = found.len(), "programs resolved");
+            found
         })
         .join()
         .await

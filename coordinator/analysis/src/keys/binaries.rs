@@ -21,6 +21,7 @@
 //! machine, and a program's bytes differ per platform).
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
@@ -88,8 +89,34 @@ pub fn programs(
 }
 
 /// One lookup: the word, the directory it resolves from if that matters, the PATH, and
-/// whether a package runner looks in `node_modules/.bin` first.
-type LookupId = (String, Option<PathBuf>, Vec<PathDir>, bool);
+/// whether a package runner looks in `node_modules/.bin` first, as bytes ([`lookup_id`]).
+type LookupId = Vec<u8>;
+
+/// The [`LookupId`] of `inv`: its parts' bytes, each ended by a NUL (which no path or word
+/// holds), so two lookups share an id only when every part is the same. Bytes, not
+/// `Path`s: a `Path` hashes and compares component by component, which a thousand
+/// projects' lookups on a `PATH` of a dozen entries felt.
+fn lookup_id(inv: &Invocation) -> LookupId {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = (inv.word.contains('/') || inv.node_bin).then_some(inv.cwd.as_deref()).flatten();
+    let mut id = Vec::with_capacity(256);
+    let mut part = |tag: u8, bytes: &[u8]| {
+        id.push(tag);
+        id.extend_from_slice(bytes);
+        id.push(0);
+    };
+    part(u8::from(inv.node_bin), inv.word.as_bytes());
+    if let Some(d) = dir {
+        part(b'c', d.as_os_str().as_bytes());
+    }
+    for d in &inv.path {
+        match d {
+            PathDir::Dir(d) => part(b'd', d.as_os_str().as_bytes()),
+            PathDir::Unknown(what) => part(b'u', what.as_bytes()),
+        }
+    }
+    id
+}
 
 /// Resolves the programs of many commands of one workspace, each lookup and each `#!` line
 /// once (a thousand packages' `tsc` are one file).
@@ -100,10 +127,13 @@ pub struct Resolver {
     /// Lookups done, with the paths each passed over.
     found: HashMap<LookupId, (Found, Vec<PathBuf>)>,
     /// `#!` interpreters read, by program.
-    interpreters: HashMap<PathBuf, Option<String>>,
+    interpreters: HashMap<OsString, Option<String>>,
     /// Whether a path is an executable file, by path: the same system directories are
     /// searched for every project's commands (and their shims' `sed`, `dirname`, `node`).
-    executables: HashMap<PathBuf, bool>,
+    executables: HashMap<OsString, bool>,
+    /// Where a program found leads with its links followed (`None`: nowhere), by path: a
+    /// thousand projects' scripts that set their own `PATH` all find `/usr/bin/mkdir`.
+    canonical: HashMap<OsString, Option<PathBuf>>,
     /// What a command resolves to from any directory, by its text and `PATH`: one whose
     /// every lookup is a bare word on an absolute `PATH` (a thousand packages' `mkdir -p
     /// dist && cat src/*.js > dist/index.js` are read and resolved once).
@@ -119,28 +149,39 @@ impl Resolver {
             found: HashMap::new(),
             interpreters: HashMap::new(),
             executables: HashMap::new(),
+            canonical: HashMap::new(),
             anywhere: HashMap::new(),
         }
     }
 
     fn resolve(&mut self, inv: &Invocation) -> (Found, Vec<PathBuf>) {
-        let dir = (inv.word.contains('/') || inv.node_bin).then(|| inv.cwd.clone()).flatten();
-        let id = (inv.word.clone(), dir, inv.path.clone(), inv.node_bin);
-        if let Some(f) = self.found.get(&id) {
+        // Kept only on the inherited `PATH`: one the command set names the project's own
+        // directories as often as not (`$PWD/node_modules/.bin`), so it would not come
+        // again; it is looked up afresh, each probe memoised.
+        let id = (!inv.path_changed).then(|| lookup_id(inv));
+        if let Some(f) = id.as_ref().and_then(|id| self.found.get(id)) {
             return f.clone();
         }
         let executables = &mut self.executables;
-        let mut probe =
-            |p: &Path| *executables.entry(p.to_path_buf()).or_insert_with(|| executable(p));
+        let mut probe = |p: &Path| {
+            *executables.entry(p.as_os_str().to_owned()).or_insert_with(|| executable(p))
+        };
+        let canonical = &mut self.canonical;
+        let mut follow = |p: &Path| {
+            let real = canonical.entry(p.as_os_str().to_owned());
+            real.or_insert_with(|| std::fs::canonicalize(p).ok()).clone()
+        };
         let mut passed = Vec::new();
-        let f = resolve_with(&self.root, inv, &mut probe, &mut passed);
-        self.found.insert(id, (f.clone(), passed.clone()));
+        let f = resolve_with(&self.root, inv, &mut probe, &mut follow, &mut passed);
+        if let Some(id) = id {
+            self.found.insert(id, (f.clone(), passed.clone()));
+        }
         (f, passed)
     }
 
     fn interpreter(&mut self, program: &Path) -> Option<String> {
         self.interpreters
-            .entry(program.to_path_buf())
+            .entry(program.as_os_str().to_owned())
             .or_insert_with(|| interpreter(program))
             .clone()
     }
@@ -198,10 +239,9 @@ impl Resolver {
             shadows: Vec::new(),
             absent: Vec::new(),
         };
-        let mut invocations = analysis.invocations;
-        let mut i = 0;
-        while let Some(inv) = invocations.get(i).cloned() {
-            i += 1;
+        // In order: a script's body and interpreter are read after what came before them.
+        let mut invocations = std::collections::VecDeque::from(analysis.invocations);
+        while let Some(inv) = invocations.pop_front() {
             if inv.node_bin
                 || inv.path_changed
                 || inv.cwd.as_deref() != Some(cwd)
@@ -211,7 +251,10 @@ impl Resolver {
             }
             let (found, passed) = self.resolve(&inv);
             for p in passed {
-                if out.shadows.len() < MAX_SHADOWS && !out.shadows.contains(&p) {
+                // By bytes: comparing `Path`s component by component was most of a
+                // thousand projects' resolution.
+                let known = out.shadows.iter().any(|s| s.as_os_str() == p.as_os_str());
+                if out.shadows.len() < MAX_SHADOWS && !known {
                     out.shadows.push(p);
                 }
             }
@@ -234,7 +277,7 @@ impl Resolver {
                     }));
                     out.unkeyed.extend(body.unkeyed);
                 }
-                invocations.push(Invocation {
+                invocations.push_back(Invocation {
                     word,
                     node_bin: false,
                     interpreted: true,
@@ -289,16 +332,19 @@ impl Resolver {
 /// Where `inv` resolves for the workspace at `root` (canonical): a word with a `/` from its
 /// directory, a package runner's tool from `node_modules/.bin` first, any other on its PATH.
 pub fn resolve(root: &Path, inv: &Invocation) -> Found {
-    resolve_with(root, inv, &mut executable, &mut Vec::new())
+    let mut follow = |p: &Path| std::fs::canonicalize(p).ok();
+    resolve_with(root, inv, &mut executable, &mut follow, &mut Vec::new())
 }
 
-/// [`resolve`], asking `executable` whether a path is an executable file; each absolute
-/// path outside the workspace looked at and passed over goes into `passed` (a workspace
-/// file is keyed by its inputs or its tree, and an upstream may build it during the run).
+/// [`resolve`], asking `executable` whether a path is an executable file and `follow` where
+/// it leads with its links followed; each absolute path outside the workspace looked at and
+/// passed over goes into `passed` (a workspace file is keyed by its inputs or its tree, and
+/// an upstream may build it during the run).
 fn resolve_with(
     root: &Path,
     inv: &Invocation,
     executable: &mut impl FnMut(&Path) -> bool,
+    follow: &mut impl FnMut(&Path) -> Option<PathBuf>,
     passed: &mut Vec<PathBuf>,
 ) -> Found {
     let word = inv.word.as_str();
@@ -333,7 +379,7 @@ fn resolve_with(
                         hit = Some(p);
                         break;
                     }
-                    if !p.starts_with(root) {
+                    if !within(&p, root) {
                         passed.push(p);
                     }
                 }
@@ -352,18 +398,30 @@ fn resolve_with(
         Some(p) if executable(&p) => p,
         Some(p) => {
             // A path that names nothing executable yet.
-            if !p.starts_with(root) {
+            if !within(&p, root) {
                 passed.push(p);
             }
             return Found::Missing;
         }
         None => return Found::Missing,
     };
-    match std::fs::canonicalize(&found) {
-        Ok(real) if real.starts_with(root) => Found::Inside(real),
-        Ok(real) => Found::Outside(real),
-        Err(_) => Found::Missing,
+    match follow(&found) {
+        Some(real) if within(&real, root) => Found::Inside(real),
+        Some(real) => Found::Outside(real),
+        None => Found::Missing,
     }
+}
+
+/// Whether `p` lies at or under `root` (canonical), by bytes: the paths asked about are
+/// joined onto absolute `PATH` entries or canonical, and `Path::starts_with` compares them
+/// component by component. A path written with a doubled or trailing `/` counts as outside,
+/// which only watches one more place.
+fn within(p: &Path, root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let (p, root) = (p.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    p.strip_prefix(root).is_some_and(|rest| {
+        rest.is_empty() || rest.first() == Some(&b'/') || root.last() == Some(&b'/')
+    })
 }
 
 fn executable(p: &Path) -> bool {
@@ -773,6 +831,10 @@ mod anywhere_tests {
             "PATH=./bin:$PATH gen",
             "bin/gen",
             "sh -c 'tool; ./tool'",
+            // The form of a package.json script prova runs itself: a PATH of the project's
+            // own `.bin` directories, each project's lookups its own.
+            "PATH=\"$PWD/node_modules/.bin:$PWD/../node_modules/.bin:$PATH\"; export PATH; tsc && tool",
+            "PATH=\"$PWD/bin:$PATH\" gen && tool",
         ];
         let mut shared = Resolver::new(root);
         for dir in ["a", "b", "a", "b"] {
@@ -786,5 +848,22 @@ mod anywhere_tests {
         }
         // Only the first command is the same from anywhere.
         assert_eq!(shared.anywhere.len(), 1, "{:?}", shared.anywhere.keys());
+        // The script form finds a's own `tsc` in a and the one on PATH nowhere in b.
+        let script = CommandLine::Shell(commands[7].into());
+        let in_a = shared.programs(&root.join("a"), &script, Some(path.as_str()));
+        let in_b = shared.programs(&root.join("b"), &script, Some(path.as_str()));
+        assert!(!in_a.unkeyed.iter().any(|n| n.contains("`tsc`")), "{:?}", in_a.unkeyed);
+        assert!(in_b.unkeyed.iter().any(|n| n.contains("`tsc`")), "{:?}", in_b.unkeyed);
+    }
+
+    #[test]
+    fn within_the_workspace_is_a_whole_component_prefix() {
+        let root = Path::new("/ws/root");
+        assert!(within(Path::new("/ws/root"), root));
+        assert!(within(Path::new("/ws/root/node_modules/.bin/tsc"), root));
+        assert!(!within(Path::new("/ws/rooted/bin/tsc"), root));
+        assert!(!within(Path::new("/ws/roo"), root));
+        assert!(!within(Path::new("/usr/bin/tsc"), root));
+        assert!(within(Path::new("/usr/bin/tsc"), Path::new("/")));
     }
 }
