@@ -23,6 +23,11 @@
 # Each scenario prints the load average before it (the machines are shared: a ratio taken
 # while the load is far above the core count is noisier), and the edit scenario the tasks
 # each tool executed.
+# SCRIPTS=1 runs prova from its own copy (WS-prova-scripts) whose prova.toml sets no
+# `command`: each task runs the package.json script of its name, as `prova init` writes it.
+# prova then runs a script's text itself under `sh -c` (with node_modules/.bin on PATH)
+# instead of starting npm, unless the script needs npm (a pre/post script, or `npm_*`
+# variables, as the generated `test` does); turbo runs `npm run build` either way.
 set -eu
 WS=$(realpath "$1")
 N=${2:-9}
@@ -31,22 +36,31 @@ P=$(realpath "${PROVA:-$HERE/../target/release/prova}")
 T=${TURBO:-turbo}
 C=${COMPARE:-$HERE/../../shared/bench/compare.py}
 export TURBO_TELEMETRY_DISABLED=1 TURBO_NO_UPDATE_NOTIFIER=1
-[ -d "$WS-prova" ] || cp -a "$WS" "$WS-prova"
+# Each mode's prova.toml in its own copy: WS-prova, WS-prova-scripts, WS-prova-scripts-confined.
 PW="$WS-prova"
+[ "${SCRIPTS:-0}" = 1 ] && PW="$PW-scripts"
+[ "${SCRIPTS:-0}${CONFINED:-0}" = 11 ] && PW="$PW-confined"
+[ -d "$PW" ] || cp -a "$WS" "$PW"
+if [ "${SCRIPTS:-0}" = 1 ]; then
+    # The tasks' commands left out: each runs its package.json script (see above).
+    sed -i '/^command = /d' "$PW/prova.toml"
+fi
 if [ "${CONFINED:-0}" = 1 ]; then
     # prova's builds confined (`sandbox = true`) and seeing only their direct dependencies'
-    # outputs (`upstream_outputs = "direct"`: each build reads only its own src/*.js), with
-    # the files npm itself reads in a sandbox declared (its workspace discovery reads every
-    # package.json). A hub edit then re-runs the hub and its direct dependents; the builds
-    # further down cut off. turbo runs as always (it has no sandbox).
-    python3 - "$PW/prova.toml" <<'PY'
+    # outputs (`upstream_outputs = "direct"`: each build reads only its own src/*.js). When
+    # npm runs the build, the files npm itself reads in a sandbox are declared too (its
+    # workspace discovery reads every package.json); the script run directly (SCRIPTS=1)
+    # reads only the package's sources. A hub edit then re-runs the hub and its direct
+    # dependents; the builds further down cut off. turbo runs as always (it has no sandbox).
+    python3 - "$PW/prova.toml" "${SCRIPTS:-0}" <<'PY'
 import sys
-p = sys.argv[1]
+p, scripts = sys.argv[1], sys.argv[2] == "1"
 s = open(p).read()
+npm = ('' if scripts else ', "package.json", ".npmrc", "//package.json", "//.npmrc", '
+       '"//packages/package.json", "//packages/*/package.json"')
 if "upstream_outputs" not in s:
     s = s.replace('inputs = ["src/**"]\noutputs = ["dist/**"]\n',
-                  'inputs = ["src/**", "package.json", ".npmrc", "//package.json", "//.npmrc", '
-                  '"//packages/package.json", "//packages/*/package.json"]\noutputs = ["dist/**"]\n'
+                  'inputs = ["src/**"' + npm + ']\noutputs = ["dist/**"]\n'
                   'sandbox = true\nupstream_outputs = "direct"\n', 1)
     open(p, "w").write(s)
 PY
@@ -59,11 +73,16 @@ else
 fi
 FILLPATH=$PATH
 [ "${FAST_FILL:-0}" = 1 ] && FILLPATH="$HERE/fill:$PATH"
+# ONLY="edit cutoff" runs just those scenarios (dry, noop, test, edit, cutoff).
+want() { [ -z "${ONLY:-}" ] || case " $ONLY " in *" $1 "*) true ;; *) false ;; esac; }
 # prova fills with the real npm: its keys fold the program `npm` resolves to
 # (`binary:npm` in `prova show`), so entries made through the shim are never hits for a
 # timed run. turbo's hash leaves npm out: the shim fills its cache as npm would.
-"$P" -C "$PW" run build test --all >/dev/null 2>&1 || true
-PATH=$FILLPATH "$T" run build test >/dev/null 2>&1 || true
+# `test` is filled only when its scenario runs.
+FILL=build
+if want test; then FILL="build test"; fi
+"$P" -C "$PW" run $FILL --all >/dev/null 2>&1 || true
+PATH=$FILLPATH "$T" run $FILL >/dev/null 2>&1 || true
 P="$P -C $PW"
 load() { echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"; }
 # Runs `build` once more with each tool and prints how many tasks each executed after "$1".
@@ -75,8 +94,6 @@ print(sum(1 for t in s["tasks"] if t["cache"]["cache"] != "hit"))' || echo "?")
     ran_t=$($T run build 2>/dev/null | sed -n 's/.*Cached: *\([0-9]*\) cached, \([0-9]*\) total.*/\2 \1/p' | awk '{print $1 - $2}')
     echo "   tasks executed after $1: prova $ran_p, turbo ${ran_t:-?}"
 }
-# ONLY="edit cutoff" runs just those scenarios (dry, noop, test, edit, cutoff).
-want() { [ -z "${ONLY:-}" ] || case " $ONLY " in *" $1 "*) true ;; *) false ;; esac; }
 if want dry; then
 echo "== dry run of build ($WS)"
 load
