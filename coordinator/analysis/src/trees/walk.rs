@@ -16,7 +16,9 @@
 //! A walk for the stamp alone may take a directory's entries from the listings recorded
 //! when it was last read ([`Listings`]), after one `statx` of the directory shows it as it
 //! was then; the entries are stat'ed as ever. It sees what a read would, so the stamp is the
-//! same either way.
+//! same either way. Such a directory is opened relative to its parent, held open while its
+//! subdirectories wait ([`MAX_HELD_DIRS`] at most at once); a directory that cannot be
+//! opened that way is read by its path, so a failed open costs a read, never an entry.
 
 use std::fs;
 use std::path::Path;
@@ -34,6 +36,28 @@ const MAX_THREADS: usize = 4;
 
 /// Directories waiting to be read at which the walk spreads over more threads.
 const SPREAD_AT: usize = 64;
+
+/// Most directories a walk holds open for their subdirectories to be opened from; past it a
+/// subdirectory is opened by its whole path.
+const MAX_HELD_DIRS: usize = 256;
+
+/// A directory held open while its subdirectories wait: each is opened relative to it (one
+/// path component for the kernel to look up, not the dozen of a path from `/` deep in
+/// `node_modules/.pnpm`, and no link above it followed). Counted in the walk's `held`.
+struct Held<'a> {
+    fd: std::os::fd::OwnedFd,
+    held: &'a AtomicUsize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A directory waiting to be read: its tree's index, its workspace path, and its parent held
+/// open when there is one.
+type Pending<'a> = (usize, String, Option<std::sync::Arc<Held<'a>>>);
 
 /// What the walk of one tree saw (workspace-relative paths). A walk for the stamp alone
 /// ([`Keep::Stamp`]) leaves the lists empty.
@@ -94,22 +118,21 @@ impl Seen {
 }
 
 /// The directories still to read, how many are being read, and the first error.
-struct Queue {
-    state: Mutex<QueueState>,
+struct Queue<'a> {
+    state: Mutex<QueueState<'a>>,
     more: Condvar,
 }
 
-#[derive(Default)]
-struct QueueState {
-    /// Directories to read: the tree's index, the directory.
-    todo: Vec<(usize, String)>,
+struct QueueState<'a> {
+    /// Directories to read.
+    todo: Vec<Pending<'a>>,
     busy: usize,
     failed: Option<TreeScanError>,
 }
 
-impl Queue {
+impl<'a> Queue<'a> {
     /// The next directory to read; `None` once every directory is read (or one failed).
-    fn next(&self) -> Option<(usize, String)> {
+    fn next(&self) -> Option<Pending<'a>> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if s.failed.is_some() {
@@ -132,7 +155,7 @@ impl Queue {
     }
 
     /// One directory read: its subdirectories to read next, or why it could not be.
-    fn done(&self, found: Result<Vec<(usize, String)>, TreeScanError>) {
+    fn done(&self, found: Result<Vec<Pending<'a>>, TreeScanError>) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.busy -= 1;
         match found {
@@ -192,27 +215,47 @@ fn walk_with(
     listings: Option<&Listings<'_>>,
 ) -> Result<Vec<Seen>, TreeScanError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
-    let todo = dirs.iter().cloned().enumerate().rev().collect();
+    let held = AtomicUsize::new(0);
+    let todo = dirs.iter().cloned().enumerate().rev().map(|(t, d)| (t, d, None)).collect();
     let queue = Queue {
-        state: Mutex::new(QueueState { todo, ..QueueState::default() }),
+        state: Mutex::new(QueueState { todo, busy: 0, failed: None }),
         more: Condvar::new(),
     };
     let counts: Vec<AtomicUsize> = dirs.iter().map(|_| AtomicUsize::new(0)).collect();
-    // Reads one directory of tree `t` into `seen` and queues its subdirectories.
-    let step = |seen: &mut Vec<Seen>, t: usize, d: String| {
+    // Reads one directory of tree `t` into `seen` and queues its subdirectories, with the
+    // directory held open for them while fewer than `MAX_HELD_DIRS` are.
+    let step = |seen: &mut Vec<Seen>, (t, d, parent): Pending<'_>| {
         visit(&d);
         let found = match listings {
-            Some(l) => read_listed(root, &dirs[t], &d, &mut seen[t], &counts[t], l),
-            None => read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep, None),
+            Some(l) => {
+                let parent = parent.as_deref().map(|h| &h.fd);
+                read_listed(root, &dirs[t], &d, parent, &mut seen[t], &counts[t], l)
+            }
+            None => read_one(root, &dirs[t], &d, &mut seen[t], &counts[t], keep, None)
+                .map(|subdirs| (subdirs, None)),
         };
-        queue.done(found.map(|subdirs| subdirs.into_iter().map(|d| (t, d)).collect()));
+        drop(parent);
+        queue.done(found.map(|(subdirs, fd)| {
+            let hold = match fd {
+                Some(fd) if !subdirs.is_empty() => {
+                    if held.fetch_add(1, Ordering::Relaxed) < MAX_HELD_DIRS {
+                        Some(std::sync::Arc::new(Held { fd, held: &held }))
+                    } else {
+                        held.fetch_sub(1, Ordering::Relaxed);
+                        None
+                    }
+                }
+                _ => None,
+            };
+            subdirs.into_iter().map(|d| (t, d, hold.clone())).collect()
+        }));
     };
     let fresh = || -> Vec<Seen> { dirs.iter().map(|_| Seen::default()).collect() };
     let parts: Vec<Vec<Seen>> = std::thread::scope(|s| {
         let work = || {
             let mut seen = fresh();
-            while let Some((t, d)) = queue.next() {
-                step(&mut seen, t, d);
+            while let Some(pending) = queue.next() {
+                step(&mut seen, pending);
             }
             seen
         };
@@ -220,8 +263,8 @@ fn walk_with(
         // small one is read before a thread would have started).
         let mut seen = fresh();
         let mut helpers = Vec::new();
-        while let Some((t, d)) = queue.next() {
-            step(&mut seen, t, d);
+        while let Some(pending) = queue.next() {
+            step(&mut seen, pending);
             if helpers.is_empty() && threads > 1 && queue.waiting() >= SPREAD_AT {
                 helpers = (1..threads).map(|_| s.spawn(work)).collect();
             }
@@ -254,40 +297,46 @@ fn walk_with(
 
 /// Directory `d` of tree `tree` into `seen` for its stamp alone, its entries taken from
 /// `listings` when the listing recorded there holds for the directory's stat and for every
-/// entry's kind; else read (after the stat), and what it held noted in `listings`. Returns
-/// its subdirectories.
+/// entry's kind; else read (after the stat), and what it held noted in `listings`. Opened
+/// relative to `parent` (its parent directory, open) when given, else by its whole path.
+/// Returns its subdirectories, and the directory open when its listing held (for them to
+/// be opened from).
 fn read_listed(
     root: &Path,
     tree: &str,
     d: &str,
+    parent: Option<&std::os::fd::OwnedFd>,
     seen: &mut Seen,
     count: &AtomicUsize,
     listings: &Listings<'_>,
-) -> Result<Vec<String>, TreeScanError> {
+) -> Result<(Vec<String>, Option<std::os::fd::OwnedFd>), TreeScanError> {
     use nix::fcntl::OFlag;
     // The directory itself, not a link to one (a tree's own directory may be a link: read
     // through, as ever, with no listing); its entries are stat'ed relative to it.
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let opened = nix::fcntl::open(&root.join(d), flags, nix::sys::stat::Mode::empty())
-        .ok()
-        .and_then(|dir| {
-            let st = nix::sys::stat::fstat(&dir).ok()?;
-            Some((dir, Stamp::of_stat(&st)))
-        });
+    let mode = nix::sys::stat::Mode::empty();
+    let opened = match (parent, d.rsplit_once('/')) {
+        (Some(p), Some((_, name))) => nix::fcntl::openat(p, name, flags, mode),
+        _ => nix::fcntl::open(&root.join(d), flags, mode),
+    };
+    let opened = opened.ok().and_then(|dir| {
+        let st = nix::sys::stat::fstat(&dir).ok()?;
+        Some((dir, Stamp::of_stat(&st)))
+    });
     let Some((dir, stat)) = opened else {
-        return read_one(root, tree, d, seen, count, Keep::Stamp, None);
+        return Ok((read_one(root, tree, d, seen, count, Keep::Stamp, None)?, None));
     };
     if let Some(listed) = listings.holding(d, &stat)
         && let Some(subdirs) = replay(&dir, tree, d, seen, count, listed)?
     {
         listings.held(d);
-        return Ok(subdirs);
+        return Ok((subdirs, Some(dir)));
     }
     drop(dir);
     let mut listing = Listing::of(&stat);
     let subdirs = read_one(root, tree, d, seen, count, Keep::Stamp, Some(&mut listing))?;
     listings.was_read(d, listing);
-    Ok(subdirs)
+    Ok((subdirs, None))
 }
 
 /// Directory `d`'s recorded entries (`listed`; `dir` open on it) into `seen`, each file and
@@ -499,6 +548,43 @@ mod tests {
             }
         }
         panic!("the file system's clock did not move");
+    }
+
+    #[test]
+    fn a_deep_tree_walked_through_its_listings_past_the_held_directories_sees_every_entry() {
+        // A spine of directories deeper than `MAX_HELD_DIRS`, each with three leaf
+        // directories beside the next level: the siblings waiting to be read hold their
+        // parents open until the bound, past which they are opened by their whole path.
+        let t = tempfile::tempdir().unwrap();
+        let r = &t.path().join("ws");
+        let store = &t.path().join("store");
+        fs::create_dir_all(store).unwrap();
+        let depth = MAX_HELD_DIRS + 64;
+        let mut d = r.join("node_modules");
+        for i in 0..depth {
+            for leaf in ["b", "c", "d"] {
+                fs::create_dir_all(d.join(leaf)).unwrap();
+                fs::write(d.join(leaf).join("f.js"), format!("{i}")).unwrap();
+            }
+            d = d.join("a");
+        }
+        fs::create_dir_all(&d).unwrap();
+        let dirs = ["node_modules".to_owned()];
+        let later =
+            Stamp::of(&fs::metadata(r).unwrap()).ctime_ns + 10 * crate::digests::RACY_WINDOW_NS;
+        let dir_count = 1 + depth * 4;
+        let (first, counts) = listed(r, store, &dirs, later);
+        assert_eq!(counts, (0, dir_count));
+        assert_eq!(first, plain(r, &dirs));
+        let (again, counts) = listed(r, store, &dirs, later);
+        assert_eq!(counts, (dir_count, 0), "every listing held");
+        assert_eq!(again, first);
+        // A leaf's file rewritten deep down: seen through the held listings.
+        let deep = r.join("node_modules").join("a/".repeat(depth - 1)).join("c/f.js");
+        fs::write(&deep, "changed").unwrap();
+        let (changed, _) = listed(r, store, &dirs, later);
+        assert_ne!(changed, first);
+        assert_eq!(changed, plain(r, &dirs));
     }
 
     #[test]
