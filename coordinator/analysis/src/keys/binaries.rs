@@ -124,7 +124,8 @@ fn lookup_id(inv: &Invocation) -> LookupId {
 pub struct Resolver {
     /// The workspace root, canonical.
     root: PathBuf,
-    /// Lookups done, with the paths each passed over.
+    /// Lookups done on the inherited `PATH`, with the paths each passed over (one on a `PATH`
+    /// the command set is not kept: see [`Resolver::resolve`]).
     found: HashMap<LookupId, (Found, Vec<PathBuf>)>,
     /// `#!` interpreters read, by program.
     interpreters: HashMap<OsString, Option<String>>,
