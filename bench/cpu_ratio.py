@@ -13,6 +13,8 @@ replacement: it does not see time spent waiting on the disk or on another proces
 With --exec each command is split into words (shlex) and started directly, without `sh -c`:
 a shell's start (about 1 ms here) is then in neither figure, so a few-millisecond command's
 wall ratio is the tools' own. The per-round wall ratio to the last command is printed too.
+
+With --mean the means, the 90th percentile and the largest wall are printed as well.
 """
 
 import argparse
@@ -41,6 +43,9 @@ def main():
     ap.add_argument("-n", type=int, default=21)
     ap.add_argument("--cwd", default=".")
     ap.add_argument("--exec", action="store_true", help="start each command without a shell")
+    ap.add_argument("--mean", action="store_true",
+                    help="also the means, the 90th percentile and the largest wall: a cost "
+                         "paid every few runs (a history fold) moves those, not the median")
     ap.add_argument("cmds", nargs="+")
     args = ap.parse_args()
     for c in args.cmds:
@@ -63,6 +68,12 @@ def main():
               f"cpu median {statistics.median(cpus[i]) * 1000:7.1f} ms   "
               f"cpu / {chr(64 + len(args.cmds))} {statistics.median(ratios) if ratios else float('nan'):.3f}   "
               f"wall / {chr(64 + len(args.cmds))} {statistics.median(wall_ratios) if wall_ratios else float('nan'):.3f}")
+        if args.mean:
+            ws = sorted(walls[i])
+            p90 = ws[min(len(ws) - 1, int(0.9 * len(ws)))]
+            print(f"   wall mean   {statistics.fmean(walls[i]) * 1000:7.1f} ms   "
+                  f"cpu mean   {statistics.fmean(cpus[i]) * 1000:7.1f} ms   "
+                  f"wall p90 {p90 * 1000:7.1f} ms   max {ws[-1] * 1000:7.1f} ms")
     if bad:
         print(f"{bad} runs exited non-zero: the figures are not trustworthy", file=sys.stderr)
     return 1 if bad else 0

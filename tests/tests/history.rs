@@ -169,3 +169,41 @@ fn a_secret_on_the_command_line_is_not_recorded() {
     let files = history_bytes();
     assert!(holds(&files).is_empty(), "the history holds the secret: {:?}", holds(&files));
 }
+
+/// A run that starts with the pending records past half their bound folds them beside its
+/// own work: afterwards the file holds only its own record, and the folded runs are listed
+/// (the newest `KEEP`, the run itself first).
+#[test]
+fn a_run_folds_the_pending_records_it_starts_with() {
+    let ws = TempWorkspace::new()
+        .file("prova.toml", "[workspace]\nprojects = [\"a\"]\n")
+        .file("a/prova.toml", "[tasks.build]\ncommand = \"echo built\"\n");
+    ws.prova(["run", "build"]).run().assert_code(0);
+    let record = ws.read(".prova/runs.pending");
+    let line = record.lines().next().unwrap_or_default().to_owned();
+    let first: Value = serde_json::from_str(&line).unwrap_or_default();
+    let id = first["id"].as_str().unwrap_or_default().to_owned();
+    assert!(!id.is_empty(), "a record with an id: {line}");
+    // Past half the bound (4 MiB), short of the append's own fold: copies under other ids.
+    let mut pending = String::new();
+    let mut k = 0;
+    while pending.len() <= 2_200_000 {
+        pending
+            .push_str(&line.replace(&format!("\"id\":\"{id}\""), &format!("\"id\":\"{id}-{k}\"")));
+        pending.push('\n');
+        k += 1;
+    }
+    std::fs::write(ws.path(".prova/runs.pending"), &pending).unwrap_or_default();
+    let run = ws.prova(["run", "build", "--json"]).run();
+    run.assert_code(0);
+    let run_id = run.json_lines()[0]["run_id"].as_str().unwrap_or_default().to_owned();
+    let left = ws.read(".prova/runs.pending");
+    assert_eq!(left.lines().count(), 1, "only the run's own record is left pending");
+    assert!(left.contains(&run_id), "{left}");
+    let runs = ws.prova(["runs", "--json", "-n", "1000"]).run();
+    runs.assert_code(0);
+    let rows = runs.json_lines();
+    assert_eq!(rows.len(), 200, "the newest KEEP runs: {} listed of {}", rows.len(), k + 2);
+    assert_eq!(rows[0]["run_id"], run_id.as_str(), "the run itself newest");
+    assert_eq!(rows[1]["run_id"], format!("{id}-{}", k - 1).as_str(), "then the copies");
+}

@@ -112,7 +112,13 @@ pub fn run(start: &Path, args: RunArgs) -> anyhow::Result<Code> {
         sandbox,
         listing,
     };
+    // The records earlier runs left pending, folded beside this run's work (a run that
+    // records nothing folds nothing).
+    let folding = (!s.dry_run).then(|| history::fold_behind(&ws.root)).flatten();
     let outcome = rt.block_on(act.execute(session, Arc::new(Mutex::new(lock))));
+    if let Some(fold) = folding {
+        let _ = fold.join();
+    }
     // The cache thread closes the index when the last handle is gone: while the summary is
     // printed and the history written (another file), and joined before the process exits
     // whatever the outcome, so a close is never cut short.
