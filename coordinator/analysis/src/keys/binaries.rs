@@ -109,7 +109,7 @@ fn lookup_id(inv: &Invocation) -> LookupId {
     if let Some(d) = dir {
         part(b'c', d.as_os_str().as_bytes());
     }
-    for d in &inv.path {
+    for d in inv.path.iter() {
         match d {
             PathDir::Dir(d) => part(b'd', d.as_os_str().as_bytes()),
             PathDir::Unknown(what) => part(b'u', what.as_bytes()),

@@ -39,13 +39,17 @@ pub enum PathDir {
     Unknown(String),
 }
 
+/// A `PATH`, split: shared, not copied, by every program looked up on it (a thousand
+/// package scripts each start several).
+pub type SearchPath = std::sync::Arc<[PathDir]>;
+
 /// Where a command starts: its directory (absolute) and the `PATH` it inherits.
 #[derive(Clone, Debug)]
 pub struct Start {
     /// The task's working directory.
     pub cwd: PathBuf,
     /// The inherited `PATH`, split.
-    pub path: Vec<PathDir>,
+    pub path: SearchPath,
 }
 
 impl Start {
@@ -71,7 +75,7 @@ pub struct Invocation {
     /// The directory a relative word resolves from (`None`: a `cd` prova cannot follow).
     pub cwd: Option<PathBuf>,
     /// The `PATH` it is looked up on.
-    pub path: Vec<PathDir>,
+    pub path: SearchPath,
     /// The `PATH` is not the inherited one (the command set it).
     pub path_changed: bool,
     /// A package runner's tool: `node_modules/.bin` of `cwd` and its parents first.
@@ -119,7 +123,7 @@ pub fn analyse(script: &str, start: &Start) -> Analysis {
 #[derive(Clone, Debug)]
 struct Shell {
     cwd: Option<PathBuf>,
-    path: Vec<PathDir>,
+    path: SearchPath,
     path_changed: bool,
     functions: HashSet<String>,
 }
@@ -268,7 +272,7 @@ fn simple(words: &[Word], shell: &mut Shell, out: &mut Analysis, depth: usize) {
         return;
     }
     let mut i = 0;
-    let mut path: Option<Vec<PathDir>> = None;
+    let mut path: Option<SearchPath> = None;
     while let Some(w) = rest.get(i).filter(|w| assignment(&w.raw).is_some()) {
         subs(w, shell, out, depth);
         if let Some(("PATH", value)) = assignment(&w.raw) {
@@ -390,7 +394,7 @@ fn wrapped<'a>(name: &str, args: &'a [Word], shell: &mut Shell) -> Option<&'a [W
                         rest = tail.get(1..).unwrap_or(&[]);
                     }
                     "-i" | "-" | "--ignore-environment" => {
-                        shell.path = vec![PathDir::Unknown("(cleared by `env -i`)".to_owned())];
+                        shell.path = [PathDir::Unknown("(cleared by `env -i`)".to_owned())].into();
                         shell.path_changed = true;
                         rest = tail;
                     }
@@ -507,7 +511,7 @@ fn assignment(raw: &str) -> Option<(&str, &str)> {
 
 /// The directories of a `PATH` value as written (`"$PWD/node_modules/.bin:$PATH"`): `$PATH`
 /// is the current one, `$PWD` the current directory; any other expansion is unknown.
-fn path_value(raw: &str, shell: &Shell) -> Vec<PathDir> {
+fn path_value(raw: &str, shell: &Shell) -> SearchPath {
     let value: String = raw.chars().filter(|c| *c != '"' && *c != '\'').collect();
     let mut out = Vec::new();
     for part in value.split(':') {
@@ -531,7 +535,7 @@ fn path_value(raw: &str, shell: &Shell) -> Vec<PathDir> {
             },
         }
     }
-    out
+    out.into()
 }
 
 /// A shortened command text for a note.

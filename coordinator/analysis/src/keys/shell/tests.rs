@@ -99,7 +99,7 @@ fn a_path_the_command_sets_is_the_one_programs_are_looked_up_on() {
     assert_eq!(tsc.path[2], PathDir::Dir(PathBuf::from("/usr/local/bin")));
     // An assignment before a command is that command's only.
     let a = analyse("PATH=/opt/bin tool; other", &start());
-    assert_eq!(a.invocations[0].path, [PathDir::Dir(PathBuf::from("/opt/bin"))]);
+    assert_eq!(*a.invocations[0].path, [PathDir::Dir(PathBuf::from("/opt/bin"))]);
     assert!(!a.invocations[1].path_changed);
     // A value prova cannot read stays unknown.
     let a = analyse("PATH=$HOME/bin:$PATH tool", &start());
