@@ -832,6 +832,20 @@ mod tests {
         append(root, &rec).expect("appended");
     }
 
+    /// Run `r{i}`'s record with summary `s`, as a run appends it.
+    fn append_summary(root: &Path, i: usize, s: &RunSummary) {
+        let meta = RunMeta { run_id: format!("r{i}") };
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned()],
+            summary: s,
+            keys: &serde_json::json!({}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        append(root, &rec).expect("appended");
+    }
+
     fn pending_len(root: &Path) -> u64 {
         std::fs::metadata(root.join(".prova").join(PENDING)).map_or(0, |m| m.len())
     }
@@ -948,16 +962,7 @@ mod tests {
         let mut i = 0;
         let mut largest = 0;
         while i < 5_000 {
-            let meta = RunMeta { run_id: format!("r{i}") };
-            let rec = Recorded {
-                meta: &meta,
-                command: &["prova".to_owned()],
-                summary: &s,
-                keys: &serde_json::json!({}),
-                timeline: &Timeline::new(),
-                ended_at: SystemTime::now(),
-            };
-            append(dir.path(), &rec).expect("appended");
+            append_summary(dir.path(), i, &s);
             i += 1;
             let len = pending_len(dir.path());
             if len == 0 {
@@ -980,18 +985,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         assert!(fold_behind(dir.path()).is_none(), "no file, no fold");
         let s = summary_of_tasks(100);
-        let append_of = |i: usize| {
-            let meta = RunMeta { run_id: format!("r{i}") };
-            let rec = Recorded {
-                meta: &meta,
-                command: &["prova".to_owned()],
-                summary: &s,
-                keys: &serde_json::json!({}),
-                timeline: &Timeline::new(),
-                ended_at: SystemTime::now(),
-            };
-            append(dir.path(), &rec).expect("appended");
-        };
+        let append_of = |i: usize| append_summary(dir.path(), i, &s);
         let mut n = 0;
         while pending_len(dir.path()) <= FOLD_BEHIND_BYTES {
             assert!(fold_behind(dir.path()).is_none(), "under the bound: {n} records");
