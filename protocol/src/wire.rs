@@ -549,6 +549,12 @@ pub struct WorkerStatus {
     /// Why it gets no work: its reports were refused too often (`prova farm release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined: Option<String>,
+    /// Not heard from since a lease of it expired (a stall or a partition): placement passes
+    /// it over while another worker could take the work, until a heartbeat or report of it
+    /// arrives. A connection that lives through a partition may take seconds to carry one
+    /// again (its retransmissions back off), so "back" means this is false, not `busy == 0`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub silent: bool,
 }
 
 #[cfg(test)]

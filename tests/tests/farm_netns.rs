@@ -107,6 +107,16 @@ fn victim_of(status: &serde_json::Value) -> Option<String> {
     })
 }
 
+/// Whether worker `name` is listed idle and heard from again. Its slots free up when its
+/// leases expire, during the fault; it is back only once it is no longer `silent`: a
+/// connection that lived through a partition may take seconds to carry a heartbeat again
+/// (its retransmissions back off), and placement passes a silent worker over meanwhile.
+fn back_and_idle(status: &serde_json::Value, name: &str) -> bool {
+    workers_of(status)
+        .iter()
+        .any(|w| w["id"] == name && w["busy"] == 0 && !w["silent"].as_bool().unwrap_or(false))
+}
+
 /// Lets `gate#hold` finish (every attempt of it that blocked so far).
 fn open_gate(run: &Running) {
     for dir in waiting_dirs(run.stdout_so_far(), "gate#hold") {
@@ -147,9 +157,7 @@ fn a_worker_stopped_for_longer_than_its_lease_comes_back_and_nothing_fails() {
     // Back and listed idle (its expired leases cancelled on both sides) before the second
     // half of the run is let go, so it is offered work again.
     let name = farm.worker_name(victim).to_owned();
-    farm.wait_for_status("the stopped worker back and idle", WAIT, |s| {
-        workers_of(s).iter().any(|w| w["id"] == name.as_str() && w["busy"] == 0)
-    });
+    farm.wait_for_status("the stopped worker back and idle", WAIT, |s| back_and_idle(s, &name));
     run.wait_for_lines("the early tasks", PROJECTS + 1, |l| {
         l.contains("\"task_finished\"") && l.contains("#early")
     });
@@ -175,9 +183,7 @@ fn a_worker_cut_off_for_longer_than_its_lease_comes_back_and_nothing_fails() {
     std::thread::sleep(STALL); // the fault: a partition
     farm.mend(victim);
     let name = farm.worker_name(victim).to_owned();
-    farm.wait_for_status("the cut-off worker back and idle", WAIT, |s| {
-        workers_of(s).iter().any(|w| w["id"] == name.as_str() && w["busy"] == 0)
-    });
+    farm.wait_for_status("the cut-off worker back and idle", WAIT, |s| back_and_idle(s, &name));
     run.wait_for_lines("the early tasks", PROJECTS + 1, |l| {
         l.contains("\"task_finished\"") && l.contains("#early")
     });

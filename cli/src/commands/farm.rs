@@ -61,6 +61,9 @@ pub fn farm(cmd: FarmCommand) -> anyhow::Result<Code> {
             w.version,
             labels.join(",")
         );
+        if w.silent {
+            let _ = writeln!(out, "      silent: not heard from since a lease of it expired");
+        }
         if let Some(why) = &w.quarantined {
             let _ = writeln!(out, "      quarantined: {why} (`prova farm release {}`)", w.id.0);
         }

@@ -465,6 +465,11 @@ impl FarmCore {
         self.workers.iter().map(|(id, w)| (id, &w.caps, w.taken()))
     }
 
+    /// Whether `id` has been silent since a lease of it expired (see the module's map).
+    pub fn is_silent(&self, id: &WorkerId) -> bool {
+        self.workers.get(id).is_some_and(|w| w.silent)
+    }
+
     /// The task of every live lease, with the worker holding it (adopted attempts of an
     /// earlier incarnation included).
     pub fn running(&self) -> impl Iterator<Item = (&WorkerId, &prova_protocol::TaskId)> {

@@ -363,11 +363,15 @@ fn an_expired_lease_does_not_send_the_item_back_to_the_silent_worker() {
     assert_eq!(again.len(), 1, "{cmds:?}");
     assert_eq!(again[0].0, w("b"), "sent back to the silent worker: {cmds:?}");
     assert_ne!(again[0].1, lease);
+    // Its slot is free again (the lease is gone), yet it is silent: a status shows both.
+    assert!(f.is_silent(&w("a")) && !f.is_silent(&w("b")));
+    assert_eq!(f.workers().find(|(id, _, _)| **id == w("a")).map(|(_, _, busy)| busy), Some(0));
     let mut next = item(1, 2, 1);
     next.blobs = vec![blob];
     assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(next))))[0].0, w("b"));
     // A heartbeat from it and it is a candidate again (and locality picks it).
     f.handle(LEASE_TTL, FarmEvent::Heartbeat { id: w("a"), running: vec![] });
+    assert!(!f.is_silent(&w("a")));
     let mut third = item(1, 3, 1);
     third.blobs = vec![blob];
     assert_eq!(assigned(&f.handle(LEASE_TTL, FarmEvent::Submit(Box::new(third))))[0].0, w("a"));

@@ -88,6 +88,7 @@ impl Message<GetStatus> for FarmActor {
                     version: link.map(|l| l.version.clone()).unwrap_or_default(),
                     health: link.and_then(|l| l.health.clone()),
                     quarantined: quarantined.get(id).map(|r| (*r).to_owned()),
+                    silent: self.core.is_silent(id),
                 }
             })
             .collect();

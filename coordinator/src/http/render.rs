@@ -472,11 +472,14 @@ fn timeline(h: &mut String, r: &crate::farm::observe::RunRow) {
     h.push_str("</div>");
 }
 
-/// A worker's state on the dashboard: (row class, words): quarantined (with why), unfit
-/// (its health's reason) or ok.
+/// A worker's state on the dashboard: (row class, words): quarantined (with why), silent
+/// (not heard from since a lease of it expired), unfit (its health's reason) or ok.
 fn worker_state(w: &prova_protocol::wire::WorkerStatus) -> (&'static str, String) {
     if let Some(why) = &w.quarantined {
         return ("quarantined", format!("quarantined: {why}"));
+    }
+    if w.silent {
+        return ("unfit", "silent: not heard from since a lease of it expired".to_owned());
     }
     match w.health.as_ref().and_then(|h| h.unfit.as_deref()) {
         Some(why) => ("unfit", format!("unfit: {why}")),

@@ -856,6 +856,7 @@ pub(crate) fn goldens() -> Vec<Golden> {
                 version: "0.1.0".into(),
                 health: Some(health()),
                 quarantined: None,
+                silent: false,
             },
             WorkerStatus {
                 id: WorkerId("mac-1".into()),
@@ -868,6 +869,7 @@ pub(crate) fn goldens() -> Vec<Golden> {
                 version: "0.1.0".into(),
                 health: None,
                 quarantined: Some("3 reports refused within 600 s; last: a forged manifest".into()),
+                silent: false,
             },
         ],
         queued: 3,
