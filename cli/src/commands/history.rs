@@ -1,6 +1,6 @@
 //! The run history: every `prova run` (not `--dry-run`) is recorded in
 //! `<workspace>/.prova/runs.db` (SQLite, its own file beside the cache, newest [`KEEP`] runs
-//! kept, older ones pruned at each insert) with its command line, start and end, its summary,
+//! kept — fewer in a large workspace, [`KEEP_TASKS`] — older ones pruned at each insert) with its command line, start and end, its summary,
 //! and per task the status, cache outcome, verdicts, wall/CPU/RSS and its span on the
 //! client's timeline. `prova runs` lists them; `prova last [--json]` prints the newest
 //! summary again. A history that cannot be written (a read-only `.prova`) is a warning in the
@@ -30,6 +30,11 @@ use crate::render::trace::Timeline;
 /// Runs kept.
 pub const KEEP: i64 = 200;
 
+/// Task records kept, across the kept runs: the newest runs whose tasks add up to at most
+/// this many (and always the newest run). A 1,000-task workspace keeps its [`KEEP`] runs; a
+/// 10,000-task one twenty, not 200 runs of 10,000 tasks each (about 300 MB).
+pub const KEEP_TASKS: i64 = 200_000;
+
 /// How long a statement waits for another connection's lock on the history.
 const BUSY_WAIT: Duration = Duration::from_secs(5);
 
@@ -53,6 +58,20 @@ const FOLD_BEHIND_BYTES: u64 = FOLD_BYTES / 2;
 
 /// The shape of a [`PENDING`] record ([`Row`]).
 const ROW_VERSION: u32 = 1;
+
+/// A summary at least this long (a workspace of more than a dozen tasks) is stored
+/// zstd-compressed, as a BLOB; a shorter one as its JSON text. A 1,000-task summary is about
+/// 330 KB of JSON, and 200 of them made the history 95 MB, nine times that workspace's cache;
+/// compressed, a tenth of that is written (by the fold, and again by its checkpoint).
+const COMPRESS_FROM: usize = 4096;
+
+/// zstd's level for a stored summary: its default, a few milliseconds for a 1,000-task one
+/// on the fold's thread.
+const SUMMARY_LEVEL: i32 = 3;
+
+/// The most a stored summary may unpack to when it is read back; past it the run is not
+/// read (a damaged or hostile BLOB does not take the memory it claims).
+const MAX_SUMMARY_BYTES: u64 = 64 << 20;
 
 /// The most [`PENDING`] may hold: past it (folds that keep failing) a run is not appended,
 /// and a fold reads no more.
@@ -104,6 +123,16 @@ pub enum HistoryError {
         /// Why.
         source: serde_json::Error,
     },
+    /// A stored summary does not unpack (a damaged BLOB, or one past [`MAX_SUMMARY_BYTES`]).
+    #[error("run history {path}: run {run}: its summary does not unpack: {why}")]
+    Unpack {
+        /// The database.
+        path: PathBuf,
+        /// Which run.
+        run: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// One finished run, as recorded.
@@ -144,6 +173,8 @@ pub struct Run {
 pub struct History {
     conn: Connection,
     path: PathBuf,
+    /// [`KEEP_TASKS`] (tests lower it).
+    keep_tasks: i64,
 }
 
 const SCHEMA: &str = "
@@ -286,7 +317,7 @@ impl History {
             .map_err(sql("no checkpoint on close"))?;
         conn.execute_batch(SCHEMA).map_err(sql("schema"))?;
         let ino = inode(&path);
-        Ok((Self { conn, path }, ino))
+        Ok((Self { conn, path, keep_tasks: KEEP_TASKS }, ino))
     }
 
     /// Only reads: `None` when nothing was ever recorded here.
@@ -334,7 +365,7 @@ impl History {
                         r.tasks,
                         r.hits,
                         r.failed,
-                        r.summary.get(),
+                        Stored::of(r.summary.get()),
                         r.keys.get(),
                     ],
                 )
@@ -377,6 +408,16 @@ impl History {
         if let Some(seq) = newest {
             tx.execute("DELETE FROM runs WHERE seq <= ?1", params![seq - KEEP])
                 .map_err(sql("prune"))?;
+            // Then the oldest of those whose tasks pass [`KEEP_TASKS`] counted from the
+            // newest (the newest run stays whatever its size). Only a fold inserts, so this
+            // scan of the kept runs' rows is paid once a fold, not once a run.
+            tx.execute(
+                "DELETE FROM runs WHERE seq <= (SELECT seq FROM (SELECT seq, \
+                 sum(tasks) OVER (ORDER BY seq DESC) AS total FROM runs) \
+                 WHERE total > ?1 AND seq < ?2 ORDER BY seq DESC LIMIT 1)",
+                params![self.keep_tasks, seq],
+            )
+            .map_err(sql("prune by tasks"))?;
         }
         tx.commit().map_err(sql("commit"))?;
         self.cut_wal_past(WAL_KEEP_BYTES);
@@ -465,7 +506,7 @@ impl History {
                     r.get::<_, i64>(1)?,
                     r.get::<_, i64>(2)?,
                     r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
+                    r.get::<_, rusqlite::types::Value>(4)?,
                     r.get::<_, String>(5)?,
                 ))
             })
@@ -475,11 +516,16 @@ impl History {
             let (id, started, ended, command, summary, keys) = row.map_err(self.sql("list"))?;
             let decode =
                 |source| HistoryError::Decode { path: self.path.clone(), run: id.clone(), source };
+            let summary = unpack(summary).map_err(|why| HistoryError::Unpack {
+                path: self.path.clone(),
+                run: id.clone(),
+                why,
+            })?;
             out.push(Run {
                 started_at: from_ms(started),
                 ended_at: from_ms(ended),
                 command: serde_json::from_str(&command).map_err(decode)?,
-                summary: serde_json::from_str(&summary).map_err(decode)?,
+                summary: serde_json::from_slice(&summary).map_err(decode)?,
                 keys: serde_json::from_str(&keys).unwrap_or(Value::Null),
                 id,
             });
@@ -494,6 +540,59 @@ impl History {
             .optional()
             .map(|n| n.unwrap_or(0))
             .map_err(self.sql("count"))
+    }
+}
+
+/// A summary as the database stores it: its JSON text, or past [`COMPRESS_FROM`] bytes that
+/// text zstd-compressed (a BLOB; SQLite keeps each value's own type, so one column holds
+/// both, and the histories of earlier versions read as they are).
+enum Stored<'a> {
+    Json(&'a str),
+    Zstd(Vec<u8>),
+}
+
+impl<'a> Stored<'a> {
+    fn of(json: &'a str) -> Self {
+        if json.len() < COMPRESS_FROM {
+            return Stored::Json(json);
+        }
+        match zstd::bulk::compress(json.as_bytes(), SUMMARY_LEVEL) {
+            Ok(packed) => Stored::Zstd(packed),
+            Err(e) => {
+                tracing::debug!(error = %e, "run history: a summary stored uncompressed");
+                Stored::Json(json)
+            }
+        }
+    }
+}
+
+impl rusqlite::ToSql for Stored<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Stored::Json(text) => ValueRef::Text(text.as_bytes()),
+            Stored::Zstd(packed) => ValueRef::Blob(packed),
+        }))
+    }
+}
+
+/// A stored summary's JSON: the text as it is, a BLOB unpacked (at most
+/// [`MAX_SUMMARY_BYTES`]).
+fn unpack(stored: rusqlite::types::Value) -> Result<Vec<u8>, String> {
+    use rusqlite::types::Value as V;
+    match stored {
+        V::Text(text) => Ok(text.into_bytes()),
+        V::Blob(packed) => {
+            let mut json = Vec::new();
+            zstd::stream::read::Decoder::new(packed.as_slice())
+                .and_then(|d| d.take(MAX_SUMMARY_BYTES + 1).read_to_end(&mut json))
+                .map_err(|e| e.to_string())?;
+            if json.len() as u64 > MAX_SUMMARY_BYTES {
+                return Err(format!("it is longer than {MAX_SUMMARY_BYTES} bytes"));
+            }
+            Ok(json)
+        }
+        other => Err(format!("a {:?} where a summary belongs", other.data_type())),
     }
 }
 
@@ -1008,6 +1107,112 @@ mod tests {
         assert_eq!(pending_len(dir.path()), 0);
     }
 
+    /// A summary of `n` tasks as a real run has them: each with its own key.
+    fn keyed_summary(n: usize) -> RunSummary {
+        let mut s = summary_of_tasks(n);
+        for (i, t) in s.tasks.iter_mut().enumerate() {
+            t.key = Some(prova_protocol::Digest::of(format!("key {i}").as_bytes()));
+        }
+        s
+    }
+
+    /// The type and length SQLite holds for run `id`'s summary.
+    fn stored_summary(root: &Path, id: &str) -> (String, i64) {
+        let db = Connection::open(root.join(".prova").join(FILE)).expect("the database");
+        db.query_row(
+            "SELECT typeof(summary), length(summary) FROM runs WHERE id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the run is there")
+    }
+
+    /// A large run's summary is stored compressed, whether recorded or folded from the
+    /// pending file, and reads back whole; a small one stays JSON text.
+    #[test]
+    fn a_large_summary_is_stored_compressed_and_read_back_whole() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let big = keyed_summary(1000);
+        let json_len = serde_json::to_string(&big).expect("json").len() as i64;
+        append_summary(dir.path(), 1, &big);
+        let mut h = History::open(dir.path()).expect("opened (and folded)");
+        record_run(&mut h, 2);
+        let meta = RunMeta { run_id: "r3".to_owned() };
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned()],
+            summary: &big,
+            keys: &serde_json::json!({}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        h.record(&rec).expect("recorded");
+        for id in ["r1", "r3"] {
+            let (kind, len) = stored_summary(dir.path(), id);
+            assert_eq!(kind, "blob", "{id}");
+            assert!(len * 3 < json_len, "{id}: {len} bytes stored of {json_len}");
+        }
+        assert_eq!(stored_summary(dir.path(), "r2").0, "text", "a one-task summary");
+        let want = serde_json::to_value(&big).expect("json");
+        let runs = h.list(3).expect("listed");
+        assert_eq!(runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r3", "r2", "r1"]);
+        for r in [&runs[0], &runs[2]] {
+            assert_eq!(serde_json::to_value(&r.summary).expect("json"), want, "{}", r.id);
+        }
+        assert_eq!(runs[1].summary.wall_ms, 2);
+    }
+
+    /// A history an earlier prova wrote (every summary JSON text, however large) reads as
+    /// it is, beside the compressed ones this one adds.
+    #[test]
+    fn a_summary_stored_as_text_by_an_earlier_version_still_reads() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        let big = keyed_summary(500);
+        let text = serde_json::to_string(&big).expect("json");
+        h.conn
+            .execute(
+                "INSERT INTO runs (id, started_ms, ended_ms, command, ok, interrupted, tasks,                  hits, failed, summary, keys) VALUES ('old', 1, 2, '[\"prova\"]', 1, 0, 500,                  0, 0, ?1, '{}')",
+                params![text],
+            )
+            .expect("an earlier version's row");
+        record_run(&mut h, 1);
+        let runs = h.list(2).expect("listed");
+        assert_eq!(runs[1].id, "old");
+        assert_eq!(
+            serde_json::to_value(&runs[1].summary).expect("json"),
+            serde_json::to_value(&big).expect("json")
+        );
+    }
+
+    /// A summary BLOB that is damaged, or that unpacks past its bound, fails the listing
+    /// with an error naming the run; nothing panics and the bound is not overrun.
+    #[test]
+    fn a_damaged_or_oversized_summary_is_refused_by_name() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        record_run(&mut h, 1);
+        let set = |h: &History, blob: Vec<u8>| {
+            h.conn
+                .execute("UPDATE runs SET summary = ?1 WHERE id = 'r1'", params![blob])
+                .expect("updated");
+        };
+        let refused = |h: &History| match h.list(1) {
+            Err(e @ HistoryError::Unpack { .. }) => e.to_string(),
+            other => panic!("not refused: {other:?}"),
+        };
+        set(&h, b"not zstd at all".to_vec());
+        assert!(refused(&h).contains("run r1"), "{}", refused(&h));
+        let mut cut = zstd::bulk::compress(&[b' '; 10_000], 3).expect("packed");
+        cut.truncate(cut.len() / 2);
+        set(&h, cut);
+        refused(&h);
+        // Small stored, past the bound unpacked.
+        let bomb = vec![b' '; MAX_SUMMARY_BYTES as usize + 1];
+        set(&h, zstd::bulk::compress(&bomb, 3).expect("packed"));
+        assert!(refused(&h).contains("longer than"), "{}", refused(&h));
+    }
+
     /// A cut does not leave the connection failing at once on a lock: the record after it
     /// waits as long as any other statement.
     #[test]
@@ -1045,6 +1250,47 @@ mod tests {
         let last = KEEP as usize + 4;
         assert_eq!(ids, [format!("r{last}"), format!("r{}", last - 1)]);
         assert_eq!(newest[0].summary.wall_ms, last as u64);
+    }
+
+    /// Past [`KEEP_TASKS`] task records the oldest runs go, however few runs are kept, with
+    /// their tasks; the newest run stays even when it alone is past the bound.
+    #[test]
+    fn a_large_workspace_keeps_fewer_runs_not_more_task_records() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut h = History::open(dir.path()).expect("opened");
+        h.keep_tasks = 250;
+        let record = |h: &mut History, i: usize, s: &RunSummary| {
+            let meta = RunMeta { run_id: format!("r{i}") };
+            let rec = Recorded {
+                meta: &meta,
+                command: &["prova".to_owned()],
+                summary: s,
+                keys: &serde_json::json!({}),
+                timeline: &Timeline::new(),
+                ended_at: SystemTime::now(),
+            };
+            h.record(&rec).expect("recorded");
+        };
+        let task_rows = |h: &History| -> i64 {
+            h.conn.query_row("SELECT count(*) FROM run_tasks", [], |r| r.get(0)).expect("rows")
+        };
+        let hundred = summary_of_tasks(100);
+        for i in 0..5 {
+            record(&mut h, i, &hundred);
+        }
+        let kept: Vec<String> = h.list(10).expect("listed").into_iter().map(|r| r.id).collect();
+        assert_eq!(kept, ["r4", "r3"], "200 task records kept of 250 allowed");
+        assert_eq!(task_rows(&h), 200);
+        record(&mut h, 5, &summary_of_tasks(1000));
+        let kept: Vec<String> = h.list(10).expect("listed").into_iter().map(|r| r.id).collect();
+        assert_eq!(kept, ["r5"], "the newest run, alone past the bound");
+        assert_eq!(task_rows(&h), 1000);
+        // Small runs are still kept up to [`KEEP`], the task bound far off.
+        h.keep_tasks = KEEP_TASKS;
+        for i in 6..(KEEP as usize + 10) {
+            record_run(&mut h, i);
+        }
+        assert_eq!(h.count().expect("counted"), KEEP);
     }
 
     /// Each `prova run` opens the history, records one run and exits without a checkpoint;
