@@ -1,8 +1,9 @@
 //! The run history: every `prova run` (not `--dry-run`) is recorded in
 //! `<workspace>/.prova/runs.db` (SQLite, its own file beside the cache, newest [`KEEP`] runs
-//! kept — fewer in a large workspace, [`KEEP_TASKS`] — older ones pruned at each insert) with its command line, start and end, its summary,
-//! and per task the status, cache outcome, verdicts, wall/CPU/RSS and its span on the
-//! client's timeline. `prova runs` lists them; `prova last [--json]` prints the newest
+//! kept — fewer in a large workspace, [`KEEP_TASKS`] — older ones pruned at each insert)
+//! with its command line, start and end, its summary (zstd-compressed past
+//! [`COMPRESS_FROM`] bytes), and per task the status, cache outcome, verdicts, wall/CPU/RSS
+//! and its span on the client's timeline. `prova runs` lists them; `prova last [--json]` prints the newest
 //! summary again. A history that cannot be written (a read-only `.prova`) is a warning in the
 //! log, never a failed run.
 //!
@@ -1172,7 +1173,9 @@ mod tests {
         let text = serde_json::to_string(&big).expect("json");
         h.conn
             .execute(
-                "INSERT INTO runs (id, started_ms, ended_ms, command, ok, interrupted, tasks,                  hits, failed, summary, keys) VALUES ('old', 1, 2, '[\"prova\"]', 1, 0, 500,                  0, 0, ?1, '{}')",
+                "INSERT INTO runs (id, started_ms, ended_ms, command, ok, interrupted, tasks, \
+                 hits, failed, summary, keys) VALUES ('old', 1, 2, '[\"prova\"]', 1, 0, 500, \
+                 0, 0, ?1, '{}')",
                 params![text],
             )
             .expect("an earlier version's row");
