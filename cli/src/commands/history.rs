@@ -947,6 +947,20 @@ mod tests {
         append(root, &rec).expect("appended");
     }
 
+    /// Records run `id` with summary `s`, as a fold does.
+    fn record_summary(h: &mut History, id: &str, s: &RunSummary) {
+        let meta = RunMeta { run_id: id.to_owned() };
+        let rec = Recorded {
+            meta: &meta,
+            command: &["prova".to_owned()],
+            summary: s,
+            keys: &serde_json::json!({}),
+            timeline: &Timeline::new(),
+            ended_at: SystemTime::now(),
+        };
+        h.record(&rec).expect("recorded");
+    }
+
     fn pending_len(root: &Path) -> u64 {
         std::fs::metadata(root.join(".prova").join(PENDING)).map_or(0, |m| m.len())
     }
@@ -1139,16 +1153,7 @@ mod tests {
         append_summary(dir.path(), 1, &big);
         let mut h = History::open(dir.path()).expect("opened (and folded)");
         record_run(&mut h, 2);
-        let meta = RunMeta { run_id: "r3".to_owned() };
-        let rec = Recorded {
-            meta: &meta,
-            command: &["prova".to_owned()],
-            summary: &big,
-            keys: &serde_json::json!({}),
-            timeline: &Timeline::new(),
-            ended_at: SystemTime::now(),
-        };
-        h.record(&rec).expect("recorded");
+        record_summary(&mut h, "r3", &big);
         for id in ["r1", "r3"] {
             let (kind, len) = stored_summary(dir.path(), id);
             assert_eq!(kind, "blob", "{id}");
@@ -1263,29 +1268,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut h = History::open(dir.path()).expect("opened");
         h.keep_tasks = 250;
-        let record = |h: &mut History, i: usize, s: &RunSummary| {
-            let meta = RunMeta { run_id: format!("r{i}") };
-            let rec = Recorded {
-                meta: &meta,
-                command: &["prova".to_owned()],
-                summary: s,
-                keys: &serde_json::json!({}),
-                timeline: &Timeline::new(),
-                ended_at: SystemTime::now(),
-            };
-            h.record(&rec).expect("recorded");
-        };
         let task_rows = |h: &History| -> i64 {
             h.conn.query_row("SELECT count(*) FROM run_tasks", [], |r| r.get(0)).expect("rows")
         };
         let hundred = summary_of_tasks(100);
         for i in 0..5 {
-            record(&mut h, i, &hundred);
+            record_summary(&mut h, &format!("r{i}"), &hundred);
         }
         let kept: Vec<String> = h.list(10).expect("listed").into_iter().map(|r| r.id).collect();
         assert_eq!(kept, ["r4", "r3"], "200 task records kept of 250 allowed");
         assert_eq!(task_rows(&h), 200);
-        record(&mut h, 5, &summary_of_tasks(1000));
+        record_summary(&mut h, "r5", &summary_of_tasks(1000));
         let kept: Vec<String> = h.list(10).expect("listed").into_iter().map(|r| r.id).collect();
         assert_eq!(kept, ["r5"], "the newest run, alone past the bound");
         assert_eq!(task_rows(&h), 1000);
@@ -1329,17 +1322,7 @@ mod tests {
     fn one_run_larger_than_the_bound_leaves_no_long_wal() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut h = History::open(dir.path()).expect("opened");
-        let s = summary_of_tasks(3000);
-        let meta = RunMeta { run_id: "big".to_owned() };
-        let rec = Recorded {
-            meta: &meta,
-            command: &["prova".to_owned()],
-            summary: &s,
-            keys: &serde_json::json!({}),
-            timeline: &Timeline::new(),
-            ended_at: SystemTime::now(),
-        };
-        h.record(&rec).expect("recorded");
+        record_summary(&mut h, "big", &summary_of_tasks(3000));
         assert!(wal_len(dir.path()) <= WAL_KEEP_BYTES, "{} bytes left", wal_len(dir.path()));
         assert_eq!(h.list(1).expect("listed")[0].summary.tasks.len(), 3000);
     }
